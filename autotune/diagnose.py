@@ -1,0 +1,96 @@
+"""When no plan fits: say what binds and the smallest changes that would fit.
+
+Users of today's planners complain that "no configuration found" tells them
+nothing.  Here every change is tried for real with the cost model: more GPUs,
+ZeRO-3, optimizer offload, full recomputation, micro-batch 1, a shorter
+sequence; the answer lists the ones that produce a fitting plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from .hardware import Cluster
+from .search.problem import TrainingProblem
+from .space import REASONS, enumerate_valid
+from .workload import TrainWorkload
+
+SAMPLE_LIMIT = 400_000  # plans evaluated per alternative, at most
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    binding: str  # one sentence: what stops every plan
+    fixes: list[str]  # changes that would produce a fitting plan, cheapest first
+
+
+def _best_fit(problem: TrainingProblem) -> tuple[int, float, float]:
+    """(valid plans, lowest memory GiB/GPU, best tokens/s/GPU among fitting plans or 0)."""
+    enumeration = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules)
+    plans = enumeration.plans
+    if len(plans) == 0:
+        return 0, float("inf"), 0.0
+    if len(plans) > SAMPLE_LIMIT:
+        plans = plans.take(np.random.default_rng(0).choice(len(plans), SAMPLE_LIMIT, replace=False))
+    est = problem.evaluate(plans)
+    best = float(np.max(np.where(est.fits, est.tokens_per_s_per_gpu, 0.0)))
+    return len(enumeration.plans), float(np.min(est.memory_gib_per_gpu)), best
+
+
+def _with_choices(problem: TrainingProblem, **choices) -> TrainingProblem:
+    return dataclasses.replace(problem, choices={**problem.choices, **choices})
+
+
+def diagnose(problem: TrainingProblem, rejected: dict[str, int]) -> Diagnosis:
+    valid, lowest_gib, _ = _best_fit(problem)
+    capacity = problem.cluster.hardware.memory_gib
+    if valid == 0:
+        top = sorted(((n, r) for r, n in rejected.items()), reverse=True)[:3]
+        reasons = "; ".join(f"{r} ({n:,} plans)" for n, r in top)
+        binding = f"every plan of the space breaks a validity rule: {reasons}"
+        fixes = [
+            "loosen --fix values or the --space axes so that tp*pp*cp divides the GPU count and the global batch "
+            "divides by dp*micro-batch (try --global-batch as a multiple of the GPU count)"
+        ]
+        if any(REASONS[4] == r for _, r in top):
+            fixes.append("tp must stay within a node: lower tp or raise --gpus-per-node")
+        return Diagnosis(binding, fixes)
+
+    binding = (
+        f"memory: the leanest valid plan needs {lowest_gib:.1f} GiB per GPU, "
+        f"but a {problem.cluster.hardware.name} has {capacity:g} GiB"
+    )
+    candidates: list[tuple[str, TrainingProblem]] = []
+    choices = problem.choices
+    if 3 not in choices["zero"]:
+        candidates.append(("allow ZeRO-3 (--fix zero=3, or add 3 to the space's zero axis)", _with_choices(problem, zero=(3,))))
+    if "full" not in choices["recompute"]:
+        candidates.append(("full activation recomputation (--fix recompute=full)", _with_choices(problem, recompute=("full",))))
+    if 1 not in choices["mbs"]:
+        candidates.append(("micro-batch 1 (--fix mbs=1)", _with_choices(problem, mbs=(1,))))
+    if "cpu" not in choices["offload"]:
+        candidates.append(("optimizer offload to CPU (--fix offload=cpu)", _with_choices(problem, offload=("cpu",))))
+    seq = problem.workload.seq_len
+    if seq >= 256:
+        shorter = dataclasses.replace(problem, workload=dataclasses.replace(problem.workload, seq_len=seq // 2))
+        candidates.append((f"a shorter sequence (--seq-len {seq // 2})", shorter))
+    for factor in (2, 4, 8):
+        n = problem.cluster.n_gpus * factor
+        bigger = dataclasses.replace(problem, cluster=Cluster(problem.cluster.hardware, n, problem.cluster.gpus_per_node))
+        candidates.append((f"more GPUs (--gpus {n})", bigger))
+    fixes = []
+    for label, alternative in candidates:
+        _, low, best = _best_fit(alternative)
+        if best > 0:
+            fixes.append(f"{label}: fits, best {best:,.0f} tokens/s/GPU")
+        if len(fixes) >= 4:
+            break
+    if not fixes:
+        fixes.append("a GPU with more memory (see `autotune hardware list`), or a smaller model")
+    return Diagnosis(binding, fixes)
+
+
+__all__ = ["Diagnosis", "diagnose", "TrainWorkload"]

@@ -1,0 +1,44 @@
+"""The one error type for bad user input.
+
+Invalid input (an unknown name, malformed YAML, a field out of range) raises
+:class:`InputError` at load time; the CLI turns it into a short message and a
+non-zero exit.  An infeasible plan is *not* an error: the cost model returns it
+as a value with a reason.  A bug is an ``assert``.
+"""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """User input that cannot be used. The message names the file, the field and a fix."""
+
+    def __init__(self, message: str, *, source: str | None = None, field: str | None = None):
+        self.source = source
+        self.field = field
+        where = ""
+        if source and field:
+            where = f"{source}: field '{field}': "
+        elif source:
+            where = f"{source}: "
+        elif field:
+            where = f"field '{field}': "
+        super().__init__(where + message)
+
+
+def check_keys(data: dict, allowed: set[str] | frozenset[str], *, source: str, section: str = "") -> None:
+    """Reject unknown keys, listing them and the allowed ones (typos must not pass silently)."""
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        where = f"{section}." if section else ""
+        raise InputError(
+            f"unknown key(s) {', '.join(where + k for k in unknown)}; "
+            f"allowed: {', '.join(sorted(allowed))}",
+            source=source,
+        )
+
+
+def require_keys(data: dict, required: set[str] | frozenset[str], *, source: str, section: str = "") -> None:
+    missing = sorted(set(required) - set(data))
+    if missing:
+        where = f"{section}." if section else ""
+        raise InputError(f"missing required key(s) {', '.join(where + k for k in missing)}", source=source)

@@ -1,0 +1,325 @@
+"""Measured training runs in the schema of ``training_runs.csv`` (see docs/validation.md).
+
+Each row names a model's architecture, a GPU type and count, the layout and
+settings, and a measured throughput.  A setting the row leaves empty is never
+filled silently: :func:`candidate_plans` returns every value it could have
+taken, and validation reports the range of predictions over them.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .hardware import Cluster, Hardware
+from .modelspec import ModelSpec, MoESpec
+from .plan import Plan
+from .workload import TrainWorkload
+
+ATTENTION_KERNELS = ("flash", "unfused")
+# FlashAttention was published in mid-2022 (Dao et al., arXiv:2205.14135) and reached
+# Megatron-LM in 2023 (--use-flash-attn); runs published in 2022 or earlier used Megatron's
+# unfused attention (two batched GEMMs and a fused scale-mask-softmax kernel).
+FLASH_ATTENTION_FIRST_YEAR = 2023
+
+# A year in the `source` text: 19xx or 20xx standing alone (not part of an arXiv id such as
+# 2104.04473, a commit hash or a longer number).  The first one is the publication year:
+# sources name the paper or document first, then later venues and commits.
+_YEAR = re.compile(r"(?<![\w.])((?:19|20)\d\d)(?![\w]|\.\d)")
+
+# Physical variants of a bundled GPU that some rows ran on, keyed by (profile, variant).
+POWER_LIMITED = "power-limited"
+HARDWARE_VARIANTS: dict[tuple[str, str], dict[str, float | str]] = {
+    # torchtitan's Grand Teton H100s (benchmarks/llama3_h100_202412_torchtitan.md, docs/performance.md):
+    # "96GB HBM2e with 2.4 TB/sec peak memory bandwidth", "the default 500W power limit"; footnote 2:
+    # "the actual peak TFLOPs number is between SXM and NVL, and we don't know its exact value".
+    # We take the midpoint of the dense bf16 peaks of H100 SXM (989.5) and H100 NVL (835.5,
+    # data/hardware.md) = 912.5 TFLOP/s, i.e. every tensor-core peak x 0.922 (a lower sustained
+    # clock under the power cap); NVLink and NICs are unchanged.
+    ("h100-sxm5-80gb", POWER_LIMITED): {
+        "description": "H100 SXM 96GB HBM2e at a 500 W power limit (Grand Teton)",
+        "memory_gib": 96.0,
+        "memory_bandwidth_gb_per_s": 2400.0,
+        "tdp_w": 500.0,
+        "peak_scale": (989.5 + 835.5) / 2.0 / 989.5,
+    },
+}
+
+
+def variant_hardware(hardware: Hardware, variant: str | None) -> Hardware:
+    """The hardware a row ran on: ``hardware`` itself, or its documented physical variant."""
+    if not variant:
+        return hardware
+    spec = HARDWARE_VARIANTS.get((hardware.name, variant))
+    if spec is None:
+        raise KeyError(f"no model of the {variant} variant of {hardware.name}")
+    scale = float(spec["peak_scale"])
+    return dataclasses.replace(
+        hardware,
+        name=f"{hardware.name}+{variant}",
+        description=str(spec["description"]),
+        peak_tflops={k: v * scale for k, v in hardware.peak_tflops.items()},
+        memory_gib=float(spec["memory_gib"]),
+        memory_bandwidth_gb_per_s=float(spec["memory_bandwidth_gb_per_s"]),
+        tdp_w=float(spec["tdp_w"]),
+        average_power_w=min(hardware.average_power_w, float(spec["tdp_w"])),
+    )
+
+
+def publication_year(source: str) -> int | None:
+    """The first stand-alone year in a ``source`` cell (the paper's or document's year), if any."""
+    match = _YEAR.search(source or "")
+    return int(match.group(1)) if match else None
+
+
+def infer_attention_kernel(row: dict) -> tuple[str, str | None]:
+    """The row's attention kernel and, when it was not stated, how it was inferred.
+
+    An ``attention_kernel`` column (flash|unfused) wins; otherwise the publication year in
+    ``source`` decides: 2022 or earlier -> ``unfused``, later (or no year found) -> ``flash``.
+    """
+    stated = (row.get("attention_kernel") or "").strip().lower()
+    if stated:
+        if stated not in ATTENTION_KERNELS:
+            raise InputError(f"row {row.get('id')!r}: must be one of {', '.join(ATTENTION_KERNELS)}, but got {stated!r}",
+                             field="attention_kernel")
+        return stated, None
+    year = publication_year(row.get("source") or "")
+    if year is None:
+        return "flash", "no attention_kernel column and no year in source: assumed flash"
+    kernel = "unfused" if year < FLASH_ATTENTION_FIRST_YEAR else "flash"
+    return kernel, f"inferred from publication year {year} in source ({'<=' if kernel == 'unfused' else '>='} " \
+                   f"{FLASH_ATTENTION_FIRST_YEAR - 1 if kernel == 'unfused' else FLASH_ATTENTION_FIRST_YEAR})"
+
+
+REQUIRED_COLUMNS = (
+    "id", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "vocab_size", "seq_len", "gpu", "n_gpus",
+    "tp", "pp", "measured_tokens_per_s_per_gpu",
+)
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One usable row: everything needed to predict it, and what was measured."""
+
+    id: str
+    source_group: str
+    model: ModelSpec
+    gpu: str
+    n_gpus: int
+    gpus_per_node: int | None
+    workload: TrainWorkload
+    known: dict[str, Any]  # plan fields the row states
+    unknown: tuple[str, ...]  # plan fields the row leaves empty
+    measured_tokens_per_s_per_gpu: float
+    measured_memory_gib_per_gpu: float | None
+    notes: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+    attention_kernel: str = "flash"  # flash | unfused (see infer_attention_kernel)
+    hardware_variant: str | None = None  # e.g. POWER_LIMITED: see HARDWARE_VARIANTS
+    inferred: dict[str, str] = field(default_factory=dict)  # field -> how its value was inferred
+
+    def hardware(self, profile: Hardware) -> Hardware:
+        """The GPU this row ran on: ``profile`` or its physical variant (raises KeyError if unmodelled)."""
+        return variant_hardware(profile, self.hardware_variant)
+
+    def cluster(self, hardware: Hardware) -> Cluster:
+        gpn = self.gpus_per_node or hardware.gpus_per_node
+        return Cluster(hardware=hardware, n_gpus=self.n_gpus, gpus_per_node=min(gpn, self.n_gpus))
+
+
+@dataclass(frozen=True)
+class SkippedRow:
+    id: str
+    reason: str
+
+
+def _int(row: dict, key: str) -> int | None:
+    value = (row.get(key) or "").strip()
+    if not value:
+        return None
+    try:
+        return int(float(value))
+    except ValueError:
+        raise InputError(f"row {row.get('id')!r}: must be a number, but got {value!r}", field=key) from None
+
+
+def _float(row: dict, key: str) -> float | None:
+    value = (row.get(key) or "").strip()
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(f"row {row.get('id')!r}: must be a number, but got {value!r}", field=key) from None
+
+
+def _bool(row: dict, key: str) -> bool | None:
+    value = (row.get(key) or "").strip().lower()
+    if not value:
+        return None
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise InputError(f"row {row.get('id')!r}: must be true or false, but got {value!r}", field=key)
+
+
+def _model(row: dict, dropout: bool) -> ModelSpec:
+    n_heads = _int(row, "n_heads")
+    hidden = _int(row, "hidden_size")
+    experts = _int(row, "moe_experts")
+    moe = None
+    if experts:
+        shared = _int(row, "moe_shared_experts") or 0
+        expert_ffn = _int(row, "moe_ffn_hidden_size") or _int(row, "ffn_hidden_size")
+        moe = MoESpec(n_experts=experts, top_k=_int(row, "moe_topk") or 1, expert_ffn_hidden_size=expert_ffn,
+                      n_shared_experts=shared, shared_expert_ffn_hidden_size=shared * expert_ffn)
+    head_dim = _int(row, "head_dim") or hidden // n_heads
+    return ModelSpec(
+        name=row.get("model_name") or row["id"],
+        n_layers=_int(row, "n_layers"),
+        hidden_size=hidden,
+        ffn_hidden_size=_int(row, "ffn_hidden_size"),
+        n_heads=n_heads,
+        n_kv_heads=_int(row, "n_kv_heads") or n_heads,
+        head_dim=head_dim,
+        vocab_size=_int(row, "vocab_size"),
+        mlp=(row.get("activation") or "gelu").strip(),
+        tied_embeddings=bool(_bool(row, "tied_embeddings")),
+        dropout=dropout,
+    )
+
+
+def parse_row(row: dict) -> MeasuredRun | SkippedRow:
+    rid = row["id"]
+    if (row.get("usable") or "true").strip().lower() == "false":
+        return SkippedRow(rid, "marked unusable in the file: " + (row.get("notes") or "").split(";")[0][:120])
+    missing = [k for k in REQUIRED_COLUMNS if not (row.get(k) or "").strip()]
+    if missing:
+        return SkippedRow(rid, f"no value for {', '.join(missing)}")
+    global_batch = _int(row, "global_batch")
+    if global_batch is None:
+        return SkippedRow(rid, "no global_batch: the number of micro-batches (and so the bubble) is unknown")
+    inferred: dict[str, str] = {}
+    kernel, how = infer_attention_kernel(row)
+    if how:
+        inferred["attention_kernel"] = how
+    # Dropout: a `dropout` column wins; otherwise the Megatron-LM of the unfused era trained GPT
+    # with its defaults --attention-dropout 0.1 --hidden-dropout 0.1 (the sc21 scripts, CONFIG.sh,
+    # do not override them), while current recipes (MPT, Llama, NeMo) train without dropout.
+    dropout = _bool(row, "dropout")
+    if dropout is None:
+        dropout = kernel == "unfused"
+        inferred["dropout"] = (f"{str(dropout).lower()}: Megatron-LM defaults of the unfused-attention era"
+                               if dropout else "false: current recipes train without dropout")
+    variant = POWER_LIMITED if "POWER-LIMITED VARIANT" in (row.get("notes") or "") else None
+    if variant:
+        inferred["hardware_variant"] = "notes say POWER-LIMITED VARIANT"
+    try:
+        model = _model(row, dropout)
+    except ValueError as exc:
+        return SkippedRow(rid, f"architecture cannot be expressed: {exc}")
+    known: dict[str, Any] = {}
+    unknown: list[str] = []
+    for key, column, parse in (
+        ("tp", "tp", _int), ("pp", "pp", _int), ("cp", "cp", _int), ("ep", "ep", _int), ("vp", "vp", _int),
+        ("sp", "sequence_parallel", _bool), ("zero", "zero", _int), ("mbs", "micro_batch", _int),
+        ("recompute", "recompute", lambda r, k: (r.get(k) or "").strip() or None),
+        ("precision", "precision", lambda r, k: (r.get(k) or "").strip() or None),
+    ):
+        value = parse(row, column)
+        if value is None:
+            if key in ("cp", "ep"):
+                value = 1  # the sources state these whenever they are used
+            else:
+                unknown.append(key)
+                continue
+        known[key] = value
+    return MeasuredRun(
+        id=rid,
+        source_group=row.get("source_group") or "",
+        model=model,
+        gpu=row["gpu"].strip(),
+        n_gpus=_int(row, "n_gpus"),
+        gpus_per_node=_int(row, "gpus_per_node"),
+        workload=TrainWorkload(seq_len=_int(row, "seq_len"), global_batch=global_batch),
+        known=known,
+        unknown=tuple(unknown),
+        measured_tokens_per_s_per_gpu=_float(row, "measured_tokens_per_s_per_gpu"),
+        measured_memory_gib_per_gpu=_float(row, "measured_memory_gib_per_gpu"),
+        notes=row.get("notes") or "",
+        source=row.get("source") or "",
+        attention_kernel=kernel,
+        hardware_variant=variant,
+        inferred=inferred,
+    )
+
+
+def read_runs(path: Path) -> list[MeasuredRun | SkippedRow]:
+    source = str(path)
+    try:
+        with open(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            if reader.fieldnames is None:
+                raise InputError("empty file; expected a CSV header row", source=source)
+            absent = [c for c in REQUIRED_COLUMNS if c not in reader.fieldnames]
+            if absent:
+                raise InputError(f"missing column(s) {', '.join(absent)}; see docs/validation.md for the schema",
+                                 source=source)
+            rows = list(reader)
+    except FileNotFoundError:
+        raise InputError("file not found; check the path", source=source) from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise InputError(f"malformed CSV: {exc}", source=source) from None
+    out = []
+    for row in rows:
+        try:
+            out.append(parse_row(row))
+        except InputError as exc:
+            raise InputError(str(exc), source=source) from None
+    return out
+
+
+def candidate_plans(run: MeasuredRun, precisions_supported: tuple[str, ...]) -> list[Plan]:
+    """Every plan the row could describe: its stated fields, and each possible value of the empty ones."""
+    tp, pp, cp = run.known["tp"], run.known["pp"], run.known.get("cp", 1)
+    dp = run.n_gpus // (tp * pp * cp)
+    options: dict[str, list[Any]] = {}
+    for key in run.unknown:
+        if key == "sp":
+            options[key] = [False, True] if tp > 1 else [False]
+        elif key == "vp":
+            options[key] = [1] if pp == 1 else [v for v in (1, 2, 3, 4, 6, 8) if run.model.n_layers % (pp * v) == 0] or [1]
+        elif key == "zero":
+            options[key] = [0, 1]
+        elif key == "mbs":
+            per_replica = run.workload.global_batch // max(dp, 1)
+            options[key] = [b for b in (1, 2, 4, 8, 16) if per_replica % b == 0] or [1]
+        elif key == "recompute":
+            options[key] = ["none", "selective", "full"]
+        elif key == "precision":
+            options[key] = [p for p in ("bf16",) if p in precisions_supported]
+    plans = []
+    keys = list(options)
+    for combo in itertools.product(*(options[k] for k in keys)):
+        fields = {**run.known, **dict(zip(keys, combo))}
+        if fields["precision"] == "fp16":
+            fields["precision"] = "bf16"  # same tensor-core rate; bf16 stands for 16-bit training
+        fields.setdefault("sp", False)
+        if fields["tp"] == 1:
+            fields["sp"] = False
+        if fields["pp"] == 1:
+            fields["vp"] = 1
+        try:
+            plans.append(Plan(n_gpus=run.n_gpus, **fields))
+        except ValueError:
+            continue
+    return plans

@@ -1,0 +1,88 @@
+"""Search over plans: exact (every valid plan) or an Optuna sampler; ``run_search`` picks and ranks."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..space import LAYOUT_KEYS, SETTING_KEYS, enumerate_valid
+from .exact import exact_search
+from .problem import OBJECTIVES, Objective, TrainingProblem, parse_objectives
+from .result import RankedPlan, SearchResult, pareto_mask, rank
+
+SAMPLER_CHOICES = ("auto", "exact", "tpe", "gp", "random")
+# `auto` evaluates every valid plan when there are at most this many: the vectorised
+# model does several hundred thousand plans per second on one core.
+EXACT_LIMIT = 3_000_000
+
+
+def count_valid_upper_bound(problem: TrainingProblem) -> int:
+    """Valid layouts times all settings combinations: an upper bound on valid plans, cheap to get."""
+    layouts_only = {k: problem.choices[k] for k in LAYOUT_KEYS}
+    one_setting = {k: problem.choices[k][:1] for k in SETTING_KEYS}
+    from ..space import Rules  # noqa: F401
+
+    enumeration = enumerate_valid(problem.model, problem.cluster, problem.workload, {**layouts_only, **one_setting},
+                                  problem.rules)
+    settings = int(np.prod([len(problem.choices[k]) for k in SETTING_KEYS]))
+    layouts = enumeration.space_size - sum(
+        v for k, v in enumeration.rejected.items()
+    )  # layouts that passed every rule with the first setting
+    return max(layouts, 0) * settings
+
+
+def run_search(
+    problem: TrainingProblem,
+    objectives: Sequence[Objective],
+    *,
+    sampler: str = "auto",
+    trials: int = 200,
+    seed: int | None = 0,
+    top: int = 10,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> SearchResult:
+    """Search the problem's space and rank the feasible plans, best first."""
+    if sampler not in SAMPLER_CHOICES:
+        raise ValueError(f"sampler must be one of {', '.join(SAMPLER_CHOICES)}, but got ({sampler!r})")
+    started = time.perf_counter()
+    chosen = sampler
+    notes = []
+    if sampler == "auto":
+        bound = count_valid_upper_bound(problem)
+        chosen = "exact" if bound <= EXACT_LIMIT else "tpe"
+        notes.append(
+            f"auto chose {chosen}: at most {bound:,} valid plans "
+            + ("(cheap to evaluate them all)" if chosen == "exact" else f"(over {EXACT_LIMIT:,}; TPE with {trials} trials)")
+        )
+
+    def report(done: int, total: int) -> None:
+        if progress:
+            progress(chosen, done, total)
+
+    if chosen == "exact":
+        evaluated = exact_search(problem, report)
+    else:
+        from .optuna_search import optuna_search
+
+        evaluated = optuna_search(problem, objectives, chosen, trials, seed, report)
+    ranked, feasible, rejected = rank(evaluated, problem, objectives, top)
+    return SearchResult(
+        ranked=ranked,
+        sampler=chosen,
+        evaluations=evaluated.evaluations,
+        space_size=evaluated.space_size,
+        elapsed_s=time.perf_counter() - started,
+        rejected=rejected,
+        objectives=tuple(objectives),
+        feasible=feasible,
+        pareto=len(objectives) > 1,
+        notes=notes,
+    )
+
+
+__all__ = [
+    "OBJECTIVES", "Objective", "TrainingProblem", "parse_objectives", "run_search", "SearchResult", "RankedPlan",
+    "SAMPLER_CHOICES", "pareto_mask",
+]

@@ -1,0 +1,28 @@
+"""Exact search: evaluate every valid plan of the space with the vectorised cost model."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..space import enumerate_valid
+from .problem import TrainingProblem
+from .result import Evaluated
+
+CHUNK = 200_000  # plans per cost-model call: bounds memory on very large spaces
+
+
+def exact_search(problem: TrainingProblem, progress: Callable[[int, int], None] | None = None) -> Evaluated:
+    enumeration = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules)
+    plans = enumeration.plans
+    total = len(plans)
+    estimates = []
+    for start in range(0, max(total, 1), CHUNK):
+        chunk = plans.take(np.arange(start, min(start + CHUNK, total)))
+        if len(chunk):
+            estimates.append((chunk, problem.evaluate(chunk)))
+        if progress:
+            progress(min(start + CHUNK, total), total)
+    return Evaluated(estimates=estimates, space_size=enumeration.space_size, rejected=dict(enumeration.rejected),
+                     evaluations=total)

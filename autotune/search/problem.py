@@ -1,0 +1,76 @@
+"""A training search problem (model, cluster, workload, space) and its objectives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..costmodel import TrainingEstimate, estimate_training
+from ..hardware import Cluster
+from ..modelspec import ModelSpec
+from ..plan import PlanBatch
+from ..space import Rules, axis_choices, rejection_reasons
+from ..workload import TrainWorkload
+
+
+@dataclass(frozen=True)
+class Objective:
+    name: str
+    direction: str  # "maximize" or "minimize"
+    unit: str
+    value: Callable[[TrainingEstimate, "TrainingProblem"], np.ndarray]
+
+    @property
+    def sign(self) -> float:
+        """+1 where larger is better; ranks sort by ``sign * value`` descending."""
+        return 1.0 if self.direction == "maximize" else -1.0
+
+
+def _training_days(est: TrainingEstimate, problem: "TrainingProblem") -> np.ndarray:
+    tokens_per_s = est.tokens_per_s_per_gpu * problem.cluster.n_gpus
+    return problem.workload.tokens / tokens_per_s / 86400.0
+
+
+OBJECTIVES: Mapping[str, Objective] = {
+    "throughput": Objective("throughput", "maximize", "tokens/s/GPU", lambda est, _: est.tokens_per_s_per_gpu),
+    "cost": Objective("cost", "minimize", "USD per million tokens", lambda est, _: est.cost_usd_per_million_tokens),
+    "time": Objective("time", "minimize", "days to train --tokens", _training_days),
+    "memory": Objective("memory", "minimize", "GiB per GPU", lambda est, _: est.memory_gib_per_gpu),
+}
+
+
+def parse_objectives(text: str, *, tokens: float | None) -> tuple[Objective, ...]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise ValueError("--objective needs at least one of: " + ", ".join(OBJECTIVES))
+    unknown = [n for n in names if n not in OBJECTIVES]
+    if unknown:
+        raise ValueError(f"unknown objective(s) {', '.join(unknown)}; choose from {', '.join(OBJECTIVES)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"each objective may appear once, but got ({text})")
+    if "time" in names and tokens is None:
+        raise ValueError("--objective time needs --tokens (the training budget in tokens)")
+    return tuple(OBJECTIVES[n] for n in names)
+
+
+@dataclass(frozen=True)
+class TrainingProblem:
+    """Everything a search needs besides the sampler: the three cost-model inputs and the space."""
+
+    model: ModelSpec
+    cluster: Cluster
+    workload: TrainWorkload
+    choices: Mapping[str, tuple]
+    rules: Rules
+
+    @classmethod
+    def build(cls, model: ModelSpec, cluster: Cluster, workload: TrainWorkload, space) -> "TrainingProblem":
+        return cls(model, cluster, workload, axis_choices(space, model, cluster, workload), space.rules)
+
+    def reasons(self, plans: PlanBatch) -> np.ndarray:
+        return rejection_reasons(self.model, self.cluster, self.workload, plans, self.rules)
+
+    def evaluate(self, plans: PlanBatch) -> TrainingEstimate:
+        return estimate_training(self.model, self.cluster, self.workload, plans)

@@ -1,0 +1,115 @@
+"""Search results: every evaluated plan, ranked by the objectives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..costmodel import TrainingEstimate
+from ..plan import Plan, PlanBatch
+from .problem import Objective, TrainingProblem
+
+OUT_OF_MEMORY = "out of memory"
+
+
+@dataclass
+class Evaluated:
+    """The plans a search evaluated (in chunks), with the space's size and rejections by reason."""
+
+    estimates: list[tuple[PlanBatch, TrainingEstimate]]
+    space_size: int
+    rejected: dict[str, int]
+    evaluations: int
+
+
+@dataclass(frozen=True)
+class RankedPlan:
+    rank: int
+    plan: Plan
+    estimate: dict[str, Any]
+    objective_values: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "plan": self.plan.as_dict(), "estimate": self.estimate}
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    ranked: list[RankedPlan]
+    sampler: str
+    evaluations: int
+    space_size: int
+    elapsed_s: float
+    rejected: dict[str, int]
+    objectives: tuple[Objective, ...]
+    feasible: int
+    pareto: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "plans": [r.to_json() for r in self.ranked],
+            "search": {
+                "sampler": self.sampler,
+                "evaluations": self.evaluations,
+                "space_size": self.space_size,
+                "elapsed_s": self.elapsed_s,
+                "rejected": dict(sorted(self.rejected.items(), key=lambda kv: -kv[1])),
+                "feasible": self.feasible,
+                "objectives": [o.name for o in self.objectives],
+                "pareto": self.pareto,
+            },
+        }
+
+
+def pareto_mask(scores: np.ndarray) -> np.ndarray:
+    """Non-dominated rows of ``scores`` (n x k, larger is better in every column)."""
+    n = scores.shape[0]
+    keep = np.ones(n, dtype=bool)
+    order = np.argsort(-scores[:, 0], kind="stable")
+    for idx in order:
+        if not keep[idx]:
+            continue
+        dominated = np.all(scores <= scores[idx], axis=1) & np.any(scores < scores[idx], axis=1)
+        keep &= ~dominated
+    return keep
+
+
+def rank(evaluated: Evaluated, problem: TrainingProblem, objectives: Sequence[Objective], top: int) -> tuple[list[RankedPlan], int, dict[str, int]]:
+    """The best ``top`` feasible plans (the Pareto set with several objectives), best first."""
+    rejected = dict(evaluated.rejected)
+    candidates = []  # (batch, estimate, index array, scores)
+    feasible_total = 0
+    for batch, est in evaluated.estimates:
+        fits = np.flatnonzero(est.fits)
+        oom = len(batch) - len(fits)
+        if oom:
+            rejected[OUT_OF_MEMORY] = rejected.get(OUT_OF_MEMORY, 0) + oom
+        feasible_total += len(fits)
+        if len(fits):
+            scores = np.stack([o.sign * o.value(est, problem)[fits] for o in objectives], axis=1)
+            candidates.append((batch, est, fits, scores))
+    if not candidates:
+        return [], 0, rejected
+    picked = []
+    for batch, est, fits, scores in candidates:
+        # Keep each chunk's best few (or its Pareto set) before the global ranking.
+        if len(objectives) == 1:
+            order = np.argsort(-scores[:, 0], kind="stable")[:top]
+        else:
+            order = np.flatnonzero(pareto_mask(scores))
+        for i in order:
+            picked.append((tuple(scores[i]), batch, est, int(fits[i])))
+    if len(objectives) > 1:
+        all_scores = np.array([p[0] for p in picked])
+        mask = pareto_mask(all_scores)
+        picked = [p for p, keep in zip(picked, mask) if keep]
+    # Ties broken by the plan string, so that the same inputs always give the same order.
+    picked.sort(key=lambda p: (tuple(-x for x in p[0]), p[1].plan(p[3]).as_string()))
+    ranked = []
+    for position, (scores, batch, est, i) in enumerate(picked[:top], start=1):
+        values = {o.name: float(o.sign * s) for o, s in zip(objectives, scores)}
+        ranked.append(RankedPlan(rank=position, plan=batch.plan(i), estimate=est.row(i), objective_values=values))
+    return ranked, feasible_total, rejected
