@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
 
@@ -36,7 +37,8 @@ models_app = typer.Typer(help="Bundled model specs.", no_args_is_help=True)
 app.add_typer(hardware_app, name="hardware")
 app.add_typer(models_app, name="models")
 
-stdout = Console()
+# Piped output (CI logs, files) gets a fixed width wide enough for the plans table.
+stdout = Console(width=None if sys.stdout.isatty() else 132)
 stderr = Console(stderr=True)
 
 
@@ -175,7 +177,7 @@ def _inputs_json(inputs, space: str | None) -> dict:
 def _print_search(result, inputs) -> None:
     hw = inputs.cluster.hardware
     stdout.print(
-        f"[bold]{inputs.model.name}[/] on {inputs.cluster.n_gpus} x {hw.name} ({inputs.cluster.n_nodes} nodes of "
+        f"[bold]{inputs.model.name}[/] on {inputs.cluster.n_gpus} x {hw.name} ({inputs.cluster.n_nodes} node{'s' if inputs.cluster.n_nodes > 1 else ''} of "
         f"{inputs.cluster.gpus_per_node}), sequence {inputs.workload.seq_len}, global batch {inputs.workload.global_batch}",
         highlight=False,
     )

@@ -44,6 +44,11 @@ def _with_choices(problem: TrainingProblem, **choices) -> TrainingProblem:
     return dataclasses.replace(problem, choices={**problem.choices, **choices})
 
 
+def _with_gpus(problem: TrainingProblem, n_gpus: int) -> TrainingProblem:
+    cluster = Cluster(problem.cluster.hardware, n_gpus, problem.cluster.gpus_per_node)
+    return problem.with_inputs(cluster=cluster)
+
+
 def diagnose(problem: TrainingProblem, rejected: dict[str, int]) -> Diagnosis:
     valid, lowest_gib, _ = _best_fit(problem)
     capacity = problem.cluster.hardware.memory_gib
@@ -61,7 +66,7 @@ def diagnose(problem: TrainingProblem, rejected: dict[str, int]) -> Diagnosis:
 
     binding = (
         f"memory: the leanest valid plan needs {lowest_gib:.1f} GiB per GPU, "
-        f"but a {problem.cluster.hardware.name} has {capacity:g} GiB"
+        f"but the {problem.cluster.hardware.name} has {capacity:g} GiB"
     )
     candidates: list[tuple[str, TrainingProblem]] = []
     choices = problem.choices
@@ -75,18 +80,19 @@ def diagnose(problem: TrainingProblem, rejected: dict[str, int]) -> Diagnosis:
         candidates.append(("optimizer offload to CPU (--fix offload=cpu)", _with_choices(problem, offload=("cpu",))))
     seq = problem.workload.seq_len
     if seq >= 256:
-        shorter = dataclasses.replace(problem, workload=dataclasses.replace(problem.workload, seq_len=seq // 2))
+        shorter = problem.with_inputs(workload=dataclasses.replace(problem.workload, seq_len=seq // 2))
         candidates.append((f"a shorter sequence (--seq-len {seq // 2})", shorter))
-    for factor in (2, 4, 8):
-        n = problem.cluster.n_gpus * factor
-        bigger = dataclasses.replace(problem, cluster=Cluster(problem.cluster.hardware, n, problem.cluster.gpus_per_node))
-        candidates.append((f"more GPUs (--gpus {n})", bigger))
     fixes = []
     for label, alternative in candidates:
         _, low, best = _best_fit(alternative)
         if best > 0:
             fixes.append(f"{label}: fits, best {best:,.0f} tokens/s/GPU")
-        if len(fixes) >= 4:
+    # The fewest GPUs that fit with this space, doubling up to 1024x.
+    for doublings in range(1, 11):
+        n = problem.cluster.n_gpus * 2**doublings
+        _, _, best = _best_fit(_with_gpus(problem, n))
+        if best > 0:
+            fixes.append(f"more GPUs (--gpus {n}): fits, best {best:,.0f} tokens/s/GPU")
             break
     if not fixes:
         fixes.append("a GPU with more memory (see `autotune hardware list`), or a smaller model")

@@ -32,7 +32,8 @@ def add_training_totals(estimate: dict[str, Any], n_gpus: int, tokens: float | N
 
 
 def settings_text(plan: Plan) -> str:
-    parts = [f"ZeRO-{plan.zero}", f"mbs {plan.mbs}", f"{plan.recompute} recompute", plan.precision]
+    recompute = "no recompute" if plan.recompute == "none" else f"{plan.recompute} recompute"
+    parts = [f"ZeRO-{plan.zero}", f"micro-batch {plan.mbs}", recompute, plan.precision]
     if plan.offload != "none":
         parts.append("optimizer offload")
     return ", ".join(parts)
@@ -56,19 +57,26 @@ def winner_sentence(plan: Plan, estimate: dict[str, Any], capacity_gib: float) -
     return text
 
 
+def settings_short(plan: Plan) -> str:
+    """Compact settings for a table cell, e.g. ``Z1 mb2 full fp8``."""
+    recompute = {"none": "norc", "selective": "sel", "full": "full"}[plan.recompute]
+    text = f"Z{plan.zero} mb{plan.mbs} {recompute} {plan.precision}"
+    return text + (" off" if plan.offload != "none" else "")
+
+
 def plans_table(result: SearchResult, capacity_gib: float) -> Table:
     title = "Pareto set" if result.pareto else f"Top {len(result.ranked)} plans"
-    table = Table(title=title, header_style="bold")
-    for name, justify in (("#", "right"), ("layout", "left"), ("zero", "right"), ("mbs", "right"),
-                          ("recompute", "left"), ("prec", "left"), ("step s", "right"), ("tok/s/GPU", "right"),
-                          ("MFU", "right"), ("mem GiB (free)", "right"), ("$/M tok", "right")):
-        table.add_column(name, justify=justify)
+    table = Table(title=title, header_style="bold", caption="settings: ZeRO stage, micro-batch, recompute "
+                  "(norc = none, sel = selective), precision, off = optimizer offload", caption_justify="left")
+    for name, justify in (("#", "right"), ("layout", "left"), ("settings", "left"), ("step s", "right"),
+                          ("tok/s/GPU", "right"), ("MFU", "right"), ("GiB/GPU (free)", "right"), ("$/Mtok", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)
     for ranked in result.ranked:
         p, e = ranked.plan, ranked.estimate
         table.add_row(
-            str(ranked.rank), p.layout() + (" +offload" if p.offload != "none" else ""), str(p.zero), str(p.mbs),
-            p.recompute, p.precision, f"{e['step_time_s']:.2f}", f"{e['tokens_per_s_per_gpu']:,.0f}",
-            f"{e['mfu']:.1%}", f"{e['memory_gib_per_gpu']:.1f} ({capacity_gib - e['memory_gib_per_gpu']:.1f})",
+            str(ranked.rank), p.layout(), settings_short(p), f"{e['step_time_s']:.2f}",
+            f"{e['tokens_per_s_per_gpu']:,.0f}", f"{e['mfu']:.1%}",
+            f"{e['memory_gib_per_gpu']:.1f} ({capacity_gib - e['memory_gib_per_gpu']:.1f})",
             f"{e['cost_usd_per_million_tokens']:.3f}",
         )
     return table

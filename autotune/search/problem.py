@@ -11,7 +11,7 @@ from ..costmodel import TrainingEstimate, estimate_training
 from ..hardware import Cluster
 from ..modelspec import ModelSpec
 from ..plan import PlanBatch
-from ..space import Rules, axis_choices, rejection_reasons
+from ..space import Rules, Space, axis_choices, rejection_reasons
 from ..workload import TrainWorkload
 
 
@@ -64,10 +64,15 @@ class TrainingProblem:
     workload: TrainWorkload
     choices: Mapping[str, tuple]
     rules: Rules
+    space: Space
 
     @classmethod
-    def build(cls, model: ModelSpec, cluster: Cluster, workload: TrainWorkload, space) -> "TrainingProblem":
-        return cls(model, cluster, workload, axis_choices(space, model, cluster, workload), space.rules)
+    def build(cls, model: ModelSpec, cluster: Cluster, workload: TrainWorkload, space: Space) -> "TrainingProblem":
+        return cls(model, cluster, workload, axis_choices(space, model, cluster, workload), space.rules, space)
+
+    def with_inputs(self, *, cluster: Cluster | None = None, workload: TrainWorkload | None = None) -> "TrainingProblem":
+        """The same space on another cluster or workload (choices such as pp depend on them)."""
+        return TrainingProblem.build(self.model, cluster or self.cluster, workload or self.workload, self.space)
 
     def reasons(self, plans: PlanBatch) -> np.ndarray:
         return rejection_reasons(self.model, self.cluster, self.workload, plans, self.rules)
