@@ -15,6 +15,7 @@ from typing import Annotated, Iterator, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -47,7 +48,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except (InputError, ValueError) as exc:
-        stderr.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        stderr.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
 
 
@@ -204,7 +205,7 @@ def _print_search(result, inputs) -> None:
         "--plan \"tp=8,pp=16,cp=1,ep=1,vp=1,sp=true,zero=1,mbs=1,recompute=full,precision=bf16\" --json\n\n"
         "Plan keys left out take these defaults: "
         + ", ".join(f"{k}={v}" for k, v in PLAN_DEFAULTS.items())
-        + ", sp=true when tp > 1. dp is derived: GPUs / (tp*pp*cp)."
+        + ", sp=true when tp > 1. dp is derived: GPUs / (tp·pp·cp)."
     )
 )
 def predict(
@@ -259,7 +260,7 @@ def predict(
                          f"{estimate['gpu_hours']:,.0f} GPU-hours, ${estimate['cost_usd']:,.0f}.", highlight=False)
 
 
-@hardware_app.command("list")
+@hardware_app.command("list", epilog="**Example**\n\n    autotune hardware list")
 def hardware_list() -> None:
     """List the bundled hardware profiles."""
     with user_errors():
@@ -306,7 +307,7 @@ def hardware_show(name: Annotated[str, typer.Argument(help="Profile name or YAML
         stdout.print(table)
 
 
-@models_app.command("list")
+@models_app.command("list", epilog="**Example**\n\n    autotune models list")
 def models_list() -> None:
     """List the bundled model specs."""
     with user_errors():

@@ -50,15 +50,10 @@ class Plan:
     offload: str = "none"
 
     def __post_init__(self) -> None:
-        for key in ("n_gpus",) + INT_KEYS:
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < (0 if key == "zero" else 1):
-                raise ValueError(f"{key} must be a positive integer, but got ({key}={value!r})")
-        if self.zero > 3:
-            raise ValueError(f"zero must be 0, 1, 2 or 3, but got (zero={self.zero})")
-        for key, choices in CATEGORIES.items():
-            if getattr(self, key) not in choices:
-                raise ValueError(f"{key} must be one of {', '.join(choices)}, but got ({key}={getattr(self, key)!r})")
+        if isinstance(self.n_gpus, bool) or not isinstance(self.n_gpus, (int, np.integer)) or self.n_gpus < 1:
+            raise ValueError(f"n_gpus >= 1 must hold, but got (n_gpus={self.n_gpus!r})")
+        for key in PLAN_KEYS:
+            check_field(key, getattr(self, key))
         model_parallel = self.tp * self.pp * self.cp
         if self.n_gpus % model_parallel:
             raise ValueError(
@@ -110,6 +105,21 @@ def parse_bool(text: str, key: str) -> bool:
     raise ValueError(f"{key} must be true or false, but got ({key}={text!r})")
 
 
+def check_field(key: str, value: Any) -> None:
+    """Raise ValueError unless ``value`` is a possible value of plan key ``key`` on its own."""
+    if key in INT_KEYS:
+        low = 0 if key == "zero" else 1
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (key == "zero" and value > 3):
+            bound = "0 <= zero <= 3" if key == "zero" else f"{key} >= 1"
+            raise ValueError(f"{bound} must hold, but got ({key}={value!r})")
+    elif key == "sp":
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"sp must be true or false, but got (sp={value!r})")
+    elif key in CATEGORIES:
+        if value not in CATEGORIES[key]:
+            raise ValueError(f"{key} must be one of {', '.join(CATEGORIES[key])}, but got ({key}={value!r})")
+
+
 def parse_plan_fields(text: str) -> dict[str, Any]:
     """Parse ``"tp=8,pp=4,sp=true,..."`` into typed fields; unknown keys are an error."""
     fields: dict[str, Any] = {}
@@ -129,10 +139,8 @@ def parse_plan_fields(text: str) -> dict[str, Any]:
         elif key == "sp":
             fields[key] = parse_bool(raw, key)
         else:
-            choices = CATEGORIES[key]
-            if raw not in choices:
-                raise ValueError(f"{key} must be one of {', '.join(choices)}, but got ({key}={raw!r})")
             fields[key] = raw
+        check_field(key, fields[key])
     return fields
 
 

@@ -172,8 +172,8 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         7: (vp > 1) & (pp == 1),
         8: plans.sp & (tp == 1),
         9: (cp > 1) & (workload.seq_len % (2 * cp) != 0),
-        10: experts % ep != 0,
-        11: (dp * cp) % ep != 0,
+        10: (model.moe is not None) & (experts % ep != 0),
+        11: (model.moe is not None) & ((dp * cp) % ep != 0),
         12: (ep > 1) & (model.moe is None),
         16: (~plans.sp & (tp > 1)) if rules.sp_with_tp else none,
     }

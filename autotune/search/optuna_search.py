@@ -53,7 +53,7 @@ def optuna_search(
 ) -> Evaluated:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     choices = problem.choices
-    derive_sp = problem.rules.sp_with_tp and True in choices["sp"]
+    derive_sp = problem.rules.sp_with_tp and set(choices["sp"]) == {False, True}
     varying = [k for k in PLAN_KEYS if len(choices[k]) > 1 and not (k == "sp" and derive_sp)]
     fixed = {k: choices[k][0] for k in PLAN_KEYS if len(choices[k]) == 1}
     study = optuna.create_study(

@@ -1,0 +1,293 @@
+"""Every validity rule of the search space, exercised by a plan that breaks exactly it;
+and the space YAML loader's errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from autotune import space as space_mod
+from autotune.errors import InputError
+from autotune.hardware import Cluster, load_hardware
+from autotune.modelspec import ModelSpec, load_model
+from autotune.plan import PLAN_DEFAULTS, PLAN_KEYS, PlanBatch
+from autotune.space import (
+    PERMISSIVE_RULES,
+    REASONS,
+    Rules,
+    axis_choices,
+    enumerate_valid,
+    load_space,
+    rejection_reasons,
+    space_from_mapping,
+)
+from autotune.workload import TrainWorkload
+
+H100 = load_hardware("h100-sxm5-80gb")
+A100 = load_hardware("a100-sxm4-80gb")
+LLAMA8 = load_model("llama3-8b")  # 32 layers, 32 heads, 8 KV heads, dense
+MIXTRAL = load_model("mixtral-8x7b")  # 8 experts, 32 heads, 8 KV heads
+GPT3 = load_model("gpt3-175b")  # 96 heads, 96 KV heads, 96 layers
+# 24 query heads and 4 KV heads: tp=8 divides the heads but not the KV heads.
+GQA_TOY = ModelSpec(name="gqa-toy", n_layers=8, hidden_size=3072, ffn_hidden_size=8192, n_heads=24, n_kv_heads=4,
+                    head_dim=128, vocab_size=32000)
+
+WL = TrainWorkload(seq_len=8192, global_batch=64)
+
+
+def code(text: str) -> int:
+    return REASONS.index(text)
+
+
+def batch(n_gpus: int, **fields) -> PlanBatch:
+    """One plan as a batch, bypassing Plan's own checks so that any rule can be broken."""
+    values = {**PLAN_DEFAULTS, "sp": fields.get("tp", 1) > 1, **fields}
+    return PlanBatch.from_columns(n_gpus, {k: [values[k]] for k in PLAN_KEYS})
+
+
+def failing_rules(model, cluster, workload, plans, rules) -> set[int]:
+    """All rules a single plan breaks (rejection_reasons reports only the first)."""
+    checks = space_mod._checks(model, cluster, workload, plans, rules, False)
+    return {c for c, hit in checks.items() if bool(np.asarray(hit)[0])}
+
+
+# (id, model, n_gpus, gpus_per_node, hardware, workload, rules, bad plan, fixed plan, expected reason,
+#  other rules that necessarily break with it)
+CASES = [
+    ("gpu-count", LLAMA8, 16, 8, H100, WL, Rules(), dict(pp=3), dict(pp=4), "tp*pp*cp does not divide the GPU count",
+     # dp = 16/3 is not whole, so no dp*mbs divides the global batch either
+     {code("global batch not divisible by dp*micro-batch")}),
+    ("heads", LLAMA8, 24, 8, H100, TrainWorkload(8192, 24), Rules(), dict(tp=3), dict(tp=2),
+     "heads not divisible by tp",
+     # n_heads is a multiple of n_kv_heads, so tp not dividing the heads cannot divide the KV heads
+     {code("KV heads not divisible by tp (KV heads are not replicated in training)")}),
+    ("kv-heads", GQA_TOY, 16, 8, H100, WL, Rules(), dict(tp=8), dict(tp=4),
+     "KV heads not divisible by tp (KV heads are not replicated in training)", set()),
+    ("kv-heads-llama-tp16", LLAMA8, 16, 16, H100, WL, Rules(), dict(tp=16), dict(tp=8),
+     "KV heads not divisible by tp (KV heads are not replicated in training)", set()),
+    ("tp-within-node", GPT3, 32, 8, H100, WL, Rules(), dict(tp=16), dict(tp=8), "tp spans more than one node", set()),
+    ("pp-exceeds-layers", GQA_TOY, 16, 8, H100, WL, Rules(), dict(pp=16), dict(pp=8), "pipeline stages exceed layers",
+     set()),
+    ("pp-vp-exceeds-layers", GQA_TOY, 16, 8, H100, WL, Rules(), dict(pp=8, vp=2), dict(pp=8, vp=1),
+     "pipeline stages exceed layers", set()),
+    ("uneven-pipeline", LLAMA8, 24, 8, H100, TrainWorkload(8192, 48), Rules(uneven_pipeline=False), dict(pp=3),
+     dict(pp=4), "layers not divisible by pp*vp", set()),
+    ("uneven-virtual", LLAMA8, 16, 8, H100, WL, Rules(uneven_pipeline=False), dict(pp=2, vp=3), dict(pp=2, vp=4),
+     "layers not divisible by pp*vp", set()),
+    ("vp-without-pp", LLAMA8, 16, 8, H100, WL, Rules(), dict(vp=2), dict(vp=1), "vp > 1 without pipeline parallelism",
+     set()),
+    ("sp-without-tp", LLAMA8, 16, 8, H100, WL, Rules(), dict(sp=True), dict(sp=False),
+     "sequence parallelism without tp > 1", set()),
+    ("cp-vs-sequence", LLAMA8, 16, 8, H100, TrainWorkload(4100, 64), Rules(), dict(cp=4), dict(cp=2),
+     # 4100 % (2*4) = 4; 4100 % (2*2) = 0
+     "sequence not divisible by 2*cp (load-balanced causal ring attention)", set()),
+    ("experts-vs-ep", MIXTRAL, 24, 8, H100, TrainWorkload(4096, 48), Rules(), dict(ep=3), dict(ep=4),
+     # dp*cp = 24 is a multiple of 3, so only the expert count objects
+     "experts not divisible by ep", set()),
+    ("ep-vs-dp-cp", MIXTRAL, 8, 8, H100, TrainWorkload(4096, 16), Rules(), dict(tp=2, ep=8), dict(tp=2, ep=4),
+     # dp*cp = 4 is not a multiple of 8
+     "ep does not divide dp*cp", set()),
+    ("global-batch", LLAMA8, 16, 8, H100, TrainWorkload(8192, 24), Rules(), dict(mbs=1), dict(tp=2, mbs=1),
+     # dp=16 does not divide 24; with tp=2, dp=8 does
+     "global batch not divisible by dp*micro-batch", set()),
+    ("global-batch-mbs", LLAMA8, 16, 8, H100, TrainWorkload(8192, 32), Rules(), dict(mbs=4), dict(mbs=2),
+     "global batch not divisible by dp*micro-batch", set()),
+    ("fp8-on-a100", LLAMA8, 16, 8, A100, WL, Rules(), dict(precision="fp8"), dict(precision="bf16"),
+     "precision not supported by the GPU", set()),
+    ("offload-zero0", LLAMA8, 16, 8, H100, WL, Rules(), dict(offload="cpu", zero=0), dict(offload="cpu", zero=1),
+     "optimizer offload needs zero >= 1", set()),
+    ("sp-with-tp", LLAMA8, 16, 8, H100, WL, Rules(), dict(tp=2, sp=False), dict(tp=2, sp=True),
+     "sp=false with tp > 1 (space rule sp_with_tp)", set()),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_rule_broken_alone(case):
+    _, model, n, gpn, hw, workload, rules, bad, good, reason, also = case
+    cluster = Cluster(hw, n, gpn)
+    bad_plan, good_plan = batch(n, **bad), batch(n, **good)
+    assert REASONS[int(rejection_reasons(model, cluster, workload, bad_plan, rules)[0])] == reason
+    assert failing_rules(model, cluster, workload, bad_plan, rules) == {code(reason)} | also
+    assert int(rejection_reasons(model, cluster, workload, good_plan, rules)[0]) == 0
+
+
+def test_every_reason_is_covered_by_a_case():
+    covered = {c[9] for c in CASES} | {"valid"}
+    # "ep > 1 on a dense model" is covered (as a documented bug) by test_dense_model_with_ep_names_the_dense_rule.
+    assert set(REASONS) - covered == {"ep > 1 on a dense model"}
+
+
+def test_dense_model_with_ep_names_the_dense_rule():
+    cluster = Cluster(H100, 16, 8)
+    plan = batch(16, ep=2)
+    assert REASONS[int(rejection_reasons(LLAMA8, cluster, WL, plan, Rules())[0])] == "ep > 1 on a dense model"
+
+
+def test_dense_model_with_ep_is_rejected():
+    # Whatever the reason code, ep > 1 on a dense model never passes.
+    cluster = Cluster(H100, 16, 8)
+    assert int(rejection_reasons(LLAMA8, cluster, WL, batch(16, ep=2), Rules())[0]) != 0
+
+
+def test_space_rules_can_be_relaxed():
+    cluster = Cluster(H100, 32, 8)
+    assert int(rejection_reasons(GPT3, cluster, WL, batch(32, tp=16), PERMISSIVE_RULES)[0]) == 0
+    assert int(rejection_reasons(GPT3, cluster, WL, batch(32, tp=2, sp=False), PERMISSIVE_RULES)[0]) == 0
+    cluster24 = Cluster(H100, 24, 8)
+    assert int(rejection_reasons(LLAMA8, cluster24, WL, batch(24, pp=3), Rules(uneven_pipeline=True))[0]) == 0
+
+
+def test_first_failing_rule_wins():
+    # tp=3 on 16 GPUs breaks the GPU-count rule and the head rules; the GPU-count rule is reported.
+    cluster = Cluster(H100, 16, 8)
+    assert int(rejection_reasons(LLAMA8, cluster, WL, batch(16, tp=3), Rules())[0]) == 1
+
+
+def test_vectorised_reasons_match_one_by_one():
+    cluster = Cluster(H100, 16, 8)
+    plans = [dict(tp=2), dict(pp=3), dict(vp=2), dict(tp=2, sp=False), dict(precision="fp8"), dict(cp=2)]
+    cols = {k: [{**PLAN_DEFAULTS, "sp": p.get("tp", 1) > 1, **p}[k] for p in plans] for k in PLAN_KEYS}
+    together = rejection_reasons(LLAMA8, cluster, WL, PlanBatch.from_columns(16, cols), Rules())
+    alone = [int(rejection_reasons(LLAMA8, cluster, WL, batch(16, **p), Rules())[0]) for p in plans]
+    assert list(together) == alone
+
+
+# --- axis choices: choices that can never be valid are dropped --------------------------------
+
+def test_axis_choices_drop_fp8_on_a100_and_tp_beyond_node_and_ep_on_dense():
+    space = load_space(None)
+    choices = axis_choices(space, LLAMA8, Cluster(A100, 16, 8), WL)
+    assert "fp8" not in choices["precision"]
+    assert choices["ep"] == (1,)
+    assert max(choices["tp"]) <= 8
+    h100 = axis_choices(space, LLAMA8, Cluster(H100, 16, 8), WL)
+    assert "fp8" in h100["precision"]
+
+
+def test_fp8_only_space_on_a100_is_kept_so_the_rejection_names_it():
+    space = load_space(None).fixed({"precision": "fp8"})
+    cluster = Cluster(A100, 8, 8)
+    choices = axis_choices(space, LLAMA8, cluster, WL)
+    assert choices["precision"] == ("fp8",)
+    enumeration = enumerate_valid(LLAMA8, cluster, WL, choices, space.rules)
+    assert len(enumeration.plans) == 0
+    assert enumeration.rejected.get("precision not supported by the GPU", 0) > 0
+
+
+def test_auto_axes():
+    space = load_space(None)
+    choices = axis_choices(space, MIXTRAL, Cluster(H100, 64, 8), WL)
+    assert choices["ep"] == (1, 2, 4, 8)
+    # pp: powers of two and divisors of 32 layers, dividing 64 GPUs
+    assert choices["pp"] == (1, 2, 4, 8, 16, 32)
+
+
+def test_enumerated_plans_pass_every_rule():
+    space = load_space(None)
+    cluster = Cluster(H100, 16, 8)
+    choices = axis_choices(space, MIXTRAL, cluster, TrainWorkload(4096, 64))
+    enumeration = enumerate_valid(MIXTRAL, cluster, TrainWorkload(4096, 64), choices, space.rules)
+    assert len(enumeration.plans) > 0
+    assert not rejection_reasons(MIXTRAL, cluster, TrainWorkload(4096, 64), enumeration.plans, space.rules).any()
+
+
+# --- space YAML errors ------------------------------------------------------------------------
+
+TRAIN_YAML = Path(__file__).resolve().parent.parent / "search_spaces" / "train.yaml"
+
+
+def bundled_space_dict() -> dict:
+    return yaml.safe_load(TRAIN_YAML.read_text())
+
+
+def write_space(tmp_path: Path, data: dict) -> str:
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_bundled_space_loads():
+    space = load_space(None)
+    assert set(space.axes) == set(PLAN_KEYS)
+    assert space.rules == Rules(tp_within_node=True, uneven_pipeline=True, sp_with_tp=True)
+    assert space.axes["pp"] == "auto" and space.axes["ep"] == "auto"
+    assert space.axes["sp"] == (False, True)
+
+
+def test_space_file_round_trips(tmp_path):
+    path = write_space(tmp_path, bundled_space_dict())
+    assert load_space(path).axes == load_space(None).axes
+
+
+def _mutate(data: dict, where: str, value) -> dict:
+    section, _, key = where.partition(".")
+    if key:
+        data[section][key] = value
+    else:
+        data[section] = value
+    return data
+
+
+@pytest.mark.parametrize("where, value, named", [
+    ("axes.tpp", [1, 2], "axes.tpp"),                      # unknown axis
+    ("rules.tp_in_node", True, "rules.tp_in_node"),         # unknown rule
+    ("axes.tp", [1, "x"], "axes.tp"),                       # not an integer
+    ("axes.tp", [1.5], "axes.tp"),
+    ("axes.tp", "auto", "axes.tp"),                          # only pp and ep accept auto
+    ("axes.mbs", [], "axes.mbs"),                            # empty
+    ("axes.recompute", ["sometimes"], "axes.recompute"),    # not a choice
+    ("axes.precision", ["fp4"], "axes.precision"),
+    ("axes.sp", ["maybe"], "axes.sp"),
+    ("rules.tp_within_node", "yes", "rules.tp_within_node"),  # not a bool
+    ("rules", [1], "rules"),
+    ("axes", [1], "axes"),
+    ("colour", "blue", "colour"),                              # unknown top-level key
+])
+def test_bad_space_yaml_names_file_and_field(tmp_path, where, value, named):
+    path = write_space(tmp_path, _mutate(bundled_space_dict(), where, value))
+    with pytest.raises(InputError) as info:
+        load_space(path)
+    message = str(info.value)
+    assert path in message
+    assert named in message
+
+
+def test_missing_axis_names_it(tmp_path):
+    data = bundled_space_dict()
+    del data["axes"]["offload"]
+    path = write_space(tmp_path, data)
+    with pytest.raises(InputError, match="axes.offload") as info:
+        load_space(path)
+    assert path in str(info.value)
+
+
+def test_malformed_space_yaml(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("axes:\n  tp: [1, 2\n")
+    with pytest.raises(InputError, match="malformed YAML") as info:
+        load_space(str(path))
+    assert str(path) in str(info.value)
+
+
+def test_missing_space_file(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        load_space(str(tmp_path / "nope.yaml"))
+
+
+@pytest.mark.parametrize("key, value", [("tp", 0), ("mbs", -1), ("zero", 5), ("vp", 0), ("cp", 0)])
+def test_out_of_range_axis_values_are_rejected(tmp_path, key, value):
+    data = bundled_space_dict()
+    data["axes"][key] = [value]
+    path = write_space(tmp_path, data)
+    with pytest.raises(InputError, match=f"axes.{key}"):
+        load_space(path)
+
+
+def test_fixed_narrows_axes():
+    space = load_space(None).fixed({"tp": 8, "recompute": "full"})
+    assert space.axes["tp"] == (8,)
+    assert space.axes["recompute"] == ("full",)
+    assert space.axes["mbs"] == load_space(None).axes["mbs"]
