@@ -344,6 +344,15 @@ def models_show(name: Annotated[str, typer.Argument(help="Spec name, spec YAML o
         stdout.print(table)
 
 
+def _register_commands() -> None:
+    from . import cli_accuracy
+
+    cli_accuracy.register(app)
+
+
+_register_commands()
+
+
 def main() -> None:
     app()
 
