@@ -57,8 +57,15 @@ from .validation import (
 )
 
 # The default subset: what the published runs can identify (docs/accuracy.md explains the choice).
-DEFAULT_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "gemm_overhead_us", "memory")
+DEFAULT_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "tp_overlap", "fragmentation", "workspace_gib")
 DEFAULT_SHARED: tuple[str, ...] = ()
+# Profiles built on the same silicon at the same clocks share their compute parameters (the
+# A100 40GB and 80GB differ only in HBM; NVIDIA A100 datasheet, data/hardware.md).  Memory-system
+# parameters (memory, fragmentation, workspace_gib) stay per profile.
+SILICON_FAMILIES: Mapping[str, str] = {"a100-sxm4-40gb": "a100-sxm4", "a100-sxm4-80gb": "a100-sxm4"}
+MEMORY_PARAMS: tuple[str, ...] = ("fragmentation", "workspace_gib")
+COMPUTE_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "gemm_overhead_us", "tp_overlap", "cp_overlap",
+                                   "ep_overlap", "pp_overlap", "dp_overlap", "step_overhead_s")
 _MIN_SENSITIVITY = 1e-3  # |d log(pred) / d param| summed over a profile's rows, per unit of the bounds
 
 
@@ -210,7 +217,8 @@ class _Problem:
     """The least-squares problem over a subset of the prepared cases."""
 
     def __init__(self, prepared: Prepared, case_index: Sequence[int], params: Sequence[str], shared: Sequence[str],
-                 base: Mapping[str, Hardware], memory_weight: float, group_balance: bool):
+                 base: Mapping[str, Hardware], memory_weight: float, group_balance: bool,
+                 families: Mapping[str, str] = SILICON_FAMILIES):
         self.prepared = prepared
         self.cases = list(case_index)
         self.base = dict(base)
@@ -231,9 +239,20 @@ class _Problem:
             w = np.ones(len(cases))
         self.w_t = w
         self.w_m = w[self.has_m] * memory_weight
-        # Unknowns: (profile, name) per profile parameter, (None, name) per shared parameter.
-        self.unknowns: list[tuple[str | None, str]] = [(None, name) for name in shared]
-        self.unknowns += [(p, name) for p in self.profiles for name in params if name not in shared]
+        self.throughput_weight = 1.0
+        # Unknowns: (profiles it applies to, name) -- all profiles for a shared parameter, the
+        # profile's silicon family for compute parameters, else the profile alone.
+        self.unknowns: list[tuple[tuple[str, ...], str]] = [(tuple(self.profiles), name) for name in shared]
+        for name in params:
+            if name in shared:
+                continue
+            seen: set[tuple[str, ...]] = set()
+            for p in self.profiles:
+                family = families.get(p) if name in COMPUTE_PARAMS else None
+                members = tuple(q for q in self.profiles if family and families.get(q) == family) or (p,)
+                if members not in seen:
+                    seen.add(members)
+                    self.unknowns.append((members, name))
         self.lo = np.array([EFFICIENCY_BOUNDS[n][0] for _, n in self.unknowns])
         self.hi = np.array([EFFICIENCY_BOUNDS[n][1] for _, n in self.unknowns])
 
@@ -243,17 +262,16 @@ class _Problem:
 
     def z_of(self, hardware: Mapping[str, Hardware]) -> np.ndarray:
         x = []
-        for profile, name in self.unknowns:
-            p = profile or self.profiles[0]
-            x.append(getattr(hardware[p].efficiency, name))
+        for members, name in self.unknowns:
+            x.append(np.mean([getattr(hardware[p].efficiency, name) for p in members]))
         x = np.clip(np.array(x, dtype=float), self.lo, self.hi)
         return (x - self.lo) / (self.hi - self.lo)
 
     def hardware(self, z: np.ndarray) -> dict[str, Hardware]:
         x = self.values(z)
         changes: dict[str, dict[str, float]] = {p: {} for p in self.profiles}
-        for (profile, name), value in zip(self.unknowns, x):
-            for p in ([profile] if profile else self.profiles):
+        for (members, name), value in zip(self.unknowns, x):
+            for p in members:
                 changes[p][name] = float(value)
         return {p: (self.base[p].with_efficiency(**changes[p]) if p in changes else self.base[p]) for p in self.base}
 
@@ -268,7 +286,7 @@ class _Problem:
     def residuals_from(self, t: np.ndarray, m: np.ndarray) -> np.ndarray:
         rt = self.w_t * np.log(t / self.measured_t)
         rm = self.w_m * np.log(m[self.has_m] / self.measured_m[self.has_m])
-        return np.concatenate([rt, rm])
+        return np.concatenate([rt * self.throughput_weight, rm])
 
     def residuals(self, z: np.ndarray) -> np.ndarray:
         return self.residuals_from(*self.predictions(z))
@@ -278,11 +296,11 @@ class _Problem:
         t0, m0 = self.predictions(z)
         r0 = self.residuals_from(t0, m0)
         jac = np.zeros((r0.size, z.size))
-        for j, (profile, _) in enumerate(self.unknowns):
+        for j, (members, _) in enumerate(self.unknowns):
             h = step if z[j] + step <= 1.0 else -step
             zj = z.copy()
             zj[j] += h
-            groups = self.groups if profile is None else self.groups_of[profile]
+            groups = sorted({g for p in members for g in self.groups_of[p]})
             t, m = self.predictions(zj, groups)
             touched = np.isfinite(t)
             t = np.where(touched, t, t0)
@@ -311,7 +329,7 @@ def _solve(problem: _Problem, z0: np.ndarray, loss: str, f_scale: float, max_nfe
         return problem.jacobian(z)[:, active]
 
     sol = least_squares(fun, z0[active], jac=jac, bounds=(0.0, 1.0), loss=loss, f_scale=f_scale,
-                        max_nfev=max_nfev, x_scale=1.0)
+                        max_nfev=max_nfev, x_scale=1.0, ftol=1e-4, xtol=1e-4, gtol=1e-6)
     z = z0.copy()
     z[active] = sol.x
     return z, bool(sol.success), str(sol.message)
@@ -337,10 +355,11 @@ def fit(
     shared: Sequence[str] = DEFAULT_SHARED,
     memory_weight: float = 0.5,
     group_balance: bool = True,
-    loss: str = "soft_l1",
+    loss: str = "cauchy",
     f_scale: float = 0.15,
     logo: bool = True,
     max_nfev: int = 60,
+    families: Mapping[str, str] = SILICON_FAMILIES,
 ) -> CalibrationResult:
     """Fit ``params`` per GPU profile (``shared`` ones across profiles) to the usable rows of ``runs``.
 
@@ -360,12 +379,38 @@ def fit(
     base = dict(prepared.profiles)
     everything = list(range(len(prepared.cases)))
 
-    problem = _Problem(prepared, everything, params, shared, base, memory_weight, group_balance)
+    def two_stage(case_index, start):
+        """Memory parameters on the memory residuals first, then the rest on throughput and memory.
+
+        The memory parameters change throughput only through which candidates fit; fitting them
+        first, on memory alone, keeps the allocator's overhead from being traded against GEMM
+        efficiency (nearly separable problems, solved in turn).
+        """
+        hw = dict(start)
+        mem_params = tuple(n for n in params if n in MEMORY_PARAMS)
+        other = tuple(n for n in params if n not in MEMORY_PARAMS)
+        ok, msg = True, ""
+        if mem_params and memory_weight > 0:
+            mp = _Problem(prepared, case_index, mem_params, tuple(n for n in shared if n in mem_params), hw,
+                          memory_weight, group_balance, families)
+            if mp.has_m.any():
+                mp.throughput_weight = 0.0
+                zm, ok, msg = _solve(mp, mp.z_of(hw), loss, f_scale, max_nfev)
+                hw = mp.hardware(zm)
+        if other:
+            cp = _Problem(prepared, case_index, other, tuple(n for n in shared if n in other), hw,
+                          memory_weight, group_balance, families)
+            zc, ok2, msg2 = _solve(cp, cp.z_of(hw), loss, f_scale, max_nfev)
+            hw = cp.hardware(zc)
+            ok, msg = ok and ok2, msg2
+        return hw, ok, msg
+
+    problem = _Problem(prepared, everything, params, shared, base, memory_weight, group_balance, families)
     z0 = problem.z_of(base)
     before = _summary(prepared, everything, *problem.predictions(z0))
-    z, success, message = _solve(problem, z0, loss, f_scale, max_nfev)
+    fitted_hw, success, message = two_stage(everything, base)
+    z = problem.z_of(fitted_hw)
     after = _summary(prepared, everything, *problem.predictions(z))
-    fitted_hw = problem.hardware(z)
     fitted = {p: {n: float(getattr(fitted_hw[p].efficiency, n)) for n in params} for p in problem.profiles}
     start = {p: {n: float(getattr(base[p].efficiency, n)) for n in params} for p in problem.profiles}
 
@@ -379,9 +424,19 @@ def fit(
             test = [i for i, c in enumerate(prepared.cases) if c.run.source_group == group]
             if not train:
                 continue
-            sub = _Problem(prepared, train, params, shared, base, memory_weight, group_balance)
-            zs, _, _ = _solve(sub, sub.z_of(base), loss, f_scale, max_nfev)
-            hw = sub.hardware(zs)
+            # Start from the full fit (it converges in a few steps); profiles without training
+            # rows start (and stay) at their bundled values.
+            train_profiles = {prepared.cases[i].profile for i in train}
+            start_hw = {p: (fitted_hw[p] if p in train_profiles else base[p]) for p in base}
+            hw, _, _ = two_stage(train, start_hw)
+            sub = _Problem(prepared, train, params, shared, base, memory_weight, group_balance, families)
+            # A held-out profile absent from the training rows takes its silicon family's fit.
+            for p in base:
+                if p not in sub.profiles and families.get(p):
+                    kin = [q for q in sub.profiles if families.get(q) == families.get(p)]
+                    if kin:
+                        hw[p] = base[p].with_efficiency(**{n: getattr(hw[kin[0]].efficiency, n)
+                                                           for n in params if n in COMPUTE_PARAMS})
             ev = evaluate(prepared, hw, groups=sorted({prepared.cases[i].group for i in test}))
             errs = [(ev.tokens_per_s_per_gpu[i][ev.chosen[i]] / prepared.cases[i].run.measured_tokens_per_s_per_gpu - 1) * 100
                     for i in test]

@@ -11,8 +11,9 @@ take is evaluated (:func:`autotune.runs.candidate_plans`); the report gives the
 range ``[min, max]`` of the predictions over those candidates and names the
 unknown fields.  The *point* prediction is the fastest candidate that fits in
 memory: published runs are tuned configurations, so among the settings the source
-leaves open, the one its authors ran is most likely the fastest that fits (if no
-candidate fits, the fastest overall, flagged ``fits: false``).  The attention
+leaves open, the one its authors ran is most likely the fastest that fits.  If no
+candidate fits (the model over-estimates the memory of a run that did fit), it is the
+candidate needing the least memory, flagged ``fits: false``.  The attention
 kernel of each row is stated (an ``attention_kernel`` column) or inferred from the
 publication year (:func:`autotune.runs.infer_attention_kernel`); the report shows
 which, as it shows every other inferred value.
@@ -179,7 +180,7 @@ def evaluate(prepared: Prepared, hardware: Mapping[str, Hardware] | None = None,
             continue
         sl = slice(case.start, case.stop)
         t, m, f = est.tokens_per_s_per_gpu[sl], est.memory_gib_per_gpu[sl], est.fits[sl]
-        best = int(np.argmax(np.where(f, t, -np.inf))) if f.any() else int(np.argmax(t))
+        best = int(np.argmax(np.where(f, t, -np.inf))) if f.any() else int(np.argmin(m))
         tputs.append(t), mems.append(m), fits.append(f), chosen.append(best)
         if detail:
             rows.append(est.row(case.start + best))
@@ -255,8 +256,8 @@ class ValidationReport:
     memory_mape_pct: float | None  # over rows with a measured memory (None if there are none)
     by_source_group: Mapping[str, GroupSummary]
     calibration: str | None = None  # where the calibration overlay came from, if one was applied
-    point_prediction: str = ("fastest candidate that fits in memory (fastest overall if none fits) "
-                             "among the values of the fields a row leaves empty")
+    point_prediction: str = ("fastest candidate that fits in memory (the one needing the least memory if none "
+                             "fits) among the values of the fields a row leaves empty")
 
     def row(self, run_id: str) -> RowResult:
         for r in self.rows:

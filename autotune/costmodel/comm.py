@@ -15,9 +15,10 @@ A group of ``n`` ranks whose members are ``stride`` ranks apart lands
   (ml-engineering network benchmarks).
 
 The two tiers run concurrently, so a collective takes the slower of the two plus
-its latency: ring steps inside the node at the link's per-hop latency, and a
+its latency.  All-reduce: ring steps inside the node at the link's per-hop latency, and a
 tree (``2*ceil(log2 k)`` hops) across nodes, as NCCL picks trees at scale
-(NCCL ``src/graph/tuning.cc``).  Known deviation: NVLS/SHARP in-switch reduction
+(NCCL ``src/graph/tuning.cc``).  All-gather and reduce-scatter have no tree in NCCL:
+their ring latency grows with the group (``_ring_latency``).  Known deviation: NVLS/SHARP in-switch reduction
 and message-size-dependent protocol choice are folded into the efficiencies.
 """
 
@@ -65,12 +66,27 @@ def all_reduce_s(message_bytes: np.ndarray, topo: Topology, cluster: Cluster) ->
     return np.maximum(intra, inter) + _latency(topo, cluster, 2.0)
 
 
+def _ring_latency(topo: Topology, cluster: Cluster) -> np.ndarray:
+    """Latency of a ring all-gather / reduce-scatter: ``n - 1`` steps, ``nodes - 1`` of them across nodes.
+
+    NCCL runs these two collectives as rings only (no tree; NCCL ``src/graph/tuning.cc``:
+    ``nsteps = nRanks - 1``, ``nInterSteps = nNodes - 1``, latency = intra-node steps x NVLink
+    latency + inter-node steps x network latency), so their latency grows linearly with the
+    group -- what FSDP/ZeRO-3 at hundreds of ranks pays once per layer.
+    """
+    hw = cluster.hardware
+    inter_steps = topo.nodes - 1.0
+    intra_steps = np.maximum(topo.n - 1.0 - inter_steps, 0.0)
+    latency = intra_steps * hw.intra_node.latency_us + inter_steps * hw.inter_node.latency_us
+    return np.where(topo.n > 1, latency * 1e-6, 0.0)
+
+
 def all_gather_s(message_bytes: np.ndarray, topo: Topology, cluster: Cluster) -> np.ndarray:
-    """All-gather (or reduce-scatter) whose *full* tensor is ``message_bytes``: half an all-reduce."""
+    """All-gather (or reduce-scatter) whose *full* tensor is ``message_bytes``: half an all-reduce's bandwidth."""
     intra_bw, inter_bw = _bandwidths(cluster)
     intra = (topo.per_node - 1.0) / topo.per_node * message_bytes / intra_bw
     inter = (topo.nodes - 1.0) / topo.nodes * message_bytes / (topo.per_node * inter_bw)
-    return np.maximum(intra, inter) + _latency(topo, cluster, 1.0)
+    return np.maximum(intra, inter) + _ring_latency(topo, cluster)
 
 
 reduce_scatter_s = all_gather_s

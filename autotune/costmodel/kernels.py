@@ -1,16 +1,39 @@
-"""Time of one GPU's kernels: GEMMs (roofline plus a fixed cost), flash attention, memory-bound ops.
+"""Time of one GPU's kernels: GEMMs (roofline plus pipeline fill and a fixed cost), flash attention, memory-bound ops.
 
-A GEMM of ``m x k`` by ``k x n`` takes the longer of its compute time at
-``peak * efficiency.gemm`` (``fp8_gemm`` of the fp8 peak for fp8 plans) and its
-memory time (operands and result through HBM at ``bandwidth * efficiency.memory``),
-plus ``efficiency.gemm_overhead_us`` (launch, tail wave).  The roofline and the
-fixed cost together give the fall-off of efficiency for small and skinny
-shapes, which TP, CP and small micro-batches produce (Calculon uses a table of
-efficiencies by size for the same effect; ours has one free parameter).
+GEMMs.  A GEMM of ``m x k`` by ``k x n`` takes the longer of its compute time and its
+memory time (operands and result through HBM at ``bandwidth * efficiency.memory``), plus
+``efficiency.gemm_overhead_us`` (launch, tail wave).  Its compute rate is
+``peak * efficiency.gemm`` (``fp8_gemm`` of the fp8 peak for fp8 linears) times
+``k / (k + GEMM_K_FILL)``: every output tile streams the reduction dimension ``k``
+through a multistage software pipeline (CUTLASS/cuBLAS Ampere and Hopper kernels:
+k-blocks of 32-64 elements, 3-7 stages, then an epilogue), whose fill, drain and
+epilogue cost about ``GEMM_K_FILL = 256`` elements of ``k`` whatever ``k`` is.  So
+efficiency falls for short reductions -- small hidden sizes, and TP, which splits the
+reduction of the attention output and MLP down projections -- as Calculon models with a
+size-indexed efficiency table (Isaev et al. 2023) and as MAMF sweeps show
+(stas00/ml-engineering compute/accelerator/benchmarks).  ``efficiency.gemm`` is thus the
+efficiency of a GEMM with an unbounded reduction; the fitted value sits near the MAMF
+ceiling.
 
-Flash attention runs at ``efficiency.attention`` of the bf16 peak in every
-precision (fp8 attention is not assumed); its backward does 2.5x the forward's
-FLOPs because it recomputes the probabilities (Dao 2023, FlashAttention-2).
+Linear layers.  Forward ``Y = X W`` (m tokens, k in, n out); backward ``dX = dY W^T``
+(reduction over n) and ``dW = X^T dY`` (reduction over the m tokens).  With fp8
+(TransformerEngine, torchao Float8) the three GEMMs run on the fp8 tensor cores; every
+GEMM input is cast to fp8 with a transposed copy for the other pass (read 2 bytes, write
+1 + 1): the activations and weights forward and the output gradients backward, about
+4 bytes per element (TransformerEngine ``cast_transpose``; NVIDIA TE docs "Using FP8
+with Transformer Engine").  Attention, norms and the output (logits) layer stay bf16.
+
+Flash attention.  A score costs ``4 d`` tensor-core FLOPs forward (QK^T and PV with head
+dimension d) plus the online softmax (exponent, max, row sums, rescaling), which runs on
+the special-function and FP32 units: on A100 the exponent alone has 1/16 of the
+tensor-core throughput per SM, on H100 1/256 (Shah et al. 2024, FlashAttention-3, §1).
+FlashAttention-2 overlaps little of it (Dao 2023, §3), so we charge
+``ATTENTION_SOFTMAX_FLOPS = 64`` tensor-core-FLOP equivalents per score and pass, which
+gives the measured FA2 ratio of head dim 64 to 128 throughput (about 0.85-0.9 forward,
+Dao 2023 Fig. 4).  The backward does 2.5x the forward's matmul FLOPs (it recomputes the
+probabilities; 5 GEMMs instead of 2) and one more softmax pass.  All of it runs at
+``efficiency.attention`` of the bf16 peak in every precision (fp8 attention is not
+assumed: TE and torchao keep it bf16 in these recipes).
 """
 
 from __future__ import annotations
@@ -19,7 +42,10 @@ import numpy as np
 
 from ..hardware import Hardware
 
-FLASH_BACKWARD_FACTOR = 2.5
+FLASH_BACKWARD_FACTOR = 2.5  # backward matmul FLOPs / forward (FlashAttention-2)
+GEMM_K_FILL = 256.0  # reduction elements' worth of pipeline fill, drain and epilogue per output tile
+ATTENTION_SOFTMAX_FLOPS = 64.0  # tensor-core FLOP equivalents per score per pass for the online softmax
+FP8_CAST_BYTES = 4.0  # per element cast to fp8: read bf16 (2), write fp8 and its transpose (1 + 1)
 
 
 class Kernels:
@@ -27,23 +53,48 @@ class Kernels:
 
     def __init__(self, hardware: Hardware, fp8: np.ndarray):
         eff = hardware.efficiency
-        bf16_rate = hardware.peak_flops("bf16") * eff.gemm
+        self.bf16_rate = hardware.peak_flops("bf16") * eff.gemm
         if hardware.supports("fp8"):
             fp8_rate = hardware.peak_flops("fp8") * eff.fp8_gemm
         else:
-            fp8_rate = bf16_rate  # validity rules reject fp8 plans on such GPUs
+            fp8_rate = self.bf16_rate  # validity rules reject fp8 plans on such GPUs
         self.fp8 = np.asarray(fp8, dtype=bool)
-        self.gemm_flops_per_s = np.where(self.fp8, fp8_rate, bf16_rate)
-        self.operand_bytes = np.where(self.fp8, 1.0, 2.0)
+        self.linear_flops_per_s = np.where(self.fp8, fp8_rate, self.bf16_rate)
+        self.linear_k_fill = GEMM_K_FILL
+        self.linear_operand_bytes = np.where(self.fp8, 1.0, 2.0)
         self.attention_flops_per_s = hardware.peak_flops("bf16") * eff.attention
         self.memory_bytes_per_s = hardware.memory_bandwidth_gb_per_s * 1e9 * eff.memory
         self.gemm_overhead_s = eff.gemm_overhead_us * 1e-6
 
-    def gemm_s(self, m: np.ndarray, n: np.ndarray, k: np.ndarray, count: float | np.ndarray = 1.0) -> np.ndarray:
-        """Forward time of ``count`` GEMMs of shape (m x k) @ (k x n)."""
-        compute = 2.0 * m * n * k / self.gemm_flops_per_s
-        traffic = (self.operand_bytes * (m * k + k * n) + 2.0 * m * n) / self.memory_bytes_per_s
+    # --- GEMMs -------------------------------------------------------------------------------
+    def _gemm(self, m, n, k, count, rate, operand_bytes, k_fill=GEMM_K_FILL) -> np.ndarray:
+        compute = 2.0 * m * n * k / rate * (1.0 + k_fill / k)
+        traffic = (operand_bytes * (m * k + k * n) + 2.0 * m * n) / self.memory_bytes_per_s
         return count * (np.maximum(compute, traffic) + self.gemm_overhead_s)
+
+    def gemm_s(self, m, n, k, count: float | np.ndarray = 1.0) -> np.ndarray:
+        """A bf16 GEMM (m x k) @ (k x n), ``count`` times."""
+        return self._gemm(m, n, k, count, self.bf16_rate, 2.0)
+
+    def linear_s(self, m, n, k, count: float | np.ndarray = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """Forward and backward time of ``count`` linear layers: m tokens, k inputs, n outputs.
+
+        In the plan's GEMM precision (fp8 plans: fp8, plus the casts of every GEMM input).
+        """
+        rate, ob, kf = self.linear_flops_per_s, self.linear_operand_bytes, self.linear_k_fill
+        forward = self._gemm(m, n, k, count, rate, ob, kf)
+        backward = self._gemm(m, k, n, count, rate, ob, kf) + self._gemm(k, n, m, count, rate, ob, kf)
+        cast = np.where(self.fp8, FP8_CAST_BYTES, 0.0)
+        forward = forward + self.memory_bound_s(cast * count * (m * k + k * n))
+        backward = backward + self.memory_bound_s(cast * count * m * n)
+        return forward, backward
+
+    # --- attention ---------------------------------------------------------------------------
+    def flash_attention_s(self, scores: np.ndarray, head_dim: int) -> tuple[np.ndarray, np.ndarray]:
+        """Forward and backward time of flash attention over ``scores`` (query-key pairs computed)."""
+        forward = scores * (4.0 * head_dim + ATTENTION_SOFTMAX_FLOPS) / self.attention_flops_per_s
+        backward = scores * (FLASH_BACKWARD_FACTOR * 4.0 * head_dim + 2.0 * ATTENTION_SOFTMAX_FLOPS) / self.attention_flops_per_s
+        return forward, backward
 
     def attention_forward_s(self, flops: np.ndarray) -> np.ndarray:
         return flops / self.attention_flops_per_s

@@ -32,7 +32,13 @@ GIB = float(2**30)
 WEIGHT_BYTES = 2.0  # bf16 weights
 GRAD_BYTES = 4.0  # fp32 gradients
 OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam moments
-LOGITS_BYTES = 6.0  # bf16 logits plus the fp32 copy the loss works on, per element
+# Logits and loss, per logit element at the peak of the loss backward, for PyTorch's
+# cross_entropy on upcast logits (torchtitan): during log_softmax's backward, the fp32
+# log-probabilities it kept (4), the fp32 gradient flowing in (4) and the one it writes (4);
+# the forward peak (bf16 logits 2 + fp32 copy 4 + log-probabilities 4) is lower.  Megatron's
+# fused vocab-parallel loss and llm-foundry's fused cross-entropy need less; no row of theirs
+# measures memory, so the larger figure stands (it errs towards plans that fit).
+LOGITS_BYTES = 12.0
 
 
 def model_state_bytes(
@@ -70,20 +76,28 @@ def activation_bytes_per_layer(
     *,
     attention_scores_stored: bool = False,
     tp_microbatch_heads: np.ndarray | None = None,
+    fp8: np.ndarray | bool = False,
 ) -> np.ndarray:
     """Bytes of activations one layer keeps for backward, for one micro-batch of ``tokens`` tokens.
 
     ``tokens`` = micro-batch * sequence / CP on this GPU; ``seq_len`` is the key
     length attention scores would span (only used when ``attention_scores_stored``).
+    With ``fp8`` (TransformerEngine, torchao Float8) the inputs of the fp8 GEMMs are kept
+    in their fp8 form for the weight gradient: 1 byte instead of 2 (the QKV and MLP
+    inputs, the attention output and the MLP activation output).
     """
     h = float(model.hidden_size)
     tokens = np.asarray(tokens, dtype=np.float64)
     tp = np.asarray(tp, dtype=np.float64)
     sp_div = np.where(np.asarray(sp, dtype=bool), tp, 1.0)
-    replicated = (8.0 + (2.0 if model.dropout else 0.0)) * tokens * h
-    # Q, K, V and the attention output, 2 bytes each.
-    attention = 2.0 * tokens * (2 * model.q_width + 2 * model.kv_width)
-    mlp_per_width = 4.0 if model.mlp == "gelu" else 6.0
+    gemm_input = np.where(np.asarray(fp8, dtype=bool), 1.0, 2.0)
+    # Two norm inputs (2 bytes each), the QKV and MLP inputs, two dropout masks.
+    replicated = (4.0 + 2.0 * gemm_input + (2.0 if model.dropout else 0.0)) * tokens * h
+    # Q, K, V (2 bytes each) and the attention output (the projection's input).
+    attention = tokens * (2.0 * (model.q_width + 2 * model.kv_width) + gemm_input * model.q_width)
+    # MLP: the up projection's output(s) (2 bytes each) and the activation output (the down
+    # projection's input): 4f bytes for GeLU, 6f for SwiGLU in bf16.
+    mlp_per_width = (2.0 if model.mlp == "gelu" else 4.0) + gemm_input
     if moe_layer and model.moe:
         moe = model.moe
         # Each token is dispatched top_k times: permuted inputs and outputs (2 bytes
@@ -97,6 +111,28 @@ def activation_bytes_per_layer(
         # softmax output (2), dropout mask (1), dropout output (2) per score: 5*a*s*s*b.
         split = split + 5.0 * model.n_heads * tokens * np.asarray(seq_len, dtype=np.float64)
     return replicated / sp_div + split / tp
+
+
+def op_selective_bytes_per_layer(model: ModelSpec, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray,
+                                 moe_layer: bool) -> np.ndarray:
+    """Bytes one layer keeps under PyTorch's op-level selective checkpointing (flash attention).
+
+    torchtitan's policy (``_save_list`` in its parallelize_llama.py) keeps the layer input,
+    the attention kernel's output and every second matmul output, and recomputes the rest:
+    we count the input, the attention output and half of the weight GEMMs' outputs.
+    """
+    h = float(model.hidden_size)
+    tokens = np.asarray(tokens, dtype=np.float64)
+    tp = np.asarray(tp, dtype=np.float64)
+    sp_div = np.where(np.asarray(sp, dtype=bool), tp, 1.0)
+    if moe_layer and model.moe:
+        moe = model.moe
+        ffn_out = moe.top_k * (model.mlp_matrices - 1) * moe.expert_ffn_hidden_size
+        ffn_out += (model.mlp_matrices - 1) * moe.shared_expert_ffn_hidden_size
+    else:
+        ffn_out = (model.mlp_matrices - 1) * model.ffn_hidden_size
+    matmul_outputs = (model.q_width + 2 * model.kv_width) + h + ffn_out + h
+    return 2.0 * tokens * h / sp_div + 2.0 * tokens * (model.q_width + 0.5 * matmul_outputs) / tp
 
 
 def korthikanti_activation_bytes(s: float, b: float, h: float, a: float, t: float, sp: bool, recompute: str) -> float:
@@ -128,17 +164,22 @@ def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_k
     offload = np.asarray(plans.offload) == 1
     layers = geo.layers_per_stage
 
-    from .step_time import SELECTIVE
+    from .step_time import FP8, SELECTIVE
 
     # Unfused attention stores the score matrices unless selective recomputation drops them.
     scores = (attention_kernel == "unfused") & (np.asarray(plans.recompute) != SELECTIVE)
 
+    fp8 = np.asarray(plans.precision) == FP8
+    selective = np.asarray(plans.recompute) == SELECTIVE
+
     def per_layer(moe_layer: bool) -> np.ndarray:
-        plain = activation_bytes_per_layer(model, geo.tokens, workload.seq_len, geo.tp, geo.sp, moe_layer)
+        plain = activation_bytes_per_layer(model, geo.tokens, workload.seq_len, geo.tp, geo.sp, moe_layer, fp8=fp8)
         if attention_kernel != "unfused":
-            return plain
+            # Flash attention: `selective` is PyTorch's op-level policy (see step_time).
+            sac = op_selective_bytes_per_layer(model, geo.tokens, geo.tp, geo.sp, moe_layer)
+            return np.where(selective, sac, plain)
         stored = activation_bytes_per_layer(model, geo.tokens, workload.seq_len, geo.tp, geo.sp, moe_layer,
-                                            attention_scores_stored=True)
+                                            attention_scores_stored=True, fp8=fp8)
         return np.where(scores, stored, plain)
 
     full_layer = (1.0 - geo.moe_fraction) * per_layer(False) if geo.moe_fraction < 1 else 0.0
@@ -166,13 +207,22 @@ def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_k
 
     first = states(geo.embedding_params + np.where(single_stage, geo.output_params, 0.0))
     last = states(geo.output_params + np.where(single_stage, geo.embedding_params, 0.0))
+    # ZeRO-2 with several micro-batches accumulates the gradients unsharded in bf16 until the
+    # step's reduce-scatter (FSDP2 under torch.distributed.pipelining, FSDP no_sync).
+    # (Allocated during the step, so the allocator's overhead applies to them: below.)
     frag = 1.0 + efficiency.fragmentation
+    accumulate = (zero == 2) & (geo.microbatches > 1)
+    for st, extra in ((first, geo.embedding_params), (last, geo.output_params)):
+        unsharded = 2.0 * (dense_layers + expert_layers + extra)
+        st["gradients"] = st["gradients"] + np.where(accumulate, frag * unsharded, 0.0)
+    # ZeRO-3 materialises the current and the prefetched unit's full bf16 weights and
+    # gradients: two layers, or the embedding / output layer if that is larger.
+    unit = np.maximum(2.0 * (geo.dense_params_per_layer + geo.expert_params_per_layer),
+                      np.maximum(geo.embedding_params, geo.output_params))
+    zero3_buffers = np.where(zero >= 3, frag * 4.0 * unit, 0.0)
     first_total = sum(first.values()) + frag * first_acts + np.where(single_stage, frag * logits, 0.0)
     last_total = sum(last.values()) + frag * (last_acts + logits)
     use_first = first_total >= last_total
-
-    # ZeRO-3 materialises the current and the prefetched layer's full bf16 weights and gradients.
-    zero3_buffers = np.where(zero >= 3, 2.0 * (geo.dense_params_per_layer + geo.expert_params_per_layer) * 4.0, 0.0)
     pick = lambda a, b: np.where(use_first, a, b)  # noqa: E731
     return {
         "weights": pick(first["weights"], last["weights"]),

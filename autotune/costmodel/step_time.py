@@ -21,7 +21,7 @@ from ..plan import PRECISION, RECOMPUTE, PlanBatch
 from ..workload import TrainWorkload
 from . import comm
 from .geometry import Geometry
-from .kernels import FLASH_BACKWARD_FACTOR, Kernels
+from .kernels import Kernels
 
 FULL = RECOMPUTE.index("full")
 SELECTIVE = RECOMPUTE.index("selective")
@@ -42,9 +42,17 @@ class _Layer:
                  unfused_attention: bool = False):
         h = float(model.hidden_size)
         t, T = geo.tp, geo.tokens
-        g = kernels.gemm_s
-        # Weight GEMMs, forward (backward: dgrad + wgrad = 2x).
-        gemms = g(T, (model.q_width + 2 * model.kv_width) / t, h) + g(T, h, model.q_width / t)
+        lin = kernels.linear_s
+        # Weight GEMMs (linear layers): forward, and backward (dgrad + wgrad), in the plan's precision.
+        fwd_parts, bwd_parts = [], []
+
+        def linear(m, n, k, count=1.0):
+            f, b = lin(m, n, k, count)
+            fwd_parts.append(f)
+            bwd_parts.append(b)
+
+        linear(T, (model.q_width + 2 * model.kv_width) / t, h)
+        linear(T, h, model.q_width / t)
         width_in = (model.mlp_matrices - 1.0)  # gate+up fused for SwiGLU
         elementwise_mlp = (4.0 if model.mlp == "gelu" else 6.0)
         if moe_layer and model.moe:
@@ -52,47 +60,56 @@ class _Layer:
             local_experts = moe.n_experts / geo.ep
             tokens_per_expert = T * moe.top_k / local_experts
             fe = moe.expert_ffn_hidden_size
-            gemms = gemms + g(tokens_per_expert, width_in * fe / t, h, local_experts)
-            gemms = gemms + g(tokens_per_expert, h, fe / t, local_experts)
+            linear(tokens_per_expert, width_in * fe / t, h, local_experts)
+            linear(tokens_per_expert, h, fe / t, local_experts)
             if moe.shared_expert_ffn_hidden_size:
                 fs = moe.shared_expert_ffn_hidden_size
-                gemms = gemms + g(T, width_in * fs / t, h) + g(T, h, fs / t)
-            gemms = gemms + g(T, moe.n_experts, h)  # router
+                linear(T, width_in * fs / t, h)
+                linear(T, h, fs / t)
+            router = kernels.gemm_s(T, moe.n_experts, h)  # bf16
+            fwd_parts.append(router)
+            bwd_parts.append(2.0 * router)
             # Permute/unpermute copies and the experts' activation function.
             mlp_bytes = 8.0 * T * moe.top_k * h + elementwise_mlp * T * moe.top_k * fe / t
             mlp_bytes = mlp_bytes + elementwise_mlp * T * moe.shared_expert_ffn_hidden_size / t
         else:
             f = model.ffn_hidden_size
-            gemms = gemms + g(T, width_in * f / t, h) + g(T, h, f / t)
+            linear(T, width_in * f / t, h)
+            linear(T, h, f / t)
             mlp_bytes = elementwise_mlp * T * f / t
-        # Attention core.  Flash attention: causal, masked blocks skipped, scores never written.
-        # Unfused (Megatron before FlashAttention): two batched GEMMs per head over the full
-        # square (inner dimension head_dim), and the fused scale-mask-softmax and dropout
-        # kernels moving every score through HBM: 4 bytes per score forward (read S, write P)
-        # plus 5 with dropout (read, write, mask), 6 (+5) backward.
+        gemms = sum(fwd_parts)
+        gemms_backward = sum(bwd_parts)
+        # Attention core.  Flash attention: causal, masked blocks skipped, scores never written
+        # (kernels.flash_attention_s).  Unfused (Megatron before FlashAttention): batched GEMMs
+        # per head over the full square -- QK^T and PV forward (reduction over head_dim, then over
+        # the sequence), four backward (dP, dQ, dK, dV) -- and the fused scale-mask-softmax and
+        # dropout kernels moving every score through HBM: 4 bytes per score forward (read S,
+        # write P) plus 5 with dropout (read, write, mask), 6 (+5) backward.
         heads = model.n_heads / t
+        d = float(model.head_dim)
         if unfused_attention:
-            attention = g(T, seq_len, model.head_dim, heads) + g(T, model.head_dim, seq_len, heads)
+            g = kernels.gemm_s
             scores = T * seq_len * heads
             drop = 5.0 if model.dropout else 0.0
-            attention = attention + kernels.memory_bound_s((4.0 + drop) * scores)
-            attention_backward = 2.0 * (attention - kernels.memory_bound_s((4.0 + drop) * scores)) + kernels.memory_bound_s((6.0 + drop) * scores)
+            attention = g(T, seq_len, d, heads) + g(T, d, seq_len, heads) + kernels.memory_bound_s((4.0 + drop) * scores)
+            attention_backward = (g(T, seq_len, d, heads) + 3.0 * g(T, d, seq_len, heads)
+                                  + kernels.memory_bound_s((6.0 + drop) * scores))
         else:
-            attention = kernels.attention_forward_s(2.0 * T * seq_len * model.q_width / t)
-            attention_backward = FLASH_BACKWARD_FACTOR * attention
+            scores = T * seq_len * heads / 2.0  # causal: half the square
+            attention, attention_backward = kernels.flash_attention_s(scores, model.head_dim)
         # Memory-bound ops, forward: 2 norms (read+write), 2 residual adds (2 reads, 1 write),
         # dropout (if any) on the replicated h-wide tensors (split by TP only with SP);
-        # rotary on q and k; the MLP activation; fp8 casts of the GEMM inputs.
+        # rotary on q and k; the MLP activation.  (fp8 casts are part of kernels.linear_s.)
         sp_div = np.where(geo.sp, t, 1.0)
         replicated = (20.0 + (10.0 if model.dropout else 0.0)) * T * h / sp_div
         rotary = 4.0 * T * (model.q_width + model.kv_width) / t
-        fp8_casts = np.where(kernels.fp8, 3.0 * T * (2.0 * h + (model.q_width + model.ffn_hidden_size) / t), 0.0)
-        elementwise = kernels.memory_bound_s(replicated + rotary + mlp_bytes + fp8_casts)
+        elementwise = kernels.memory_bound_s(replicated + rotary + mlp_bytes)
 
         self.gemm_forward = gemms
         self.attention_forward = attention
+        self.selective_recompute = 0.5 * gemms + elementwise
         self.forward_compute = gemms + attention + elementwise
-        self.backward_compute = 2.0 * gemms + attention_backward + 2.0 * elementwise
+        self.backward_compute = gemms_backward + attention_backward + 2.0 * elementwise
 
         eff = cluster.hardware.efficiency
         # TP: two all-reduces forward and two backward of the h-wide activations; with sequence
@@ -143,7 +160,14 @@ def step_time_parts(
         return sum(share * getattr(layer, attr) for share, layer in layers)
 
     fwd, bwd = mix("forward_compute"), mix("backward_compute")
-    recompute_per_layer = np.where(full, fwd, np.where(selective, mix("attention_forward"), 0.0))
+    # Selective recomputation.  Unfused attention (Korthikanti et al. 2022): recompute the
+    # attention core.  Flash attention never stores the scores, so that policy would change
+    # nothing; there `selective` means PyTorch's op-level policy (torchtitan's selective AC,
+    # torchtitan/models/llama/parallelize_llama.py `_save_list`): keep the outputs of the
+    # attention kernel and of every second matmul, recompute the other matmuls and all
+    # element-wise ops (about half the weight GEMMs and the memory-bound work of the forward).
+    selective_cost = mix("attention_forward") if unfused else mix("selective_recompute")
+    recompute_per_layer = np.where(full, fwd, np.where(selective, selective_cost, 0.0))
     tp_f, cp_f, cp_b, ep_f = mix("tp_forward"), mix("cp_forward"), mix("cp_backward"), mix("ep_forward")
     # Full recomputation repeats the forward's communication too.
     comm_repeat = np.where(full, 2.0, 1.0)
@@ -157,27 +181,43 @@ def step_time_parts(
 
     # ZeRO-3 (FSDP full shard) gathers the stage's weights forward and again backward and
     # reduce-scatters its gradients, every micro-batch; ZeRO-2 reduce-scatters every
-    # micro-batch.  Prefetching hides them behind compute up to dp_overlap.
+    # micro-batch.  Prefetching hides them behind compute up to dp_overlap.  FSDP and
+    # ZeRO-3 issue one collective per layer (one FSDP unit per transformer block, plus one
+    # for the embedding and output layer), so a collective's ring latency counts once per
+    # layer; ZeRO-1/2 and DDP reduce bucketed gradients (counted as one per stage).
     dense_params = n_layers * geo.dense_params_per_layer
     expert_params = n_layers * geo.expert_params_per_layer
+    # The fuller of the first stage (input embedding) and the last (output layer; with one
+    # stage and tied embeddings there is only one matrix).
+    edge_params = np.maximum(geo.embedding_params, geo.output_params)
     zero = np.asarray(plans.zero)
+    units = n_layers + 1.0
 
-    def gather(params, group):
-        return comm.all_gather_s(2.0 * params, group, cluster)
+    def gather(params, group, count):
+        return count * comm.all_gather_s(2.0 * params / count, group, cluster)
 
-    def scatter(params, group):
-        return comm.reduce_scatter_s(4.0 * params, group, cluster)
+    def scatter(params, group, count):
+        return count * comm.reduce_scatter_s(4.0 * params / count, group, cluster)
 
-    gather_s = gather(dense_params, geo.dp_group) + gather(expert_params, geo.expert_dp_group)
-    scatter_s = scatter(dense_params, geo.dp_group) + scatter(expert_params, geo.expert_dp_group)
+    gather_s = gather(dense_params + edge_params, geo.dp_group, units) + gather(expert_params, geo.expert_dp_group, units)
+    scatter_s = (scatter(dense_params + edge_params, geo.dp_group, units)
+                 + scatter(expert_params, geo.expert_dp_group, units))
+    scatter_once = (scatter(dense_params + edge_params, geo.dp_group, 1.0)
+                    + scatter(expert_params, geo.expert_dp_group, 1.0))
+    gather_once_s = gather(dense_params + edge_params, geo.dp_group, 1.0) + gather(expert_params, geo.expert_dp_group, 1.0)
     zero3_mb = np.maximum(0.0, gather_s - eff.dp_overlap * stage_fwd) + np.maximum(
         0.0, gather_s + scatter_s - eff.dp_overlap * stage_bwd
     )
-    zero2_mb = np.maximum(0.0, scatter_s - eff.dp_overlap * stage_bwd)
-    dp_per_microbatch = np.where(zero >= 3, zero3_mb, np.where(zero == 2, zero2_mb, 0.0))
+    # ZeRO-2 (FSDP2 without resharding after forward, FSDP SHARD_GRAD_OP): gradients of the
+    # micro-batches accumulate unsharded and are reduce-scattered once per step (below), as
+    # torch.distributed.pipelining and FSDP's no_sync do; see memory.py for the buffer.
+    dp_per_microbatch = np.where(zero >= 3, zero3_mb, 0.0)
 
     # Pipeline sends: the h-wide activation forward and its gradient backward, per chunk boundary.
-    pp_bytes = 2.0 * geo.tokens * model.hidden_size / np.where(geo.sp, geo.tp, 1.0)
+    # Megatron-LM splits the message over the TP ranks and all-gathers it over NVLink on the
+    # other side (the scatter/gather optimisation, Narayanan et al. 2021 §4.1; implicit with
+    # sequence parallelism), so each rank sends 1/tp of it.
+    pp_bytes = 2.0 * geo.tokens * model.hidden_size / geo.tp
     pp_per_microbatch = np.where(
         geo.pp > 1,
         2.0 * geo.vp * comm.point_to_point_s(pp_bytes, geo.pp_crosses_nodes, cluster) * (1.0 - eff.pp_overlap),
@@ -206,14 +246,14 @@ def step_time_parts(
 
     # Once per step: gradient reduction not hidden behind the last micro-batch's backward,
     # and (ZeRO 0-2) the all-gather of updated weights not hidden behind the next forward.
-    dense_grads = 4.0 * dense_params
+    dense_grads = 4.0 * (dense_params + edge_params)
     reduce_once = np.where(
         zero == 0,
         comm.all_reduce_s(dense_grads, geo.dp_group, cluster)
         + comm.all_reduce_s(4.0 * expert_params, geo.expert_dp_group, cluster),
-        np.where(zero == 1, scatter_s, 0.0),
+        np.where((zero == 1) | (zero == 2), scatter_once, 0.0),
     )
-    gather_once = np.where((zero == 1) | (zero == 2), gather_s, 0.0)
+    gather_once = np.where((zero == 1) | (zero == 2), gather_once_s, 0.0)
     parts["dp_comm"] = (
         parts["dp_comm"]
         + np.maximum(0.0, reduce_once - eff.dp_overlap * stage_bwd)
@@ -223,7 +263,7 @@ def step_time_parts(
     # Optimizer step on this GPU's shard (ZeRO >= 1 shards it over dp*cp).
     shard_dense = np.where(zero >= 1, geo.dense_shard, 1.0)
     shard_expert = np.where(zero >= 1, geo.expert_shard, 1.0)
-    stage_params = dense_params + np.maximum(geo.embedding_params, geo.output_params)
+    stage_params = dense_params + edge_params
     local_params = stage_params / shard_dense + expert_params / shard_expert
     offload = np.asarray(plans.offload) == 1
     on_gpu = kernels.memory_bound_s(OPTIMIZER_BYTES_PER_PARAM * local_params)

@@ -1,0 +1,100 @@
+"""Slurm: an ``sbatch`` script that runs a framework's command under ``srun`` and torchrun.
+
+One task per node (``--ntasks-per-node=1``); each task runs torchrun, which starts
+one process per GPU and meets the others through the c10d rendezvous on the first
+node of the allocation (where the batch script itself runs) at a port that is free
+there.  The framework's own files (its config, or the Megatron arguments) are
+written beside the script, and the script refers to them from
+``$SLURM_SUBMIT_DIR``: submit it from that folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import shell
+from .base import EmitContext, Emitter, header, launch_body, program_groups, torchrun_groups
+from .shell import Raw
+
+SCRIPT = "launch.sbatch"
+
+# The environment every run gets: NCCL reports problems, failures end the job rather than hang it.
+BASE_ENV: tuple[tuple[str, object], ...] = (
+    ("NCCL_DEBUG", "WARN"),
+    ("TORCH_NCCL_ASYNC_ERROR_HANDLING", 1),
+    ("TORCH_DISTRIBUTED_DEBUG", "OFF"),
+    ("PYTHONUNBUFFERED", 1),
+    ("OMP_NUM_THREADS", 1),
+    ("LOGLEVEL", "INFO"),
+)
+
+HERE_SLURM = Raw('"${SLURM_SUBMIT_DIR:-$PWD}"')
+FREE_PORT = Raw(
+    "\"$(python3 -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1]); s.close()')\""
+)
+
+
+def sbatch_script(framework: Emitter, context: EmitContext) -> str:
+    assert framework.launch is not None
+    run = framework.launch(context)
+    job = shell.job_name(f"autotune-{context.model.name}")
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={job}",
+        f"#SBATCH --nodes={context.nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={context.gpus_on_each_node}",
+        "#SBATCH --exclusive",
+        "#SBATCH --output=%x-%j.out",
+    ]
+    lines += shell.comment_lines(header(f"Slurm with torchrun, running {framework.release}", context, run.notes))
+    lines += shell.comment_lines([
+        "",
+        "Submit from the folder that holds this script and its framework files: sbatch " + SCRIPT,
+        "Add your partition, account and time limit above (#SBATCH --partition=..., --account=..., --time=...).",
+    ])
+    lines += ["set -euo pipefail", "", shell.assignment("HERE", HERE_SLURM)]
+    lines += shell.comment_lines(["The batch script runs on the first node: it is the rendezvous host, at a port free there."])
+    lines += [
+        shell.assignment("MASTER_ADDR", Raw('"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"')),
+        shell.default_assignment("MASTER_PORT", FREE_PORT),
+        "export MASTER_ADDR MASTER_PORT",
+        "",
+    ]
+    lines += ["export " + shell.assignment(name, value) for name, value in BASE_ENV]
+    lines.append("")
+    lines += launch_body(run)
+    srun = [("srun",), ("--kill-on-bad-exit=1",), ("--ntasks-per-node=1",), (f"--nodes={context.nodes}",)]
+    lines += shell.command(srun + torchrun_groups(context, Raw('"${SLURM_JOB_ID}"')) + program_groups(run))
+    return "\n".join(lines) + "\n"
+
+
+def make_emitter(frameworks: dict[str, Emitter], default: str = "megatron") -> Emitter:
+    """The Slurm emitter: it expresses what the wrapped framework (``context.framework``) expresses."""
+
+    def framework_of(context: EmitContext | None) -> Emitter:
+        name = context.framework if context is not None else default
+        return frameworks[name]
+
+    def render(context: EmitContext) -> dict[str, str]:
+        framework = framework_of(context)
+        files = framework.render(context)
+        files[SCRIPT] = sbatch_script(framework, context)
+        return files
+
+    base = frameworks[default]
+    emitter = Emitter(
+        name="slurm",
+        release=f"Slurm sbatch with torchrun ({base.release} unless --framework says otherwise)",
+        summary="sbatch script running the framework's command under srun with a torchrun c10d rendezvous",
+        limits=base.limits,
+        render_files=render,
+        workload_checks=base.workload_checks,
+    )
+    return emitter
+
+
+def for_framework(slurm: Emitter, framework: Emitter) -> Emitter:
+    """The Slurm emitter specialised to one framework (its limits are the framework's)."""
+    return replace(slurm, limits=framework.limits, workload_checks=framework.workload_checks,
+                   release=f"Slurm sbatch with torchrun running {framework.release}")

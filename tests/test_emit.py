@@ -1,0 +1,532 @@
+"""`autotune emit`: golden files per format, refusals, batch and world-size arithmetic, and the CLI.
+
+Goldens live in tests/golden/emit/<case>/<format>/; a format that cannot express a
+case has REFUSED.txt there instead.  Regenerate them after an intended change with
+AUTOTUNE_UPDATE_GOLDEN=1 python -m pytest tests/test_emit.py
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autotune.emit import FORMATS, FRAMEWORKS, EmitContext, get_emitter, render
+from autotune.emit import deepspeed as ds
+from autotune.emit import megatron, torchtitan
+from autotune.emit.megatron import pipeline_split
+from autotune.errors import InputError
+from autotune.hardware import Cluster, load_hardware
+from autotune.modelspec import load_model
+from autotune.plan import PlanBatch, parse_plan
+from autotune.space import Rules, axis_choices, enumerate_valid, load_space
+from autotune.workload import TrainWorkload
+
+from test_emit_support import CASES, GOLDEN, SLURM_FRAMEWORK, context_for, run_script
+
+UPDATE = os.environ.get("AUTOTUNE_UPDATE_GOLDEN") == "1"
+
+
+# --- golden files -------------------------------------------------------------------------
+
+def _outputs(case: str, fmt: str) -> dict[str, str]:
+    context = context_for(case, framework=SLURM_FRAMEWORK[case] if fmt == "slurm" else "megatron")
+    try:
+        return render(fmt, context)
+    except InputError as exc:
+        return {"REFUSED.txt": str(exc) + "\n"}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden(case, fmt):
+    files = _outputs(case, fmt)
+    folder = GOLDEN / case / fmt
+    if UPDATE:
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.iterdir():
+            stale.unlink()
+        for name, text in files.items():
+            (folder / name).write_text(text)
+    expected = {p.name: p.read_text() for p in sorted(folder.iterdir())}
+    assert sorted(files) == sorted(expected), "files differ; regenerate with AUTOTUNE_UPDATE_GOLDEN=1 if intended"
+    for name in files:
+        assert files[name] == expected[name], f"{case}/{fmt}/{name} differs from its golden file"
+
+
+def test_goldens_cover_each_format_at_least_once():
+    for fmt in FORMATS:
+        written = [case for case in CASES if "REFUSED.txt" not in _outputs(case, fmt)]
+        assert written, f"no golden case is expressible in {fmt}"
+
+
+def test_goldens_hold_no_machine_paths():
+    for path in GOLDEN.rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            assert str(Path.home()) not in text and "/work/" not in text and "/tmp/" not in text, path
+
+
+# --- consistency properties ---------------------------------------------------------------
+
+def _megatron_value(argv: list[str], flag: str, default=None):
+    return argv[argv.index(flag) + 1] if flag in argv else default
+
+
+def check_megatron(context: EmitContext) -> None:
+    argv = [str(a) for a in megatron.launch(context).argv()[1:]]
+    plan = context.plan
+    tp, pp, cp = (int(_megatron_value(argv, f)) for f in
+                  ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size"))
+    world = context.nodes * context.gpus_on_each_node
+    assert world == context.n_gpus == tp * pp * cp * plan.dp
+    dp = world // (tp * pp * cp)
+    mbs, gbs = int(_megatron_value(argv, "--micro-batch-size")), int(_megatron_value(argv, "--global-batch-size"))
+    assert gbs % (mbs * dp) == 0 and gbs // (mbs * dp) == context.accumulation
+    assert int(_megatron_value(argv, "--num-virtual-stages-per-pipeline-rank", 1)) == plan.vp
+    first = _megatron_value(argv, "--decoder-first-pipeline-num-layers")
+    if first is not None:
+        last = int(_megatron_value(argv, "--decoder-last-pipeline-num-layers"))
+        middle = context.model.n_layers - int(first) - last
+        assert pp > 2 or middle == 0
+        if pp > 2:
+            assert middle % (pp - 2) == 0 and (middle // (pp - 2)) % plan.vp == 0
+        assert int(first) % plan.vp == 0 and last % plan.vp == 0
+    if context.model.moe:
+        ep = int(_megatron_value(argv, "--expert-model-parallel-size"))
+        assert ep == plan.ep and (dp * cp) % ep == 0
+    assert ("--sequence-parallel" in argv) == plan.sp
+    assert len(argv) == len(set(a for a in argv if a.startswith("--"))) + sum(1 for a in argv if not a.startswith("--"))
+
+
+def check_deepspeed(context: EmitContext) -> None:
+    config = ds.ds_config(context)
+    plan = context.plan
+    assert config["train_batch_size"] == (
+        config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"] * plan.dp)
+    assert config["train_batch_size"] == context.global_batch
+    assert config["zero_optimization"]["stage"] == plan.zero
+    assert config.get("tensor_parallel", {}).get("autotp_size", 1) == plan.tp
+    assert config.get("expert_parallel", {}).get("autoep_size", 1) == plan.ep
+    assert ("offload_optimizer" in config["zero_optimization"]) == (plan.offload == "cpu")
+    json.dumps(config)
+
+
+def check_torchtitan(context: EmitContext) -> None:
+    values = dict(torchtitan.settings(context))
+    plan = context.plan
+    p = "parallelism."
+    dp = values[p + "data_parallel_replicate_degree"] * values[p + "data_parallel_shard_degree"]
+    assert dp == plan.dp
+    world = dp * values[p + "tensor_parallel_degree"] * values[p + "context_parallel_degree"] * values[p + "pipeline_parallel_degree"]
+    assert world == context.n_gpus == context.nodes * context.gpus_on_each_node
+    local, total = values["training.local_batch_size"], values["training.global_batch_size"]
+    assert total == context.global_batch and total % (local * dp) == 0
+    if plan.pp > 1:
+        micro = values[p + "pipeline_parallel_microbatch_size"]
+        assert local * dp == total and local % micro == 0 and local // micro == context.accumulation
+        per_stage = values[p + "pipeline_parallel_layers_per_stage"]
+        assert math.ceil(context.model.n_layers / per_stage) == plan.pp * plan.vp
+    else:
+        assert local == plan.mbs and total // (local * dp) == context.accumulation
+
+
+CHECKS = {"megatron": check_megatron, "deepspeed": check_deepspeed, "torchtitan": check_torchtitan}
+
+# (model, hardware, GPUs, sequence, global batch): dense, MoE, a torchtitan flavour, GQA with odd layer counts.
+SETUPS = [
+    ("gpt3-175b", "a100-sxm4-80gb", 256, 2048, 1536),
+    ("mixtral-8x7b", "h100-sxm5-80gb", 64, 4096, 512),
+    ("llama3-8b", "h100-sxm5-80gb", 64, 8192, 256),
+    ("llama3-405b", "h100-sxm5-80gb", 512, 8192, 1024),
+]
+
+
+def _valid_plans(setup) -> tuple:
+    name, hardware, gpus, seq, batch = setup
+    model = load_model(name)
+    cluster = Cluster(load_hardware(hardware), gpus, 8)
+    workload = TrainWorkload(seq_len=seq, global_batch=batch)
+    space = load_space(None)
+    rules = Rules(tp_within_node=True, uneven_pipeline=True, sp_with_tp=False)
+    plans = enumerate_valid(model, cluster, workload, axis_choices(space, model, cluster, workload), rules).plans
+    return model, cluster, workload, plans
+
+
+_ENUMERATED = {}
+
+
+def enumerated(index: int):
+    if index not in _ENUMERATED:
+        _ENUMERATED[index] = _valid_plans(SETUPS[index])
+    return _ENUMERATED[index]
+
+
+@settings(max_examples=150, deadline=None)
+@given(setup=st.integers(0, len(SETUPS) - 1), pick=st.integers(0, 10**9))
+def test_every_expressible_plan_renders_consistently(setup, pick):
+    model, cluster, workload, plans = enumerated(setup)
+    plan = plans.plan(pick % len(plans))
+    context = EmitContext(plan=plan, model=model, hardware=cluster.hardware.name, gpus_per_node=8,
+                          seq_len=workload.seq_len, global_batch=workload.global_batch)
+    for name, emitter in FRAMEWORKS.items():
+        if emitter.can_express(plan, model, context):
+            with pytest.raises(InputError, match="cannot express"):
+                render(name, context)
+            continue
+        files = render(name, context)
+        assert files and all(text.endswith("\n") for text in files.values())
+        CHECKS[name](context)
+
+
+@pytest.mark.parametrize("index", range(len(SETUPS)))
+@pytest.mark.parametrize("fmt", list(FRAMEWORKS) + ["slurm"])
+def test_search_mask_agrees_with_can_express(index, fmt):
+    from autotune.cli_emit import expressible_mask
+
+    model, _, _, plans = enumerated(index)
+    sample = plans.take(np.arange(0, len(plans), max(1, len(plans) // 300)))
+    mask = expressible_mask(fmt, sample, model)
+    emitter = get_emitter(fmt)
+    for i in range(len(sample)):
+        assert bool(mask[i]) == (not emitter.can_express(sample.plan(i), model)), sample.plan(i).as_string()
+
+
+# --- refusals -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt, plan, field", [
+    ("deepspeed", "tp=4,cp=16,zero=3", "cp=16"),
+    ("deepspeed", "tp=2,pp=4,vp=2,sp=false,zero=1", "vp=2"),
+    ("deepspeed", "tp=2,sp=true,zero=1", "sp=true"),
+    ("deepspeed", "pp=4,zero=2", "zero=2"),
+    ("deepspeed", "recompute=selective,zero=1", "recompute=selective"),
+    ("deepspeed", "precision=fp8,zero=1", "precision=fp8"),
+    ("torchtitan", "zero=1,offload=cpu", "offload=cpu"),
+    ("torchtitan", "zero=1,precision=fp16", "precision=fp16"),
+])
+def test_refusal_names_the_plan_field_and_alternatives(fmt, plan, field):
+    context = context_for("longseq", plan=plan, seq_len=8192, global_batch=1024)
+    with pytest.raises(InputError) as info:
+        render(fmt, context)
+    message = str(info.value)
+    assert f"plan field {field}" in message or "plan fields" in message and field in message
+    assert "--format" in message and "Formats that can express it: megatron" in message
+
+
+def test_torchtitan_refuses_a_model_it_has_no_code_for():
+    with pytest.raises(InputError, match=r"gpt3-175b .*mlp=gelu.*norm=layernorm.*use --format megatron"):
+        render("torchtitan", context_for("gpt3"))
+
+
+def test_torchtitan_refuses_a_sequence_beyond_its_rope_cache():
+    context = context_for("longseq", plan="tp=4,cp=16,zero=3", seq_len=262144, global_batch=32)
+    assert torchtitan.EMITTER.can_express(context.plan, context.model) == []
+    with pytest.raises(InputError, match="seq_len=262144"):
+        render("torchtitan", context)
+
+
+def test_slurm_refuses_what_its_framework_refuses():
+    context = context_for("longseq", framework="deepspeed")
+    with pytest.raises(InputError, match="cp=16"):
+        render("slurm", context)
+    assert "launch.sbatch" in render("slurm", context_for("longseq", framework="megatron"))
+
+
+def test_megatron_refuses_alibi():
+    import dataclasses
+
+    context = context_for("gpt3")
+    context = dataclasses.replace(context, model=dataclasses.replace(context.model, position_embedding="alibi"))
+    with pytest.raises(InputError, match="position_embedding=alibi"):
+        render("megatron", context)
+
+
+@pytest.mark.parametrize("layers, pp, vp, expected", [
+    (96, 8, 4, False), (80, 8, 1, False), (126, 8, 1, (14, 16)), (126, 2, 1, False), (61, 4, 1, (13, 16)),
+    (32, 4, 3, None), (56, 16, 1, (7, 7)), (30, 4, 2, (6, 8)),
+])
+def test_megatron_uneven_pipeline_split(layers, pp, vp, expected):
+    split = pipeline_split(layers, pp, vp)
+    assert split == expected
+    if split:
+        first, last = split
+        middle = layers - first - last
+        assert first % vp == 0 and last % vp == 0 and first > 0 and last > 0
+        assert (pp == 2 and middle == 0) or (middle % (pp - 2) == 0 and (middle // (pp - 2)) % vp == 0)
+
+
+def test_context_rejects_a_batch_that_does_not_multiply_out():
+    with pytest.raises(InputError, match="global_batch"):
+        context_for("gpt3", global_batch=1000)
+
+
+# --- safety: nothing a user types can run as a command ------------------------------------
+
+NASTY = "evil $(touch PWNED1) `touch PWNED2` \"dq\" 'sq' ; touch PWNED3 & echo $HOME\nnewline; touch PWNED4"
+
+
+def _nasty_context(case: str, framework: str = "megatron", tmp_path: Path | None = None):
+    import dataclasses
+
+    context = context_for(case, framework=framework)
+    model = dataclasses.replace(context.model, name=NASTY)
+    return dataclasses.replace(context, model=model, data_path="my data/" + NASTY, tokenizer="tok " + NASTY)
+
+
+@pytest.mark.parametrize("case, fmt, framework", [
+    ("gpt3", "megatron", "megatron"), ("mixtral", "deepspeed", "megatron"), ("longseq", "torchtitan", "megatron"),
+    ("gpt3", "slurm", "megatron"), ("mixtral", "slurm", "deepspeed"), ("longseq", "slurm", "torchtitan"),
+])
+def test_no_injection_through_names_or_paths(tmp_path, case, fmt, framework):
+    files = render(fmt, _nasty_context(case, framework))
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        if name.endswith(".py"):
+            tree = ast.parse(text)
+            kinds = {type(node).__name__ for node in tree.body}
+            assert kinds <= {"Expr", "ImportFrom", "FunctionDef"}, kinds  # Expr: the docstring only
+            assert sum(isinstance(n, ast.Expr) for n in tree.body) == 1
+            values = [ast.literal_eval(node.value) for node in ast.walk(tree)
+                      if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)]
+            assert "tok " + NASTY in values and "my data/" + NASTY in values
+    script = main_script(files)
+    calls = run_script(tmp_path / script, tmp_path)
+    assert not list(tmp_path.glob("PWNED*")), "a value ran as a command"
+    argv = [arg for call in calls for arg in call["argv"]]
+    runs = framework if fmt == "slurm" else fmt
+    if runs == "megatron":
+        assert "my data/" + NASTY in argv and "tok " + NASTY in argv  # one argument each, intact
+    elif runs == "deepspeed":
+        assert calls[-1]["env"]["DATA_PATH"] == "my data/" + NASTY and calls[-1]["env"]["TOKENIZER"] == "tok " + NASTY
+    for line in (tmp_path / script).read_text().splitlines():
+        if "SBATCH --job-name" in line:
+            assert re.fullmatch(r"#SBATCH --job-name=[A-Za-z0-9._-]+", line)
+
+
+def main_script(files) -> str:
+    """The script a person runs: the sbatch file if there is one, else the framework's launch script."""
+    return next((n for n in files if n.endswith(".sbatch")), None) or next(n for n in files if n.endswith(".sh"))
+
+
+def test_comment_cannot_end_early():
+    from autotune.emit.shell import comment_lines
+
+    assert comment_lines(["a\nrm -rf x\r\u2028y"]) == ["# a?rm -rf x??y"]
+
+
+# --- the scripts run: argv reaches torchrun / srun / deepspeed as written ---------------------
+
+@pytest.mark.parametrize("case, fmt", [(c, f) for c in sorted(CASES) for f in FORMATS
+                                        if "REFUSED.txt" not in _outputs(c, f)])
+def test_scripts_run_with_stub_launchers(tmp_path, case, fmt):
+    files = _outputs(case, fmt)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    calls = run_script(tmp_path / main_script(files), tmp_path)
+    context = context_for(case, framework=SLURM_FRAMEWORK[case] if fmt == "slurm" else "megatron")
+    launcher = calls[-1]
+    if fmt == "deepspeed":
+        assert launcher["prog"] == "deepspeed"
+        argv = launcher["argv"]
+        assert int(argv[argv.index("--num_nodes") + 1]) * int(argv[argv.index("--num_gpus") + 1]) == context.n_gpus
+        assert argv[argv.index("--deepspeed_config") + 1] == str(tmp_path / "ds_config.json")
+        return
+    if fmt == "slurm":
+        assert launcher["prog"] == "srun" and "torchrun" in launcher["argv"]
+        argv = launcher["argv"][launcher["argv"].index("torchrun") + 1:]
+        assert launcher["env"]["MASTER_ADDR"] == "node-a"
+        assert launcher["env"]["MASTER_PORT"].isdigit()
+    else:
+        assert launcher["prog"] == "torchrun"
+        argv = launcher["argv"]
+    nnodes = int(argv[argv.index("--nnodes") + 1])
+    nproc = int(argv[argv.index("--nproc-per-node") + 1])
+    assert nnodes * nproc == context.n_gpus
+    assert argv[argv.index("--rdzv-backend") + 1] == "c10d"
+
+
+# --- the CLI -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cli_app():
+    from autotune.cli import app
+    from autotune.cli_emit import register
+
+    names = {command.name or command.callback.__name__ for command in app.registered_commands}
+    if "emit" not in names:
+        register(app)
+    return app
+
+
+def invoke(app, *args):
+    from typer.testing import CliRunner
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+SEARCH = ["-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "16", "-s", "8192", "-b", "64"]
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory, cli_app):
+    out = tmp_path_factory.mktemp("search")
+    result = invoke(cli_app, "search", *SEARCH, "--top", "3", "--out", out, "--force")
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_cli_emits_from_plans_json(cli_app, searched, tmp_path):
+    document = json.loads((searched / "plans.json").read_text())
+    result = invoke(cli_app, "emit", searched / "plans.json", "--rank", 2, "--format", "megatron", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "megatron_pretrain_gpt.sh").read_text()
+    plan = document["plans"][1]["plan"]
+    assert f"plan: {parse_plan(','.join(f'{k}={v}' for k, v in plan.items() if k != 'dp'), 16).as_string()}" in text
+    assert f"--tensor-model-parallel-size {plan['tp']}" in text
+    assert os.access(tmp_path / "megatron_pretrain_gpt.sh", os.X_OK)
+    step = document["plans"][1]["estimate"]["step_time_s"]
+    assert f"step {step:.3f} s" in text
+
+
+def test_cli_accepts_the_search_folder_and_prints_without_out(cli_app, searched):
+    result = invoke(cli_app, "emit", searched, "--format", "slurm")
+    assert result.exit_code == 0, result.output
+    assert "# ===== launch.sbatch =====" in result.output and "# ===== megatron_pretrain_gpt.sh =====" in result.output
+
+
+def test_cli_json_output(cli_app, searched):
+    result = invoke(cli_app, "emit", searched, "--format", "megatron", "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert document["format"] == "megatron" and "megatron_pretrain_gpt.sh" in document["files"]
+
+
+def test_cli_does_not_overwrite_without_force(cli_app, searched, tmp_path):
+    assert invoke(cli_app, "emit", searched, "--out", tmp_path).exit_code == 0
+    (tmp_path / "megatron_pretrain_gpt.sh").write_text("mine\n")
+    result = invoke(cli_app, "emit", searched, "--out", tmp_path)
+    assert result.exit_code == 2 and "--force" in result.output
+    assert (tmp_path / "megatron_pretrain_gpt.sh").read_text() == "mine\n"
+    assert invoke(cli_app, "emit", searched, "--out", tmp_path, "--force").exit_code == 0
+    assert (tmp_path / "megatron_pretrain_gpt.sh").read_text() != "mine\n"
+
+
+def test_cli_emits_a_plan_string_with_predict_flags(cli_app, tmp_path):
+    result = invoke(cli_app, "emit", "tp=4,cp=16,zero=3", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", 128,
+                    "-s", 131072, "-b", 32, "--format", "torchtitan", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    module = (tmp_path / "autotune_torchtitan.py").read_text()
+    assert "config.parallelism.context_parallel_degree = 16" in module and "predicted: step" in module
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["tp=2"], "--model"),
+    (["tp=2", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "8", "--format", "x"],
+     "unknown format"),
+    (["tp=3", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "8"], "--plan"),
+    (["tp=2,cp=2", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "8",
+      "--format", "deepspeed"], "cp=2"),
+    ([], "PLAN"),
+])
+def test_cli_errors_are_one_line_with_the_field(cli_app, args, needle):
+    result = invoke(cli_app, "emit", *args)
+    assert result.exit_code == 2
+    assert needle in result.output and "Traceback" not in result.output
+
+
+def test_cli_rank_out_of_range(cli_app, searched):
+    result = invoke(cli_app, "emit", searched, "--rank", 9)
+    assert result.exit_code == 2 and "--rank" in result.output and "ranks 1..3" in result.output
+
+
+def test_cli_plans_json_inputs_cannot_be_overridden(cli_app, searched):
+    result = invoke(cli_app, "emit", searched, "--seq-len", 4096)
+    assert result.exit_code == 2 and "--seq-len" in result.output
+
+
+# --- the search hooks -----------------------------------------------------------------------
+
+def test_parse_formats_pairs_slurm_with_a_framework():
+    from autotune.cli_emit import parse_formats
+
+    assert parse_formats("megatron,slurm") == ["megatron", "slurm:megatron"]
+    assert parse_formats("torchtitan,slurm") == ["torchtitan", "slurm:torchtitan"]
+    assert parse_formats("slurm") == ["slurm:megatron"]
+    assert parse_formats("slurm:deepspeed") == ["slurm:deepspeed"]
+    with pytest.raises(InputError, match="--emit"):
+        parse_formats("megatron,nope")
+
+
+def test_emit_for_search_writes_the_winner(tmp_path):
+    from autotune.cli_emit import emit_for_search
+
+    context = context_for("mixtral")
+    cluster = Cluster(load_hardware(context.hardware), context.n_gpus, context.gpus_per_node)
+    workload = TrainWorkload(seq_len=context.seq_len, global_batch=context.global_batch)
+    written = emit_for_search(["deepspeed", "slurm"], context.plan, context.model, cluster, workload,
+                              context.estimate, tmp_path, False)
+    assert sorted(p.name for p in written) == ["deepspeed_launch.sh", "ds_config.json", "launch.sbatch"]
+    assert "DEEPSPEED_ARGS" in (tmp_path / "launch.sbatch").read_text()
+    with pytest.raises(InputError, match="would overwrite"):
+        emit_for_search(["deepspeed"], context.plan, context.model, cluster, workload, None, tmp_path, False)
+    with pytest.raises(InputError, match="--out"):
+        emit_for_search(["deepspeed"], context.plan, context.model, cluster, workload, None, None, False)
+
+
+def test_check_formats_refuses_a_model_no_plan_of_which_fits_the_format():
+    from autotune.cli_emit import check_formats
+
+    check_formats(["megatron", "slurm", "deepspeed"], load_model("gpt3-175b"))
+    with pytest.raises(InputError, match=r"field '--emit': torchtitan cannot express any plan here: model gpt3-175b"):
+        check_formats(["megatron", "torchtitan"], load_model("gpt3-175b"))
+    with pytest.raises(InputError, match="slurm:torchtitan .*seq_len=262144"):
+        check_formats(["slurm:torchtitan"], load_model("llama3-8b"), TrainWorkload(seq_len=262144, global_batch=8))
+
+
+def test_expressible_mask_restricts_a_batch():
+    from autotune.cli_emit import expressible_mask
+
+    model = load_model("llama3-70b")
+    plans = PlanBatch.from_plans([parse_plan(text, 128) for text in
+                                  ("tp=4,cp=16,zero=3", "tp=1,pp=4,zero=1", "tp=8,sp=true,zero=1,precision=fp8")])
+    assert expressible_mask("deepspeed", plans, model).tolist() == [False, True, False]
+    assert expressible_mask("megatron", plans, model).tolist() == [True, True, True]
+    assert expressible_mask("slurm:deepspeed", plans, model).tolist() == [False, True, False]
+    assert expressible_mask("torchtitan", plans, load_model("gpt3-175b")).tolist() == [False, False, False]
+    assert expressible_mask("torchtitan", plans, model).tolist() == [True, True, True]
+    too_long = TrainWorkload(seq_len=262144, global_batch=32)
+    assert expressible_mask("torchtitan", plans, model, too_long).tolist() == [False, False, False]
+    assert expressible_mask("megatron", plans, model, too_long).tolist() == [True, True, True]
+
+
+def _search_has_emit(app) -> bool:
+    import inspect
+
+    for command in app.registered_commands:
+        if (command.name or command.callback.__name__) == "search":
+            return "emit" in inspect.signature(command.callback).parameters
+    return False
+
+
+def test_search_emit_writes_configs_for_an_expressible_winner(cli_app, tmp_path):
+    if not _search_has_emit(cli_app):
+        pytest.skip("autotune search has no --emit option yet (the hook in autotune/cli.py)")
+    result = invoke(cli_app, "search", *SEARCH, "--top", "3", "--emit", "deepspeed,slurm", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    document = json.loads((tmp_path / "plans.json").read_text())
+    model = load_model("llama3-8b")
+    for entry in document["plans"]:
+        plan = parse_plan(",".join(f"{k}={v}" for k, v in entry["plan"].items() if k != "dp"), 16)
+        assert FRAMEWORKS["deepspeed"].can_express(plan, model) == []
+    assert {"ds_config.json", "deepspeed_launch.sh", "launch.sbatch"} <= {p.name for p in tmp_path.iterdir()}
+    refused = invoke(cli_app, "search", "-m", "gpt3-175b", "-H", "h100-sxm5-80gb", "--gpus", "64", "-s", "2048",
+                     "-b", "512", "--emit", "torchtitan", "--out", tmp_path / "gpt3")
+    assert refused.exit_code == 2 and "--emit" in refused.output and "gpt3-175b" in refused.output

@@ -1,0 +1,306 @@
+"""The frameworks' own parsers read what `autotune emit` writes (tests marked `frameworks`).
+
+They need the frameworks, CPU builds, in an environment of their own:
+
+    bash .ci/install-frameworks.sh
+    .venv-frameworks/bin/python -m pytest -q -m frameworks tests/test_emit_frameworks.py
+
+Each test skips, saying which package is missing, where a framework does not import.
+What runs, per format:
+
+* Megatron-LM core_r0.19: the emitted script runs with stub launchers; torchrun's own
+  parser reads the torchrun arguments, then Megatron's ``add_megatron_arguments`` parses the
+  training arguments and ``validate_args`` checks them.  Two device queries inside
+  ``validate_args`` need a GPU (``get_device_arch_version`` with TP or CP,
+  ``torch.cuda.get_device_capability`` with ``--moe-grouped-gemm``); the tests answer them
+  as a Hopper GPU (compute capability 9.0) would.
+* DeepSpeed 0.19.8: ``DeepSpeedConfig`` reads ds_config.json (with a data-parallel group of
+  the plan's size), AutoEP's ``validate_autoep_config`` checks expert plans, and the
+  ``deepspeed`` launcher's parser reads the launch command.
+* torchtitan 0.3.0: ``ConfigManager`` loads the emitted config module as torchtitan's
+  trainer does; ``ParallelDims`` checks the mesh against the world size and the pipeline
+  metadata gives the stage count.  The float8 converter asks the GPU for SM 8.9; the
+  tests answer yes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import socket
+import sys
+import typing
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from autotune.emit import EmitContext, render
+from autotune.emit import torchtitan as titan_emitter
+from autotune.modelspec import load_model
+from autotune.plan import parse_plan
+
+from test_emit_support import CASES, SLURM_FRAMEWORK, context_for, run_script
+
+pytestmark = pytest.mark.frameworks
+
+
+def need(module: str, why: str):
+    if importlib.util.find_spec(module.split(".")[0]) is None:
+        pytest.skip(f"{module} is not installed ({why}); run .ci/install-frameworks.sh and use its environment")
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        pytest.skip(f"{module} does not import here: {exc}")
+
+
+def write(files: dict[str, str], folder: Path) -> None:
+    for name, text in files.items():
+        (folder / name).write_text(text)
+
+
+# Plans beyond the goldens, to reach each mapping: (model, GPUs, sequence, global batch, plan).
+EXTRA = [
+    ("llama3-8b", 64, 8192, 256, "tp=2,pp=4,vp=2,sp=true,zero=1,mbs=2,recompute=full,precision=fp8"),
+    ("llama3-8b", 64, 8192, 256, "tp=1,pp=1,zero=0,mbs=4,recompute=selective,precision=bf16"),
+    ("llama3-8b", 64, 8192, 256, "tp=8,sp=true,zero=2,mbs=1,recompute=none,precision=bf16"),
+    ("llama3-405b", 512, 8192, 1024, "tp=8,pp=8,sp=true,zero=1,mbs=1,recompute=full,precision=bf16,offload=cpu"),
+    ("llama3-8b", 16, 4096, 64, "tp=1,pp=4,zero=1,mbs=2,recompute=full,precision=bf16"),
+    ("mixtral-8x22b", 256, 4096, 1024, "tp=2,pp=4,vp=2,ep=8,sp=true,zero=1,mbs=1,recompute=selective,precision=fp8"),
+    ("gpt3-175b", 1024, 2048, 1536, "tp=8,pp=16,vp=2,sp=true,zero=1,mbs=1,recompute=full,precision=fp16"),
+    ("llama3-8b", 64, 8192, 256, "tp=2,sp=false,zero=3,mbs=2,recompute=full,precision=bf16,offload=cpu"),
+    ("llama2-7b", 32, 4096, 512, "tp=1,pp=1,zero=2,mbs=4,recompute=none,precision=fp16"),
+    ("mixtral-8x7b", 64, 4096, 512, "tp=2,sp=false,ep=4,zero=1,mbs=1,recompute=full,precision=bf16"),
+]
+
+
+def extra_context(index: int, **options) -> EmitContext:
+    name, gpus, seq, batch, plan = EXTRA[index]
+    return EmitContext(plan=parse_plan(plan, gpus), model=load_model(name), hardware="h100-sxm5-80gb",
+                       gpus_per_node=8, seq_len=seq, global_batch=batch, **options)
+
+
+def all_contexts(framework: str) -> list[tuple[str, EmitContext]]:
+    out = [(case, context_for(case)) for case in sorted(CASES)]
+    out += [(f"extra{i}", extra_context(i)) for i in range(len(EXTRA))]
+    from autotune.emit import FRAMEWORKS
+
+    emitter = FRAMEWORKS[framework]
+    return [(name, ctx) for name, ctx in out if not emitter.can_express(ctx.plan, ctx.model, ctx)]
+
+
+def _ids(framework):
+    return [name for name, _ in all_contexts(framework)]
+
+
+def torchrun_args(argv: list[str]) -> argparse.Namespace:
+    run = need("torch.distributed.run", "torchrun's own parser")
+    return run.get_args_parser().parse_args(argv)
+
+
+# --- Megatron-LM ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def megatron_arguments():
+    need("torch", "Megatron-LM needs torch")
+    if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.training") is None:
+        pytest.skip("megatron.training (megatron-core 0.19.2) is not installed; run .ci/install-frameworks.sh")
+    if not hasattr(typing, "override"):  # the 0.19.2 wheel is written for Python >= 3.12
+        import typing_extensions
+
+        typing.override = typing_extensions.override
+    return importlib.import_module("megatron.training.arguments")
+
+
+@pytest.mark.parametrize("name", _ids("megatron"))
+def test_megatron_parser_and_validation_accept_the_script(megatron_arguments, tmp_path, name, capsys):
+    import torch
+
+    context = dict(all_contexts("megatron"))[name]
+    files = render("megatron", context)
+    write(files, tmp_path)
+    call = run_script(tmp_path / "megatron_pretrain_gpt.sh", tmp_path)[-1]
+    launch = torchrun_args(call["argv"])
+    assert int(launch.nnodes) * int(launch.nproc_per_node) == context.n_gpus
+    assert launch.rdzv_backend == "c10d" and launch.training_script.endswith("/pretrain_gpt.py")
+
+    A = megatron_arguments
+    parser = A.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    args = parser.parse_args(launch.training_script_args)
+    args.rank, args.world_size = 0, context.n_gpus
+    env = {k: v for k, v in call["env"].items() if k == "CUDA_DEVICE_MAX_CONNECTIONS"}
+    with mock.patch.dict(os.environ, env), mock.patch.object(A, "get_device_arch_version", return_value=9), \
+            mock.patch.object(torch.cuda, "get_device_capability", return_value=(9, 0)):
+        if not env:
+            os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+        A.validate_args(args, {})
+    plan, model = context.plan, context.model
+    assert args.data_parallel_size == plan.dp
+    assert (args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size) == (
+        plan.tp, plan.pp, plan.cp)
+    assert (args.virtual_pipeline_model_parallel_size or 1) == plan.vp
+    assert args.sequence_parallel == plan.sp
+    assert (args.micro_batch_size, args.global_batch_size) == (plan.mbs, context.global_batch)
+    assert (args.num_layers, args.hidden_size, args.num_attention_heads) == (model.n_layers, model.hidden_size, model.n_heads)
+    if args.group_query_attention:
+        assert args.num_query_groups == model.n_kv_heads < model.n_heads
+    else:
+        assert model.n_kv_heads == model.n_heads
+    assert args.use_distributed_optimizer == (plan.zero >= 1)
+    assert args.bf16 == (plan.precision in ("bf16", "fp8")) and args.fp16 == (plan.precision == "fp16")
+    assert (args.fp8 is not None) == (plan.precision == "fp8")
+    if model.moe:
+        assert (args.num_experts, args.moe_router_topk, args.expert_model_parallel_size) == (
+            model.moe.n_experts, model.moe.top_k, plan.ep)
+    assert args.recompute_granularity == (None if plan.recompute == "none" else plan.recompute)
+    capsys.readouterr()  # validate_args prints every argument
+
+
+# --- DeepSpeed -----------------------------------------------------------------------------
+
+class _DataParallelGroup:
+    """What DeepSpeedConfig asks of a model-parallel unit: the data-parallel size."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.size
+
+
+@pytest.fixture(scope="module")
+def deepspeed_single_rank():
+    deepspeed = need("deepspeed", "DeepSpeed's config classes")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    with mock.patch.dict(os.environ, env):
+        # One process on the loopback: DeepSpeedConfig reads the data-parallel size only once
+        # torch.distributed is up.
+        deepspeed.init_distributed(dist_backend="gloo")
+        yield deepspeed
+
+
+@pytest.mark.parametrize("name", _ids("deepspeed"))
+def test_deepspeed_config_classes_accept_ds_config(deepspeed_single_rank, tmp_path, name):
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    context = dict(all_contexts("deepspeed"))[name]
+    files = render("deepspeed", context)
+    write(files, tmp_path)
+    plan = context.plan
+    config = DeepSpeedConfig(str(tmp_path / "ds_config.json"), mpu=_DataParallelGroup(plan.dp))
+    assert config.world_size == plan.dp
+    assert (config.train_batch_size, config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps) == (
+        context.global_batch, plan.mbs, context.accumulation)
+    assert config.zero_optimization_stage == plan.zero
+    assert (config.zero_config.offload_optimizer is not None) == (plan.offload == "cpu")
+    assert config.bfloat16_config.enabled == (plan.precision == "bf16")
+    assert config.tensor_parallel_config.autotp_size in ((0, 1) if plan.tp == 1 else (plan.tp,))
+    assert config.expert_parallel_config.enabled == (plan.ep > 1)
+    if plan.ep > 1:
+        from deepspeed.module_inject.auto_ep_config import validate_autoep_config
+
+        assert config.expert_parallel_config.autoep_size == plan.ep
+        validate_autoep_config(config.expert_parallel_config, world_size=context.n_gpus, pp_size=plan.pp,
+                               tp_size=plan.tp, sp_size=1, zero_stage=plan.zero,
+                               zero_offload_optimizer=plan.offload == "cpu")
+    if plan.recompute == "full":
+        assert config.activation_checkpointing_config.number_checkpoints == context.model.n_layers
+    if plan.pp > 1:
+        assert config.pipeline["activation_checkpoint_interval"] == (1 if plan.recompute == "full" else 0)
+
+
+@pytest.mark.parametrize("name", _ids("deepspeed"))
+def test_deepspeed_launcher_parses_the_command(tmp_path, name):
+    runner = need("deepspeed.launcher.runner", "the deepspeed launcher's parser")
+    context = dict(all_contexts("deepspeed"))[name]
+    write(render("deepspeed", context), tmp_path)
+    call = run_script(tmp_path / "deepspeed_launch.sh", tmp_path)[-1]
+    assert call["prog"] == "deepspeed"
+    args = runner.parse_args(call["argv"])
+    assert args.num_nodes * args.num_gpus == context.n_gpus
+    assert args.user_script == "train.py"
+    assert args.user_args == ["--deepspeed", "--deepspeed_config", str(tmp_path / "ds_config.json")]
+
+
+# --- torchtitan ----------------------------------------------------------------------------
+
+def load_titan_config(folder: Path):
+    need("torchtitan.config", "torchtitan's config loading")
+    from torchtitan.config import ConfigManager
+
+    sys.modules.pop(titan_emitter.MODULE, None)
+    sys.path.insert(0, str(folder))
+    try:
+        float8 = importlib.import_module("torchtitan.components.quantization.float8")
+        with mock.patch.object(float8, "has_cuda_capability", return_value=True):
+            return ConfigManager().parse_args(["--module", titan_emitter.MODULE, "--config", titan_emitter.FUNCTION])
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop(titan_emitter.MODULE, None)
+
+
+@pytest.mark.parametrize("name", _ids("torchtitan"))
+def test_torchtitan_loads_the_config_module(tmp_path, name):
+    context = dict(all_contexts("torchtitan"))[name]
+    files = render("torchtitan", context)
+    write(files, tmp_path)
+    config = load_titan_config(tmp_path)
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    plan, model = context.plan, context.model
+    dims = ParallelDims.from_config(config.parallelism, context.n_gpus)  # checks the mesh fills the world
+    assert dims.dp_replicate * dims.dp_shard == plan.dp
+    assert (dims.tp, dims.cp, dims.pp) == (plan.tp, plan.cp, plan.pp)
+    assert config.parallelism.enable_sequence_parallel == plan.sp
+    local, total = config.training.local_batch_size, config.training.global_batch_size
+    assert total == context.global_batch and total % (local * plan.dp) == 0 and config.training.seq_len == context.seq_len
+    if plan.pp > 1:
+        from torchtitan.distributed.pipeline_parallel import _get_pipeline_metadata
+
+        stages, layers, _, _ = _get_pipeline_metadata(dims, config.parallelism, config.model_spec.model)
+        assert (stages, layers) == (plan.pp * plan.vp, model.n_layers)
+        assert local // config.parallelism.pipeline_parallel_microbatch_size == context.accumulation
+    kind = type(config.activation_checkpoint).__qualname__ if config.activation_checkpoint is not None else None
+    assert kind == {"none": None, "full": "FullAC.Config", "selective": "SelectiveAC.Config"}[plan.recompute]
+    first_linear = config.model_spec.model.layers[0].feed_forward.w1
+    assert ("Float8" in type(first_linear).__qualname__) == (plan.precision == "fp8")
+    # The launch script: torchrun's parser, and the config module on PYTHONPATH.
+    call = run_script(tmp_path / titan_emitter.SCRIPT, tmp_path)[-1]
+    launch = torchrun_args(call["argv"])
+    assert int(launch.nnodes) * int(launch.nproc_per_node) == context.n_gpus and launch.module
+    assert launch.training_script == "torchtitan.train"
+    assert call["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path)
+
+
+@pytest.mark.parametrize("flavour", sorted(titan_emitter.FLAVOURS))
+def test_torchtitan_flavour_table_matches_the_package(flavour):
+    need("torchtitan.models.llama3", "torchtitan's model registry")
+    from torchtitan.models.llama3 import model_registry
+
+    model = model_registry(flavour).model
+    attention = model.layers[0].attention
+    shape = titan_emitter.FLAVOURS[flavour]
+    assert len(model.layers) == shape["n_layers"] and model.dim == shape["hidden_size"]
+    assert (attention.n_heads, attention.n_kv_heads) == (shape["n_heads"], shape["n_kv_heads"])
+    assert (attention.head_dim or model.dim // attention.n_heads) == shape["head_dim"]
+    assert model.layers[0].feed_forward.w1.out_features == shape["ffn_hidden_size"]
+    assert model.vocab_size == shape["vocab_size"]
+    assert bool(getattr(model, "enable_weight_tying", False)) == shape["tied_embeddings"]
+
+
+# --- Slurm: torchrun's parser on the command srun runs ------------------------------------------
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_slurm_script_runs_a_parsable_torchrun(tmp_path, case):
+    context = context_for(case, framework=SLURM_FRAMEWORK[case])
+    write(render("slurm", context), tmp_path)
+    call = run_script(tmp_path / "launch.sbatch", tmp_path)[-1]
+    assert call["prog"] == "srun"
+    launch = torchrun_args(call["argv"][call["argv"].index("torchrun") + 1:])
+    assert int(launch.nnodes) == context.nodes and int(launch.nproc_per_node) == context.gpus_on_each_node
+    assert launch.rdzv_endpoint == f"node-a:{call['env']['MASTER_PORT']}" and launch.rdzv_id == "4242"
