@@ -345,9 +345,10 @@ def models_show(name: Annotated[str, typer.Argument(help="Spec name, spec YAML o
 
 
 def _register_commands() -> None:
-    from . import cli_accuracy
+    from . import cli_accuracy, cli_emit
 
     cli_accuracy.register(app)
+    cli_emit.register(app)
 
 
 _register_commands()
