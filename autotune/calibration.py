@@ -1,34 +1,44 @@
 """Calibration: fit a few physical efficiency parameters of the hardware profiles to measured runs.
 
-``fit(runs, hardware_loader, params=...)`` fits, per GPU profile, the named
-:class:`~autotune.hardware.Efficiency` parameters (within ``EFFICIENCY_BOUNDS``)
-with ``scipy.optimize.least_squares`` on the relative error of throughput -- the
-residual of a row is ``log(predicted / measured)`` -- and of peak memory where the
-row measured it (weighted by ``memory_weight``).  Parameters named in ``shared``
-take one value across all profiles (use this for properties of the software or
-of physics common to every GPU, e.g. how much of the pipeline send/recv is hidden).
+``fit(runs, hardware_loader, params=...)`` fits the named
+:class:`~autotune.hardware.Efficiency` parameters (within ``EFFICIENCY_BOUNDS``) with
+``scipy.optimize.least_squares`` on the relative error of throughput -- a row's residual
+is ``log(predicted / measured)`` -- and of peak memory where the row measured it
+(weighted by ``memory_weight``).
 
-* Each row is predicted exactly as :mod:`autotune.validation` does (its layout, the
-  fastest candidate that fits for fields it leaves empty); a whole table is one
-  vectorised cost-model call per (GPU, model, cluster, workload) group.
+* Per GPU profile, except that profiles on the same silicon at the same clocks share their
+  compute parameters (``SILICON_FAMILIES``: the A100 40GB and 80GB), and parameters named
+  in ``shared`` take one value across all profiles.
+* Two stages: the memory parameters (``MEMORY_PARAMS``) first, on the memory residuals
+  alone, then the others on throughput and memory.  Memory parameters change throughput only
+  through which candidate plans fit; solving them first keeps the allocator's overhead from
+  being traded against GEMM efficiency.
+* Each row is predicted exactly as :mod:`autotune.validation` does (its layout; for fields
+  it leaves empty, the fastest candidate that fits); a table is one vectorised cost-model
+  call per (GPU, model, cluster, workload) group, and the Jacobian re-evaluates only the
+  groups a parameter touches, so a fit of the whole ``training_runs.csv`` takes ~10 s.
 * Rows are weighted so that every source group carries the same total weight
-  (``group_balance``): the many MPT rows must not drown the 3D-parallel ones.  A
-  soft-L1 loss keeps a few rows that the model cannot express (e.g. DeepSpeed
-  ZeRO-3 at 1536 GPUs) from dragging every parameter.
-* A parameter is fitted for a profile only if its rows are sensitive to it (fp8
-  efficiency is not identifiable from A100 rows, TP overlap not from FSDP-only rows).
-* Leave-one-source-group-out (``logo=True``): for each source group, fit on all the
-  other groups and predict the held-out one; report its MAPE and the MAPE over all
-  held-out predictions, so that fitting cannot hide overfitting.
+  (``group_balance``): the many MPT rows must not drown the 3D-parallel ones.  A Cauchy
+  loss (``f_scale`` ~ 15 % error) keeps rows the model cannot express -- DeepSpeed ZeRO-3 at
+  1536 GPUs -- from dragging every parameter (with soft-L1 they pulled the A100's dp_overlap
+  to 0 and its tp_overlap to 1).
+* A parameter is fitted for a profile only if its rows are sensitive to it (fp8 efficiency
+  is not identifiable from A100 rows, TP overlap not from FSDP-only rows); only fitted
+  parameters are reported and written.
+* Leave-one-source-group-out (``logo=True``): for each source group, fit on all the others
+  and predict the held-out one (a profile left without rows takes its silicon family's fit,
+  else keeps its bundled values); report its MAPE and the MAPE over all held-out
+  predictions, so that fitting cannot hide overfitting.
 
 The result's :meth:`CalibrationResult.overlay` is the overlay YAML::
 
     hardware:
       h100-sxm5-80gb:
-        efficiency: {gemm: 0.61, attention: 0.38, ...}
+        efficiency: {gemm: 0.57, attention: 0.21, ...}
 
-which :func:`load_calibration` reads back (checking every profile name and key)
-and :func:`apply_calibration` lays over a profile.
+which :func:`load_calibration` reads back (checking every profile name, key and bound, and
+naming the file and field of any error) and :func:`apply_calibration` lays over a profile.
+docs/accuracy.md explains the default parameter set.
 """
 
 from __future__ import annotations
@@ -57,7 +67,7 @@ from .validation import (
 )
 
 # The default subset: what the published runs can identify (docs/accuracy.md explains the choice).
-DEFAULT_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "tp_overlap", "fragmentation", "workspace_gib")
+DEFAULT_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "tp_overlap", "fragmentation")
 DEFAULT_SHARED: tuple[str, ...] = ()
 # Profiles built on the same silicon at the same clocks share their compute parameters (the
 # A100 40GB and 80GB differ only in HBM; NVIDIA A100 datasheet, data/hardware.md).  Memory-system
@@ -240,6 +250,7 @@ class _Problem:
         self.w_t = w
         self.w_m = w[self.has_m] * memory_weight
         self.throughput_weight = 1.0
+        self.active: list[tuple[tuple[str, ...], str]] = []  # the unknowns the rows could identify
         # Unknowns: (profiles it applies to, name) -- all profiles for a shared parameter, the
         # profile's silicon family for compute parameters, else the profile alone.
         self.unknowns: list[tuple[tuple[str, ...], str]] = [(tuple(self.profiles), name) for name in shared]
@@ -315,6 +326,7 @@ def _solve(problem: _Problem, z0: np.ndarray, loss: str, f_scale: float, max_nfe
     # Drop unknowns the rows are insensitive to (e.g. fp8 efficiency without fp8 rows).
     jac0 = problem.jacobian(z0)
     active = np.abs(jac0).sum(axis=0) > _MIN_SENSITIVITY
+    problem.active = [u for u, a in zip(problem.unknowns, active) if a]
     if not active.any():
         return z0, True, "no parameter is identifiable from these rows"
 
@@ -389,7 +401,7 @@ def fit(
         hw = dict(start)
         mem_params = tuple(n for n in params if n in MEMORY_PARAMS)
         other = tuple(n for n in params if n not in MEMORY_PARAMS)
-        ok, msg = True, ""
+        ok, msg, active = True, "", []
         if mem_params and memory_weight > 0:
             mp = _Problem(prepared, case_index, mem_params, tuple(n for n in shared if n in mem_params), hw,
                           memory_weight, group_balance, families)
@@ -397,22 +409,31 @@ def fit(
                 mp.throughput_weight = 0.0
                 zm, ok, msg = _solve(mp, mp.z_of(hw), loss, f_scale, max_nfev)
                 hw = mp.hardware(zm)
+                active += mp.active
         if other:
             cp = _Problem(prepared, case_index, other, tuple(n for n in shared if n in other), hw,
                           memory_weight, group_balance, families)
             zc, ok2, msg2 = _solve(cp, cp.z_of(hw), loss, f_scale, max_nfev)
             hw = cp.hardware(zc)
             ok, msg = ok and ok2, msg2
-        return hw, ok, msg
+            active += cp.active
+        return hw, ok, msg, active
 
     problem = _Problem(prepared, everything, params, shared, base, memory_weight, group_balance, families)
     z0 = problem.z_of(base)
     before = _summary(prepared, everything, *problem.predictions(z0))
-    fitted_hw, success, message = two_stage(everything, base)
+    fitted_hw, success, message, active = two_stage(everything, base)
     z = problem.z_of(fitted_hw)
     after = _summary(prepared, everything, *problem.predictions(z))
-    fitted = {p: {n: float(getattr(fitted_hw[p].efficiency, n)) for n in params} for p in problem.profiles}
-    start = {p: {n: float(getattr(base[p].efficiency, n)) for n in params} for p in problem.profiles}
+    # Report (and write to the overlay) only what the rows could identify.
+    identified: dict[str, list[str]] = {p: [] for p in problem.profiles}
+    for members, name in active:
+        for p in members:
+            if name not in identified[p]:
+                identified[p].append(name)
+    fitted = {p: {n: float(getattr(fitted_hw[p].efficiency, n)) for n in params if n in identified[p]}
+              for p in problem.profiles if identified[p]}
+    start = {p: {n: float(getattr(base[p].efficiency, n)) for n in fitted[p]} for p in fitted}
 
     logo_summary: dict[str, GroupSummary] = {}
     logo_mape = None
@@ -428,7 +449,7 @@ def fit(
             # rows start (and stay) at their bundled values.
             train_profiles = {prepared.cases[i].profile for i in train}
             start_hw = {p: (fitted_hw[p] if p in train_profiles else base[p]) for p in base}
-            hw, _, _ = two_stage(train, start_hw)
+            hw, _, _, _ = two_stage(train, start_hw)
             sub = _Problem(prepared, train, params, shared, base, memory_weight, group_balance, families)
             # A held-out profile absent from the training rows takes its silicon family's fit.
             for p in base:

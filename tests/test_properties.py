@@ -247,13 +247,6 @@ def test_memory_never_grows_with_the_zero_stage_on_wide_shard_groups(pick):
     assert m3 <= m2 * (1 + 1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: autotune/costmodel/memory.py memory_parts charges ZeRO buffers even when the group ZeRO shards "
-    "over has a single rank (dp*cp == 1), where nothing is sharded, gathered or reduce-scattered (FSDP "
-    "falls back to NO_SHARD; Megatron's distributed optimizer over 1 rank is plain DDP): the ZeRO-3 "
-    "gather buffers (zero3_buffers = 2 layers x 4 bytes/param) and the ZeRO-2 unsharded bf16 gradient "
-    "accumulation buffer (2 bytes/param when micro-batches > 1). So with dp*cp == 1 memory grows with the "
-    "stage, e.g. llama2-13b on 8 A100-80GB, seq 2048, batch 32, tp=1 pp=8: ZeRO-1 < ZeRO-2 < ZeRO-3"))
 @pytest.mark.parametrize("index", range(len(CONFIGS)), ids=[c[0] for c in CONFIGS])
 def test_zero_over_a_single_rank_costs_no_memory(index):
     dense, _, _ = shard_groups(index)

@@ -17,9 +17,18 @@ GeLU, dropout) the terms add up to the paper's ``s*b*h*(34 + 5*a*s/h)``:
   (sbh each, only when the model trains with dropout) -> 10sbh;
 * split by TP: Q, K, V and the attention output (2 bytes each: 8sbh for MHA)
   and the MLP's intermediate tensors (4sbf for GeLU, 6sbf for SwiGLU) -> 24sbh;
-* the attention score matrices ``5*a*s^2*b``: only when stored; flash attention
-  (which every plan here assumes) never stores them, so that term is dropped
-  and ``selective`` recomputation saves no further memory.
+* the attention score matrices ``5*a*s^2*b``: only when stored, i.e. with unfused
+  attention (Megatron-LM before FlashAttention) and no selective recomputation.
+  Flash attention never stores them.
+
+With flash attention, ``selective`` means PyTorch's op-level selective checkpointing
+(torchtitan): the layer input, the attention output and every second matmul output
+are kept (:func:`op_selective_bytes_per_layer`).  fp8 plans keep the fp8 copies of
+the GEMM inputs (1 byte).  Besides: the logits and loss buffer (``LOGITS_BYTES``),
+the gather buffers of ZeRO-3 and the unsharded gradient accumulation of ZeRO-2 (none
+when the shard group has one rank), a fixed ``workspace_gib`` and the allocator's
+``fragmentation`` on everything allocated during the step (activations, logits and
+those buffers).
 """
 
 from __future__ import annotations
@@ -211,14 +220,19 @@ def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_k
     # step's reduce-scatter (FSDP2 under torch.distributed.pipelining, FSDP no_sync).
     # (Allocated during the step, so the allocator's overhead applies to them: below.)
     frag = 1.0 + efficiency.fragmentation
+    # Over a single rank nothing is sharded (FSDP falls back to NO_SHARD, a distributed
+    # optimizer over one rank is DDP), so neither buffer exists.
+    sharded_dense = geo.dense_shard > 1
+    sharded_expert = geo.expert_shard > 1
     accumulate = (zero == 2) & (geo.microbatches > 1)
     for st, extra in ((first, geo.embedding_params), (last, geo.output_params)):
-        unsharded = 2.0 * (dense_layers + expert_layers + extra)
+        unsharded = 2.0 * (np.where(sharded_dense, dense_layers + extra, 0.0) + np.where(sharded_expert, expert_layers, 0.0))
         st["gradients"] = st["gradients"] + np.where(accumulate, frag * unsharded, 0.0)
     # ZeRO-3 materialises the current and the prefetched unit's full bf16 weights and
     # gradients: two layers, or the embedding / output layer if that is larger.
-    unit = np.maximum(2.0 * (geo.dense_params_per_layer + geo.expert_params_per_layer),
-                      np.maximum(geo.embedding_params, geo.output_params))
+    unit = np.maximum(2.0 * (np.where(sharded_dense, geo.dense_params_per_layer, 0.0)
+                             + np.where(sharded_expert, geo.expert_params_per_layer, 0.0)),
+                      np.where(sharded_dense, np.maximum(geo.embedding_params, geo.output_params), 0.0))
     zero3_buffers = np.where(zero >= 3, frag * 4.0 * unit, 0.0)
     first_total = sum(first.values()) + frag * first_acts + np.where(single_stage, frag * logits, 0.0)
     last_total = sum(last.values()) + frag * (last_acts + logits)

@@ -9,6 +9,13 @@ plus the other stages' single passes divided by the interleaving ``vp``
 computes the logits and loss, is the slowest, so its extra work counts ``m``
 times, as it does on real pipelines.  Then the data-parallel gradient reduction
 that backward could not hide, the optimizer step, and a fixed per-step overhead.
+
+Kernel times (GEMM pipeline fill, flash attention's softmax cost, fp8 casts) are in
+kernels.py; collective times (ring latency of all-gather/reduce-scatter) in comm.py.
+FSDP / ZeRO-3 collectives are issued per layer; ZeRO-2 reduce-scatters once per step
+(gradients accumulate unsharded, as FSDP2 under torch.distributed.pipelining does);
+pipeline sends carry 1/tp of the activation (Megatron's scatter/gather).  docs/accuracy.md
+records what each of these changed against measured runs.
 """
 
 from __future__ import annotations
