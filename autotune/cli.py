@@ -8,11 +8,13 @@ one line and exits with status 2, without a traceback.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -116,6 +118,7 @@ def search(
     out: Annotated[Optional[Path], typer.Option("--out", help="Write plans.json and plans.csv into this folder.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder.")] = False,
     calibration: Calibration = None,
+    emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: megatron, deepspeed, torchtitan, slurm (comma-separated); the search keeps to plans they can express.")] = None,
 ) -> None:
     """Search parallel layouts and settings; print the best plans, ranked."""
     from .diagnose import diagnose
@@ -132,6 +135,16 @@ def search(
         if out is not None:
             output.prepare_out_dir(out, force)
         problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space)
+        formats = None
+        if emit is not None:
+            from .cli_emit import check_formats, expressible_mask, parse_formats
+
+            formats = parse_formats(emit)
+            if out is None:
+                raise InputError("needs --out DIR, the folder the launch configs are written to", field="--emit")
+            check_formats(formats, inputs.model, inputs.workload)
+            problem = dataclasses.replace(problem, express=lambda plans: np.logical_and.reduce(
+                [expressible_mask(f, plans, inputs.model, inputs.workload) for f in formats]))
         with _progress() as bar:
             task = bar.add_task("searching", total=None)
 
@@ -147,6 +160,12 @@ def search(
         document["inputs"] = _inputs_json(inputs, space)
         if out is not None:
             written = output.write_plans(out, document)
+            if formats and result.ranked:
+                from .cli_emit import emit_for_search
+
+                best = result.ranked[0]
+                written += emit_for_search(formats, best.plan, inputs.model, inputs.cluster, inputs.workload,
+                                           best.estimate, out, force)
         if json_out:
             print(json.dumps(document))
         else:

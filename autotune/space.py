@@ -41,7 +41,9 @@ REASONS: tuple[str, ...] = (
     "precision not supported by the GPU",
     "optimizer offload needs zero >= 1",
     "sp=false with tp > 1 (space rule sp_with_tp)",
+    "not expressible in the --emit format(s)",
 )
+NOT_EXPRESSIBLE = len(REASONS) - 1
 VALID = 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -11,7 +12,7 @@ from ..costmodel import TrainingEstimate, estimate_training
 from ..hardware import Cluster
 from ..modelspec import ModelSpec
 from ..plan import PlanBatch
-from ..space import Rules, Space, axis_choices, rejection_reasons
+from ..space import NOT_EXPRESSIBLE, Rules, Space, axis_choices, rejection_reasons
 from ..workload import TrainWorkload
 
 
@@ -65,6 +66,8 @@ class TrainingProblem:
     choices: Mapping[str, tuple]
     rules: Rules
     space: Space
+    # Plans a launch-config format can express (``search --emit``); None: every plan.
+    express: Callable[[PlanBatch], np.ndarray] | None = None
 
     @classmethod
     def build(cls, model: ModelSpec, cluster: Cluster, workload: TrainWorkload, space: Space) -> "TrainingProblem":
@@ -72,10 +75,14 @@ class TrainingProblem:
 
     def with_inputs(self, *, cluster: Cluster | None = None, workload: TrainWorkload | None = None) -> "TrainingProblem":
         """The same space on another cluster or workload (choices such as pp depend on them)."""
-        return TrainingProblem.build(self.model, cluster or self.cluster, workload or self.workload, self.space)
+        rebuilt = TrainingProblem.build(self.model, cluster or self.cluster, workload or self.workload, self.space)
+        return dataclasses.replace(rebuilt, express=self.express)
 
     def reasons(self, plans: PlanBatch) -> np.ndarray:
-        return rejection_reasons(self.model, self.cluster, self.workload, plans, self.rules)
+        reasons = rejection_reasons(self.model, self.cluster, self.workload, plans, self.rules)
+        if self.express is not None:
+            reasons = np.where((reasons == 0) & ~self.express(plans), NOT_EXPRESSIBLE, reasons)
+        return reasons
 
     def evaluate(self, plans: PlanBatch) -> TrainingEstimate:
         return estimate_training(self.model, self.cluster, self.workload, plans)
