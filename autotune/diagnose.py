@@ -16,7 +16,6 @@ import numpy as np
 from .hardware import Cluster
 from .search.problem import TrainingProblem
 from .space import REASONS, enumerate_valid
-from .workload import TrainWorkload
 
 SAMPLE_LIMIT = 400_000  # plans evaluated per alternative, at most
 
@@ -99,4 +98,4 @@ def diagnose(problem: TrainingProblem, rejected: dict[str, int]) -> Diagnosis:
     return Diagnosis(binding, fixes)
 
 
-__all__ = ["Diagnosis", "diagnose", "TrainWorkload"]
+__all__ = ["Diagnosis", "diagnose"]

@@ -60,7 +60,4 @@ def training_inputs(
         raise InputError(f"must be >= 1 sequence, but got {global_batch}", field="--global-batch")
     if tokens is not None and tokens <= 0:
         raise InputError(f"must be > 0, but got {tokens}", field="--tokens")
-    if spec.max_seq_len and seq_len > spec.max_seq_len:
-        # Allowed (long-context training extends the window), but worth knowing.
-        pass
     return TrainingInputs(spec, cluster, TrainWorkload(seq_len=seq_len, global_batch=global_batch, tokens=tokens))

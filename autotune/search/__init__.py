@@ -22,14 +22,11 @@ def count_valid_upper_bound(problem: TrainingProblem) -> int:
     """Valid layouts times all settings combinations: an upper bound on valid plans, cheap to get."""
     layouts_only = {k: problem.choices[k] for k in LAYOUT_KEYS}
     one_setting = {k: problem.choices[k][:1] for k in SETTING_KEYS}
-    from ..space import Rules  # noqa: F401
-
     enumeration = enumerate_valid(problem.model, problem.cluster, problem.workload, {**layouts_only, **one_setting},
                                   problem.rules)
     settings = int(np.prod([len(problem.choices[k]) for k in SETTING_KEYS]))
-    layouts = enumeration.space_size - sum(
-        v for k, v in enumeration.rejected.items()
-    )  # layouts that passed every rule with the first setting
+    # Layouts that passed every rule with the first settings row.
+    layouts = enumeration.space_size - sum(enumeration.rejected.values())
     return max(layouts, 0) * settings
 
 
