@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import output
+from .confidence import sentence as confidence_sentence, with_confidence
 from .errors import InputError
 from .hardware import hardware_names, load_hardware
 from .inputs import training_inputs
@@ -100,9 +101,9 @@ def _parse_fixes(fixes: list[str]) -> dict:
 def search(
     model: Model,
     hardware: HardwareOpt,
-    seq_len: SeqLen,
-    global_batch: GlobalBatch,
-    gpus: Gpus = None,
+    seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length in tokens (training).")] = None,
+    global_batch: Annotated[Optional[int], typer.Option("--global-batch", "-b", help="Global batch in sequences (training).")] = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", "-n", help="Number of GPUs, or a range LOW..HIGH (64..4096) to plan capacity: searches whole-node counts in it.")] = None,
     gpus_per_node: GpusPerNode = None,
     nodes: Nodes = None,
     tokens: Tokens = None,
@@ -119,9 +120,25 @@ def search(
     force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder.")] = False,
     calibration: Calibration = None,
     emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: megatron, deepspeed, torchtitan, slurm (comma-separated); the search keeps to plans they can express.")] = None,
+    deadline: Annotated[Optional[str], typer.Option("--deadline", help="Capacity planning: finish --tokens within this time, e.g. 30d, 720h.")] = None,
+    pue: Annotated[Optional[float], typer.Option("--pue", help="Data-centre PUE for energy [default: 1.58, Uptime Institute 2023 average].")] = None,
+    grid_intensity: Annotated[Optional[float], typer.Option("--grid-intensity", help="gCO2e per kWh for emissions [default: 475, world average (IEA 2019)].")] = None,
+    storage: Annotated[Optional[str], typer.Option("--storage", help="Keep the trials in an Optuna storage (sqlite:///s.db, postgresql://..., journal:./s.log); a re-run continues up to --trials, `autotune worker` joins. See docs/distributed.md.")] = None,
+    study: Annotated[Optional[str], typer.Option("--study", help="Study name in --storage.")] = None,
+    new: Annotated[bool, typer.Option("--new", help="Replace an existing study of that name (e.g. after changing the model or space).")] = False,
+    heartbeat: Annotated[int, typer.Option("--heartbeat", help="With --storage (SQLite/PostgreSQL): seconds between trial heartbeats; stale trials are retried. 0: off.")] = 30,
+    workload: Annotated[str, typer.Option("--workload", help="train | serve. serve: inference plans (tp, pp, replicas, quantization, batch limit) under latency targets.")] = "train",
+    input_len: Annotated[Optional[int], typer.Option("--input-len", help="Serving: prompt tokens per request.")] = None,
+    output_len: Annotated[Optional[int], typer.Option("--output-len", help="Serving: output tokens per request.")] = None,
+    ttft_ms: Annotated[Optional[float], typer.Option("--ttft-ms", help="Serving: time-to-first-token target, ms.")] = None,
+    tpot_ms: Annotated[Optional[float], typer.Option("--tpot-ms", help="Serving: time-per-output-token target, ms.")] = None,
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", help="Serving: concurrent users over the deployment.")] = None,
+    request_rate: Annotated[Optional[float], typer.Option("--request-rate", help="Serving: requests per second (with a --gpus range: find the fewest GPUs).")] = None,
 ) -> None:
     """Search parallel layouts and settings; print the best plans, ranked."""
     from .diagnose import diagnose
+    from . import cli_report
+    from .capacity import parse_gpus
     from .search import TrainingProblem, parse_objectives, run_search
 
     with user_errors():
@@ -129,7 +146,24 @@ def search(
             raise InputError(f"must be >= 1, but got {trials}", field="--trials")
         if top < 1:
             raise InputError(f"must be >= 1, but got {top}", field="--top")
-        inputs = training_inputs(model, hardware, gpus, gpus_per_node, nodes, seq_len, global_batch, tokens, price, calibration)
+        from . import cli_serve
+
+        if cli_serve.check_workload(workload) == "serve":
+            load = cli_serve.serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
+            raise typer.Exit(code=cli_serve.search_serve(
+                model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes, workload=load,
+                space=space, fixes=fix or [], top=top, json_out=json_out, out=out, price=price, stdout=stdout, stderr=stderr))
+        cli_serve.require_training(seq_len, global_batch)
+        gpu_count, gpu_range = parse_gpus(gpus)
+        if cli_report.wants_capacity(gpu_range, hardware, deadline):
+            cli_report.capacity_search(
+                model=model, hardware=hardware, gpu_count=gpu_count, gpu_range=gpu_range, gpus_per_node=gpus_per_node,
+                nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price, space=space,
+                fixes=_parse_fixes(fix or []), sampler=sampler, trials=trials, seed=seed, objective=objective, top=top,
+                json_out=json_out, out=out, force=force, calibration=calibration, deadline=deadline, pue=pue,
+                grid_intensity=grid_intensity, emit=emit)
+            return
+        inputs = training_inputs(model, hardware, gpu_count, gpus_per_node, nodes, seq_len, global_batch, tokens, price, calibration)
         objectives = parse_objectives(objective, tokens=tokens)
         search_space = load_space(space).fixed(_parse_fixes(fix or []))
         if out is not None:
@@ -151,11 +185,13 @@ def search(
             def progress(name: str, done: int, total: int) -> None:
                 bar.update(task, description=f"searching ({name})", completed=done, total=total)
 
-            result = run_search(problem, objectives, sampler=sampler, trials=trials, seed=seed, top=top, progress=progress)
+            result = run_search(problem, objectives, sampler=sampler, trials=trials, seed=seed, top=top, progress=progress,
+                                storage=storage, study=study, new=new, heartbeat_s=heartbeat or None)
         hw = inputs.cluster.hardware
         for ranked in result.ranked:
-            object.__setattr__(ranked, "estimate", output.add_training_totals(
-                ranked.estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour, inputs.workload.tokens_per_step))
+            object.__setattr__(ranked, "estimate", with_confidence(output.add_training_totals(
+                ranked.estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour, inputs.workload.tokens_per_step),
+                ranked.plan, hw.name))
         document = result.to_json()
         document["inputs"] = _inputs_json(inputs, space)
         if out is not None:
@@ -230,21 +266,36 @@ def _print_search(result, inputs) -> None:
 def predict(
     model: Model,
     hardware: HardwareOpt,
-    seq_len: SeqLen,
-    global_batch: GlobalBatch,
-    plan: Annotated[str, typer.Option("--plan", "-p", help="Plan as key=value pairs: " + ",".join(PLAN_KEYS) + ".")],
-    gpus: Gpus = None,
+    plan: Annotated[str, typer.Option("--plan", "-p", help="Plan as key=value pairs: " + ",".join(PLAN_KEYS) + " (serving: tp,pp,ep,weights,kv,max_batch).")],
+    seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length in tokens (training).")] = None,
+    global_batch: Annotated[Optional[int], typer.Option("--global-batch", "-b", help="Global batch in sequences (training).")] = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", "-n", help="Number of GPUs.")] = None,
     gpus_per_node: GpusPerNode = None,
     nodes: Nodes = None,
     tokens: Tokens = None,
     price: Price = None,
     json_out: JsonOut = False,
     calibration: Calibration = None,
+    workload: Annotated[str, typer.Option("--workload", help="train | serve. serve: inference plans (tp, pp, replicas, quantization, batch limit) under latency targets.")] = "train",
+    input_len: Annotated[Optional[int], typer.Option("--input-len", help="Serving: prompt tokens per request.")] = None,
+    output_len: Annotated[Optional[int], typer.Option("--output-len", help="Serving: output tokens per request.")] = None,
+    ttft_ms: Annotated[Optional[float], typer.Option("--ttft-ms", help="Serving: time-to-first-token target, ms.")] = None,
+    tpot_ms: Annotated[Optional[float], typer.Option("--tpot-ms", help="Serving: time-per-output-token target, ms.")] = None,
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", help="Serving: concurrent users over the deployment.")] = None,
+    request_rate: Annotated[Optional[float], typer.Option("--request-rate", help="Serving: requests per second (with a --gpus range: find the fewest GPUs).")] = None,
 ) -> None:
     """Estimate one plan: step time and its parts, throughput, MFU, memory and its parts."""
+    from . import cli_serve
     from .costmodel import estimate_training
 
     with user_errors():
+        if cli_serve.check_workload(workload) == "serve":
+            load = cli_serve.serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
+            cli_serve.predict_serve(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
+                                    workload=load, plan=plan, json_out=json_out, price=price, stdout=stdout)
+            return
+        cli_serve.require_training(seq_len, global_batch)
+        gpus = cli_serve.single_gpu_count(gpus)
         inputs = training_inputs(model, hardware, gpus, gpus_per_node, nodes, seq_len, global_batch, tokens, price, calibration)
         try:
             chosen = parse_plan(plan, inputs.cluster.n_gpus)
@@ -257,6 +308,7 @@ def predict(
         hw = inputs.cluster.hardware
         estimate = output.add_training_totals(estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour,
                                               inputs.workload.tokens_per_step)
+        estimate = with_confidence(estimate, chosen, hw.name)
         if reason:
             estimate["fits"] = False
             estimate["infeasible_reason"] = REASONS[reason]
@@ -274,6 +326,7 @@ def predict(
         stdout.print(
             f"{estimate['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {estimate['tflops_per_gpu']:.0f} model TFLOP/s/GPU, "
             f"MFU {estimate['mfu']:.1%}; {verdict}.", highlight=False)
+        stdout.print(confidence_sentence(estimate.get("confidence")), highlight=False, soft_wrap=True)
         if "training_days" in estimate:
             stdout.print(f"Training {tokens:.3g} tokens: {estimate['training_days']:,.1f} days, "
                          f"{estimate['gpu_hours']:,.0f} GPU-hours, ${estimate['cost_usd']:,.0f}.", highlight=False)
@@ -364,10 +417,12 @@ def models_show(name: Annotated[str, typer.Argument(help="Spec name, spec YAML o
 
 
 def _register_commands() -> None:
-    from . import cli_accuracy, cli_emit
+    from . import cli_accuracy, cli_emit, cli_report, cli_study
 
     cli_accuracy.register(app)
+    cli_study.register(app)
     cli_emit.register(app)
+    cli_report.register(app)
 
 
 _register_commands()

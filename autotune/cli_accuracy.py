@@ -41,6 +41,12 @@ def register(app: typer.Typer) -> None:
         from .validation import validate_runs
 
         with user_errors():
+            from . import cli_serve
+            from .serving.runs import is_serving_schema
+
+            if is_serving_schema(cli_serve.csv_columns(runs_csv)):  # serving_runs.csv schema
+                cli_serve.validate_serving_csv(runs_csv, json_out=json_out, worst=worst, stdout=stdout, stderr=stderr)
+                return
             runs = read_runs(runs_csv)
             overlay = load_calibration(calibration) if calibration else None
             report = validate_runs(runs, _loader(), overlay)

@@ -198,7 +198,7 @@ def register(app: typer.Typer) -> None:
     def emit(
         plan_source: Annotated[Optional[str], typer.Argument(
             metavar="PLAN", help="A plans.json from `search --out` (or its folder), or a plan string like tp=8,pp=4.")] = None,
-        format: Annotated[str, typer.Option("--format", "-f", help="megatron | deepspeed | torchtitan | slurm.")] = "megatron",
+        format: Annotated[str, typer.Option("--format", "-f", help="megatron | deepspeed | torchtitan | slurm; serving: vllm | sglang.")] = "megatron",
         plan: Annotated[Optional[str], typer.Option("--plan", "-p", help="A plan string (instead of PLAN).")] = None,
         rank: Annotated[int, typer.Option("--rank", "-r", help="Which plan of a plans.json (1 = the best).")] = 1,
         framework: Annotated[str, typer.Option("--framework", help="What a Slurm script runs: megatron | deepspeed | torchtitan.")] = DEFAULT_FRAMEWORK,
@@ -219,6 +219,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write the launch config of a plan for Megatron-LM, DeepSpeed, torchtitan or Slurm."""
         with cli.user_errors():
+            from . import cli_serve
+
+            if format in cli_serve.SERVING_FORMATS:  # vllm, sglang: serve plans (cli_serve.py)
+                return cli_serve.emit_serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len, out, force, json_out)
             context = _context(plan_source, plan, rank, framework, model, hardware, gpus, gpus_per_node, nodes, seq_len,
                                global_batch, tokens, calibration, data_path, tokenizer)
             if format not in EMITTERS:

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .confidence import short_text as confidence_short
 from .errors import InputError
 from .plan import Plan
 from .search.result import SearchResult
@@ -67,9 +68,11 @@ def settings_short(plan: Plan) -> str:
 def plans_table(result: SearchResult, capacity_gib: float) -> Table:
     title = "Pareto set" if result.pareto else f"Top {len(result.ranked)} plans"
     table = Table(title=title, header_style="bold", caption="settings: ZeRO stage, micro-batch, recompute "
-                  "(norc = none, sel = selective), precision, off = optimizer offload", caption_justify="left")
+                  "(norc = none, sel = selective), precision, off = optimizer offload; err band: predicted vs "
+                  "measured on validated runs like it (! = a feature no validated run used; see --json)", caption_justify="left")
     for name, justify in (("#", "right"), ("layout", "left"), ("settings", "left"), ("step s", "right"),
-                          ("tok/s/GPU", "right"), ("MFU", "right"), ("GiB/GPU (free)", "right"), ("$/Mtok", "right")):
+                          ("tok/s/GPU", "right"), ("MFU", "right"), ("GiB/GPU (free)", "right"), ("$/Mtok", "right"),
+                          ("err band", "right")):
         table.add_column(name, justify=justify, no_wrap=True)
     for ranked in result.ranked:
         p, e = ranked.plan, ranked.estimate
@@ -78,6 +81,7 @@ def plans_table(result: SearchResult, capacity_gib: float) -> Table:
             f"{e['tokens_per_s_per_gpu']:,.0f}", f"{e['mfu']:.1%}",
             f"{e['memory_gib_per_gpu']:.1f} ({capacity_gib - e['memory_gib_per_gpu']:.1f})",
             f"{e['cost_usd_per_million_tokens']:.3f}",
+            confidence_short(e.get("confidence")),
         )
     return table
 

@@ -98,6 +98,36 @@ def infer_attention_kernel(row: dict) -> tuple[str, str | None]:
                    f"{FLASH_ATTENTION_FIRST_YEAR - 1 if kernel == 'unfused' else FLASH_ATTENTION_FIRST_YEAR})"
 
 
+ZERO3_COLLECTIVES = ("block", "submodule")
+# DeepSpeed ZeRO-3 as published in 2021 fetched (and reduced) the parameters of every submodule
+# (each linear and norm) with its own collectives; coalesced, bucketed fetches came with later
+# releases (2022 on).  Everything
+# else shards per transformer block (PyTorch FSDP/FSDP2 wrap each block as one flat unit).
+DEEPSPEED_COALESCED_FIRST_YEAR = 2022
+
+
+def infer_zero3_collectives(row: dict) -> tuple[str, str | None]:
+    """Granularity of the row's ZeRO-3 collectives (``block`` or ``submodule``) and how it was inferred.
+
+    A ``zero3_collectives`` column wins; otherwise ``submodule`` for ZeRO-3 rows whose notes or
+    source name DeepSpeed and whose publication year is before 2022, else ``block``.
+    """
+    stated = (row.get("zero3_collectives") or "").strip().lower()
+    if stated:
+        if stated not in ZERO3_COLLECTIVES:
+            raise InputError(f"row {row.get('id')!r}: must be one of {', '.join(ZERO3_COLLECTIVES)}, but got {stated!r}",
+                             field="zero3_collectives")
+        return stated, None
+    if (row.get("zero") or "").strip() != "3":
+        return "block", None
+    text = f"{row.get('notes') or ''} {row.get('source') or ''}".lower()
+    year = publication_year(row.get("source") or "")
+    if "deepspeed" in text and year is not None and year < DEEPSPEED_COALESCED_FIRST_YEAR:
+        return "submodule", (f"DeepSpeed ZeRO-3 published in {year} (< {DEEPSPEED_COALESCED_FIRST_YEAR}): "
+                          "collectives per submodule")
+    return "block", None
+
+
 REQUIRED_COLUMNS = (
     "id", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "vocab_size", "seq_len", "gpu", "n_gpus",
     "tp", "pp", "measured_tokens_per_s_per_gpu",
@@ -124,6 +154,7 @@ class MeasuredRun:
     source: str = ""
     attention_kernel: str = "flash"  # flash | unfused (see infer_attention_kernel)
     hardware_variant: str | None = None  # e.g. POWER_LIMITED: see HARDWARE_VARIANTS
+    zero3_collectives: str = "block"  # block | submodule (see infer_zero3_collectives)
     inferred: dict[str, str] = field(default_factory=dict)  # field -> how its value was inferred
 
     def hardware(self, profile: Hardware) -> Hardware:
@@ -220,6 +251,9 @@ def parse_row(row: dict) -> MeasuredRun | SkippedRow:
         dropout = kernel == "unfused"
         inferred["dropout"] = (f"{str(dropout).lower()}: Megatron-LM defaults of the unfused-attention era"
                                if dropout else "false: current recipes train without dropout")
+    granularity, how = infer_zero3_collectives(row)
+    if how:
+        inferred["zero3_collectives"] = how
     variant = POWER_LIMITED if "POWER-LIMITED VARIANT" in (row.get("notes") or "") else None
     if variant:
         inferred["hardware_variant"] = "notes say POWER-LIMITED VARIANT"
@@ -259,6 +293,7 @@ def parse_row(row: dict) -> MeasuredRun | SkippedRow:
         source=row.get("source") or "",
         attention_kernel=kernel,
         hardware_variant=variant,
+        zero3_collectives=granularity,
         inferred=inferred,
     )
 

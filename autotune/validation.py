@@ -94,7 +94,8 @@ class Evaluation:
 
 
 def _group_key(run: MeasuredRun, profile: str) -> tuple:
-    return (profile, run.hardware_variant, run.model, run.n_gpus, run.gpus_per_node, run.workload, run.attention_kernel)
+    return (profile, run.hardware_variant, run.model, run.n_gpus, run.gpus_per_node, run.workload, run.attention_kernel,
+            run.zero3_collectives)
 
 
 def prepare(runs: Iterable[MeasuredRun | SkippedRow], hardware_loader: HardwareLoader) -> Prepared:
@@ -169,7 +170,8 @@ def evaluate(prepared: Prepared, hardware: Mapping[str, Hardware] | None = None,
         group = prepared.groups[g]
         hw = group.run.hardware(hardware[group.profile])
         estimates[g] = estimate_training(group.run.model, group.run.cluster(hw), group.run.workload, group.plans,
-                                         attention_kernel=group.run.attention_kernel)
+                                         attention_kernel=group.run.attention_kernel,
+                                         zero3_collectives=group.run.zero3_collectives)
     tputs, mems, fits, chosen, rows = [], [], [], [], []
     empty = np.zeros(0)
     for case in prepared.cases:

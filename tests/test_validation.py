@@ -273,3 +273,16 @@ def test_fit_rejects_unknown_parameters(runs):
 def test_skipped_rows_pass_through_unchanged(runs):
     skipped = [r for r in runs if isinstance(r, SkippedRow)]
     assert [s.id for s in skipped] == ["NAR21-T2-07", "KOR22-10", "NEMO-LS-B200-16K"]
+
+
+def test_zero3_collective_granularity_is_inferred_from_the_software_and_year():
+    from autotune.runs import infer_zero3_collectives
+
+    row = {"id": "x", "zero": "3", "notes": "ZeRO-3 (DeepSpeed) without model parallelism",
+           "source": "Narayanan et al. 2021 (SC21)"}
+    kind, how = infer_zero3_collectives(row)
+    assert kind == "submodule" and "2021" in how
+    assert infer_zero3_collectives({**row, "source": "DeepSpeed blog 2023"})[0] == "block"
+    assert infer_zero3_collectives({**row, "notes": "FSDP full shard"})[0] == "block"
+    assert infer_zero3_collectives({**row, "zero": "1"})[0] == "block"
+    assert infer_zero3_collectives({**row, "zero3_collectives": "block"}) == ("block", None)

@@ -81,11 +81,18 @@ def _ring_latency(topo: Topology, cluster: Cluster) -> np.ndarray:
     return np.where(topo.n > 1, latency * 1e-6, 0.0)
 
 
-def all_gather_s(message_bytes: np.ndarray, topo: Topology, cluster: Cluster) -> np.ndarray:
-    """All-gather (or reduce-scatter) whose *full* tensor is ``message_bytes``: half an all-reduce's bandwidth."""
+def all_gather_s(message_bytes: np.ndarray, topo: Topology, cluster: Cluster, nics: np.ndarray | float | None = None) -> np.ndarray:
+    """All-gather (or reduce-scatter) whose *full* tensor is ``message_bytes``: half an all-reduce's bandwidth.
+
+    ``nics``: how many of a node's NICs the collective's rings use at once (default: one per
+    member in the node, NCCL's channels spread over all of them).  A collective of many tiny
+    per-rank chunks runs on fewer channels (NCCL cuts the channel count until each channel has
+    enough work), so its cross-node traffic leaves through fewer NICs; see ``SUBMODULE_GRANULAR``.
+    """
     intra_bw, inter_bw = _bandwidths(cluster)
+    lanes = topo.per_node if nics is None else np.minimum(topo.per_node, nics)
     intra = (topo.per_node - 1.0) / topo.per_node * message_bytes / intra_bw
-    inter = (topo.nodes - 1.0) / topo.nodes * message_bytes / (topo.per_node * inter_bw)
+    inter = (topo.nodes - 1.0) / topo.nodes * message_bytes / (lanes * inter_bw)
     return np.maximum(intra, inter) + _ring_latency(topo, cluster)
 
 

@@ -42,6 +42,24 @@ TIME_PARTS = (
 )
 
 
+# Granularity of ZeRO-3 / FSDP parameter collectives (a property of the software, like the
+# attention kernel): "block" -- one flat all-gather / reduce-scatter per transformer block
+# (PyTorch FSDP, FSDP2); "submodule" -- one per submodule (linear or norm), with per-rank chunks
+# too small to spread over a node's NICs (DeepSpeed ZeRO-3 as of 2021, Narayanan et al. 2021
+# Table 2).
+BLOCK_GRANULAR = "block"
+SUBMODULE_GRANULAR = "submodule"
+ZERO3_COLLECTIVES = (BLOCK_GRANULAR, SUBMODULE_GRANULAR)
+
+
+def zero3_submodules_per_layer(model: ModelSpec) -> float:
+    """Submodules of one layer that DeepSpeed's 2021 ZeRO-3 fetched one at a time.
+
+    The two norms, the fused QKV and attention-output linears, and each MLP matrix.
+    """
+    return 2.0 + 2.0 + model.mlp_matrices
+
+
 class _Layer:
     """Forward, backward and communication times of one layer for one micro-batch (arrays)."""
 
@@ -146,7 +164,7 @@ class _Layer:
 
 def step_time_parts(
     model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: PlanBatch, geo: Geometry,
-    attention_kernel: str = "flash",
+    attention_kernel: str = "flash", zero3_collectives: str = "block",
 ) -> dict[str, np.ndarray]:
     """Seconds per training step, split into the parts of :data:`TIME_PARTS` (they sum to the step)."""
     hw = cluster.hardware
@@ -199,12 +217,26 @@ def step_time_parts(
     edge_params = np.maximum(geo.embedding_params, geo.output_params)
     zero = np.asarray(plans.zero)
     units = n_layers + 1.0
+    nics = None
+    if zero3_collectives == SUBMODULE_GRANULAR:
+        # DeepSpeed ZeRO-3 of 2021 fetches (and reduces) the parameters of each submodule on
+        # its own (every linear and norm), so a layer costs ``zero3_submodules_per_layer`` ring
+        # collectives, each paying the whole group's ring latency; and each collective's
+        # per-rank chunk is tiny (a submodule / dp), so NCCL runs it on a single channel and its
+        # cross-node traffic leaves through one NIC, not the node's eight.
+        # Its 16-bit gradients are reduced in their own precision (DeepSpeed's default
+        # communication data type), not in fp32.
+        units = n_layers * zero3_submodules_per_layer(model) + 2.0
+        nics = 1.0
+        grad_comm_bytes = 2.0
+    else:
+        grad_comm_bytes = 4.0
 
     def gather(params, group, count):
-        return count * comm.all_gather_s(2.0 * params / count, group, cluster)
+        return count * comm.all_gather_s(2.0 * params / count, group, cluster, nics)
 
     def scatter(params, group, count):
-        return count * comm.reduce_scatter_s(4.0 * params / count, group, cluster)
+        return count * comm.reduce_scatter_s(grad_comm_bytes * params / count, group, cluster, nics)
 
     gather_s = gather(dense_params + edge_params, geo.dp_group, units) + gather(expert_params, geo.expert_dp_group, units)
     scatter_s = (scatter(dense_params + edge_params, geo.dp_group, units)

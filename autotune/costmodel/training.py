@@ -19,7 +19,7 @@ from ..workload import TrainWorkload
 from .flops import training_flops_per_token
 from .geometry import Geometry, plan_geometry
 from .memory import GIB, MEMORY_PARTS, memory_parts
-from .step_time import TIME_PARTS, step_time_parts
+from .step_time import TIME_PARTS, ZERO3_COLLECTIVES, step_time_parts
 
 ATTENTION_KERNELS = ("flash", "unfused")
 
@@ -61,18 +61,23 @@ class TrainingEstimate:
 
 
 def estimate_training(
-    model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: PlanBatch, *, attention_kernel: str = "flash"
+    model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: PlanBatch, *, attention_kernel: str = "flash",
+    zero3_collectives: str = "block",
 ) -> TrainingEstimate:
     """Estimate every plan of ``plans``.
 
     ``attention_kernel`` is the software's attention: ``flash`` (every current framework)
     or ``unfused`` (Megatron-LM before FlashAttention, 2021-2022: scores through HBM).
+    ``zero3_collectives`` is the granularity of ZeRO-3 parameter collectives: ``block`` (FSDP,
+    one per transformer block) or ``submodule`` (DeepSpeed ZeRO-3 of 2021, one per linear or norm).
     """
     if attention_kernel not in ATTENTION_KERNELS:
         raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, but got ({attention_kernel!r})")
+    if zero3_collectives not in ZERO3_COLLECTIVES:
+        raise ValueError(f"zero3_collectives must be one of {ZERO3_COLLECTIVES}, but got ({zero3_collectives!r})")
     hw = cluster.hardware
     geo = plan_geometry(model, cluster, workload, plans)
-    time_parts = step_time_parts(model, cluster, workload, plans, geo, attention_kernel)
+    time_parts = step_time_parts(model, cluster, workload, plans, geo, attention_kernel, zero3_collectives)
     step_time_s = sum(time_parts[k] for k in TIME_PARTS)
     tokens_per_s_per_gpu = workload.tokens_per_step / (step_time_s * cluster.n_gpus)
     model_flops = training_flops_per_token(model, workload.seq_len, "none")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..errors import InputError
-from . import deepspeed, megatron, slurm, torchtitan
+from . import deepspeed, megatron, sglang, slurm, torchtitan, vllm
 from .base import EmitContext, Emitter, Launch, Limit, refusal
 
 FRAMEWORKS: Mapping[str, Emitter] = {
@@ -23,6 +23,8 @@ FRAMEWORKS: Mapping[str, Emitter] = {
 EMITTERS: Mapping[str, Emitter] = {**FRAMEWORKS, "slurm": slurm.make_emitter(dict(FRAMEWORKS))}
 FORMATS = tuple(EMITTERS)
 DEFAULT_FRAMEWORK = "megatron"
+# Serving launch commands (serve plans, not training plans): format -> render(ServeContext).
+SERVING_EMITTERS = {"vllm": vllm.render, "sglang": sglang.render}
 
 
 def get_emitter(name: str, framework: str | None = None) -> Emitter:
@@ -57,5 +59,5 @@ def render(name: str, context: EmitContext) -> dict[str, str]:
 
 __all__ = [
     "EMITTERS", "FRAMEWORKS", "FORMATS", "DEFAULT_FRAMEWORK", "EmitContext", "Emitter", "Launch", "Limit",
-    "get_emitter", "render", "alternatives",
+    "get_emitter", "render", "alternatives", "SERVING_EMITTERS",
 ]

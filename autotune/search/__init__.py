@@ -39,14 +39,33 @@ def run_search(
     seed: int | None = 0,
     top: int = 10,
     progress: Callable[[str, int, int], None] | None = None,
+    storage: str | None = None,
+    study: str | None = None,
+    new: bool = False,
+    heartbeat_s: int | None = None,
 ) -> SearchResult:
-    """Search the problem's space and rank the feasible plans, best first."""
+    """Search the problem's space and rank the feasible plans, best first.
+
+    With ``storage`` (an Optuna storage URL) and ``study``, the trials persist: a re-run continues
+    the study up to ``trials`` in total, and ``autotune worker`` processes may join it.
+    """
     if sampler not in SAMPLER_CHOICES:
         raise ValueError(f"sampler must be one of {', '.join(SAMPLER_CHOICES)}, but got ({sampler!r})")
     started = time.perf_counter()
     chosen = sampler
     notes = []
-    if sampler == "auto":
+    if storage is not None:
+        from ..errors import InputError
+
+        if sampler == "exact":
+            raise InputError("exact search keeps no study; use --sampler tpe, random or gp with --storage",
+                             field="--sampler")
+        if not study:
+            raise InputError("--storage needs a study name, e.g. --study llama70b-64xh100", field="--study")
+        if sampler == "auto":
+            chosen = "tpe"
+            notes.append("auto chose tpe: a study in --storage is searched with Optuna's TPE sampler")
+    elif sampler == "auto":
         bound = count_valid_upper_bound(problem)
         chosen = "exact" if bound <= EXACT_LIMIT else "tpe"
         notes.append(
@@ -58,7 +77,17 @@ def run_search(
         if progress:
             progress(chosen, done, total)
 
-    if chosen == "exact":
+    if storage is not None:
+        from .optuna_search import count_trials, evaluated_from_study, make_storage, open_study, run_study
+
+        opened, note = open_study(make_storage(storage, heartbeat_s=heartbeat_s), study, problem, objectives, new=new,
+                                  target=trials, settings={"mode": "search", "sampler": chosen})
+        notes.append(note)
+        run = run_study(opened, problem, objectives, sampler_name=chosen, seed=seed, target=trials,
+                        report=lambda event: report(count_trials(opened, False), trials))
+        notes.extend(run.notes)
+        evaluated = evaluated_from_study(run.study, problem)
+    elif chosen == "exact":
         evaluated = exact_search(problem, report)
     else:
         from .optuna_search import optuna_search

@@ -1,0 +1,1 @@
+"""Serving plans: plan and workload, search space, search, and validation against measured serving runs."""

@@ -1,0 +1,170 @@
+"""Measured serving runs in the schema of ``serving_runs.csv`` (TensorRT-LLM performance tables).
+
+Each row becomes a :class:`ServingRun`: the model shape (from the row's own architecture
+columns), the GPU profile, the plan (tp, pp, weight precision, KV dtype), the request shape
+and what was measured.  Rows that cannot be predicted are kept as :class:`SkippedServingRow`
+with the reason.  A KV dtype the row leaves empty is not guessed: the run is evaluated with
+every dtype the GPU supports and the range is reported.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+from ..modelspec import ModelSpec, MoESpec
+
+# Columns that mark the serving schema (``autotune validate`` dispatches on them).
+SERVING_MARKER_COLUMNS = frozenset({"output_tokens_per_s_per_gpu", "input_len", "output_len", "weight_precision"})
+REQUIRED_COLUMNS = (
+    "id", "source_group", "model_name", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads",
+    "vocab_size", "gpu", "n_gpus", "tp", "pp", "weight_precision", "kv_cache_dtype", "input_len", "output_len",
+    "scenario", "output_tokens_per_s_per_gpu",
+)
+KINDS = ("max-throughput", "static", "prefill", "rate")
+
+
+def is_serving_schema(columns) -> bool:
+    return SERVING_MARKER_COLUMNS <= set(columns)
+
+
+@dataclass(frozen=True)
+class ServingRun:
+    id: str
+    source_group: str
+    engine: str  # engine release key for the fitted parameters (the source group names it)
+    kind: str  # one of KINDS
+    model: ModelSpec
+    gpu: str
+    n_gpus: int
+    tp: int
+    pp: int
+    weights: str
+    kv: tuple[str, ...]  # one dtype, or every candidate when the row does not say
+    input_len: int
+    output_len: int
+    batch: int | None  # static batch size (the engine picks it otherwise)
+    request_rate: float | None
+    measured_tokens_per_s_per_gpu: float | None
+    measured_ttft_ms: float | None
+    measured_itl_ms: float | None
+
+
+@dataclass(frozen=True)
+class SkippedServingRow:
+    id: str
+    source_group: str
+    reason: str
+
+
+def _weights(text: str) -> str | None:
+    t = text.strip().lower()
+    if t.startswith(("fp16", "bf16")):
+        return "bf16"
+    for name in ("fp8", "fp4", "int8", "int4"):
+        if t.startswith(name):
+            return name
+    return None
+
+
+def _kind(row: dict) -> str:
+    scenario = row["scenario"].lower()
+    if "single-request" in scenario or "prefill only" in scenario:
+        return "prefill"
+    if "static" in scenario:
+        return "static"
+    rate = (row.get("request_rate") or "").strip().lower()
+    if rate and rate not in ("inf", "infinite"):
+        return "rate"
+    return "max-throughput"
+
+
+def _float(row: dict, key: str) -> float | None:
+    text = (row.get(key) or "").strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _int(row: dict, key: str) -> int | None:
+    value = _float(row, key)
+    return None if value is None else int(value)
+
+
+def _engine(group: str) -> str:
+    g = group.lower()
+    for key in ("v0.20", "v0.14.0_online", "v0.14.0", "v0.9.0"):
+        if key in g:
+            return "trtllm-" + key.lstrip("v").replace(".0_online", "-triton").replace(".0", "")
+    return group
+
+
+def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> ServingRun | SkippedServingRow:
+    rid, group = row["id"], row["source_group"]
+    shape = {k: _int(row, k) for k in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "vocab_size")}
+    missing = [k for k, v in shape.items() if not v]
+    if missing:
+        return SkippedServingRow(rid, group, f"architecture not stated: {', '.join(missing)}")
+    gpu = row["gpu"].strip()
+    if gpu not in supported_gpus:
+        return SkippedServingRow(rid, group, f"GPU {gpu!r} has no bundled profile")
+    weights = _weights(row["weight_precision"])
+    if weights is None:
+        return SkippedServingRow(rid, group, f"unknown weight precision {row['weight_precision']!r}")
+    kv_text = row["kv_cache_dtype"].strip().lower()
+    if kv_text:
+        kv: tuple[str, ...] = ("fp8",) if kv_text.startswith("fp8") else ("bf16",)
+    else:
+        kv = ("bf16", "fp8") if gpu in fp8_gpus else ("bf16",)
+    experts, topk = _int(row, "moe_experts"), _int(row, "moe_topk")
+    moe = MoESpec(n_experts=experts, top_k=topk, expert_ffn_hidden_size=shape["ffn_hidden_size"]) if experts else None
+    try:
+        model = ModelSpec(
+            name=row["model_name"], n_layers=shape["n_layers"], hidden_size=shape["hidden_size"],
+            ffn_hidden_size=shape["ffn_hidden_size"], n_heads=shape["n_heads"], n_kv_heads=shape["n_kv_heads"],
+            head_dim=shape["hidden_size"] // shape["n_heads"], vocab_size=shape["vocab_size"], mlp="swiglu", moe=moe,
+        )
+    except ValueError as exc:
+        return SkippedServingRow(rid, group, f"architecture invalid: {exc}")
+    kind = _kind(row)
+    measured = _float(row, "output_tokens_per_s_per_gpu")
+    ttft = _float(row, "ttft_ms_mean")
+    itl = _float(row, "itl_ms_mean") or _float(row, "tpot_ms_mean")
+    if kind != "prefill" and measured is None:
+        return SkippedServingRow(rid, group, "no output tokens/s per GPU")
+    if kind == "prefill" and ttft is None:
+        return SkippedServingRow(rid, group, "single-request row without TTFT")
+    batch = _int(row, "concurrency_or_batch") if kind in ("static", "prefill") else None
+    if kind == "static" and not batch:
+        return SkippedServingRow(rid, group, "static-batch row without its batch size")
+    rate = _float(row, "request_rate") if kind == "rate" else None
+    tp, pp = _int(row, "tp") or 1, _int(row, "pp") or 1
+    if model.n_heads % tp:
+        return SkippedServingRow(rid, group, f"heads {model.n_heads} not divisible by tp {tp}")
+    return ServingRun(
+        id=rid, source_group=group, engine=_engine(group), kind=kind, model=model, gpu=gpu,
+        n_gpus=_int(row, "n_gpus") or tp * pp, tp=tp, pp=pp, weights=weights, kv=kv,
+        input_len=_int(row, "input_len"), output_len=max(_int(row, "output_len") or 1, 1), batch=batch,
+        request_rate=rate, measured_tokens_per_s_per_gpu=measured, measured_ttft_ms=ttft, measured_itl_ms=itl,
+    )
+
+
+def read_serving_runs(path: Path, supported_gpus: set[str], fp8_gpus: set[str]) -> list[ServingRun | SkippedServingRow]:
+    source = str(path)
+    try:
+        handle = open(path, newline="")
+    except FileNotFoundError:
+        raise InputError("file not found; check the path", source=source) from None
+    with handle:
+        reader = csv.DictReader(handle)
+        columns = reader.fieldnames or []
+        absent = [c for c in REQUIRED_COLUMNS if c not in columns]
+        if absent:
+            raise InputError(f"missing serving column(s) {', '.join(absent)}; see serving_runs.csv for the schema",
+                             source=source)
+        return [parse_row(row, supported_gpus, fp8_gpus) for row in reader]

@@ -1,0 +1,125 @@
+"""Capacity planning: parsing --gpus ranges and --deadline, energy and emissions, and the search across pairs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autotune import capacity as cap
+from autotune.cli import app
+from autotune.errors import InputError
+
+runner = CliRunner()
+SMALL = ["-m", "llama3-8b", "-s", "4096", "-b", "64", "--tokens", "1e11"]
+
+
+def test_parse_gpus_keeps_plain_counts():
+    assert cap.parse_gpus("64") == (64, None)
+    assert cap.parse_gpus(None) == (None, None)
+    assert cap.parse_gpus("64..4096") == (None, (64, 4096))
+
+
+@pytest.mark.parametrize("text", ["abc", "64..", "4096..64", "0..8", "8...16"])
+def test_parse_gpus_rejects_bad_ranges(text):
+    with pytest.raises(InputError, match="--gpus"):
+        cap.parse_gpus(text)
+
+
+def test_gpu_counts_whole_nodes_powers_of_two_and_ends():
+    assert cap.gpu_counts(64, 4096, 8) == [64, 128, 256, 512, 1024, 2048, 4096]
+    assert cap.gpu_counts(100, 1000, 8) == [104, 128, 256, 512, 1000]
+    assert cap.gpu_counts(1, 16, 8) == [1, 2, 4, 8, 16]
+    with pytest.raises(InputError, match="--gpus"):
+        cap.gpu_counts(9, 15, 8)
+
+
+@pytest.mark.parametrize("text,days", [("30d", 30), ("720h", 30), ("2w", 14), ("1.5e1", 15), ("2mo", 60)])
+def test_parse_duration(text, days):
+    assert cap.parse_duration_days(text) == pytest.approx(days)
+
+
+@pytest.mark.parametrize("text", ["soon", "30y", "0d", "-3d"])
+def test_parse_duration_rejects(text):
+    with pytest.raises(InputError, match="--deadline"):
+        cap.parse_duration_days(text)
+
+
+def test_footprint_arithmetic():
+    # 1000 GPUs x 500 W x 24 h x PUE 1.5 = 18 MWh; at 400 g/kWh = 7.2 t.
+    f = cap.footprint(1000, 1.0, 500.0, 2.0, 1.5, 400.0)
+    assert f["gpu_hours"] == pytest.approx(24_000)
+    assert f["cost_usd"] == pytest.approx(48_000)
+    assert f["energy_mwh"] == pytest.approx(18.0)
+    assert f["co2e_t"] == pytest.approx(7.2)
+
+
+def test_pue_and_intensity_defaults_and_bounds():
+    assert cap.check_pue(None) == cap.DEFAULT_PUE == 1.58
+    assert cap.check_grid_intensity(None) == cap.DEFAULT_GRID_INTENSITY == 475.0
+    with pytest.raises(InputError, match="--pue"):
+        cap.check_pue(0.9)
+    with pytest.raises(InputError, match="--grid-intensity"):
+        cap.check_grid_intensity(-1)
+
+
+def _cand(hw, n, days, cost):
+    return cap.Candidate(hw, n, 8, {"tp": 1}, {"memory_gib_per_gpu": 10.0},
+                         {"training_days": days, "cost_usd": cost, "gpu_hours": 0, "energy_mwh": 0, "co2e_t": 0},
+                         meets_deadline=days <= 30)
+
+
+def test_choose_cheapest_in_time_and_fastest():
+    cands = [_cand("a", 8, 60, 100), _cand("a", 16, 29, 120), _cand("b", 32, 10, 200)]
+    found = cap.choose(cands, "cost", 30, 1.58, 475)
+    assert (found.chosen.gpus, found.cheapest.gpus, found.fastest.gpus) == (16, 16, 32)
+    assert cap.choose(cands, "time", 30, 1.58, 475).chosen.gpus == 32
+
+
+def test_capacity_search_cli_json():
+    result = runner.invoke(app, ["search", *SMALL, "-H", "h100-sxm5-80gb,a100-sxm4-80gb", "--gpus", "8..32",
+                                 "--deadline", "30d", "--objective", "cost", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    capacity = doc["capacity"]
+    assert {(c["hardware"], c["gpus"]) for c in capacity["candidates"]} == {
+        (h, n) for h in ("h100-sxm5-80gb", "a100-sxm4-80gb") for n in (8, 16, 32)}
+    chosen = capacity["chosen"]
+    assert chosen["meets_deadline"] and chosen["training_days"] <= 30
+    in_time = [c for c in capacity["candidates"] if c["meets_deadline"]]
+    assert chosen["cost_usd"] == min(c["cost_usd"] for c in in_time)
+    assert capacity["fastest"]["training_days"] == min(c["training_days"] for c in capacity["candidates"] if c["plan"])
+    for key in ("gpu_hours", "cost_usd", "energy_mwh", "co2e_t", "training_days"):
+        assert chosen[key] > 0
+    # The JSON contract of search holds for the chosen pair's plans.
+    assert doc["plans"] and doc["inputs"]["gpus"] == chosen["gpus"]
+    assert doc["plans"][0]["estimate"]["energy_mwh"] == pytest.approx(chosen["energy_mwh"])
+
+
+def test_capacity_flags_override_defaults():
+    args = ["search", *SMALL, "-H", "h100-sxm5-80gb", "--gpus", "8..16", "--json"]
+    base = json.loads(runner.invoke(app, args).stdout)["capacity"]["chosen"]
+    doc = json.loads(runner.invoke(app, [*args, "--pue", "1.1", "--grid-intensity", "57"]).stdout)
+    other = doc["capacity"]["chosen"]
+    assert other["energy_mwh"] == pytest.approx(base["energy_mwh"] * 1.1 / 1.58)
+    assert other["co2e_t"] == pytest.approx(other["energy_mwh"] * 57 / 1000)
+
+
+def test_capacity_human_output_and_errors():
+    result = runner.invoke(app, ["search", *SMALL, "-H", "h100-sxm5-80gb", "--gpus", "8..16", "--deadline", "720h"])
+    assert result.exit_code == 0, result.output
+    assert "MWh" in result.stdout and "t CO2e" in result.stdout and "Cheapest in time" in result.stdout
+    missing = runner.invoke(app, ["search", "-m", "llama3-8b", "-s", "4096", "-b", "64", "-H", "h100-sxm5-80gb",
+                                  "--gpus", "8..16"])
+    assert missing.exit_code == 2 and "--tokens" in missing.output
+    late = runner.invoke(app, ["search", *SMALL, "-H", "h100-sxm5-80gb", "--gpus", "8..16", "--deadline", "1h"])
+    assert late.exit_code == 1 and "deadline" in late.output
+
+
+def test_plain_gpu_count_unchanged():
+    result = runner.invoke(app, ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096",
+                                 "-b", "16", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert "capacity" not in doc and doc["inputs"]["gpus"] == 8

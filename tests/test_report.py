@@ -1,0 +1,111 @@
+"""autotune report: the HTML file (self-contained, offline) and the PNG figures, checked as a person sees them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from autotune.cli import app
+from autotune.report.data import best_so_far
+from autotune.report.figures import pareto_front
+
+matplotlib = pytest.importorskip("matplotlib", reason="autotune report needs matplotlib: pip install '.[report]'")
+runner = CliRunner()
+SMALL = ["-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "16"]
+FIGURES = {"throughput_memory", "throughput_cost", "step_breakdown", "memory_breakdown", "convergence", "importance"}
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory):
+    base = tmp_path_factory.mktemp("report")
+    result = runner.invoke(app, ["search", *SMALL, "--out", str(base / "run")])
+    assert result.exit_code == 0, result.output
+    made = runner.invoke(app, ["report", str(base / "run" / "plans.json"), "--out", str(base / "rep"), "--trials", "40"])
+    assert made.exit_code == 0, made.output
+    return base / "rep"
+
+
+def check_png(path, min_bytes=5_000):
+    """A real figure: big enough, decodes, and not blank (many non-white pixels, more than two colours)."""
+    import numpy as np
+    from matplotlib import image
+
+    assert path.stat().st_size >= min_bytes, path
+    pixels = image.imread(path)
+    assert pixels.ndim == 3 and pixels.shape[0] >= 200 and pixels.shape[1] >= 300, pixels.shape
+    rgb = pixels[..., :3]
+    ink = np.any(rgb < 0.95, axis=-1).mean()
+    assert ink > 0.02, f"{path.name} is nearly blank ({ink:.1%} ink)"
+    assert len(np.unique((rgb * 255).astype(int).reshape(-1, 3)[::7], axis=0)) > 8, f"{path.name} has too few colours"
+
+
+def test_report_writes_every_png(report_dir):
+    assert {p.stem for p in report_dir.glob("*.png")} == FIGURES
+    for path in report_dir.glob("*.png"):
+        check_png(path)
+
+
+def test_report_html_is_self_contained(report_dir):
+    html = (report_dir / "report.html").read_text()
+    assert html.startswith("<!DOCTYPE html>")
+    assert html.count("data:image/png;base64,") == len(FIGURES)
+    # Works offline: nothing is fetched from anywhere.
+    assert not re.search(r"(src|href)=[\"']?(https?:)?//", html)
+    assert "<link" not in html
+    for name in FIGURES:
+        assert f"id={name}" in html
+
+
+def test_report_errors(tmp_path):
+    missing = runner.invoke(app, ["report", str(tmp_path / "nope.json"), "--out", str(tmp_path / "o")])
+    assert missing.exit_code == 2 and "no such file" in missing.output
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"hello": 1}))
+    wrong = runner.invoke(app, ["report", str(bad), "--out", str(tmp_path / "o")])
+    assert wrong.exit_code == 2 and "plans" in wrong.output
+    study = runner.invoke(app, ["report", "--storage", "sqlite:///x.db", "--study", "s"])
+    assert study.exit_code == 2 and "--storage" in study.output
+
+
+def test_report_names_the_extra_when_matplotlib_is_missing(monkeypatch, tmp_path):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    plans = tmp_path / "plans.json"
+    plans.write_text("{}")
+    result = runner.invoke(app, ["report", str(plans), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "autotune[report]" in result.output
+
+
+def test_capacity_report_plots_time_against_cost(tmp_path):
+    run = tmp_path / "cap"
+    result = runner.invoke(app, ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb,a100-sxm4-80gb", "--gpus", "8..32",
+                                 "-s", "4096", "-b", "64", "--tokens", "1e11", "--deadline", "30d", "--out", str(run)])
+    assert result.exit_code == 0, result.output
+    made = runner.invoke(app, ["report", str(run / "plans.json"), "--out", str(tmp_path / "rep"), "--trials", "0"])
+    assert made.exit_code == 0, made.output
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "Capacity plan" in html and "Time against cost" in html
+    check_png(tmp_path / "rep" / "throughput_cost.png")
+    assert not (tmp_path / "rep" / "convergence.png").exists()  # --trials 0 skips the convergence runs
+
+
+def test_pareto_front_and_best_so_far():
+    import numpy as np
+
+    x = np.array([1.0, 2.0, 3.0, 2.5])
+    y = np.array([1.0, 3.0, 2.0, 3.5])
+    # Minimise x, maximise y: (1,1), (2,3), (2.5,3.5) are non-dominated; (3,2) is dominated.
+    assert list(pareto_front(x, y, maximize_x=False, maximize_y=True)) == [0, 1, 3]
+    curve = best_so_far([None, 2.0, 1.0, None, 3.0], "maximize")
+    assert np.isnan(curve[0]) and curve[1:] == [2.0, 2.0, 2.0, 3.0]

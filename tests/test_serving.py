@@ -1,0 +1,234 @@
+"""Serving: decode roofline numbers checked by hand, KV capacity, SLO ranking, capacity, validation, launch commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from autotune.cli import app
+from autotune.costmodel.serving import (
+    GIB, ServingParams, decode_weight_bytes_per_step, estimate_serving, kv_bytes_per_token, max_batch_fit,
+)
+from autotune.errors import InputError
+from autotune.hardware import Cluster, load_hardware
+from autotune.modelspec import load_model
+from autotune.serving.plan import ServePlan, ServePlanBatch, ServeWorkload, parse_serve_plan
+from autotune.serving.search import capacity_search, serve_search
+from autotune.serving.space import load_serve_space
+
+DATA = Path(__file__).parent / "data" / "serving_runs_small.csv"
+runner = CliRunner()
+
+# Llama-3-70B by hand: per layer attention 8192*(8192+2*1024) + 8192*8192 = 150,994,944 and SwiGLU MLP
+# 3*8192*28672 = 704,643,072 -> 80 layers = 68,451,041,280 quantised parameters; norms 80*2*8192 + 8192
+# = 1,318,912 and the output layer 128256*8192 = 1,050,673,152 stay bf16.
+LAYERS = 68_451_041_280
+BF16_REST = (1_318_912 + 1_050_673_152) * 2
+
+
+@pytest.mark.parametrize("weights, per_param", [("bf16", 2.0), ("fp8", 1.0), ("int8", 1.0), ("int4", 0.5 + 2 / 128),
+                                               ("fp4", 0.5 + 1 / 16)])
+def test_decode_weight_bytes_llama3_70b(weights, per_param):
+    model = load_model("llama3-70b")
+    assert decode_weight_bytes_per_step(model, weights) == pytest.approx(LAYERS * per_param + BF16_REST)
+
+
+def test_weight_bytes_hand_values():
+    model = load_model("llama3-70b")
+    assert decode_weight_bytes_per_step(model, "bf16") == pytest.approx(139.006e9, rel=1e-5)
+    assert decode_weight_bytes_per_step(model, "fp8") == pytest.approx(70.555e9, rel=1e-5)
+    assert decode_weight_bytes_per_step(model, "int4") == pytest.approx(37.399e9, rel=1e-5)
+
+
+def test_kv_bytes_per_token():
+    model = load_model("llama3-70b")
+    assert kv_bytes_per_token(model, "bf16") == 2 * 80 * 8 * 128 * 2 == 327_680
+    assert kv_bytes_per_token(model, "fp8") == 163_840
+
+
+def _batch(n_gpus, **kw):
+    return ServePlanBatch.from_plans([ServePlan(n_gpus=n_gpus, **kw)])
+
+
+def test_kv_capacity_by_hand():
+    model, hw = load_model("llama3-70b"), load_hardware("h100-sxm5-80gb")
+    params = ServingParams(reserve_gib=3.0, kv_fraction=0.9)
+    cluster = Cluster(hw, 8, 8)
+    plans = _batch(8, tp=8, weights="fp8", kv="fp8")
+    weights_per_gpu = (LAYERS * 1.0 + (1_318_912 + 2 * 1_050_673_152) * 2) / 8  # embedding + output, bf16
+    kv_per_token_per_gpu = 2 * 80 * 1 * 128 * 1  # one KV head per GPU at tp 8, fp8
+    free = (80 * GIB - weights_per_gpu - 3 * GIB) * 0.9
+    expected = int(free / kv_per_token_per_gpu // 2304)
+    assert max_batch_fit(model, cluster, plans, params, 2304)[0] == expected
+    # A bf16 70B model does not fit one 80 GB GPU at all.
+    assert max_batch_fit(model, Cluster(hw, 1, 8), _batch(1, weights="bf16"), params, 2304)[0] == 0
+
+
+def test_decode_is_memory_bound_at_batch_one_and_roofline():
+    model, hw = load_model("llama3-70b"), load_hardware("h100-sxm5-80gb")
+    params = ServingParams(decode_bandwidth=0.8, kv_bandwidth=0.8, step_overhead_us=0.0)
+    cluster = Cluster(hw, 8, 8)
+    plans = _batch(8, tp=8, weights="fp8", kv="fp8", max_batch=1)
+    est = estimate_serving(model, cluster, ServeWorkload(1, 1000), plans, params)
+    floor = decode_weight_bytes_per_step(model, "fp8") / 8 / (3350e9 * 0.8)  # every GPU streams its 1/8
+    assert est.tpot_ms[0] / 1e3 > floor
+    assert est.tpot_ms[0] / 1e3 < floor * 2.0  # plus all-reduce latency, KV and the head
+    assert est.bound[0] == "memory"
+    # Quantising the weights halves the weight stream: fp8 decodes faster than bf16 at batch 1.
+    bf16 = estimate_serving(model, cluster, ServeWorkload(1, 1000), _batch(8, tp=8, max_batch=1), params)
+    assert bf16.tpot_ms[0] > 1.6 * est.tpot_ms[0] * 0.9
+
+
+def test_predict_json_shape():
+    result = runner.invoke(app, ["predict", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+                                 "--input-len", "2048", "--output-len", "256",
+                                 "--plan", "tp=4,pp=1,replicas=2,weights=fp8,kv=fp8,max_batch=64", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["plan"] == {"tp": 4, "pp": 1, "ep": 1, "weights": "fp8", "kv": "fp8", "max_batch": 64, "replicas": 2}
+    for key in ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "ttft_ms", "tpot_ms", "max_batch_fit",
+                "memory_gib_per_gpu", "fits"):
+        assert key in doc["estimate"]
+    assert doc["estimate"]["fits"] is True
+
+
+def test_unsupported_precision_and_bad_plan():
+    result = runner.invoke(app, ["predict", "--workload", "serve", "-m", "llama3-8b", "-H", "a100-sxm4-80gb", "--gpus", "1",
+                                 "--input-len", "128", "--output-len", "128", "--plan", "weights=fp8", "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["estimate"]["infeasible_reason"] == "weight precision not supported by the GPU"
+    with pytest.raises(ValueError, match="replicas is derived"):
+        parse_serve_plan("tp=4,replicas=3", 8)
+    with pytest.raises(InputError, match="--input-len"):
+        ServeWorkload(0, 10)
+    bad = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "1",
+                              "--output-len", "128"])
+    assert bad.exit_code == 2 and "--input-len" in bad.output
+
+
+def test_no_fp8_on_a100_and_fp4_only_on_blackwell():
+    model = load_model("llama3-8b")
+    space = load_serve_space(None)
+    for gpu, allowed in (("a100-sxm4-80gb", {"bf16", "int8", "int4"}), ("h100-sxm5-80gb", {"bf16", "fp8", "int8", "int4"}),
+                         ("b200-sxm-180gb", {"bf16", "fp8", "int8", "int4", "fp4"})):
+        result = serve_search(model, Cluster(load_hardware(gpu), 1, 8), ServeWorkload(128, 128), space, ServingParams(), top=500)
+        assert {r.plan.weights for r in result.ranked} == allowed
+        if gpu.startswith("a100"):
+            assert {r.plan.kv for r in result.ranked} == {"bf16"}
+
+
+def test_slo_ranking_puts_misses_last_and_shows_them():
+    model, hw = load_model("llama3-70b"), load_hardware("h100-sxm5-80gb")
+    workload = ServeWorkload(2048, 256, ttft_ms=2000, tpot_ms=30)
+    result = serve_search(model, Cluster(hw, 8, 8), workload, load_serve_space(None), ServingParams(), top=10_000)
+    flags = [r.estimate["meets_targets"] for r in result.ranked]
+    assert any(flags) and not all(flags)
+    assert flags == sorted(flags, reverse=True)  # every plan that meets the targets comes first
+    for r in result.ranked:
+        if r.estimate["meets_targets"]:
+            assert r.estimate["tpot_ms"] <= 30 and r.estimate["ttft_ms"] <= 2000
+        else:
+            assert "misses" in r.estimate
+    met = [r.estimate["output_tokens_per_s"] for r in result.ranked if r.estimate["meets_targets"]]
+    assert met == sorted(met, reverse=True)
+
+
+def test_capacity_finds_fewest_gpus():
+    model, hw = load_model("llama3-8b"), load_hardware("h100-sxm5-80gb")
+    workload = ServeWorkload(512, 128, ttft_ms=1000, tpot_ms=50, request_rate=20.0)
+    found = capacity_search(model, hw, 8, 1, 16, workload, load_serve_space(None), ServingParams())
+    assert found.n_gpus is not None
+    assert all(m == 0 for g, m in found.tried[:-1])
+    heavier = capacity_search(model, hw, 8, 1, 64, ServeWorkload(512, 128, ttft_ms=1000, tpot_ms=50, request_rate=200.0),
+                              load_serve_space(None), ServingParams())
+    assert heavier.n_gpus is not None and heavier.n_gpus > found.n_gpus
+
+
+def test_search_cli_wall_time_and_output():
+    result = runner.invoke(app, ["search", "--workload", "serve", "--model", "llama3-70b", "--hardware", "h100-sxm5-80gb",
+                                 "--gpus", "8", "--input-len", "2048", "--output-len", "256", "--ttft-ms", "2000",
+                                 "--tpot-ms", "50", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["plans"] and doc["search"]["elapsed_s"] < 10
+    assert doc["plans"][0]["estimate"]["meets_targets"]
+    assert doc["inputs"]["workload"] == "serve"
+
+
+def test_validate_detects_serving_schema_on_fixture():
+    result = runner.invoke(app, ["validate", str(DATA), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "serving"
+    kinds = {(r["source_group"], r["kind"]) for r in doc["throughput_mape"]}
+    assert ("TRTLLM_perf_overview_v0.14.0", "max-throughput") in kinds
+    assert ("TRTLLM_perf_overview_v0.9.0_static", "static") in kinds
+    assert any(r["kind"] == "prefill" for r in doc["ttft_mape"])
+    skipped = {s["id"] for s in doc["skipped"]}
+    assert {"TRT020-168", "TRT014-016"} <= skipped  # no architecture; GPU outside the profiles
+    for row in doc["rows"]:
+        if row["kind"] == "max-throughput":
+            assert row["predicted_batch"] >= 1  # the engine's batch is predicted, never read
+    assert all(abs(r["mape_pct"]) < 60 for r in doc["throughput_mape"])
+    text = runner.invoke(app, ["validate", str(DATA)])
+    assert text.exit_code == 0 and "Serving error by source group and kind" in text.stdout
+
+
+GOLDEN_VLLM_REPLICA = """CUDA_VISIBLE_DEVICES=4,5,6,7 \\
+    vllm serve "$MODEL" \\
+    --tensor-parallel-size 4 \\
+    --pipeline-parallel-size 1 \\
+    --quantization fp8 \\
+    --kv-cache-dtype fp8 \\
+    --max-num-seqs 64 \\
+    --max-model-len 2304 \\
+    --gpu-memory-utilization 0.9 \\
+    --port 8001 &"""
+
+GOLDEN_SGLANG = """CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \\
+    python -m sglang.launch_server \\
+    --model-path "$MODEL" \\
+    --tp-size 8 \\
+    --ep-size 8 \\
+    --quantization awq \\
+    --kv-cache-dtype auto \\
+    --max-running-requests 32 \\
+    --context-length 4096 \\
+    --mem-fraction-static 0.9 \\
+    --port 8000 &"""
+
+
+def test_golden_launch_commands():
+    result = runner.invoke(app, ["emit", "tp=4,pp=1,weights=fp8,kv=fp8,max_batch=64", "--format", "vllm", "-m", "llama3-70b",
+                                 "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "2304"])
+    assert result.exit_code == 0, result.output
+    assert GOLDEN_VLLM_REPLICA in result.stdout
+    assert "load balancer" in result.stdout and result.stdout.count("vllm serve") == 2
+    result = runner.invoke(app, ["emit", "tp=8,ep=8,weights=int4,max_batch=32", "--format", "sglang", "-m", "mixtral-8x7b",
+                                 "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096"])
+    assert result.exit_code == 0, result.output
+    assert GOLDEN_SGLANG in result.stdout
+
+
+def test_emit_quotes_model_path_and_reads_search_output(tmp_path):
+    from autotune.cli_serve import serving_files
+
+    plan = ServePlan(n_gpus=1, weights="bf16")
+    files = serving_files("vllm", plan, load_model("llama3-8b"), "h100-sxm5-80gb", 1024, model_path="my model; rm -rf /")
+    assert "MODEL='my model; rm -rf /'" in files["serve_vllm.sh"]
+    out = tmp_path / "s"
+    result = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "2",
+                                 "--input-len", "512", "--output-len", "128", "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    emitted = runner.invoke(app, ["emit", str(out / "plans.json"), "--format", "sglang"])
+    assert emitted.exit_code == 0, emitted.output
+    assert "--context-length 640" in emitted.stdout
+
+
+def test_training_still_requires_seq_len():
+    result = runner.invoke(app, ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-b", "8"])
+    assert result.exit_code == 2 and "--seq-len" in result.output

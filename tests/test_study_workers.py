@@ -1,0 +1,182 @@
+"""Several worker processes on one study; SIGKILL mid-study; measured trials with failures.
+
+The PostgreSQL test runs when AUTOTUNE_TEST_POSTGRES_URL is set (.ci/postgres.sh starts a
+server on loopback and exports it); SQLite and the journal file always run.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from autotune.search.optuna_search import load_records
+
+HERE = Path(__file__).parent
+BENCH = HERE / "bench_scripts" / "fake_bench.py"
+SPACE = HERE / "bench_scripts" / "space_small.yaml"
+SEARCH = ["-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "32"]
+PG_URL = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL")
+
+
+def autotune(*args):
+    return [sys.executable, "-m", "autotune.cli", *args]
+
+
+def counted(records, measured=False):
+    out = []
+    for r in records:
+        a = r["user_attrs"]
+        if r["state"] == "WAITING" or a.get("outcome") == "surplus":
+            continue
+        if r["state"] == "FAIL" and "outcome" not in a:
+            continue
+        if measured and not (a.get("slot") and a.get("outcome") in ("ok", "failed", "infeasible")):
+            continue
+        out.append(r)
+    return out
+
+
+def four_workers(url, trials=40):
+    study = f"w{uuid.uuid4().hex[:8]}"
+    procs = [subprocess.Popen(autotune("search", *SEARCH, "--space", str(SPACE), "--storage", url, "--study", study, "--trials", str(trials),
+                                       "--sampler", "tpe", "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)]
+    procs += [subprocess.Popen(autotune("worker", "--storage", url, "--study", study, "--wait", "60", "--json"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err.decode()[-2000:]
+    records = load_records(url, study)
+    numbers = [r["number"] for r in records]
+    assert len(numbers) == len(set(numbers))
+    assert len(counted(records)) == trials, Counter(r["user_attrs"].get("outcome") for r in records)
+    evaluated = [r["user_attrs"]["plan_key"] for r in records if r["user_attrs"].get("outcome") == "evaluated"]
+    twice = [k for k, n in Counter(evaluated).items() if n > 1]
+    assert twice == [], f"plans evaluated twice: {twice}"
+    done_by = [json.loads(out)["done_here"] for out, _ in outs[1:]]
+    return records, done_by
+
+
+def test_four_workers_sqlite(tmp_path):
+    _, done_by = four_workers(f"sqlite:///{tmp_path}/w.db", trials=24)
+    assert sum(done_by) > 0  # the workers did take part
+
+
+def test_four_workers_journal(tmp_path):
+    four_workers(f"journal:{tmp_path}/w.log")
+
+
+@pytest.mark.skipif(not PG_URL, reason="AUTOTUNE_TEST_POSTGRES_URL is unset: no PostgreSQL server "
+                    "(.ci/postgres.sh starts one on loopback and exports it)")
+def test_four_workers_postgres():
+    four_workers(PG_URL, trials=60)
+
+
+# --- measured trials -------------------------------------------------------------------------
+
+
+def make_table(tmp_path):
+    """Throughput of every plan: the cost model's prediction, distorted; some plans fail."""
+    from autotune.hardware import Cluster, load_hardware
+    from autotune.modelspec import load_model
+    from autotune.search.exact import exact_search
+    from autotune.search.problem import TrainingProblem
+    from autotune.space import load_space
+    from autotune.tune import prior_plans
+    from autotune.workload import TrainWorkload
+
+    hw = load_hardware("h100-sxm5-80gb")
+    problem = TrainingProblem.build(load_model("llama3-8b"), Cluster(hw, 8, 8), TrainWorkload(4096, 32),
+                                    load_space(str(SPACE)))
+    table = {}
+    for batch, est in exact_search(problem).estimates:
+        for i in range(len(batch)):
+            plan = batch.plan(i)
+            key = plan.as_string()
+            if est.memory_gib_per_gpu[i] > hw.memory_gib:
+                table[key] = {"oom": True}
+            else:
+                table[key] = {"tokens": round(float(est.tokens_per_s_per_gpu[i]) * (0.9 if plan.pp > 1 else 0.85), 1)}
+    top = [",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in p.items() if k != "dp")
+           for p in prior_plans(problem, 10, 0.10)]
+    table[top[0]] = {"crash": True}
+    table[top[1]] = {"timeout": True}
+    table[top[2]] = {"oom": True}
+    table[top[5]] = {"tokens": table[top[5]]["tokens"] * 1.4}  # the machine's best: the model's sixth
+    best = max((k for k, v in table.items() if "tokens" in v), key=lambda k: table[k]["tokens"])
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(table))
+    return path, best
+
+
+def tune_cmd(url, study, trials, *extra):
+    return autotune("tune", *SEARCH, "--space", str(SPACE), "--storage", url, "--study", study, "--trials", str(trials),
+                    "--run", f"{sys.executable} {BENCH}", "--trial-timeout", "1", *extra)
+
+
+def test_tune_finds_the_best_plan_and_records_failures(tmp_path):
+    table, best = make_table(tmp_path)
+    env = {**os.environ, "FAKE_BENCH_TABLE": str(table)}
+    url = f"sqlite:///{tmp_path}/t.db"
+    r = subprocess.run(tune_cmd(url, "prior", 8, "--json", "--calibrate", str(tmp_path / "calib.yaml")),
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["best"]["plan"] and doc["study"]["runs"] == 8
+    best_key = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                        for k, v in doc["best"]["plan"].items() if k != "dp")
+    assert best_key == best
+    assert doc["study"]["trials_to_best"] <= 6
+    reasons = {t["outcome"]: t["failure_reason"] for t in doc["trials"] if t["outcome"] != "ok"}
+    assert "exit status 3" in reasons["failed"] or "timed out" in reasons["failed"]
+    failed = [t for t in doc["trials"] if t["outcome"] == "failed"]
+    assert {t["failure_reason"].split(" ")[0] for t in failed} == {"exit", "timed"}
+    assert any("NCCL error" in (t["stderr_tail"] or "") for t in failed)
+    assert reasons["infeasible"].startswith("out of memory")
+    ok = [t for t in doc["trials"] if t["outcome"] == "ok"]
+    assert all(t["predicted_tokens_per_s_per_gpu"] and t["error_pct"] is not None for t in ok)
+    assert (tmp_path / "calib.yaml").exists() and "calibration" in doc
+    # Without the prior: plain TPE on measurements, same budget (a figure for the note, not a claim).
+    r = subprocess.run(tune_cmd(url, "noprior", 8, "--json", "--no-prior"), capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    print("trials to best with prior:", doc["study"]["trials_to_best"], "without:",
+          json.loads(r.stdout)["study"]["trials_to_best"])
+
+
+def test_sigkill_loses_no_trial_and_the_stale_one_is_retried(tmp_path):
+    table, _ = make_table(tmp_path)
+    env = {**os.environ, "FAKE_BENCH_TABLE": str(table), "FAKE_BENCH_SLEEP": "0.4"}
+    url = f"sqlite:///{tmp_path}/k.db"
+    cmd = tune_cmd(url, "kill", 8, "--heartbeat", "1", "--prior-top", "0")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    reported = []
+    deadline = time.monotonic() + 60
+    while len(reported) < 3 and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if line.startswith("trial ") and line.split()[2] in ("ok", "failed", "infeasible"):
+            reported.append(int(line.split()[1]))
+    time.sleep(0.25)  # the next trial is running
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = {r["number"]: r for r in load_records(url, "kill")}
+    lost = [n for n in reported if n not in before or before[n]["state"] not in ("COMPLETE", "FAIL")]
+    assert lost == []
+    assert any(r["state"] == "RUNNING" for r in before.values())
+    time.sleep(3.2)  # heartbeat 1 s: stale after 3 s
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    after = {r["number"]: r for r in load_records(url, "kill")}
+    for n in reported:
+        assert after[n]["state"] == before[n]["state"] and after[n]["values"] == before[n]["values"]
+    stale = [r for r in after.values() if r["state"] == "FAIL" and "outcome" not in r["user_attrs"]]
+    assert stale and not any(r["state"] == "RUNNING" for r in after.values())
+    retried = [r for r in after.values() if r["retry_of"] is not None]
+    assert {r["retry_of"] for r in retried} == {s["number"] for s in stale}
+    assert len(counted(list(after.values()), measured=True)) == 8
