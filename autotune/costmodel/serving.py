@@ -61,7 +61,10 @@ class ServingParams:
     ``reserve_gib``: memory per GPU that is neither weights nor KV cache (CUDA context,
     activations, CUDA graphs, workspaces).  ``kv_fraction``: share of the remaining memory
     the engine gives the KV cache (vLLM's gpu-memory-utilization, TensorRT-LLM's
-    kv_cache_free_gpu_mem_fraction).
+    kv_cache_free_gpu_mem_fraction).  ``seq_overhead_us``: time per decoding sequence per
+    step (sampling, logits, per-sequence scheduling and KV paging).
+    ``kv_read_per_query_head`` (an engine property, not fitted): decode attention streams the
+    KV cache once per *query* head, so grouped-query attention saves KV memory but not KV traffic.
     """
 
     decode_bandwidth: float = 0.75
@@ -70,6 +73,8 @@ class ServingParams:
     step_overhead_us: float = 300.0
     reserve_gib: float = 4.0
     kv_fraction: float = 0.90
+    seq_overhead_us: float = 0.0
+    kv_read_per_query_head: bool = False
 
     def replace(self, **changes: float) -> "ServingParams":
         import dataclasses
@@ -85,6 +90,7 @@ SERVING_PARAM_BOUNDS: Mapping[str, tuple[float, float]] = {
     "step_overhead_us": (0.0, 1500.0),
     "reserve_gib": (0.0, 32.0),
     "kv_fraction": (0.3, 1.0),
+    "seq_overhead_us": (0.0, 100.0),
 }
 
 
@@ -222,6 +228,10 @@ class _Engine:
         # KV heads split over tp; with tp > KV heads each GPU keeps a copy of one head.
         kv_heads_per_gpu = np.maximum(model.n_kv_heads / self.tp, 1.0)
         self.kv_per_token_gpu = 2.0 * self.layers_per_stage * kv_heads_per_gpu * model.head_dim * kv_b
+        # Bytes decode attention streams per token of context: per KV head, or per query head
+        # when the engine's kernel does not share a KV head among its query group.
+        read_heads = np.maximum(model.n_heads / self.tp, 1.0) if params.kv_read_per_query_head else kv_heads_per_gpu
+        self.kv_read_per_token_gpu = 2.0 * self.layers_per_stage * read_heads * model.head_dim * kv_b
         self.output_read = (mb.output if mb.output else mb.embedding) * 2.0
 
     # --- memory -------------------------------------------------------------------------------
@@ -260,7 +270,7 @@ class _Engine:
         ls = self.layers_per_stage
         weight_read = ls * (self.mb.layer_dense + self.mb.layer_experts * self._experts_read_fraction(tokens)) * self.bpp
         weight_read = (weight_read + self.output_read / pp) / self.tp
-        kv_read = b * context * self.kv_per_token_gpu + pf * self.kv_per_token_gpu  # read decode context, write prompts
+        kv_read = b * context * self.kv_read_per_token_gpu + pf * self.kv_per_token_gpu  # read decode context, write prompts
         linear = 2.0 * tokens * self.mb.linear_active_per_token / (pp * self.tp)
         head = 2.0 * (b + np.minimum(pf, 1.0)) * m.hidden_size * m.vocab_size / (pp * self.tp)
         attention = 4.0 * m.q_width * ls * (b * context + pf * prefill_context) / self.tp
@@ -270,6 +280,7 @@ class _Engine:
         stage = np.maximum(compute, memory) + comm
         send = np.where(pp > 1, (pp - 1.0) * 2.0 * self.hw.intra_node.latency_us * 1e-6, 0.0)
         total = micro * stage + np.where(micro < pp, (pp - micro) * stage, 0.0) + send + self.params.step_overhead_us * 1e-6
+        total = total + decode * self.params.seq_overhead_us * 1e-6
         return total, compute > memory
 
 

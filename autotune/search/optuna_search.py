@@ -170,7 +170,8 @@ def make_storage(url: str, *, heartbeat_s: int | None = None, retries: int = 1):
                     warnings.simplefilter("ignore")
                     return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **beat)
             except Exception as exc:
-                if attempt == 4 or "already exists" not in str(exc) and "locked" not in str(exc):
+                racing = ("already exists", "locked", "UNIQUE constraint", "duplicate key")
+                if attempt == 4 or not any(text in str(exc) for text in racing):
                     raise
                 _time.sleep(0.2 * (attempt + 1))
     except ModuleNotFoundError as exc:

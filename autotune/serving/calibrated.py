@@ -1,59 +1,109 @@
 """Serving parameters per engine release and GPU, fitted on serving_runs.csv (``fit_serving``).
 
-Three parameters are fitted per (engine release, GPU) — decode bandwidth fraction, GEMM
-efficiency and per-step overhead — because the data shows engine releases differ by 20-50%
-on the same plan; ``reserve_gib`` and ``kv_fraction`` are engine settings, not fitted.
-Search uses the newest release fitted for the GPU (``params_for_gpu``) and says so.
+Four parameters are fitted per (engine release, GPU) — weight-streaming and KV-streaming
+bandwidth fractions, GEMM efficiency, per-step and per-sequence overheads (five numbers; the
+two overheads are one physical cost split into its fixed and batch-proportional parts) —
+because the data shows engine releases differ by 20-50% on the same plan.  ``reserve_gib``
+and ``kv_fraction`` are engine settings, not fitted.
+
+A release or GPU without its own fit falls back to the *pooled* fit: the same parameters
+fitted on every release's runs on that GPU (``POOLED``), else on every run of every GPU
+(``POOLED_ALL``; the parameters are fractions of each GPU's own peaks, so they transfer).
+This is what an engine outside the calibration data (vLLM, SGLang, a newer TensorRT-LLM)
+gets, and what the leave-one-source-group-out check measures (docs/serving.md).
+
+Engine properties inferred from the release (``engine_properties``), not fitted per row:
+
+* ``kv_read_per_query_head``: TensorRT-LLM 0.9 and older.  In the v0.9 static-batch tables
+  Mistral 7B (8 KV heads) decodes no faster than Llama 2 7B (32 KV heads) at batch 896 and
+  128+128 tokens, although its KV cache is 4x smaller: its decode attention evidently streamed
+  the cache once per query head (a multi-head kernel run on a grouped-query model), which
+  makes GQA save KV *memory* but not KV *traffic*.  Modelling that halves the static-row
+  error (docs/serving.md, "Measured error").
 """
 
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 from ..costmodel.serving import ServingParams
 
 # Engine-level settings (not fitted): memory the engine keeps for itself, and the share of the
 # rest it gives the KV cache (TensorRT-LLM kv_cache_free_gpu_mem_fraction: 0.9 by default;
-# the v0.20 tables state 0.95).  vLLM's gpu-memory-utilization default is 0.9.
+# the v0.20 tables state 0.95).  vLLM's gpu-memory-utilization default is 0.9 of the whole
+# GPU, SGLang's mem-fraction-static about 0.88: both close to 0.9 of what the weights leave.
 ENGINE_DEFAULTS: Mapping[str, ServingParams] = {
     "trtllm-0.9": ServingParams(reserve_gib=3.0, kv_fraction=0.90),
     "trtllm-0.14": ServingParams(reserve_gib=3.0, kv_fraction=0.90),
     "trtllm-0.14-triton": ServingParams(reserve_gib=3.0, kv_fraction=0.90),
     "trtllm-0.20": ServingParams(reserve_gib=3.0, kv_fraction=0.95),
 }
-# The engine's limit on sequences in flight when the benchmark leaves it to the engine.
+GENERIC_DEFAULTS = ServingParams(reserve_gib=3.0, kv_fraction=0.90)
+# The engine's limit on sequences in flight when the benchmark leaves it to the engine
+# (trtllm-build --max_batch_size; trtllm-bench tunes it up to 2048 for 0.14 and 0.20).
 ENGINE_MAX_BATCH: Mapping[str, int] = {
     "trtllm-0.9": 4096, "trtllm-0.14": 2048, "trtllm-0.14-triton": 2048, "trtllm-0.20": 2048,
 }
 # Release whose fit stands in for another's (same engine build, different front end).
 SHARES_FIT: Mapping[str, str] = {"trtllm-0.14-triton": "trtllm-0.14"}
 
-# (engine, gpu) -> fitted values; written from fit_serving (see docs/cost-model.md, "Serving").
-FITTED: Mapping[tuple[str, str], Mapping[str, float]] = {
-    ("trtllm-0.14", "a100-sxm4-80gb"): {"decode_bandwidth": 0.5901, "kv_bandwidth": 0.4366, "gemm": 0.467, "step_overhead_us": 1500},
-    ("trtllm-0.14", "h100-sxm5-80gb"): {"decode_bandwidth": 0.4718, "kv_bandwidth": 0.5248, "gemm": 0.3562, "step_overhead_us": 1500},
-    ("trtllm-0.14", "h200-sxm-141gb"): {"decode_bandwidth": 0.4197, "kv_bandwidth": 0.398, "gemm": 0.3761, "step_overhead_us": 1500},
-    ("trtllm-0.14", "l40s-48gb"): {"decode_bandwidth": 0.2278, "kv_bandwidth": 0.9562, "gemm": 0.2142, "step_overhead_us": 1500},
-    ("trtllm-0.20", "b200-sxm-180gb"): {"decode_bandwidth": 1, "kv_bandwidth": 0.3202, "gemm": 0.2736, "step_overhead_us": 1500},
-    ("trtllm-0.20", "h100-sxm5-80gb"): {"decode_bandwidth": 0.8365, "kv_bandwidth": 0.8752, "gemm": 0.3364, "step_overhead_us": 1500},
-    ("trtllm-0.20", "h200-sxm-141gb"): {"decode_bandwidth": 0.8391, "kv_bandwidth": 0.6457, "gemm": 0.4058, "step_overhead_us": 1500},
-    ("trtllm-0.9", "h100-sxm5-80gb"): {"decode_bandwidth": 0.3753, "kv_bandwidth": 0.8562, "gemm": 0.4615, "step_overhead_us": 1500},
-    ("trtllm-0.9", "h200-sxm-141gb"): {"decode_bandwidth": 0.2995, "kv_bandwidth": 0.7412, "gemm": 0.4982, "step_overhead_us": 1500},
-    ("trtllm-0.9", "l40s-48gb"): {"decode_bandwidth": 0.4934, "kv_bandwidth": 0.9931, "gemm": 0.4401, "step_overhead_us": 1.015e-22},
-}
+# (engine, gpu) -> fitted values; written from fit_serving (see docs/serving.md).
+FITTED: Mapping[tuple[str, str], Mapping[str, float]] = {}
+# gpu -> values fitted on every release's runs on that GPU (the fallback for other engines).
+POOLED: Mapping[str, Mapping[str, float]] = {}
+# values fitted on every run (the fallback for a GPU without serving runs).
+POOLED_ALL: Mapping[str, float] = {}
 
 NEWEST_FIRST = ("trtllm-0.20", "trtllm-0.14", "trtllm-0.9")
 
 
-def params_for(engine: str, gpu: str) -> ServingParams:
-    base = ENGINE_DEFAULTS.get(engine, ServingParams())
-    fitted = FITTED.get((engine, gpu)) or FITTED.get((SHARES_FIT.get(engine, ""), gpu))
+def _version(engine: str) -> tuple[str, tuple[int, int] | None]:
+    found = re.match(r"([a-z_\-]+?)-(\d+)\.(\d+)", engine)
+    if not found:
+        return engine, None
+    return found.group(1), (int(found.group(2)), int(found.group(3)))
+
+
+def engine_properties(engine: str) -> dict:
+    """Kernel properties of an engine release (module docstring): inferred from the release, not fitted."""
+    name, version = _version(engine)
+    if name == "trtllm" and version is not None and version <= (0, 9):
+        return {"kv_read_per_query_head": True}
+    return {}
+
+
+def engine_max_batch(engine: str) -> int:
+    """Sequences in flight the engine allows by default when the benchmark does not say."""
+    if engine in ENGINE_MAX_BATCH:
+        return ENGINE_MAX_BATCH[engine]
+    name, version = _version(engine)
+    if name == "vllm":  # --max-num-seqs default: 256 (V0); 1024 for the V1 API server from 0.8
+        return 1024 if version is not None and version >= (0, 8) else 256
+    return 2048
+
+
+def _fitted(engine: str, gpu: str) -> Mapping[str, float] | None:
+    return FITTED.get((engine, gpu)) or FITTED.get((SHARES_FIT.get(engine, ""), gpu))
+
+
+def params_for(engine: str, gpu: str, *, pooled_only: bool = False) -> ServingParams:
+    """Parameters for ``engine`` on ``gpu``: its own fit, else the pooled fit for the GPU, else over all GPUs."""
+    base = ENGINE_DEFAULTS.get(engine) or ENGINE_DEFAULTS.get(SHARES_FIT.get(engine, "")) or GENERIC_DEFAULTS
+    base = base.replace(**engine_properties(engine))
+    fitted = None if pooled_only else _fitted(engine, gpu)
+    fitted = fitted or POOLED.get(gpu) or POOLED_ALL
     return base.replace(**fitted) if fitted else base
 
 
 def params_for_gpu(gpu: str) -> tuple[ServingParams, str]:
-    """Parameters for planning on ``gpu``: the newest fitted engine release, else the defaults."""
+    """Parameters for planning on ``gpu``: the newest fitted engine release, else the pooled fit."""
     for engine in NEWEST_FIRST:
         if (engine, gpu) in FITTED:
             return params_for(engine, gpu), f"serving parameters fitted on TensorRT-LLM {engine.split('-')[1]} runs on {gpu}"
+    if gpu in POOLED:
+        return params_for("generic", gpu), f"serving parameters pooled over every engine release measured on {gpu}"
+    if POOLED_ALL:
+        return params_for("generic", gpu), (f"serving parameters pooled over every GPU's serving runs "
+                                             f"(fractions of {gpu}'s own peaks; no serving runs on {gpu})")
     return ServingParams(), f"default serving parameters (no serving runs on {gpu} to fit)"

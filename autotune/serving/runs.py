@@ -10,6 +10,7 @@ every dtype the GPU supports and the range is reported.
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +97,23 @@ def _int(row: dict, key: str) -> int | None:
     return None if value is None else int(value)
 
 
+def engine_key(engine: str, version: str, group: str) -> str:
+    """The engine release a row ran on, e.g. ``trtllm-0.14``, ``trtllm-0.14-triton``, ``vllm-0.6``.
+
+    Read from the ``engine`` and ``engine_version`` columns (major.minor; a Triton front end
+    is its own key), else from the source group's name; an unknown engine keeps its name
+    and is predicted with the pooled parameters (``calibrated.params_for``).
+    """
+    name = (engine or "").strip().lower().replace("tensorrt-llm", "trtllm").replace("tensorrt_llm", "trtllm")
+    found = re.search(r"(\d+)\.(\d+)", version or "")
+    if name and found:
+        key = f"{name}-{int(found.group(1))}.{int(found.group(2))}"
+        if "triton" in (version or "").lower():
+            key += "-triton"
+        return key
+    return _engine(group) if not name else name
+
+
 def _engine(group: str) -> str:
     g = group.lower()
     for key in ("v0.20", "v0.14.0_online", "v0.14.0", "v0.9.0"):
@@ -147,7 +165,7 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
     if model.n_heads % tp:
         return SkippedServingRow(rid, group, f"heads {model.n_heads} not divisible by tp {tp}")
     return ServingRun(
-        id=rid, source_group=group, engine=_engine(group), kind=kind, model=model, gpu=gpu,
+        id=rid, source_group=group, engine=engine_key(row.get("engine", ""), row.get("engine_version", ""), group), kind=kind, model=model, gpu=gpu,
         n_gpus=_int(row, "n_gpus") or tp * pp, tp=tp, pp=pp, weights=weights, kv=kv,
         input_len=_int(row, "input_len"), output_len=max(_int(row, "output_len") or 1, 1), batch=batch,
         request_rate=rate, measured_tokens_per_s_per_gpu=measured, measured_ttft_ms=ttft, measured_itl_ms=itl,

@@ -21,7 +21,7 @@ import numpy as np
 from ..costmodel.serving import ServingParams, estimate_serving, max_batch_fit, static_batch_s
 from ..hardware import Cluster, Hardware
 from ..serving.plan import ServePlanBatch, ServeWorkload
-from .calibrated import ENGINE_MAX_BATCH, params_for
+from .calibrated import SHARES_FIT, engine_max_batch, params_for
 from .runs import ServingRun, SkippedServingRow
 
 
@@ -67,7 +67,7 @@ def predict_run(run: ServingRun, hw: Hardware, params: ServingParams, *, request
         return ServingPrediction(None, ttft, None, float(run.batch or 1), float(np.min(t) * 1e3), float(np.max(t) * 1e3))
     elif run.kind == "max-throughput":
         fit = max_batch_fit(model, cluster, plans, params, run.input_len + run.output_len).astype(float)
-        cap = ENGINE_MAX_BATCH.get(run.engine, 2048)
+        cap = engine_max_batch(run.engine)
         if requests:
             cap = min(cap, requests)
         batch = np.clip(np.minimum(fit, cap), 1, None)
@@ -80,7 +80,11 @@ def predict_run(run: ServingRun, hw: Hardware, params: ServingParams, *, request
         plans = ServePlanBatch.from_columns(gpus, {**{k: getattr(plans, k) for k in ("tp", "pp", "ep", "weights", "kv")},
                                                   "max_batch": np.full(len(plans), 1)})
         fit = max_batch_fit(model, cluster, plans, params, run.input_len + run.output_len)
-        cap = ENGINE_MAX_BATCH.get(run.engine, 2048)
+        # Over capacity the queue grows until the engine's batch limit, the KV cache or the
+        # benchmark's finite request set stops it: the engine then runs at that batch.
+        cap = engine_max_batch(run.engine)
+        if requests:
+            cap = min(cap, requests)
         plans = ServePlanBatch.from_columns(gpus, {**{k: getattr(plans, k) for k in ("tp", "pp", "ep", "weights", "kv")},
                                                   "max_batch": np.clip(np.minimum(fit, cap), 1, None)})
         workload = ServeWorkload(run.input_len, run.output_len, request_rate=run.request_rate)
@@ -171,17 +175,20 @@ def _summaries(rows: Iterable[ServingRowResult], attr: str) -> dict[tuple[str, s
 
 def validate_serving(parsed: Sequence[ServingRun | SkippedServingRow], hardware_loader: Callable[[str], Hardware],
                      datasets: Mapping[str, str] | None = None,
-                     overrides: Mapping[tuple[str, str], ServingParams] | None = None) -> ServingReport:
+                     overrides: Mapping[tuple[str, str], ServingParams] | None = None,
+                     params_of: Callable[[ServingRun], ServingParams] | None = None) -> ServingReport:
+    """Predict every run.  Parameters: ``params_of(run)`` when given, else ``overrides`` per
+    (engine family, GPU), else the shipped calibration (``calibrated.params_for``)."""
     rows, skipped = [], []
     for item in parsed:
         if isinstance(item, SkippedServingRow):
             skipped.append(item)
             continue
         hw = hardware_loader(item.gpu)
-        from .calibrated import SHARES_FIT
-
-        params = (overrides or {}).get((SHARES_FIT.get(item.engine, item.engine), item.gpu)) \
-            or params_for(item.engine, item.gpu)
+        if params_of is not None:
+            params = params_of(item)
+        else:
+            params = (overrides or {}).get(family(item)) or params_for(item.engine, item.gpu)
         pred = predict_run(item, hw, params, requests=_requests((datasets or {}).get(item.id)))
         err = None
         if pred.tokens_per_s_per_gpu is not None and item.measured_tokens_per_s_per_gpu:
@@ -209,48 +216,101 @@ def validate_serving(parsed: Sequence[ServingRun | SkippedServingRow], hardware_
 
 # --- fitting ---------------------------------------------------------------------------------
 
-FITTED = ("decode_bandwidth", "kv_bandwidth", "gemm", "step_overhead_us")
+FITTED = ("decode_bandwidth", "kv_bandwidth", "gemm", "step_overhead_us", "seq_overhead_us")
+_SCALE = np.array([1.0, 1.0, 1.0, 1000.0, 10.0])
 
 
-def fit_serving(parsed: Sequence[ServingRun | SkippedServingRow], hardware_loader: Callable[[str], Hardware],
-                datasets: Mapping[str, str] | None = None) -> dict[tuple[str, str], ServingParams]:
-    """Least-squares fit of decode bandwidth, GEMM efficiency and step overhead per (engine, GPU),
-    on the log error of throughput (max-throughput and static rows) and single-request TTFT."""
+def family(r: ServingRun) -> tuple[str, str]:
+    """The (engine release, GPU) a run's parameters are fitted for (a Triton front end shares its engine's fit)."""
+    return (SHARES_FIT.get(r.engine, r.engine), r.gpu)
+
+
+def _residuals(run: ServingRun, hw: Hardware, params: ServingParams, requests: int | None) -> list[float]:
+    """Log errors of one run: throughput (or single-request TTFT), and ITL where it was measured."""
+    p = predict_run(run, hw, params, requests=requests)
+    out = []
+    if run.kind == "prefill":
+        out.append(math.log(p.ttft_ms / run.measured_ttft_ms))
+    elif run.kind != "rate" or (p.ttft_ms is None):  # a stable rate row's throughput is the offered rate
+        out.append(math.log(p.tokens_per_s_per_gpu / run.measured_tokens_per_s_per_gpu))
+    if run.measured_itl_ms and p.itl_ms:
+        out.append(math.log(p.itl_ms / run.measured_itl_ms))
+    return out
+
+
+def fit_params(members: Sequence[ServingRun], hardware_loader: Callable[[str], Hardware],
+               base_of: Callable[[ServingRun], ServingParams], datasets: Mapping[str, str] | None = None,
+               x0: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Least-squares fit (soft-L1 on log errors) of the ``FITTED`` parameters shared by ``members``."""
     from scipy.optimize import least_squares
 
     from ..costmodel.serving import SERVING_PARAM_BOUNDS
 
+    lo = np.array([SERVING_PARAM_BOUNDS[n][0] for n in FITTED]) / _SCALE
+    hi = np.array([SERVING_PARAM_BOUNDS[n][1] for n in FITTED]) / _SCALE
+    start = {**{n: getattr(ServingParams(), n) for n in FITTED}, **(x0 or {})}
+    x = np.clip(np.array([start[n] for n in FITTED]) / _SCALE, lo + 1e-6, hi - 1e-6)
+    bases = [base_of(r) for r in members]
+    hws = [hardware_loader(r.gpu) for r in members]
+    reqs = [_requests((datasets or {}).get(r.id)) for r in members]
+
+    def residuals(v):
+        values = dict(zip(FITTED, v * _SCALE))
+        res: list[float] = []
+        for r, b, hw, n in zip(members, bases, hws, reqs):
+            res += _residuals(r, hw, b.replace(**values), n)
+        return np.array(res)
+
+    sol = least_squares(residuals, x, bounds=(lo, hi), loss="soft_l1", f_scale=0.2)
+    return {n: float(round(v, 4)) for n, v in zip(FITTED, sol.x * _SCALE)}
+
+
+def _base(r: ServingRun) -> ServingParams:
+    from .calibrated import ENGINE_DEFAULTS, GENERIC_DEFAULTS, engine_properties
+
+    base = ENGINE_DEFAULTS.get(r.engine) or ENGINE_DEFAULTS.get(SHARES_FIT.get(r.engine, "")) or GENERIC_DEFAULTS
+    return base.replace(**engine_properties(r.engine))
+
+
+def fit_serving(parsed: Sequence[ServingRun | SkippedServingRow], hardware_loader: Callable[[str], Hardware],
+                datasets: Mapping[str, str] | None = None, *, min_rows: int = 4) -> dict:
+    """Fit per (engine family, GPU), pooled per GPU over every engine, and pooled over everything.
+
+    Returns ``{"fitted": {(engine, gpu): values}, "pooled": {gpu: values}, "pooled_all": values}``,
+    the three tables of ``calibrated.py``.
+    """
     runs = [r for r in parsed if isinstance(r, ServingRun)]
-    from .calibrated import SHARES_FIT
+    pooled_all = fit_params(runs, hardware_loader, _base, datasets)
+    pooled = {}
+    for gpu in sorted({r.gpu for r in runs}):
+        members = [r for r in runs if r.gpu == gpu]
+        if len(members) >= min_rows:
+            pooled[gpu] = fit_params(members, hardware_loader, _base, datasets, pooled_all)
+    fitted = {}
+    for key in sorted({family(r) for r in runs}):
+        members = [r for r in runs if family(r) == key]
+        if len(members) >= min_rows:
+            fitted[key] = fit_params(members, hardware_loader, _base, datasets, pooled.get(key[1], pooled_all))
+    return {"fitted": fitted, "pooled": pooled, "pooled_all": pooled_all}
 
-    def family(r: ServingRun) -> tuple[str, str]:
-        return (SHARES_FIT.get(r.engine, r.engine), r.gpu)
 
-    keys = sorted({family(r) for r in runs})
+def params_from_fit(fit: Mapping, run: ServingRun, *, pooled_only: bool = False) -> ServingParams:
+    """``calibrated.params_for`` over a ``fit_serving`` result instead of the shipped tables."""
+    values = None if pooled_only else fit["fitted"].get(family(run))
+    values = values or fit["pooled"].get(run.gpu) or fit["pooled_all"]
+    return _base(run).replace(**values)
+
+
+def leave_one_group_out(parsed: Sequence[ServingRun | SkippedServingRow], hardware_loader: Callable[[str], Hardware],
+                        datasets: Mapping[str, str] | None = None) -> dict[str, ServingReport]:
+    """For each source group: refit on every other group, predict the held-out group with the
+    pooled fit (its engine release is then unseen, as an outside engine's would be)."""
+    runs = [r for r in parsed if isinstance(r, ServingRun)]
     out = {}
-    for key in keys:
-        members = [r for r in runs if family(r) == key and r.kind in ("max-throughput", "static", "prefill")]
-        if len(members) < 4:
-            continue
-        base = params_for(*key)
-        hw = hardware_loader(key[1])
-        lo = [SERVING_PARAM_BOUNDS[n][0] for n in FITTED]
-        hi = [SERVING_PARAM_BOUNDS[n][1] for n in FITTED]
-        x0 = [min(max(getattr(base, n), l + 1e-6), h - 1e-6) for n, l, h in zip(FITTED, lo, hi)]
-        scale = np.array([1.0, 1.0, 1.0, 1000.0])
-
-        def residuals(x):
-            params = base.replace(**dict(zip(FITTED, x * scale)))
-            res = []
-            for r in members:
-                p = predict_run(r, hw, params, requests=_requests((datasets or {}).get(r.id)))
-                if r.kind == "prefill":
-                    res.append(math.log(p.ttft_ms / r.measured_ttft_ms))
-                else:
-                    res.append(math.log(p.tokens_per_s_per_gpu / r.measured_tokens_per_s_per_gpu))
-            return np.array(res)
-
-        sol = least_squares(residuals, np.array(x0) / scale, bounds=(np.array(lo) / scale, np.array(hi) / scale),
-                            loss="soft_l1", f_scale=0.2)
-        out[key] = base.replace(**dict(zip(FITTED, sol.x * scale)))
+    for group in sorted({r.source_group for r in runs}):
+        train = [r for r in runs if r.source_group != group]
+        test = [r for r in runs if r.source_group == group]
+        fit = fit_serving(train, hardware_loader, datasets)
+        out[group] = validate_serving(test, hardware_loader, datasets,
+                                      params_of=lambda r, fit=fit: params_from_fit(fit, r, pooled_only=True))
     return out
