@@ -76,6 +76,14 @@ def _progress() -> Progress:
     )
 
 
+def _note_inputs(inputs) -> None:
+    """Say what is unusual about the inputs, without refusing them."""
+    limit = inputs.model.max_seq_len
+    if limit and inputs.workload.seq_len > limit:
+        stderr.print(f"[yellow]note:[/] --seq-len {inputs.workload.seq_len:,} exceeds {inputs.model.name}'s context "
+                     f"window of {limit:,} tokens; the plan assumes a long-context extension.", highlight=False)
+
+
 def _parse_fixes(fixes: list[str]) -> dict:
     out: dict = {}
     for item in fixes:
@@ -139,7 +147,7 @@ def search(
     from .diagnose import diagnose
     from . import cli_report
     from .capacity import parse_gpus
-    from .search import TrainingProblem, parse_objectives, run_search
+    from .search import SAMPLER_CHOICES, TrainingProblem, parse_objectives, run_search
 
     with user_errors():
         if trials < 1:
@@ -164,10 +172,14 @@ def search(
                 grid_intensity=grid_intensity, emit=emit)
             return
         inputs = training_inputs(model, hardware, gpu_count, gpus_per_node, nodes, seq_len, global_batch, tokens, price, calibration)
-        objectives = parse_objectives(objective, tokens=tokens)
+        _note_inputs(inputs)
+        try:
+            objectives = parse_objectives(objective, tokens=tokens)
+        except ValueError as exc:
+            raise InputError(str(exc), field="--objective") from None
+        if sampler not in SAMPLER_CHOICES:
+            raise InputError(f"must be one of {', '.join(SAMPLER_CHOICES)}, but got {sampler!r}", field="--sampler")
         search_space = load_space(space).fixed(_parse_fixes(fix or []))
-        if out is not None:
-            output.prepare_out_dir(out, force)
         problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space)
         formats = None
         if emit is not None:
@@ -179,6 +191,9 @@ def search(
             check_formats(formats, inputs.model, inputs.workload)
             problem = dataclasses.replace(problem, express=lambda plans: np.logical_and.reduce(
                 [expressible_mask(f, plans, inputs.model, inputs.workload) for f in formats]))
+        # Every input is checked before anything is written.
+        if out is not None:
+            output.prepare_out_dir(out, force)
         with _progress() as bar:
             task = bar.add_task("searching", total=None)
 
@@ -297,6 +312,7 @@ def predict(
         cli_serve.require_training(seq_len, global_batch)
         gpus = cli_serve.single_gpu_count(gpus)
         inputs = training_inputs(model, hardware, gpus, gpus_per_node, nodes, seq_len, global_batch, tokens, price, calibration)
+        _note_inputs(inputs)
         try:
             chosen = parse_plan(plan, inputs.cluster.n_gpus)
         except ValueError as exc:
@@ -304,15 +320,21 @@ def predict(
         batch = PlanBatch.from_plans([chosen])
         # Rules that make a plan impossible to run (not merely outside the default space).
         reason = int(rejection_reasons(inputs.model, inputs.cluster, inputs.workload, batch, PERMISSIVE_RULES)[0])
+        if reason:
+            # A plan that breaks a validity rule cannot run: no numbers for it (they would be invented).
+            if json_out:
+                print(json.dumps({"plan": chosen.as_dict(), "estimate": None, "invalid": REASONS[reason]}))
+            else:
+                stderr.print(f"[bold red]invalid plan:[/] {escape(REASONS[reason])} "
+                             f"({escape(chosen.as_string())}); see `autotune predict --help` for the rules.",
+                             highlight=False, soft_wrap=True)
+            raise typer.Exit(code=1)
         estimate = estimate_training(inputs.model, inputs.cluster, inputs.workload, batch).row(0)
         hw = inputs.cluster.hardware
         estimate = output.add_training_totals(estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour,
                                               inputs.workload.tokens_per_step)
         estimate = with_confidence(estimate, chosen, hw.name)
-        if reason:
-            estimate["fits"] = False
-            estimate["infeasible_reason"] = REASONS[reason]
-        elif not estimate["fits"]:
+        if not estimate["fits"]:
             estimate["infeasible_reason"] = "out of memory"
         if json_out:
             print(json.dumps({"plan": chosen.as_dict(), "estimate": estimate}))

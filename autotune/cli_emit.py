@@ -50,6 +50,10 @@ def parse_formats(text: str | list[str]) -> list[str]:
             raise InputError(f"only slurm takes a framework (slurm:FRAMEWORK), but got {name!r}", field="--emit")
         if name not in out:
             out.append(name)
+    slurm = [n for n in out if n.startswith("slurm:")]
+    if len(slurm) > 1:
+        raise InputError(f"one Slurm script per folder (launch.sbatch), but got {', '.join(slurm)}; "
+                         "emit the others into another --out", field="--emit")
     return out
 
 
@@ -85,7 +89,9 @@ def render_formats(formats: list[str], context: EmitContext) -> dict[str, str]:
         base, framework = _split(spec)
         ctx = context if framework is None else _with_framework(context, framework)
         for name, text in render(base, ctx).items():
-            assert files.get(name, text) == text, f"two formats wrote different {name}"
+            if files.get(name, text) != text:
+                raise InputError(f"two formats would write different {name}; emit them into separate --out folders",
+                                 field="--emit")
             files[name] = text
     return files
 

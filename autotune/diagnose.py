@@ -44,8 +44,36 @@ def _with_choices(problem: TrainingProblem, **choices) -> TrainingProblem:
 
 
 def _with_gpus(problem: TrainingProblem, n_gpus: int) -> TrainingProblem:
-    cluster = Cluster(problem.cluster.hardware, n_gpus, problem.cluster.gpus_per_node)
-    return problem.with_inputs(cluster=cluster)
+    # A partial node (--gpus 2 on 8-GPU nodes) grows into whole nodes of the profile's size.
+    cluster = problem.cluster
+    gpn = cluster.hardware.gpus_per_node if cluster.n_gpus < cluster.hardware.gpus_per_node else cluster.gpus_per_node
+    return problem.with_inputs(cluster=Cluster(cluster.hardware, n_gpus, min(gpn, n_gpus)))
+
+
+def _remedy(reason: str, problem: TrainingProblem) -> str:
+    """What to change when every plan breaks ``reason``."""
+    model, cluster, workload = problem.model, problem.cluster, problem.workload
+    tp_ok = [t for t in (1, 2, 4, 8, 16) if model.n_heads % t == 0 and model.n_kv_heads % t == 0]
+    remedies = {
+        REASONS[1]: f"choose tp, pp and cp whose product divides {cluster.n_gpus} GPUs (--fix values or --space axes)",
+        REASONS[2]: f"tp must divide the {model.n_heads} heads: use tp in {tp_ok}",
+        REASONS[3]: f"tp must divide the {model.n_kv_heads} KV heads: use tp in {tp_ok}",
+        REASONS[4]: f"keep tp <= {cluster.gpus_per_node} GPUs per node, or set rules.tp_within_node: false in --space",
+        REASONS[5]: f"use pp <= {model.n_layers} layers",
+        REASONS[6]: "choose pp*vp dividing the layers, or set rules.uneven_pipeline: true in --space",
+        REASONS[7]: "vp > 1 needs pp > 1",
+        REASONS[8]: "sequence parallelism needs tp > 1",
+        REASONS[9]: f"cp must leave 2*cp dividing the sequence ({workload.seq_len})",
+        REASONS[10]: "ep must divide the expert count",
+        REASONS[11]: "ep must divide dp*cp: lower ep or raise the GPU count",
+        REASONS[12]: "a dense model needs ep=1",
+        REASONS[13]: (f"the global batch ({workload.global_batch}) must divide by dp*micro-batch: use --global-batch "
+                      f"as a multiple of the GPU count ({cluster.n_gpus}), or fix a larger tp*pp"),
+        REASONS[14]: f"the {cluster.hardware.name} supports {', '.join(p for p in cluster.hardware.peak_tflops if p in ('bf16', 'fp16', 'fp8'))}",
+        REASONS[15]: "optimizer offload needs zero >= 1",
+        REASONS[16]: "with the rule sp_with_tp, tp > 1 needs sp=true",
+    }
+    return remedies.get(reason, "loosen --fix values or the --space axes")
 
 
 def diagnose(problem: TrainingProblem, rejected: dict[str, int]) -> Diagnosis:
@@ -55,13 +83,7 @@ def diagnose(problem: TrainingProblem, rejected: dict[str, int]) -> Diagnosis:
         top = sorted(((n, r) for r, n in rejected.items()), reverse=True)[:3]
         reasons = "; ".join(f"{r} ({n:,} plans)" for n, r in top)
         binding = f"every plan of the space breaks a validity rule: {reasons}"
-        fixes = [
-            "loosen --fix values or the --space axes so that tp*pp*cp divides the GPU count and the global batch "
-            "divides by dp*micro-batch (try --global-batch as a multiple of the GPU count)"
-        ]
-        if any(REASONS[4] == r for _, r in top):
-            fixes.append("tp must stay within a node: lower tp or raise --gpus-per-node")
-        return Diagnosis(binding, fixes)
+        return Diagnosis(binding, [_remedy(r, problem) for _, r in top])
 
     binding = (
         f"memory: the leanest valid plan needs {lowest_gib:.1f} GiB per GPU, "

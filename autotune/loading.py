@@ -16,6 +16,10 @@ def read_mapping(path: Path) -> dict[str, Any]:
     source = str(path)
     try:
         text = path.read_text()
+    except UnicodeDecodeError:
+        raise InputError("is not a text file (not UTF-8); give a YAML or JSON file", source=source) from None
+    except IsADirectoryError:
+        raise InputError("is a folder; give a YAML or JSON file", source=source) from None
     except FileNotFoundError:
         raise InputError("file not found; check the path", source=source) from None
     except OSError as exc:
@@ -32,8 +36,10 @@ def read_mapping(path: Path) -> dict[str, Any]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise InputError(f"malformed YAML{where}: {problem}", source=source) from None
+    if data is None:
+        raise InputError("is empty; it must hold a mapping of keys to values", source=source)
     if not isinstance(data, dict):
-        raise InputError(f"top level must be a mapping of keys to values, but got {type(data).__name__}", source=source)
+        raise InputError(f"top level must be a mapping of keys to values, but got a {type(data).__name__}", source=source)
     return data
 
 

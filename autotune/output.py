@@ -125,7 +125,7 @@ def write_plans(path: Path, document: dict[str, Any]) -> list[Path]:
         row.update({k: v for k, v in est.items() if not isinstance(v, dict)})
         row.update({f"time_{k}_s": v for k, v in est["time_breakdown_s"].items()})
         row.update({f"memory_{k}_gib": v for k, v in est["memory_breakdown_gib"].items()})
-        rows.append(row)
+        rows.append({k: (str(v).lower() if isinstance(v, bool) else v) for k, v in row.items()})
     with open(csv_path, "w", newline="") as handle:
         if rows:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]))

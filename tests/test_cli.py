@@ -140,9 +140,15 @@ def test_predict_accepts_a_consistent_dp():
 
 
 def test_predict_marks_unrunnable_and_oom_plans():
-    fp8 = ok_json("predict", "-m", "llama3-8b", "-H", "a100-sxm4-80gb", "--gpus", "8", "-s", "4096", "-b", "16",
-                  "--plan", "precision=fp8", "--json")["estimate"]
-    assert fp8["fits"] is False and fp8["infeasible_reason"] == "precision not supported by the GPU"
+    # A plan that breaks a validity rule gets no numbers, says why, and exits 1.
+    result = invoke("predict", "-m", "llama3-8b", "-H", "a100-sxm4-80gb", "--gpus", "8", "-s", "4096", "-b", "16",
+                    "--plan", "precision=fp8", "--json")
+    assert result.exit_code == 1
+    fp8 = json.loads(result.stdout)
+    assert fp8["estimate"] is None and fp8["invalid"] == "precision not supported by the GPU"
+    text = invoke("predict", "-m", "mixtral-8x7b", "-H", "h100-sxm5-80gb", "--gpus", "16", "-s", "4096", "-b", "16",
+                  "--plan", "ep=16")
+    assert text.exit_code == 1 and "experts not divisible by ep" in text.stderr and "tokens/s" not in text.stdout
     oom = ok_json("predict", "-m", "llama3-70b", "-H", "a100-sxm4-40gb", "--gpus", "8", "-s", "4096", "-b", "16",
                   "--plan", "zero=0", "--json")["estimate"]
     assert oom["fits"] is False and oom["infeasible_reason"] == "out of memory"
@@ -305,11 +311,9 @@ def test_predict_help_lists_plan_defaults():
         assert text in out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: autotune/cli.py predict epilog 'dp is derived: GPUs / (tp*pp*cp)' is rendered with "
-    "rich_markup_mode='markdown', so '*pp*' becomes emphasis and --help shows 'GPUs / (tpppcp)'"))
 def test_predict_help_shows_the_dp_formula():
-    assert "tp*pp*cp" in help_text("predict")
+    # Written tp·pp·cp: markdown would turn tp*pp*cp into emphasis.
+    assert "tp·pp·cp" in help_text("predict")
 
 
 # --- bad input: exit 2, one line naming the field, no traceback ------------------------------

@@ -106,8 +106,9 @@ def rank(evaluated: Evaluated, problem: TrainingProblem, objectives: Sequence[Ob
         all_scores = np.array([p[0] for p in picked])
         mask = pareto_mask(all_scores)
         picked = [p for p, keep in zip(picked, mask) if keep]
-    # Ties broken by the plan string, so that the same inputs always give the same order.
-    picked.sort(key=lambda p: (tuple(-x for x in p[0]), p[1].plan(p[3]).as_string()))
+    # Ties go to the plan with more memory headroom, then by the plan string, so that the same
+    # inputs always give the same order.
+    picked.sort(key=lambda p: (tuple(-x for x in p[0]), float(p[2].memory_gib_per_gpu[p[3]]), p[1].plan(p[3]).as_string()))
     ranked = []
     for position, (scores, batch, est, i) in enumerate(picked[:top], start=1):
         values = {o.name: float(o.sign * s) for o, s in zip(objectives, scores)}
