@@ -4,12 +4,12 @@
 searches every (hardware profile, GPU count) pair with the ordinary search and
 compares their best plans on total days, GPU-hours, money, energy and emissions.
 
-Energy and emissions (docs/reports.md, DESIGN.md section 4):
+Energy and emissions (docs/reports.md):
 
 * energy = GPUs x average board power (the profile's ``average_power_w``) x hours x PUE
 * emissions = energy x grid carbon intensity
 
-The defaults below carry their sources (the project's ``data/hardware.md`` tables 2f and 2g).
+The defaults below carry their public sources (Uptime Institute for PUE, IEA via carbontracker for grid intensity).
 The parsers here turn command-line text into numbers and raise
 :class:`~autotune.errors.InputError` naming the flag and a fix.
 """

@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
     @app.command(
         epilog=(
             "**Examples**\n\n"
-            "    autotune validate data/training_runs.csv\n\n"
+            "    autotune validate autotune/data/training_runs.csv\n\n"
             "    autotune validate my_runs.csv --calibration calib.yaml --json\n\n"
             "The CSV columns are those of training_runs.csv (docs/validation.md); optional ones may be left out. "
             "A setting a row leaves empty is evaluated over its possible values and the range is shown."

@@ -1,7 +1,7 @@
 """The serving cost model: ``estimate_serving(model, cluster, workload, plans, params)``.
 
 A pure function, vectorised over a :class:`~autotune.serving.plan.ServePlanBatch`
-(docs/cost-model.md, "Serving"; DESIGN.md §3).  Per engine (one replica of ``tp * pp``
+(docs/cost-model.md, "Serving").  Per engine (one replica of ``tp * pp``
 GPUs) in steady-state continuous batching with ``B`` sequences in flight:
 
 * One decode *round* advances every sequence by a token.  Each pipeline stage reads its
@@ -63,8 +63,11 @@ class ServingParams:
     the engine gives the KV cache (vLLM's gpu-memory-utilization, TensorRT-LLM's
     kv_cache_free_gpu_mem_fraction).  ``seq_overhead_us``: time per decoding sequence per
     step (sampling, logits, per-sequence scheduling and KV paging).
-    ``kv_read_per_query_head`` (an engine property, not fitted): decode attention streams the
-    KV cache once per *query* head, so grouped-query attention saves KV memory but not KV traffic.
+    ``kv_reread_fraction`` (an engine property, fitted once per engine release, not per GPU):
+    the share of the re-reads of a KV head by the other query heads of its group
+    that reach HBM.  0: the kernel loads each KV head once for its whole group (grouped-query
+    attention cuts KV traffic by the group size); 1: it streams the cache once per query head
+    (GQA saves KV memory but not KV traffic).
     """
 
     decode_bandwidth: float = 0.75
@@ -74,7 +77,7 @@ class ServingParams:
     reserve_gib: float = 4.0
     kv_fraction: float = 0.90
     seq_overhead_us: float = 0.0
-    kv_read_per_query_head: bool = False
+    kv_reread_fraction: float = 0.0
 
     def replace(self, **changes: float) -> "ServingParams":
         import dataclasses
@@ -230,7 +233,8 @@ class _Engine:
         self.kv_per_token_gpu = 2.0 * self.layers_per_stage * kv_heads_per_gpu * model.head_dim * kv_b
         # Bytes decode attention streams per token of context: per KV head, or per query head
         # when the engine's kernel does not share a KV head among its query group.
-        read_heads = np.maximum(model.n_heads / self.tp, 1.0) if params.kv_read_per_query_head else kv_heads_per_gpu
+        group = max(model.n_heads / model.n_kv_heads, 1.0)
+        read_heads = kv_heads_per_gpu * (1.0 + (group - 1.0) * params.kv_reread_fraction)
         self.kv_read_per_token_gpu = 2.0 * self.layers_per_stage * read_heads * model.head_dim * kv_b
         self.output_read = (mb.output if mb.output else mb.embedding) * 2.0
 
