@@ -43,17 +43,40 @@ GENERIC_DEFAULTS = ServingParams(reserve_gib=3.0, kv_fraction=0.90)
 # The engine's limit on sequences in flight when the benchmark leaves it to the engine
 # (trtllm-build --max_batch_size; trtllm-bench tunes it up to 2048 for 0.14 and 0.20).
 ENGINE_MAX_BATCH: Mapping[str, int] = {
-    "trtllm-0.9": 4096, "trtllm-0.14": 2048, "trtllm-0.14-triton": 2048, "trtllm-0.20": 2048,
+    "trtllm-0.9": 4096, "trtllm-0.14": 2048, "trtllm-0.20": 2048,
+    # The Triton online tables do not state the engine's batch limit; their unlimited-rate rows
+    # imply about 256: a mean TTFT of 9.1 s for 500 requests of 256 output tokens at an ITL of
+    # 85 ms (70B, TP4) is half the requests waiting one whole batch lifetime (256 x 85 ms x ~0.5).
+    "trtllm-0.14-triton": 256,
 }
 # Release whose fit stands in for another's (same engine build, different front end).
 SHARES_FIT: Mapping[str, str] = {"trtllm-0.14-triton": "trtllm-0.14"}
 
 # (engine, gpu) -> fitted values; written from fit_serving (see docs/serving.md).
-FITTED: Mapping[tuple[str, str], Mapping[str, float]] = {}
+FITTED: Mapping[tuple[str, str], Mapping[str, float]] = {
+    ("trtllm-0.14", "a100-sxm4-80gb"): {"decode_bandwidth": 0.5972, "kv_bandwidth": 0.5657, "gemm": 0.4898, "step_overhead_us": 1500, "seq_overhead_us": 23.6844},
+    ("trtllm-0.14", "h100-sxm5-80gb"): {"decode_bandwidth": 0.5164, "kv_bandwidth": 0.6275, "gemm": 0.3857, "step_overhead_us": 249.188, "seq_overhead_us": 11.2234},
+    ("trtllm-0.14", "h200-sxm-141gb"): {"decode_bandwidth": 0.5015, "kv_bandwidth": 0.5052, "gemm": 0.4097, "step_overhead_us": 1230.28, "seq_overhead_us": 9.1583},
+    ("trtllm-0.14", "l40s-48gb"): {"decode_bandwidth": 0.2905, "kv_bandwidth": 1, "gemm": 0.2305, "step_overhead_us": 0, "seq_overhead_us": 41.2055},
+    ("trtllm-0.20", "b200-sxm-180gb"): {"decode_bandwidth": 1, "kv_bandwidth": 0.4441, "gemm": 0.3076, "step_overhead_us": 1500, "seq_overhead_us": 15.7041},
+    ("trtllm-0.20", "h100-sxm5-80gb"): {"decode_bandwidth": 0.8518, "kv_bandwidth": 1, "gemm": 0.3843, "step_overhead_us": 1500, "seq_overhead_us": 15.1982},
+    ("trtllm-0.20", "h200-sxm-141gb"): {"decode_bandwidth": 0.7176, "kv_bandwidth": 0.9416, "gemm": 0.4519, "step_overhead_us": 1500, "seq_overhead_us": 14.7777},
+    ("trtllm-0.9", "h100-sxm5-80gb"): {"decode_bandwidth": 0.4303, "kv_bandwidth": 1, "gemm": 0.5074, "step_overhead_us": 1500, "seq_overhead_us": 15.956},
+    ("trtllm-0.9", "h200-sxm-141gb"): {"decode_bandwidth": 0.3376, "kv_bandwidth": 1, "gemm": 0.5439, "step_overhead_us": 1500, "seq_overhead_us": 20.5479},
+    ("trtllm-0.9", "l40s-48gb"): {"decode_bandwidth": 0.5491, "kv_bandwidth": 1, "gemm": 0.4756, "step_overhead_us": 0, "seq_overhead_us": 17.5492},
+}
 # gpu -> values fitted on every release's runs on that GPU (the fallback for other engines).
-POOLED: Mapping[str, Mapping[str, float]] = {}
+POOLED: Mapping[str, Mapping[str, float]] = {
+    "a100-sxm4-80gb": {"decode_bandwidth": 0.5972, "kv_bandwidth": 0.5657, "gemm": 0.4898, "step_overhead_us": 1500, "seq_overhead_us": 23.6844},
+    "b200-sxm-180gb": {"decode_bandwidth": 1, "kv_bandwidth": 0.4441, "gemm": 0.3076, "step_overhead_us": 1500, "seq_overhead_us": 15.7041},
+    "h100-sxm5-80gb": {"decode_bandwidth": 0.5716, "kv_bandwidth": 0.7319, "gemm": 0.4212, "step_overhead_us": 1500, "seq_overhead_us": 12.7796},
+    "h200-sxm-141gb": {"decode_bandwidth": 0.5151, "kv_bandwidth": 0.6787, "gemm": 0.4467, "step_overhead_us": 1500, "seq_overhead_us": 12.8125},
+    "l40s-48gb": {"decode_bandwidth": 0.5393, "kv_bandwidth": 0.7623, "gemm": 0.3822, "step_overhead_us": 0, "seq_overhead_us": 51.4743},
+}
 # values fitted on every run (the fallback for a GPU without serving runs).
-POOLED_ALL: Mapping[str, float] = {}
+POOLED_ALL: Mapping[str, float] = {"decode_bandwidth": 0.5614, "kv_bandwidth": 0.6432, "gemm": 0.4351, "step_overhead_us": 1500, "seq_overhead_us": 14.5456}
+
+KV_REREAD_FRACTION_TRTLLM_0_9 = 0.25
 
 NEWEST_FIRST = ("trtllm-0.20", "trtllm-0.14", "trtllm-0.9")
 
@@ -69,7 +92,7 @@ def engine_properties(engine: str) -> dict:
     """Kernel properties of an engine release (module docstring): inferred from the release, not fitted."""
     name, version = _version(engine)
     if name == "trtllm" and version is not None and version <= (0, 9):
-        return {"kv_read_per_query_head": True}
+        return {"kv_reread_fraction": KV_REREAD_FRACTION_TRTLLM_0_9}
     return {}
 
 

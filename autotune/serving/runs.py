@@ -83,18 +83,23 @@ def _kind(row: dict) -> str:
 
 
 def _float(row: dict, key: str) -> float | None:
+    """A number, or None for an empty cell; anything else is the file's error, not a silent default."""
     text = (row.get(key) or "").strip()
     if not text:
         return None
     try:
         return float(text)
     except ValueError:
-        return None
+        raise InputError(f"row {row.get('id')!r}: must be a number, but got {text!r}", field=key) from None
 
 
 def _int(row: dict, key: str) -> int | None:
     value = _float(row, key)
-    return None if value is None else int(value)
+    if value is None:
+        return None
+    if value != int(value):
+        raise InputError(f"row {row.get('id')!r}: must be a whole number, but got {value!r}", field=key)
+    return int(value)
 
 
 def engine_key(engine: str, version: str, group: str) -> str:
@@ -153,6 +158,13 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
     measured = _float(row, "output_tokens_per_s_per_gpu")
     ttft = _float(row, "ttft_ms_mean")
     itl = _float(row, "itl_ms_mean") or _float(row, "tpot_ms_mean")
+    for key, value in (("output_tokens_per_s_per_gpu", measured), ("ttft_ms_mean", ttft), ("itl_ms_mean", itl)):
+        if value is not None and value <= 0:
+            raise InputError(f"row {rid!r}: a measurement must be > 0, but got {value!r}", field=key)
+    for key in ("tp", "pp", "n_gpus", "input_len", "output_len"):
+        value = _int(row, key)
+        if value is not None and value < 1:
+            raise InputError(f"row {rid!r}: must be >= 1, but got {value!r}", field=key)
     if kind != "prefill" and measured is None:
         return SkippedServingRow(rid, group, "no output tokens/s per GPU")
     if kind == "prefill" and ttft is None:
@@ -183,6 +195,12 @@ def read_serving_runs(path: Path, supported_gpus: set[str], fp8_gpus: set[str]) 
         columns = reader.fieldnames or []
         absent = [c for c in REQUIRED_COLUMNS if c not in columns]
         if absent:
-            raise InputError(f"missing serving column(s) {', '.join(absent)}; see serving_runs.csv for the schema",
+            raise InputError(f"missing serving column(s) {', '.join(absent)}; see docs/serving.md for the schema",
                              source=source)
-        return [parse_row(row, supported_gpus, fp8_gpus) for row in reader]
+        out = []
+        for row in reader:
+            try:
+                out.append(parse_row(row, supported_gpus, fp8_gpus))
+            except InputError as exc:
+                raise InputError(str(exc), source=source) from None
+        return out

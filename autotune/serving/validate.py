@@ -91,6 +91,12 @@ def predict_run(run: ServingRun, hw: Hardware, params: ServingParams, *, request
         est = estimate_serving(model, cluster, workload, plans, params)
         values = est.output_tokens_per_s_per_gpu
         finite = np.isfinite(est.ttft_ms)
+        if requests:
+            # A finite benchmark: N requests arrive over N / rate seconds and the last one still
+            # needs its whole latency, so the measured throughput is N*O over that whole span.
+            e2e = np.where(finite, est.ttft_ms, 0.0) / 1e3 + (run.output_len - 1) * est.tpot_ms / 1e3
+            span = np.maximum(requests / run.request_rate, requests * run.output_len / est.output_tokens_per_s) + e2e
+            values = np.minimum(values, requests * run.output_len / span / gpus)
         ttft = float(np.mean(est.ttft_ms[finite])) if finite.any() else None
         itl = float(np.mean(est.tpot_ms))
         batch_out = float(np.mean(est.batch))
@@ -231,9 +237,9 @@ def _residuals(run: ServingRun, hw: Hardware, params: ServingParams, requests: i
     out = []
     if run.kind == "prefill":
         out.append(math.log(p.ttft_ms / run.measured_ttft_ms))
-    elif run.kind != "rate" or (p.ttft_ms is None):  # a stable rate row's throughput is the offered rate
+    else:  # (a stable rate row's throughput is the offered rate: its residual is small and constant)
         out.append(math.log(p.tokens_per_s_per_gpu / run.measured_tokens_per_s_per_gpu))
-    if run.measured_itl_ms and p.itl_ms:
+    if run.measured_itl_ms and run.kind != "prefill":
         out.append(math.log(p.itl_ms / run.measured_itl_ms))
     return out
 
