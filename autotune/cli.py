@@ -84,6 +84,14 @@ def _note_inputs(inputs) -> None:
                      f"window of {limit:,} tokens; the plan assumes a long-context extension.", highlight=False)
 
 
+def _reject_flags(given: dict, context: str) -> None:
+    """Refuse flags that do not apply, rather than ignore them silently."""
+    used = [flag for flag, value in given.items() if value is not None]
+    if used:
+        raise InputError(f"{', '.join(used)} do{'es' if len(used) == 1 else ''} not apply to {context}; leave "
+                         f"{'it' if len(used) == 1 else 'them'} out", field=used[0])
+
+
 def _parse_fixes(fixes: list[str]) -> dict:
     out: dict = {}
     for item in fixes:
@@ -156,11 +164,22 @@ def search(
             raise InputError(f"must be >= 1, but got {top}", field="--top")
         from . import cli_serve
 
+        serving_flags = {"--input-len": input_len, "--output-len": output_len, "--ttft-ms": ttft_ms,
+                         "--tpot-ms": tpot_ms, "--concurrency": concurrency, "--request-rate": request_rate}
+        training_flags = {
+            "--seq-len": seq_len, "--global-batch": global_batch, "--tokens": tokens, "--deadline": deadline,
+            "--pue": pue, "--grid-intensity": grid_intensity, "--storage": storage, "--study": study,
+            "--emit": emit, "--calibration": calibration,
+            "--objective": None if objective == "throughput" else objective,
+            "--sampler": None if sampler == "auto" else sampler,
+        }
         if cli_serve.check_workload(workload) == "serve":
+            _reject_flags(training_flags, "--workload serve")
             load = cli_serve.serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
             raise typer.Exit(code=cli_serve.search_serve(
                 model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes, workload=load,
                 space=space, fixes=fix or [], top=top, json_out=json_out, out=out, price=price, stdout=stdout, stderr=stderr))
+        _reject_flags(serving_flags, "training (add --workload serve for serving)")
         cli_serve.require_training(seq_len, global_batch)
         gpu_count, gpu_range = parse_gpus(gpus)
         if cli_report.wants_capacity(gpu_range, hardware, deadline):
@@ -203,10 +222,12 @@ def search(
             result = run_search(problem, objectives, sampler=sampler, trials=trials, seed=seed, top=top, progress=progress,
                                 storage=storage, study=study, new=new, heartbeat_s=heartbeat or None)
         hw = inputs.cluster.hardware
-        for ranked in result.ranked:
-            object.__setattr__(ranked, "estimate", with_confidence(output.add_training_totals(
+        result = dataclasses.replace(result, ranked=[
+            dataclasses.replace(ranked, estimate=with_confidence(output.add_training_totals(
                 ranked.estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour, inputs.workload.tokens_per_step),
                 ranked.plan, hw.name))
+            for ranked in result.ranked
+        ])
         document = result.to_json()
         document["inputs"] = _inputs_json(inputs, space)
         if out is not None:

@@ -8,6 +8,8 @@ calls when ``--gpus`` is a range (64..4096), ``--hardware`` names several profil
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -212,12 +214,14 @@ def capacity_search(*, model: str, hardware: str, gpu_count: int | None, gpu_ran
     if chosen is not None:
         inputs, result = results[(chosen.hardware, chosen.gpus)]
         hw = inputs.cluster.hardware
-        for ranked in result.ranked:
-            est = output.add_training_totals(ranked.estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour,
+        def with_footprint(estimate: dict) -> dict:
+            est = output.add_training_totals(estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour,
                                              inputs.workload.tokens_per_step)
-            est.update(cap.footprint(inputs.cluster.n_gpus, est["training_days"], hw.average_power_w,
-                                     hw.price_usd_per_gpu_hour, pue_value, grid))
-            object.__setattr__(ranked, "estimate", est)
+            return {**est, **cap.footprint(inputs.cluster.n_gpus, est["training_days"], hw.average_power_w,
+                                           hw.price_usd_per_gpu_hour, pue_value, grid)}
+
+        result = dataclasses.replace(
+            result, ranked=[dataclasses.replace(r, estimate=with_footprint(r.estimate)) for r in result.ranked])
         document = result.to_json()
         document["inputs"] = _inputs_json(inputs, space)
     else:
