@@ -149,7 +149,7 @@ def register(app: typer.Typer) -> None:
         """Measure plans with your own benchmark command; the cost model picks and orders them."""
         from .inputs import training_inputs
         from .search import TrainingProblem, parse_objectives
-        from .search.optuna_search import enqueue_plans, make_storage, open_study, run_study, trial_records
+        from .search.optuna_study import enqueue_plans, make_storage, open_study, run_study, trial_records
         from .space import load_space
         from .tune import calibrate_from_trials, parse_command, prior_plans
 
@@ -221,7 +221,7 @@ def register(app: typer.Typer) -> None:
         json_out: JsonOut = False,
     ) -> None:
         """Join a persistent study and evaluate its trials until it holds its target number."""
-        from .search.optuna_search import count_trials, load_for_worker, make_storage, run_study
+        from .search.optuna_study import count_trials, load_for_worker, make_storage, run_study
         from .tune import parse_command
 
         with user_errors():

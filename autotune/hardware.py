@@ -42,7 +42,10 @@ class Efficiency:
     gemm: float = 0.80  # large bf16 GEMMs, fraction of dense bf16 peak (MAMF-like ceiling)
     fp8_gemm: float = 0.70  # large fp8 GEMMs, fraction of dense fp8 peak
     gemm_overhead_us: float = 4.0  # fixed time per GEMM (launch, tail wave): the small-shape fall-off
-    attention: float = 0.50  # flash attention, fraction of dense bf16 peak
+    attention: float = 0.50  # flash attention (FlashAttention-2, PyTorch SDPA), fraction of dense bf16 peak
+    # cuDNN fused attention (TransformerEngine in NeMo / Megatron-Core; attention_kernel="cudnn"),
+    # fraction of dense bf16 peak; the generic default equals `attention`'s
+    cudnn_attention: float = 0.50
     memory: float = 0.80  # memory-bound kernels, fraction of HBM bandwidth
     intra_node_bandwidth: float = 0.80  # NCCL bus bandwidth / link bandwidth inside a node
     inter_node_bandwidth: float = 0.80  # NCCL bus bandwidth / NIC bandwidth across nodes
@@ -57,7 +60,7 @@ class Efficiency:
 
 
 
-_FRACTIONS = ("gemm", "fp8_gemm", "attention", "memory", "intra_node_bandwidth", "inter_node_bandwidth")
+_FRACTIONS = ("gemm", "fp8_gemm", "attention", "cudnn_attention", "memory", "intra_node_bandwidth", "inter_node_bandwidth")
 _OVERLAPS = ("tp_overlap", "cp_overlap", "ep_overlap", "pp_overlap", "dp_overlap", "fragmentation")
 # (low, high) for every efficiency parameter: what is physically possible.
 EFFICIENCY_BOUNDS: Mapping[str, tuple[float, float]] = MappingProxyType(

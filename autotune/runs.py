@@ -22,7 +22,11 @@ from .modelspec import ModelSpec, MoESpec
 from .plan import Plan
 from .workload import TrainWorkload
 
-ATTENTION_KERNELS = ("flash", "unfused")
+ATTENTION_KERNELS = ("flash", "unfused", "cudnn")
+# NVIDIA's stacks: NeMo and Megatron-LM / Megatron-Core run attention through TransformerEngine,
+# whose DotProductAttention picks cuDNN's fused attention on Hopper (faster than FlashAttention-2).
+# Named in the `source` cell (not the notes, which cite NeMo's tables for other rows' constants).
+_NVIDIA_STACK = re.compile(r"\b(NeMo|Megatron-LM|Megatron-Core|TransformerEngine)\b")
 # FlashAttention was published in mid-2022 (Dao et al., arXiv:2205.14135) and reached
 # Megatron-LM in 2023 (--use-flash-attn); runs published in 2022 or earlier used Megatron's
 # unfused attention (two batched GEMMs and a fused scale-mask-softmax kernel).
@@ -81,8 +85,10 @@ def publication_year(source: str) -> int | None:
 def infer_attention_kernel(row: dict) -> tuple[str, str | None]:
     """The row's attention kernel and, when it was not stated, how it was inferred.
 
-    An ``attention_kernel`` column (flash|unfused) wins; otherwise the publication year in
-    ``source`` decides: 2022 or earlier -> ``unfused``, later (or no year found) -> ``flash``.
+    An ``attention_kernel`` column (flash|unfused|cudnn) wins; otherwise the publication year in
+    ``source`` decides: 2022 or earlier -> ``unfused``; later (or no year found) -> ``cudnn`` when
+    the source names NVIDIA's stack (NeMo, Megatron-LM, Megatron-Core, TransformerEngine), else
+    ``flash``.
     """
     stated = (row.get("attention_kernel") or "").strip().lower()
     if stated:
@@ -90,12 +96,17 @@ def infer_attention_kernel(row: dict) -> tuple[str, str | None]:
             raise InputError(f"row {row.get('id')!r}: must be one of {', '.join(ATTENTION_KERNELS)}, but got {stated!r}",
                              field="attention_kernel")
         return stated, None
-    year = publication_year(row.get("source") or "")
+    source = row.get("source") or ""
+    year = publication_year(source)
+    if year is not None and year < FLASH_ATTENTION_FIRST_YEAR:
+        return "unfused", f"inferred from publication year {year} in source (<= {FLASH_ATTENTION_FIRST_YEAR - 1})"
+    stack = _NVIDIA_STACK.search(source)
+    if stack:
+        return "cudnn", (f"source names {stack.group(1)} (TransformerEngine attention: cuDNN fused)"
+                         + (f", published {year}" if year is not None else ""))
     if year is None:
         return "flash", "no attention_kernel column and no year in source: assumed flash"
-    kernel = "unfused" if year < FLASH_ATTENTION_FIRST_YEAR else "flash"
-    return kernel, f"inferred from publication year {year} in source ({'<=' if kernel == 'unfused' else '>='} " \
-                   f"{FLASH_ATTENTION_FIRST_YEAR - 1 if kernel == 'unfused' else FLASH_ATTENTION_FIRST_YEAR})"
+    return "flash", f"inferred from publication year {year} in source (>= {FLASH_ATTENTION_FIRST_YEAR})"
 
 
 ZERO3_COLLECTIVES = ("block", "submodule")
@@ -128,6 +139,55 @@ def infer_zero3_collectives(row: dict) -> tuple[str, str | None]:
     return "block", None
 
 
+PIPELINE_RUNTIMES = ("megatron", "torch")
+# torchtitan's own name in a row's source or notes: the run used torchtitan's pipeline runtime
+# (torch.distributed.pipelining) and its defaults.
+_TORCHTITAN = re.compile(r"torchtitan", re.IGNORECASE)
+
+
+def infer_pipeline_runtime(row: dict) -> tuple[str, str | None]:
+    """What the row's pipeline schedule keeps in memory (``megatron`` or ``torch``) and how it was inferred.
+
+    A ``pipeline_runtime`` column wins; otherwise ``torch`` (torch.distributed.pipelining) when the
+    source or notes name torchtitan, else ``megatron`` (Megatron-LM, NeMo, DeepSpeed schedules).
+    Only pipeline-parallel rows are affected.
+    """
+    stated = (row.get("pipeline_runtime") or "").strip().lower()
+    if stated:
+        if stated not in PIPELINE_RUNTIMES:
+            raise InputError(f"row {row.get('id')!r}: must be one of {', '.join(PIPELINE_RUNTIMES)}, but got {stated!r}",
+                             field="pipeline_runtime")
+        return stated, None
+    if _TORCHTITAN.search(f"{row.get('source') or ''} {row.get('notes') or ''}"):
+        return "torch", "torchtitan named in source/notes: torch.distributed.pipelining"
+    return "megatron", None
+
+
+def infer_microbatches(row: dict, runtime: str) -> tuple[int | str | None, str | None]:
+    """Micro-batches per step per pipeline for a row that leaves ``micro_batch`` empty, if known.
+
+    An ``n_microbatches`` column (a number, or ``stages``) wins.  Otherwise, for a pipeline-parallel
+    row on torchtitan's runtime: ``stages`` -- torchtitan's default (2024) splits the local batch
+    into as many micro-batches as there are pipeline stages, pp x vp
+    (``experimental.pipeline_parallel_microbatches`` unset).  Else None (unknown).
+    """
+    stated = (row.get("n_microbatches") or "").strip().lower()
+    if stated:
+        if stated == "stages":
+            return "stages", None
+        try:
+            return int(float(stated)), None
+        except ValueError:
+            raise InputError(f"row {row.get('id')!r}: must be a number or 'stages', but got {stated!r}",
+                             field="n_microbatches") from None
+    if (row.get("micro_batch") or "").strip():
+        return None, None
+    pp = (row.get("pp") or "").strip()
+    if runtime == "torch" and pp and int(float(pp)) > 1:
+        return "stages", "torchtitan default: as many micro-batches as pipeline stages (pp x vp)"
+    return None, None
+
+
 REQUIRED_COLUMNS = (
     "id", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "vocab_size", "seq_len", "gpu", "n_gpus",
     "tp", "pp", "measured_tokens_per_s_per_gpu",
@@ -152,9 +212,11 @@ class MeasuredRun:
     notes: str = ""
     extra: dict[str, str] = field(default_factory=dict)
     source: str = ""
-    attention_kernel: str = "flash"  # flash | unfused (see infer_attention_kernel)
+    attention_kernel: str = "flash"  # flash | unfused | cudnn (see infer_attention_kernel)
     hardware_variant: str | None = None  # e.g. POWER_LIMITED: see HARDWARE_VARIANTS
     zero3_collectives: str = "block"  # block | submodule (see infer_zero3_collectives)
+    pipeline_runtime: str = "megatron"  # megatron | torch (see infer_pipeline_runtime)
+    microbatches: int | str | None = None  # per step per pipeline when micro_batch is empty: a number, "stages" or unknown
     inferred: dict[str, str] = field(default_factory=dict)  # field -> how its value was inferred
 
     def hardware(self, profile: Hardware) -> Hardware:
@@ -254,6 +316,12 @@ def parse_row(row: dict) -> MeasuredRun | SkippedRow:
     granularity, how = infer_zero3_collectives(row)
     if how:
         inferred["zero3_collectives"] = how
+    runtime, how = infer_pipeline_runtime(row)
+    if how and (_int(row, "pp") or 1) > 1:
+        inferred["pipeline_runtime"] = how
+    microbatches, how = infer_microbatches(row, runtime)
+    if how:
+        inferred["microbatches"] = how
     variant = POWER_LIMITED if "POWER-LIMITED VARIANT" in (row.get("notes") or "") else None
     if variant:
         inferred["hardware_variant"] = "notes say POWER-LIMITED VARIANT"
@@ -294,6 +362,8 @@ def parse_row(row: dict) -> MeasuredRun | SkippedRow:
         attention_kernel=kernel,
         hardware_variant=variant,
         zero3_collectives=granularity,
+        pipeline_runtime=runtime,
+        microbatches=microbatches,
         inferred=inferred,
     )
 
@@ -323,6 +393,29 @@ def read_runs(path: Path) -> list[MeasuredRun | SkippedRow]:
     return out
 
 
+def preferred_candidates(run: MeasuredRun, plans: list[Plan]) -> list[int]:
+    """Indices of the candidates consistent with the row's framework defaults (all if none are known).
+
+    The micro-batch count (``run.microbatches``: a number, or ``stages`` = pp x vp) and, on
+    torchtitan's runtime, one or two stages per rank when ``vp`` is empty.
+    """
+    out = list(range(len(plans)))
+    if run.pipeline_runtime == "torch" and "vp" in run.unknown:
+        # torchtitan's defaults: 1F1B (one stage per rank), or two stages per rank for an
+        # interleaved schedule without explicit split points (generate_split_points).
+        out = [i for i in out if plans[i].vp in (1, 2)] or out
+    if run.microbatches is not None:
+        matching = []
+        for i in out:
+            plan = plans[i]
+            m = run.workload.global_batch / (plan.dp * plan.mbs)
+            want = plan.pp * plan.vp if run.microbatches == "stages" else run.microbatches
+            if abs(m - want) < 1e-9:
+                matching.append(i)
+        out = matching or out
+    return out
+
+
 def candidate_plans(run: MeasuredRun, precisions_supported: tuple[str, ...]) -> list[Plan]:
     """Every plan the row could describe: its stated fields, and each possible value of the empty ones."""
     tp, pp, cp = run.known["tp"], run.known["pp"], run.known.get("cp", 1)
@@ -332,7 +425,11 @@ def candidate_plans(run: MeasuredRun, precisions_supported: tuple[str, ...]) -> 
         if key == "sp":
             options[key] = [False, True] if tp > 1 else [False]
         elif key == "vp":
-            options[key] = [1] if pp == 1 else [v for v in (1, 2, 3, 4, 6, 8) if run.model.n_layers % (pp * v) == 0] or [1]
+            # Megatron-LM needs the layers to split evenly over the pp x vp stages; torchtitan's
+            # runtime splits them unevenly when they do not (generate_split_points).
+            even = run.pipeline_runtime != "torch"
+            options[key] = [1] if pp == 1 else [v for v in (1, 2, 3, 4, 6, 8) if (
+                run.model.n_layers % (pp * v) == 0 if even else run.model.n_layers >= pp * v)] or [1]
         elif key == "zero":
             options[key] = [0, 1]
         elif key == "mbs":

@@ -35,7 +35,7 @@ from .costmodel import estimate_training
 from .errors import InputError
 from .hardware import Hardware
 from .plan import Plan, PlanBatch
-from .runs import MeasuredRun, SkippedRow, candidate_plans
+from .runs import MeasuredRun, SkippedRow, candidate_plans, preferred_candidates
 
 HardwareLoader = Callable[[str], Hardware]
 
@@ -54,6 +54,7 @@ class Case:
     group: int
     start: int
     stop: int
+    preferred: tuple[int, ...] = ()  # candidates (indices into plans) the point prediction is taken from; () = all
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class Evaluation:
 
 def _group_key(run: MeasuredRun, profile: str) -> tuple:
     return (profile, run.hardware_variant, run.model, run.n_gpus, run.gpus_per_node, run.workload, run.attention_kernel,
-            run.zero3_collectives)
+            run.zero3_collectives, run.pipeline_runtime)
 
 
 def prepare(runs: Iterable[MeasuredRun | SkippedRow], hardware_loader: HardwareLoader) -> Prepared:
@@ -148,13 +149,28 @@ def prepare(runs: Iterable[MeasuredRun | SkippedRow], hardware_loader: HardwareL
         all_plans: list[Plan] = []
         for i in members:
             run, profile, plans = pending[i]
+            preferred = preferred_candidates(run, plans)
             cases[i] = Case(run=run, profile=profile, plans=tuple(plans), group=len(groups),
-                            start=len(all_plans), stop=len(all_plans) + len(plans))
+                            start=len(all_plans), stop=len(all_plans) + len(plans),
+                            preferred=() if len(preferred) == len(plans) else tuple(preferred))
             all_plans.extend(plans)
         first_run, first_profile, _ = pending[members[0]]
         groups.append(Group(profile=first_profile, run=first_run, plans=PlanBatch.from_plans(all_plans)))
     return Prepared(cases=tuple(c for c in cases if c is not None), groups=tuple(groups),
                     skipped=tuple(skipped), profiles=profiles)
+
+
+def point_candidate(t: np.ndarray, m: np.ndarray, f: np.ndarray, preferred: Sequence[int] = ()) -> int:
+    """The candidate behind a row's point prediction.
+
+    Among ``preferred`` (the candidates consistent with what is known of the row, e.g. a
+    framework's default micro-batch count; all if empty): the fastest that fits in memory, or the
+    one needing the least memory if none fits.  Its memory is the row's predicted memory, so the
+    throughput and the memory of a row always describe the same configuration.
+    """
+    pool = np.asarray(preferred, dtype=np.int64) if len(preferred) else np.arange(t.size)
+    tp, mp, fp = t[pool], m[pool], f[pool]
+    return int(pool[np.argmax(np.where(fp, tp, -np.inf))]) if fp.any() else int(pool[np.argmin(mp)])
 
 
 def evaluate(prepared: Prepared, hardware: Mapping[str, Hardware] | None = None, *, detail: bool = False,
@@ -171,7 +187,8 @@ def evaluate(prepared: Prepared, hardware: Mapping[str, Hardware] | None = None,
         hw = group.run.hardware(hardware[group.profile])
         estimates[g] = estimate_training(group.run.model, group.run.cluster(hw), group.run.workload, group.plans,
                                          attention_kernel=group.run.attention_kernel,
-                                         zero3_collectives=group.run.zero3_collectives)
+                                         zero3_collectives=group.run.zero3_collectives,
+                                         pipeline_runtime=group.run.pipeline_runtime)
     tputs, mems, fits, chosen, rows = [], [], [], [], []
     empty = np.zeros(0)
     for case in prepared.cases:
@@ -182,7 +199,7 @@ def evaluate(prepared: Prepared, hardware: Mapping[str, Hardware] | None = None,
             continue
         sl = slice(case.start, case.stop)
         t, m, f = est.tokens_per_s_per_gpu[sl], est.memory_gib_per_gpu[sl], est.fits[sl]
-        best = int(np.argmax(np.where(f, t, -np.inf))) if f.any() else int(np.argmin(m))
+        best = point_candidate(t, m, f, case.preferred)
         tputs.append(t), mems.append(m), fits.append(f), chosen.append(best)
         if detail:
             rows.append(est.row(case.start + best))

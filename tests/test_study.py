@@ -127,7 +127,7 @@ def test_search_study_resumes_and_refuses_a_changed_problem(tmp_path):
     assert again.returncode == 0, again.stderr
     doc = json.loads(again.stdout)
     assert set(doc) >= {"plans", "search", "inputs"} and doc["plans"]
-    from autotune.search.optuna_search import count_trials, load_records  # noqa: F401
+    from autotune.search.optuna_study import count_trials, load_records  # noqa: F401
 
     records = load_records(url, "s")
     assert len(records) == 25 and all(r["state"] == "COMPLETE" for r in records)

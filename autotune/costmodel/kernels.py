@@ -32,7 +32,9 @@ FlashAttention-2 overlaps little of it (Dao 2023, §3), so we charge
 gives the measured FA2 ratio of head dim 64 to 128 throughput (about 0.85-0.9 forward,
 Dao 2023 Fig. 4).  The backward does 2.5x the forward's matmul FLOPs (it recomputes the
 probabilities; 5 GEMMs instead of 2) and one more softmax pass.  All of it runs at
-``efficiency.attention`` of the bf16 peak in every precision (fp8 attention is not
+``efficiency.attention`` of the bf16 peak (``efficiency.cudnn_attention`` for cuDNN's fused
+attention, ``attention_kernel="cudnn"``: TransformerEngine in NeMo and Megatron-Core, whose
+Hopper kernels run faster than FlashAttention-2) in every precision (fp8 attention is not
 assumed: TE and torchao keep it bf16 in these recipes).
 """
 
@@ -51,7 +53,7 @@ FP8_CAST_BYTES = 4.0  # per element cast to fp8: read bf16 (2), write fp8 and it
 class Kernels:
     """Kernel time model of one GPU for a batch of plans (``fp8`` is a per-plan bool array)."""
 
-    def __init__(self, hardware: Hardware, fp8: np.ndarray):
+    def __init__(self, hardware: Hardware, fp8: np.ndarray, attention_kernel: str = "flash"):
         eff = hardware.efficiency
         self.bf16_rate = hardware.peak_flops("bf16") * eff.gemm
         if hardware.supports("fp8"):
@@ -62,7 +64,10 @@ class Kernels:
         self.linear_flops_per_s = np.where(self.fp8, fp8_rate, self.bf16_rate)
         self.linear_k_fill = GEMM_K_FILL
         self.linear_operand_bytes = np.where(self.fp8, 1.0, 2.0)
-        self.attention_flops_per_s = hardware.peak_flops("bf16") * eff.attention
+        # FlashAttention-2 and cuDNN's fused attention (TransformerEngine) share the FLOP model
+        # (tiled, scores never written) but not the rate: each has its own efficiency.
+        attention_eff = eff.cudnn_attention if attention_kernel == "cudnn" else eff.attention
+        self.attention_flops_per_s = hardware.peak_flops("bf16") * attention_eff
         self.memory_bytes_per_s = hardware.memory_bandwidth_gb_per_s * 1e9 * eff.memory
         self.gemm_overhead_s = eff.gemm_overhead_us * 1e-6
 

@@ -48,6 +48,17 @@ OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam moments
 # fused vocab-parallel loss and llm-foundry's fused cross-entropy need less; no row of theirs
 # measures memory, so the larger figure stands (it errs towards plans that fit).
 LOGITS_BYTES = 12.0
+# ZeRO-2 with several micro-batches accumulates the unsharded gradients in the reduction's
+# precision: FSDP2 with torchtitan's default reduce dtype (fp32) upcasts each bf16 gradient into
+# an fp32 accumulation buffer when gradient sync is off (FSDPParam.to_accumulated_grad_if_needed).
+ACCUMULATED_GRAD_BYTES = 4.0
+# torch.distributed.pipelining (torchtitan 2024): the last stage keeps the output of every
+# micro-batch (PipelineStage.output_chunks, merged and returned at the end of the step); the
+# model's output is the fp32 logits (torchtitan casts them with .float()).  Every stage also
+# pre-allocates a receive buffer per micro-batch for the activations it receives and for the
+# gradients it receives, each the size of the stage boundary tensor.
+PIPELINE_OUTPUT_BYTES = 4.0
+PIPELINE_RUNTIMES = ("megatron", "torch")
 
 
 def model_state_bytes(
@@ -159,12 +170,17 @@ def korthikanti_activation_bytes(s: float, b: float, h: float, a: float, t: floa
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "zero3_buffers", "workspace")
 
 
-def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_kernel: str = "flash") -> dict[str, np.ndarray]:
+def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_kernel: str = "flash",
+                 pipeline_runtime: str = "megatron") -> dict[str, np.ndarray]:
     """Peak bytes per GPU by part, on the fuller of the first and last pipeline stages.
 
     The first stage holds the most micro-batches in flight under 1F1B (``min(m, p)``,
     times ``1 + (p-1)/(p*v)`` when interleaved, Korthikanti et al. 2022 §4.2.3) and the
     input embedding; the last stage holds one micro-batch, the output layer and the logits.
+    ``pipeline_runtime``: ``megatron`` (Megatron-LM, NeMo, DeepSpeed: a micro-batch's output and
+    buffers are freed after its backward) or ``torch`` (torch.distributed.pipelining as torchtitan
+    used it in 2024: the last stage keeps every micro-batch's fp32 logits until the step ends, and
+    each stage pre-allocates receive buffers for every micro-batch; ``PIPELINE_OUTPUT_BYTES``).
     """
     from .step_time import FULL  # local import: step_time imports nothing from here
 
@@ -204,6 +220,16 @@ def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_k
     first_acts = layers * kept_per_layer * in_flight + working_set
     last_acts = layers * kept_per_layer + working_set
     logits = LOGITS_BYTES * geo.tokens * model.vocab_size / geo.tp
+    torch_pipeline = (pipeline_runtime == "torch") & (p > 1)
+    # Outputs kept for the whole step (the current micro-batch's included) on the last stage.
+    kept_outputs = np.where(torch_pipeline, PIPELINE_OUTPUT_BYTES * m * geo.tokens * model.vocab_size / geo.tp, 0.0)
+    # Receive buffers, one per micro-batch and direction at each of the rank's v stage boundaries
+    # (the first rank receives no activations, the last no gradients, for their outer stage).
+    boundary = 2.0 * geo.tokens * model.hidden_size / np.where(geo.sp, geo.tp, 1.0)
+    recv_buffers = np.where(torch_pipeline, (2.0 * v - 1.0) * m * boundary, 0.0)
+    first_acts = first_acts + recv_buffers
+    last_acts = last_acts + recv_buffers
+    last_logits = logits + kept_outputs
 
     dense_layers = layers * geo.dense_params_per_layer
     expert_layers = layers * geo.expert_params_per_layer
@@ -216,8 +242,8 @@ def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_k
 
     first = states(geo.embedding_params + np.where(single_stage, geo.output_params, 0.0))
     last = states(geo.output_params + np.where(single_stage, geo.embedding_params, 0.0))
-    # ZeRO-2 with several micro-batches accumulates the gradients unsharded in bf16 until the
-    # step's reduce-scatter (FSDP2 under torch.distributed.pipelining, FSDP no_sync).
+    # ZeRO-2 with several micro-batches accumulates the gradients unsharded (in fp32,
+    # ACCUMULATED_GRAD_BYTES) until the step's reduce-scatter (FSDP2 under torch.distributed.pipelining, FSDP no_sync).
     # (Allocated during the step, so the allocator's overhead applies to them: below.)
     frag = 1.0 + efficiency.fragmentation
     # Over a single rank nothing is sharded (FSDP falls back to NO_SHARD, a distributed
@@ -226,8 +252,11 @@ def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_k
     sharded_expert = geo.expert_shard > 1
     accumulate = (zero == 2) & (geo.microbatches > 1)
     for st, extra in ((first, geo.embedding_params), (last, geo.output_params)):
-        unsharded = 2.0 * (np.where(sharded_dense, dense_layers + extra, 0.0) + np.where(sharded_expert, expert_layers, 0.0))
-        st["gradients"] = st["gradients"] + np.where(accumulate, frag * unsharded, 0.0)
+        unsharded = ACCUMULATED_GRAD_BYTES * (np.where(sharded_dense, dense_layers + extra, 0.0) + np.where(sharded_expert, expert_layers, 0.0))
+        # The fp32 accumulation buffer holds the gradients until the step's reduce-scatter, whose
+        # sharded output replaces it unit by unit: it stands in for the sharded gradients (a
+        # persistent per-parameter allocation like them, so no allocator overhead).
+        st["gradients"] = np.where(accumulate & (unsharded > 0), unsharded, st["gradients"])
     # ZeRO-3 materialises the current and the prefetched unit's full bf16 weights and
     # gradients: two layers, or the embedding / output layer if that is larger.
     unit = np.maximum(2.0 * (np.where(sharded_dense, geo.dense_params_per_layer, 0.0)
@@ -235,7 +264,7 @@ def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_k
                       np.where(sharded_dense, np.maximum(geo.embedding_params, geo.output_params), 0.0))
     zero3_buffers = np.where(zero >= 3, frag * 4.0 * unit, 0.0)
     first_total = sum(first.values()) + frag * first_acts + np.where(single_stage, frag * logits, 0.0)
-    last_total = sum(last.values()) + frag * (last_acts + logits)
+    last_total = sum(last.values()) + frag * (last_acts + last_logits)
     use_first = first_total >= last_total
     pick = lambda a, b: np.where(use_first, a, b)  # noqa: E731
     return {
@@ -243,7 +272,7 @@ def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_k
         "gradients": pick(first["gradients"], last["gradients"]),
         "optimizer": pick(first["optimizer"], last["optimizer"]),
         "activations": frag * pick(first_acts, last_acts),
-        "logits": frag * pick(np.where(single_stage, logits, 0.0), logits),
+        "logits": frag * pick(np.where(single_stage, logits, 0.0), last_logits),
         "zero3_buffers": zero3_buffers,
         "workspace": np.full_like(first_total, efficiency.workspace_gib * GIB),
     }

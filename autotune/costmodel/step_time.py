@@ -169,7 +169,7 @@ def step_time_parts(
     """Seconds per training step, split into the parts of :data:`TIME_PARTS` (they sum to the step)."""
     hw = cluster.hardware
     eff = hw.efficiency
-    kernels = Kernels(hw, plans.precision == FP8)
+    kernels = Kernels(hw, plans.precision == FP8, attention_kernel)
     recompute = np.asarray(plans.recompute)
     full, selective = recompute == FULL, recompute == SELECTIVE
     s = workload.seq_len

@@ -18,10 +18,10 @@ from ..plan import PlanBatch
 from ..workload import TrainWorkload
 from .flops import training_flops_per_token
 from .geometry import Geometry, plan_geometry
-from .memory import GIB, MEMORY_PARTS, memory_parts
+from .memory import GIB, MEMORY_PARTS, PIPELINE_RUNTIMES, memory_parts
 from .step_time import TIME_PARTS, ZERO3_COLLECTIVES, step_time_parts
 
-ATTENTION_KERNELS = ("flash", "unfused")
+ATTENTION_KERNELS = ("flash", "unfused", "cudnn")
 
 
 @dataclass(frozen=True)
@@ -62,19 +62,27 @@ class TrainingEstimate:
 
 def estimate_training(
     model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: PlanBatch, *, attention_kernel: str = "flash",
-    zero3_collectives: str = "block",
+    zero3_collectives: str = "block", pipeline_runtime: str = "megatron",
 ) -> TrainingEstimate:
     """Estimate every plan of ``plans``.
 
-    ``attention_kernel`` is the software's attention: ``flash`` (every current framework)
-    or ``unfused`` (Megatron-LM before FlashAttention, 2021-2022: scores through HBM).
+    ``attention_kernel`` is the software's attention: ``flash`` (FlashAttention-2 / PyTorch SDPA:
+    torchtitan, llm-foundry, Hugging Face; the default, what a plan run on plain PyTorch gets),
+    ``cudnn`` (cuDNN fused attention through TransformerEngine: NeMo, Megatron-Core; rate
+    ``efficiency.cudnn_attention``) or ``unfused`` (Megatron-LM before FlashAttention, 2021-2022:
+    scores through HBM).
     ``zero3_collectives`` is the granularity of ZeRO-3 parameter collectives: ``block`` (FSDP,
     one per transformer block) or ``submodule`` (DeepSpeed ZeRO-3 of 2021, one per linear or norm).
+    ``pipeline_runtime`` is what the pipeline schedule keeps in memory: ``megatron`` (Megatron-LM,
+    NeMo, DeepSpeed) or ``torch`` (torch.distributed.pipelining as in torchtitan 2024: every
+    micro-batch's output and receive buffers are kept for the whole step; memory.py).
     """
     if attention_kernel not in ATTENTION_KERNELS:
         raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, but got ({attention_kernel!r})")
     if zero3_collectives not in ZERO3_COLLECTIVES:
         raise ValueError(f"zero3_collectives must be one of {ZERO3_COLLECTIVES}, but got ({zero3_collectives!r})")
+    if pipeline_runtime not in PIPELINE_RUNTIMES:
+        raise ValueError(f"pipeline_runtime must be one of {PIPELINE_RUNTIMES}, but got ({pipeline_runtime!r})")
     hw = cluster.hardware
     geo = plan_geometry(model, cluster, workload, plans)
     time_parts = step_time_parts(model, cluster, workload, plans, geo, attention_kernel, zero3_collectives)
@@ -82,7 +90,7 @@ def estimate_training(
     tokens_per_s_per_gpu = workload.tokens_per_step / (step_time_s * cluster.n_gpus)
     model_flops = training_flops_per_token(model, workload.seq_len, "none")
     tflops = tokens_per_s_per_gpu * model_flops / 1e12
-    mem_parts = memory_parts(model, geo, workload, plans, hw.efficiency, attention_kernel)
+    mem_parts = memory_parts(model, geo, workload, plans, hw.efficiency, attention_kernel, pipeline_runtime)
     memory_bytes = sum(mem_parts[k] for k in MEMORY_PARTS)
     memory_gib = memory_bytes / GIB
     price_per_gpu_s = hw.price_usd_per_gpu_hour / 3600.0

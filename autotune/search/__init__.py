@@ -78,7 +78,7 @@ def run_search(
             progress(chosen, done, total)
 
     if storage is not None:
-        from .optuna_search import count_trials, evaluated_from_study, make_storage, open_study, run_study
+        from .optuna_study import count_trials, evaluated_from_study, make_storage, open_study, run_study
 
         opened, note = open_study(make_storage(storage, heartbeat_s=heartbeat_s), study, problem, objectives, new=new,
                                   target=trials, settings={"mode": "search", "sampler": chosen})

@@ -1,0 +1,451 @@
+"""Persistent Optuna studies: storages, workers sharing one study, and measured trials.
+
+Part of the Optuna adapter (with ``optuna_search.py``, whose samplers it reuses).  A study
+lives in an Optuna storage (SQLite, PostgreSQL or a journal file); its user attributes hold
+the problem's fingerprint, so that a worker can rebuild the problem and a re-run can say
+exactly what changed.  The study's own trials are the cache: no plan is evaluated twice.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import optuna
+
+from ..plan import PLAN_KEYS, PlanBatch
+from ..space import REASONS, space_size
+from .optuna_search import _WORST, make_sampler
+from .problem import Objective, TrainingProblem
+from .result import Evaluated
+
+# ---------------------------------------------------------------------------------------------
+# Persistent studies: storage, the problem record, workers and measured trials
+#
+# A trial's user attributes (what optuna-dashboard shows): ``plan`` (the plan object of the
+# JSON contract), ``plan_key`` (its plan string), ``estimate`` (the cost model's full estimate),
+# ``outcome`` (evaluated | cached | invalid | skipped | duplicate | surplus for the cost model;
+# ok | failed | infeasible for a measured trial), and for measured trials ``measured``,
+# ``predicted_tokens_per_s_per_gpu``, ``error_pct``, ``failure_reason``, ``stderr_tail``.
+# The study's records are the cache: before evaluating, a trial looks for a live trial with a
+# lower number and the same plan (the lowest number owns a plan) and answers from it.
+
+import json as _json
+import warnings
+import re as _re
+import time as _time
+from dataclasses import dataclass as _dataclass, field as _field
+from typing import Any as _Any, Mapping as _Mapping
+
+from ..errors import InputError
+from ..study import check_same_problem, fingerprint, parse_storage_url, problem_from_fingerprint
+
+PROBLEM_ATTR = "autotune.problem"
+SETTINGS_ATTR = "autotune.settings"
+TARGET_ATTR = "autotune.target_trials"
+_STATES = optuna.trial.TrialState
+_SETTLE_S = 10.0  # how long to wait for a lower-numbered running trial to record its plan
+_OWNER_WAIT_S = 30.0  # how long a cost-model trial waits for the owner of its plan to finish
+
+
+class _TrialFailed(Exception):
+    """A measured trial failed; its reason and stderr tail are already on the trial."""
+
+
+class _Surplus(Exception):
+    """The study already has its target number of trials."""
+
+
+def redact(url: str) -> str:
+    return _re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+
+
+def make_storage(url: str, *, heartbeat_s: int | None = None, retries: int = 1):
+    """An Optuna storage for ``url``; with ``heartbeat_s`` (RDB only), stale trials are failed and retried."""
+    kind, target = parse_storage_url(url)
+    try:
+        if kind == "journal":
+            from optuna.storages.journal import JournalFileBackend
+
+            return optuna.storages.JournalStorage(JournalFileBackend(target))
+        engine_kwargs: dict = {"connect_args": {"timeout": 60}} if kind == "sqlite" else {"pool_pre_ping": True}
+        beat: dict = {}
+        if heartbeat_s:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                beat = {"heartbeat_interval": int(heartbeat_s), "grace_period": 2 * int(heartbeat_s) + 1,
+                        "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=retries)}
+        for attempt in range(5):  # processes starting together race to create the tables
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **beat)
+            except Exception as exc:
+                racing = ("already exists", "locked", "UNIQUE constraint", "duplicate key")
+                if attempt == 4 or not any(text in str(exc) for text in racing):
+                    raise
+                _time.sleep(0.2 * (attempt + 1))
+    except ModuleNotFoundError as exc:
+        raise InputError(f"{redact(url)} needs the Python driver {exc.name!r}: pip install 'autotune[postgres]' "
+                         "(psycopg2-binary)", field="--storage") from None
+    except InputError:
+        raise
+    except Exception as exc:  # sqlalchemy / OS errors: unreachable server, bad path, bad credentials
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"cannot open {redact(url)}: {first}; check the URL, the server and that the folder exists",
+                         field="--storage") from None
+
+
+def _heartbeat_on(storage) -> bool:
+    from optuna.storages._heartbeat import is_heartbeat_enabled
+
+    return bool(is_heartbeat_enabled(storage))
+
+
+def open_study(storage, name: str, problem: TrainingProblem, objectives: Sequence[Objective], *, new: bool,
+               target: int, settings: _Mapping[str, _Any]) -> tuple[optuna.Study, str]:
+    """Create the study, or continue it after checking that it was made for the same problem."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    fp = fingerprint(problem, objectives)
+    note = ""
+    if name in optuna.study.get_all_study_names(storage):
+        if new:
+            old = optuna.load_study(study_name=name, storage=storage)
+            note = f"replaced study {name!r} ({len(old.trials)} trials) with a new one"
+            optuna.delete_study(study_name=name, storage=storage)
+        else:
+            study = optuna.load_study(study_name=name, storage=storage)
+            check_same_problem(study.user_attrs.get(PROBLEM_ATTR), fp, study=name)
+            mode = (study.user_attrs.get(SETTINGS_ATTR) or {}).get("mode")
+            if mode and mode != settings.get("mode"):
+                raise InputError(f"study {name!r} holds {mode} trials; use `autotune {mode}` to continue it, "
+                                 "or choose another --study name", field="--study")
+            study.set_user_attr(TARGET_ATTR, int(target))
+            study.set_user_attr(SETTINGS_ATTR, dict(settings))
+            return study, f"continuing study {name!r}: {len(study.trials)} trials so far, up to {target} in total"
+    study = optuna.create_study(storage=storage, study_name=name, directions=[o.direction for o in objectives],
+                                load_if_exists=True)
+    if PROBLEM_ATTR in study.user_attrs:  # another process created it a moment ago
+        check_same_problem(study.user_attrs[PROBLEM_ATTR], fp, study=name)
+    else:
+        study.set_user_attr(PROBLEM_ATTR, fp)
+    study.set_user_attr(TARGET_ATTR, int(target))
+    study.set_user_attr(SETTINGS_ATTR, dict(settings))
+    return study, note or f"new study {name!r}, {target} trials"
+
+
+def load_for_worker(storage, name: str, wait_s: float = 0.0):
+    """``(study, problem, objectives, settings, target)`` from the study's own records."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    deadline = _time.monotonic() + max(wait_s, 0.0)
+    while True:
+        if name in optuna.study.get_all_study_names(storage):
+            study = optuna.load_study(study_name=name, storage=storage)
+            attrs = study.user_attrs
+            if PROBLEM_ATTR in attrs and SETTINGS_ATTR in attrs and TARGET_ATTR in attrs:
+                problem, objectives = problem_from_fingerprint(attrs[PROBLEM_ATTR], study=name)
+                return study, problem, objectives, dict(attrs[SETTINGS_ATTR]), int(attrs[TARGET_ATTR])
+        if _time.monotonic() >= deadline:
+            raise InputError(f"no autotune study {name!r} in that storage; create it with `autotune search` or "
+                             "`autotune tune` with the same --storage and --study (or wait for it with --wait)",
+                             field="--study")
+        _time.sleep(0.5)
+
+
+def _plan_key(fields: _Mapping[str, _Any]) -> str:
+    return ",".join(f"{k}={str(fields[k]).lower() if isinstance(fields[k], bool) else fields[k]}" for k in PLAN_KEYS)
+
+
+def _jsonable(value):
+    return _json.loads(_json.dumps(value, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+
+
+def _counted(trials, measured: bool, upto: int | None = None) -> int:
+    n = 0
+    for t in trials:
+        if upto is not None and t.number > upto:
+            continue
+        attrs = t.user_attrs
+        outcome = attrs.get("outcome")
+        if outcome == "surplus" or t.state == _STATES.WAITING:
+            continue
+        if measured and not attrs.get("slot"):
+            continue
+        if t.state == _STATES.FAIL and outcome is None:
+            continue  # killed (stale) or interrupted: retried, not counted
+        if measured and t.state == _STATES.RUNNING and not attrs.get("slot"):
+            continue
+        n += 1
+    return n
+
+
+def count_trials(study: optuna.Study, measured: bool) -> int:
+    return _counted(study.get_trials(deepcopy=False), measured)
+
+
+@_dataclass
+class StudyRun:
+    """What one process did in a study."""
+
+    study: optuna.Study
+    done: int = 0  # trials this process finished
+    wasted: int = 0  # trials that did not count (duplicates, skipped plans)
+    notes: list = _field(default_factory=list)
+
+
+def run_study(
+    study: optuna.Study,
+    problem: TrainingProblem,
+    objectives: Sequence[Objective],
+    *,
+    sampler_name: str,
+    seed: int | None,
+    target: int,
+    measure: Callable | None = None,
+    margin: float | None = None,
+    report: Callable[[dict], None] | None = None,
+) -> StudyRun:
+    """Take part in ``study`` until it holds ``target`` counted trials.
+
+    Without ``measure`` every trial is a cost-model evaluation (``autotune search``); with it,
+    a trial runs the user's benchmark (``measure(plan, estimate, number) -> measurement``) and
+    only trials that ran it count toward ``target``.  ``margin``: plans predicted to need more
+    than capacity x (1 + margin) are skipped without running.
+    """
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    measured = measure is not None
+    choices = problem.choices
+    derive_sp = problem.rules.sp_with_tp and set(choices["sp"]) == {False, True}
+    varying = [k for k in PLAN_KEYS if len(choices[k]) > 1 and not (k == "sp" and derive_sp)]
+    fixed = {k: choices[k][0] for k in PLAN_KEYS if len(choices[k]) == 1}
+    storage = study._storage
+    existing = len(study.get_trials(deepcopy=False))
+    # A fresh seed per resumption, so that a resumed sampler does not replay the first proposals.
+    run_seed = None if seed is None else seed + existing
+    study = optuna.load_study(study_name=study.study_name, storage=storage,
+                              sampler=make_sampler(sampler_name, run_seed, len(objectives)))
+    state = StudyRun(study=study)
+    capacity = problem.cluster.hardware.memory_gib
+    beat = _heartbeat_on(storage)
+
+    def fields_of(params: _Mapping[str, _Any]) -> dict | None:
+        fields = dict(fixed)
+        for key in varying:
+            if key not in params:
+                return None
+            fields[key] = params[key]
+        if derive_sp:
+            fields["sp"] = fields["tp"] > 1
+        return fields
+
+    def key_of(t) -> str | None:
+        if "plan_key" in t.user_attrs:
+            return t.user_attrs["plan_key"]
+        params = t.params or t.system_attrs.get("fixed_params") or {}
+        fields = fields_of(params)
+        return _plan_key(fields) if fields else None
+
+    def owner_of(number: int, key: str):
+        """The lowest-numbered live trial before ``number`` with plan ``key`` (None: this trial owns it)."""
+        deadline = _time.monotonic() + _SETTLE_S
+        while True:
+            owner, unsettled = None, False
+            for t in study.get_trials(deepcopy=False):
+                if t.number >= number:
+                    continue
+                live = t.state in (_STATES.RUNNING, _STATES.COMPLETE)
+                if measured:
+                    live = live or t.state == _STATES.WAITING or (
+                        t.state == _STATES.FAIL and t.user_attrs.get("outcome") == "failed")
+                if not live or t.user_attrs.get("outcome") in ("surplus", "duplicate"):
+                    continue
+                if t.state == _STATES.RUNNING and "plan_key" not in t.user_attrs:
+                    started = t.datetime_start.timestamp() if t.datetime_start else 0.0
+                    unsettled = unsettled or _time.time() - started < _SETTLE_S
+                    continue
+                if key_of(t) == key and (owner is None or t.number < owner.number):
+                    owner = t
+            if owner is not None or not unsettled or _time.monotonic() > deadline:
+                return owner
+            _time.sleep(0.05)
+
+    def finish(trial, outcome: str, values, constraints, attrs: _Mapping[str, _Any] | None = None):
+        for name, value in (attrs or {}).items():
+            trial.set_user_attr(name, _jsonable(value))
+        trial.set_constraint("invalid", constraints[0])
+        trial.set_constraint("memory_overshoot_gib", constraints[1])
+        trial.set_user_attr("outcome", outcome)
+        return values if len(values) > 1 else values[0]
+
+    def take_slot(trial) -> bool:
+        if measured:
+            trial.set_user_attr("slot", True)
+        trials = study.get_trials(deepcopy=False)
+        # Cost model: every running trial will count, so rank by number (exact, race-free).
+        # Measured: a slot is taken just before running, so count them all.
+        if _counted(trials, measured, upto=None if measured else trial.number) > target:
+            trial.set_user_attr("outcome", "surplus")
+            return False
+        return True
+
+    copy_keys = ("estimate", "rejected", "measured", "predicted_tokens_per_s_per_gpu", "error_pct",
+                 "failure_reason", "stderr_tail")
+
+    def objective(trial: optuna.Trial):
+        if not measured and not take_slot(trial):
+            raise _Surplus()
+        fields = dict(fixed)
+        for key in varying:
+            fields[key] = trial.suggest_categorical(key, list(choices[key]))
+        if derive_sp:
+            fields["sp"] = fields["tp"] > 1
+        key = _plan_key(fields)
+        batch = PlanBatch.from_columns(problem.cluster.n_gpus, {k: [fields[k]] for k in PLAN_KEYS})
+        reason = int(problem.reasons(batch)[0])
+        plan = {**{k: fields[k] for k in PLAN_KEYS}, "dp": problem.cluster.n_gpus // (fields["tp"] * fields["pp"] * fields["cp"])}
+        trial.set_user_attr("plan", _jsonable(plan))
+        trial.set_user_attr("plan_key", key)  # from here on, other trials can see this plan
+        worst = [_WORST[o.direction] for o in objectives]
+        if reason:
+            return finish(trial, "invalid", worst, (1.0, 0.0), {"rejected": REASONS[reason]})
+        owner = owner_of(trial.number, key)
+        if owner is not None and not measured and owner.state == _STATES.RUNNING:
+            deadline = _time.monotonic() + _OWNER_WAIT_S
+            while owner.state == _STATES.RUNNING and _time.monotonic() < deadline:
+                _time.sleep(0.05)
+                owner = storage.get_trial(owner._trial_id)
+            if owner.state != _STATES.COMPLETE:
+                owner = None
+        if owner is not None:
+            if owner.state == _STATES.COMPLETE or (measured and owner.state == _STATES.FAIL):
+                attrs = {k: owner.user_attrs[k] for k in copy_keys if k in owner.user_attrs}
+                attrs["cached_from"] = owner.number
+                constraints = (owner.system_attrs.get("constraints:invalid", 0.0),
+                               owner.system_attrs.get("constraints:memory_overshoot_gib", 0.0))
+                if owner.state == _STATES.FAIL:
+                    for k, v in attrs.items():
+                        trial.set_user_attr(k, _jsonable(v))
+                    trial.set_user_attr("outcome", "cached")
+                    raise _TrialFailed(f"same plan as failed trial {owner.number}")
+                return finish(trial, "cached", list(owner.values), constraints, attrs)
+            # measured: the plan is running (or queued) elsewhere
+            trial.set_user_attr("duplicate_of", owner.number)
+            trial.set_user_attr("outcome", "duplicate")
+            raise _TrialFailed(f"plan already taken by trial {owner.number}")
+        est = problem.evaluate(batch)
+        row = _jsonable(est.row(0))
+        overshoot = float(est.memory_gib_per_gpu[0] - est.memory_capacity_gib)
+        if not measured:
+            values = [float(o.value(est, problem)[0]) for o in objectives]
+            return finish(trial, "evaluated", values, (0.0, overshoot), {"estimate": row})
+        predicted = float(est.tokens_per_s_per_gpu[0])
+        if margin is not None and float(est.memory_gib_per_gpu[0]) > capacity * (1.0 + margin):
+            return finish(trial, "skipped", [0.0], (0.0, overshoot), {
+                "estimate": row, "skipped": f"predicted {float(est.memory_gib_per_gpu[0]):.1f} GiB per GPU > "
+                                            f"{capacity:g} GiB x (1 + margin {margin:g})"})
+        if not take_slot(trial):
+            raise _Surplus()
+        result = measure(plan, row, trial.number)
+        attrs: dict = {"estimate": row, "predicted_tokens_per_s_per_gpu": predicted, "wall_s": result.wall_s,
+                       "measured": result.as_dict()}
+        if result.status == "ok":
+            attrs["error_pct"] = (predicted / result.tokens_per_s_per_gpu - 1.0) * 100.0
+            peak = result.peak_memory_gib
+            return finish(trial, "ok", [result.tokens_per_s_per_gpu],
+                          (0.0, (peak - capacity) if peak is not None else min(overshoot, 0.0)), attrs)
+        attrs["failure_reason"] = result.reason
+        attrs["stderr_tail"] = result.stderr_tail
+        if result.status == "infeasible":
+            return finish(trial, "infeasible", [0.0], (0.0, max(overshoot, 1.0)), attrs)
+        for k, v in attrs.items():
+            trial.set_user_attr(k, _jsonable(v))
+        trial.set_user_attr("outcome", "failed")
+        raise _TrialFailed(result.reason)
+
+    wasted_cap = 5 * target + 50
+
+    def callback(study_: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
+        outcome = frozen.user_attrs.get("outcome")
+        counts = outcome not in ("surplus", "duplicate") and (not measured or outcome in ("ok", "failed", "infeasible"))
+        if counts:
+            state.done += 1
+        else:
+            state.wasted += 1
+        if report:
+            report({"number": frozen.number, "state": frozen.state.name, "outcome": outcome,
+                    "plan": frozen.user_attrs.get("plan_key"), "values": frozen.values,
+                    "reason": frozen.user_attrs.get("failure_reason") or frozen.user_attrs.get("skipped")
+                    or frozen.user_attrs.get("rejected")})
+        if count_trials(study_, measured) >= target:
+            study_.stop()
+        elif state.wasted > wasted_cap:
+            state.notes.append(f"stopped after {state.wasted} trials that ran nothing new: the sampler keeps "
+                               "proposing plans already tried (is the space exhausted?)")
+            study_.stop()
+
+    if beat:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            optuna.storages.fail_stale_trials(study)
+    if count_trials(study, measured) < target:
+        study.optimize(objective, n_trials=None, callbacks=[callback], catch=(_TrialFailed, _Surplus))
+    return state
+
+
+def enqueue_plans(study: optuna.Study, problem: TrainingProblem, plans: Sequence[_Mapping[str, _Any]]) -> int:
+    """Queue plans (the cost model's best) to be tried first, once per study."""
+    if study.user_attrs.get("autotune.prior_enqueued"):
+        return 0
+    choices = problem.choices
+    derive_sp = problem.rules.sp_with_tp and set(choices["sp"]) == {False, True}
+    varying = [k for k in PLAN_KEYS if len(choices[k]) > 1 and not (k == "sp" and derive_sp)]
+    for plan in plans:
+        study.enqueue_trial({k: plan[k] for k in varying}, skip_if_exists=True)
+    study.set_user_attr("autotune.prior_enqueued", len(plans))
+    return len(plans)
+
+
+def trial_records(study: optuna.Study) -> list[dict]:
+    """Every trial as plain data: number, state, values, user attributes, and retry history."""
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        out.append({"number": t.number, "state": t.state.name, "values": t.values, "user_attrs": dict(t.user_attrs),
+                    "retry_of": t.system_attrs.get("failed_trial"),
+                    "duration_s": t.duration.total_seconds() if t.duration else None})
+    return out
+
+
+def load_records(url: str, name: str) -> list[dict]:
+    """The trial records of study ``name`` in ``url`` (for reports and tests)."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    storage = make_storage(url)
+    if name not in optuna.study.get_all_study_names(storage):
+        raise InputError(f"no study {name!r} in {redact(url)}", field="--study")
+    return trial_records(optuna.load_study(study_name=name, storage=storage))
+
+
+def evaluated_from_study(study: optuna.Study, problem: TrainingProblem) -> Evaluated:
+    """Every distinct plan the study's trials evaluated, re-estimated in one batch (for ranking)."""
+    seen: dict[str, dict] = {}
+    rejected: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False, states=(_STATES.COMPLETE,)):
+        key, plan = t.user_attrs.get("plan_key"), t.user_attrs.get("plan")
+        if not key or key in seen or not plan:
+            continue
+        seen[key] = plan
+        if t.user_attrs.get("rejected"):
+            reason = t.user_attrs["rejected"]
+            rejected[reason] = rejected.get(reason, 0) + 1
+    batch_plans = []
+    for plan in seen.values():
+        columns = {k: [plan[k]] for k in PLAN_KEYS}
+        batch = PlanBatch.from_columns(problem.cluster.n_gpus, columns)
+        if not int(problem.reasons(batch)[0]):
+            batch_plans.append(plan)
+    estimates = []
+    if batch_plans:
+        batch = PlanBatch.from_columns(
+            problem.cluster.n_gpus, {k: np.array([p[k] for p in batch_plans], dtype=object) for k in PLAN_KEYS})
+        estimates.append((batch, problem.evaluate(batch)))
+    return Evaluated(estimates=estimates, space_size=space_size(problem.choices), rejected=rejected,
+                     evaluations=len(seen))
