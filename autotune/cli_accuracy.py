@@ -50,11 +50,13 @@ def register(app: typer.Typer) -> None:
             runs = read_runs(runs_csv)
             overlay = load_calibration(calibration) if calibration else None
             report = validate_runs(runs, _loader(), overlay)
+            if not report.rows:
+                reasons = "; ".join(f"{s.id}: {s.reason}" for s in report.skipped[:3])
+                raise InputError(f"no usable rows to compare ({len(report.skipped)} skipped: {reasons})",
+                                 source=str(runs_csv))
             if json_out:
                 print(json.dumps(report.to_json()))
                 return
-            if not report.rows:
-                raise InputError("no usable rows to compare; see the skipped reasons with --json", source=str(runs_csv))
             rows = sorted(report.rows, key=lambda r: -abs(r.error_pct))
             table = Table(title=f"{len(report.rows)} runs, worst first", header_style="bold")
             for col in ("id", "source group", "measured tok/s/GPU", "predicted", "error", "range over unknowns",

@@ -138,7 +138,8 @@ def confidence(plan: Any, gpu: str, table: Mapping[str, Any] | None = None) -> d
     elif len(on_gpu) >= MIN_RUNS:
         basis, how = on_gpu, f"all validated runs on {gpu}"
     else:
-        basis, how = rows, f"all validated runs (fewer than {MIN_RUNS} on {gpu})"
+        # Errors measured on other GPUs say nothing about this one: no band rather than a borrowed one.
+        basis, how = [], f"no validated runs on {gpu}"
     errors = np.array([r["error_pct"] for r in basis], dtype=float)
     return {
         "error_band_pct": _band(errors) if errors.size else [None, None],
@@ -165,7 +166,8 @@ def short_text(conf: Mapping[str, Any] | None) -> str:
 def sentence(conf: Mapping[str, Any] | None) -> str:
     """One line for ``predict``: the band, its basis, and what no validated run exercised."""
     if not conf or conf.get("error_band_pct", [None])[0] is None:
-        return "No validated runs to estimate the error from."
+        basis = conf.get("basis") if conf else None
+        return f"Expected error unknown: {basis or 'no validated runs'}; treat the estimate with care."
     lo, hi = conf["error_band_pct"]
     spread = "10th-90th percentile" if conf["n_runs"] >= PERCENTILE_MIN_RUNS else "range"
     text = (f"Expected error {lo:+.0f}% to {hi:+.0f}% (predicted vs measured, {spread} over "

@@ -254,6 +254,14 @@ def _float(row: dict, key: str) -> float | None:
         raise InputError(f"row {row.get('id')!r}: must be a number, but got {value!r}", field=key) from None
 
 
+def _positive(row: dict, key: str) -> float | None:
+    """A measurement: empty, or a number > 0 (a zero or negative one cannot be compared with)."""
+    value = _float(row, key)
+    if value is not None and value <= 0:
+        raise InputError(f"row {row.get('id')!r}: a measurement must be > 0, but got {value!r}", field=key)
+    return value
+
+
 def _bool(row: dict, key: str) -> bool | None:
     value = (row.get(key) or "").strip().lower()
     if not value:
@@ -355,8 +363,8 @@ def parse_row(row: dict) -> MeasuredRun | SkippedRow:
         workload=TrainWorkload(seq_len=_int(row, "seq_len"), global_batch=global_batch),
         known=known,
         unknown=tuple(unknown),
-        measured_tokens_per_s_per_gpu=_float(row, "measured_tokens_per_s_per_gpu"),
-        measured_memory_gib_per_gpu=_float(row, "measured_memory_gib_per_gpu"),
+        measured_tokens_per_s_per_gpu=_positive(row, "measured_tokens_per_s_per_gpu"),
+        measured_memory_gib_per_gpu=_positive(row, "measured_memory_gib_per_gpu"),
         notes=row.get("notes") or "",
         source=row.get("source") or "",
         attention_kernel=kernel,

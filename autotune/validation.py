@@ -271,7 +271,7 @@ class GroupSummary:
 class ValidationReport:
     rows: tuple[RowResult, ...]
     skipped: tuple[SkippedRow, ...]
-    mape_pct: float  # mean |error_pct| of tokens/s per GPU over all compared rows
+    mape_pct: float | None  # None without rows; mean |error_pct| of tokens/s per GPU over all compared rows
     memory_mape_pct: float | None  # over rows with a measured memory (None if there are none)
     by_source_group: Mapping[str, GroupSummary]
     calibration: str | None = None  # where the calibration overlay came from, if one was applied
@@ -339,7 +339,7 @@ def report_from(prepared: Prepared, evaluation: Evaluation, *, calibration: str 
     return ValidationReport(
         rows=tuple(rows),
         skipped=prepared.skipped,
-        mape_pct=float(np.mean(np.abs(errors))) if rows else float("nan"),
+        mape_pct=float(np.mean(np.abs(errors))) if rows else None,
         memory_mape_pct=float(np.mean(mem_errors)) if mem_errors else None,
         by_source_group=summarise([(r.id, r.source_group) for r in rows], errors),
         calibration=calibration,

@@ -50,9 +50,12 @@ def test_a_feature_no_run_exercised_is_marked_unvalidated():
     assert c["n_runs"] == 4  # falls back to the runs using the validated features (TP>1)
 
 
-def test_unknown_gpu_falls_back_to_all_runs_and_says_so():
+def test_a_gpu_without_validated_runs_gets_no_band_and_says_so():
+    # Errors measured on other GPUs say nothing about this one: no borrowed band.
     c = conf.confidence({"zero": 3}, "gpu-z", TABLE)
-    assert c["n_runs"] == len(TABLE["rows"]) and c["unvalidated"] == ["any plan on gpu-z"]
+    assert c["error_band_pct"] == [None, None] and c["n_runs"] == 0
+    assert c["unvalidated"] == ["any plan on gpu-z"]
+    assert conf.short_text(c) == "-" and "no validated runs on gpu-z" in conf.sentence(c)
 
 
 def test_text_forms():
