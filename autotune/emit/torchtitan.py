@@ -160,8 +160,10 @@ def settings(context: EmitContext) -> list[tuple[str, object]]:
             ("training.disable_cuda_graphs", True),  # torchtitan's CUDA graphs do not support pipelining yet
         ]
     out += [
-        ("compile.enable", plan.precision == "fp8"),
-        ("compile.enable_async_tensor_parallel", False),
+        # Async TP (overlapping TP communication with compute) needs torch.compile; the cost model
+        # assumes TP communication overlapped, so plans with tp > 1 turn both on.
+        ("compile.enable", plan.precision == "fp8" or plan.tp > 1),
+        ("compile.enable_async_tensor_parallel", plan.tp > 1),
     ]
     if context.train_steps:
         out.append(("training.steps", context.train_steps))

@@ -38,6 +38,7 @@ PARALLEL_ARGS=(
     --num-virtual-stages-per-pipeline-rank 4
     --context-parallel-size 1
     --sequence-parallel
+    --tp-comm-overlap
     --use-distributed-optimizer
     --overlap-grad-reduce
     --overlap-param-gather

@@ -42,6 +42,7 @@ PARALLEL_ARGS=(
     --pipeline-model-parallel-size 1
     --context-parallel-size 16
     --sequence-parallel
+    --tp-comm-overlap
     --use-megatron-fsdp
     --data-parallel-sharding-strategy optim_grads_params
     --ckpt-format fsdp_dtensor

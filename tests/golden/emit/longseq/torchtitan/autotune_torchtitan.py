@@ -28,7 +28,7 @@ def autotune_plan():
     config.parallelism.context_parallel_degree = 16
     config.parallelism.expert_parallel_degree = 1
     config.parallelism.pipeline_parallel_degree = 1
-    config.compile.enable = False
-    config.compile.enable_async_tensor_parallel = False
+    config.compile.enable = True
+    config.compile.enable_async_tensor_parallel = True
     config.activation_checkpoint = None
     return config
