@@ -69,6 +69,16 @@ Calibration = Annotated[Optional[str], typer.Option("--calibration", help="Calib
 JsonOut = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout (nothing else).")]
 
 
+# Serving options, shared by search and predict.
+WorkloadKind = Annotated[str, typer.Option("--workload", help="train | serve. serve: inference plans (tp, pp, replicas, quantization, batch limit) under latency targets.")]
+InputLen = Annotated[Optional[int], typer.Option("--input-len", help="Serving: prompt tokens per request.")]
+OutputLen = Annotated[Optional[int], typer.Option("--output-len", help="Serving: output tokens per request.")]
+TtftMs = Annotated[Optional[float], typer.Option("--ttft-ms", help="Serving: time-to-first-token target, ms.")]
+TpotMs = Annotated[Optional[float], typer.Option("--tpot-ms", help="Serving: time-per-output-token target, ms.")]
+Concurrency = Annotated[Optional[int], typer.Option("--concurrency", help="Serving: concurrent users over the deployment.")]
+RequestRate = Annotated[Optional[float], typer.Option("--request-rate", help="Serving: requests per second (with a --gpus range: find the fewest GPUs).")]
+
+
 def _progress() -> Progress:
     return Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -143,13 +153,13 @@ def search(
     study: Annotated[Optional[str], typer.Option("--study", help="Study name in --storage.")] = None,
     new: Annotated[bool, typer.Option("--new", help="Replace an existing study of that name (e.g. after changing the model or space).")] = False,
     heartbeat: Annotated[int, typer.Option("--heartbeat", help="With --storage (SQLite/PostgreSQL): seconds between trial heartbeats; stale trials are retried. 0: off.")] = 30,
-    workload: Annotated[str, typer.Option("--workload", help="train | serve. serve: inference plans (tp, pp, replicas, quantization, batch limit) under latency targets.")] = "train",
-    input_len: Annotated[Optional[int], typer.Option("--input-len", help="Serving: prompt tokens per request.")] = None,
-    output_len: Annotated[Optional[int], typer.Option("--output-len", help="Serving: output tokens per request.")] = None,
-    ttft_ms: Annotated[Optional[float], typer.Option("--ttft-ms", help="Serving: time-to-first-token target, ms.")] = None,
-    tpot_ms: Annotated[Optional[float], typer.Option("--tpot-ms", help="Serving: time-per-output-token target, ms.")] = None,
-    concurrency: Annotated[Optional[int], typer.Option("--concurrency", help="Serving: concurrent users over the deployment.")] = None,
-    request_rate: Annotated[Optional[float], typer.Option("--request-rate", help="Serving: requests per second (with a --gpus range: find the fewest GPUs).")] = None,
+    workload: WorkloadKind = "train",
+    input_len: InputLen = None,
+    output_len: OutputLen = None,
+    ttft_ms: TtftMs = None,
+    tpot_ms: TpotMs = None,
+    concurrency: Concurrency = None,
+    request_rate: RequestRate = None,
 ) -> None:
     """Search parallel layouts and settings; print the best plans, ranked."""
     from .diagnose import diagnose
@@ -312,13 +322,13 @@ def predict(
     price: Price = None,
     json_out: JsonOut = False,
     calibration: Calibration = None,
-    workload: Annotated[str, typer.Option("--workload", help="train | serve. serve: inference plans (tp, pp, replicas, quantization, batch limit) under latency targets.")] = "train",
-    input_len: Annotated[Optional[int], typer.Option("--input-len", help="Serving: prompt tokens per request.")] = None,
-    output_len: Annotated[Optional[int], typer.Option("--output-len", help="Serving: output tokens per request.")] = None,
-    ttft_ms: Annotated[Optional[float], typer.Option("--ttft-ms", help="Serving: time-to-first-token target, ms.")] = None,
-    tpot_ms: Annotated[Optional[float], typer.Option("--tpot-ms", help="Serving: time-per-output-token target, ms.")] = None,
-    concurrency: Annotated[Optional[int], typer.Option("--concurrency", help="Serving: concurrent users over the deployment.")] = None,
-    request_rate: Annotated[Optional[float], typer.Option("--request-rate", help="Serving: requests per second (with a --gpus range: find the fewest GPUs).")] = None,
+    workload: WorkloadKind = "train",
+    input_len: InputLen = None,
+    output_len: OutputLen = None,
+    ttft_ms: TtftMs = None,
+    tpot_ms: TpotMs = None,
+    concurrency: Concurrency = None,
+    request_rate: RequestRate = None,
 ) -> None:
     """Estimate one plan: step time and its parts, throughput, MFU, memory and its parts."""
     from . import cli_serve

@@ -16,7 +16,7 @@ from typing import Any
 from rich.table import Table
 
 from .errors import InputError
-from .hardware import Cluster, load_hardware
+from .hardware import load_hardware
 from .inputs import cluster_from_options
 from .modelspec import load_model
 from .serving.plan import ServePlanBatch, ServeWorkload, parse_serve_fields, serve_plan_from_fields

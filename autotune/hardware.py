@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
 from . import loading
 from .errors import InputError, check_keys
-from .resources import bundled_dir, bundled_names
+from .resources import bundled_names, read_named
 
 # Precisions whose dense tensor-core peak a profile may list.  A precision missing
 # from a profile is not supported by that GPU (no fp8 on A100, fp4 only on Blackwell).
@@ -211,14 +210,6 @@ def hardware_names() -> list[str]:
 
 def load_hardware(name_or_path: str) -> Hardware:
     """Load a bundled profile by name, or a profile YAML by path."""
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        return hardware_from_mapping(loading.read_mapping(path), source=str(path))
-    bundled = bundled_dir("hardware") / f"{name_or_path}.yaml"
-    if not bundled.exists():
-        raise InputError(
-            f"unknown hardware {name_or_path!r}; bundled profiles: {', '.join(hardware_names())} "
-            "(or pass a path to a profile YAML)",
-            field="--hardware",
-        )
-    return hardware_from_mapping(loading.read_mapping(bundled), source=f"profiles/hardware/{bundled.name}")
+    data, source = read_named("hardware", name_or_path, what="hardware", field="--hardware",
+                              alternative="or pass a path to a profile YAML")
+    return hardware_from_mapping(data, source=source)

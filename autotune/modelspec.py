@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import loading
 from .errors import InputError, check_keys
-from .resources import bundled_dir, bundled_names
+from .resources import bundled_names, read_named
 
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
@@ -218,13 +218,6 @@ def load_model(name_or_path: str) -> ModelSpec:
             path = path / "config.json"
         data = loading.read_mapping(path)
         return model_from_mapping(spec_mapping_from_hf(data, source=str(path)), source=str(path))
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        return model_from_mapping(loading.read_mapping(path), source=str(path))
-    bundled = bundled_dir("models") / f"{name_or_path}.yaml"
-    if not bundled.exists():
-        raise InputError(
-            f"unknown model {name_or_path!r}; bundled specs: {', '.join(model_names())} "
-            "(or pass a path to a spec YAML or a Hugging Face config.json)",
-            field="--model",
-        )
-    return model_from_mapping(loading.read_mapping(bundled), source=f"profiles/models/{bundled.name}")
+    data, source = read_named("models", name_or_path, what="model", field="--model",
+                              alternative="or pass a path to a spec YAML or a Hugging Face config.json")
+    return model_from_mapping(data, source=source)

@@ -39,3 +39,24 @@ def bundled_dir(kind: str) -> Path:
 
 def bundled_names(kind: str) -> list[str]:
     return sorted(p.stem for p in bundled_dir(kind).glob("*.yaml"))
+
+
+def read_named(kind: str, name_or_path: str, *, what: str, field: str, alternative: str):
+    """``(mapping, source)`` of a YAML given by path, or of the bundled file named ``name_or_path``.
+
+    An unknown name is an error that lists the bundled names and the ``alternative``.
+    """
+    from pathlib import Path
+
+    from . import loading
+    from .errors import InputError
+
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return loading.read_mapping(path), str(path)
+    bundled = bundled_dir(kind) / f"{name_or_path}.yaml"
+    if not bundled.exists():
+        raise InputError(f"unknown {what} {name_or_path!r}; bundled: {', '.join(bundled_names(kind))} ({alternative})",
+                         field=field)
+    folder = "search_spaces" if kind == "search_spaces" else f"profiles/{kind}"
+    return loading.read_mapping(bundled), f"{folder}/{bundled.name}"

@@ -296,6 +296,7 @@ def _model(row: dict, dropout: bool) -> ModelSpec:
         mlp=(row.get("activation") or "gelu").strip(),
         tied_embeddings=bool(_bool(row, "tied_embeddings")),
         dropout=dropout,
+        moe=moe,
     )
 
 

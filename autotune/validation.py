@@ -25,6 +25,8 @@ so a whole table takes well under a second; calibration reuses the same engine.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -36,6 +38,9 @@ from .errors import InputError
 from .hardware import Hardware
 from .plan import Plan, PlanBatch
 from .runs import MeasuredRun, SkippedRow, candidate_plans, preferred_candidates
+
+if TYPE_CHECKING:  # only for annotations: calibration imports this module
+    from .calibration import Calibration
 
 HardwareLoader = Callable[[str], Hardware]
 
