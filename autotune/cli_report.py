@@ -115,7 +115,8 @@ def sensitivity_table(found) -> Table:
 def report_command(
     result: Annotated[Path | None, typer.Argument(help="A plans.json from `autotune search --out DIR`.")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for report.html and the PNG figures.")] = Path("report"),
-    trials: Annotated[int, typer.Option("--trials", help="Evaluations for the TPE / random convergence runs (0: skip).")] = 100,
+    trials: Annotated[int, typer.Option("--trials", help="Evaluations for the TPE / random convergence runs (0: skip). "
+                                        "With --study: random search runs at the study's own budget; 0 skips it.")] = 100,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the convergence runs and samples.")] = 0,
     storage: Annotated[str | None, typer.Option("--storage", help="Optuna storage URL of a stored study (instead of RESULT).")] = None,
     study: Annotated[str | None, typer.Option("--study", help="Study name in --storage.")] = None,
@@ -123,14 +124,26 @@ def report_command(
 ) -> None:
     """Write an HTML report (self-contained, works offline) and its figures as PNG files."""
     from .cli import _progress, stdout, user_errors
-    from .report import build_report, require_matplotlib
+    from .report import StudySource, build_report, require_matplotlib
 
     with user_errors():
+        source: Path | StudySource
         if storage or study:
-            raise InputError("reading a stored Optuna study is not supported yet; give the plans.json that "
-                             "`autotune search --out DIR` wrote", field="--storage")
-        if result is None:
-            raise InputError("give a plans.json from `autotune search --out DIR`", field="RESULT")
+            if result is not None:
+                raise InputError("give a plans.json or a stored study (--storage with --study), not both",
+                                 field="--storage")
+            if not storage:
+                raise InputError("--study needs the storage it lives in, e.g. --storage sqlite:///study.db (the "
+                                 "--storage given to `autotune search` or `autotune tune`)", field="--storage")
+            if not study:
+                raise InputError("--storage needs the study's name: --study NAME (the --study given to "
+                                 "`autotune search` or `autotune tune`)", field="--study")
+            source = StudySource(storage, study)
+        elif result is None:
+            raise InputError("give a plans.json from `autotune search --out DIR`, or a stored study with "
+                             "--storage URL --study NAME", field="RESULT")
+        else:
+            source = result
         if trials < 0:
             raise InputError(f"must be >= 0, but got {trials}", field="--trials")
         require_matplotlib()
@@ -144,7 +157,7 @@ def report_command(
             def progress(name: str, done: int, total: int) -> None:
                 bar.update(task, description=f"report ({name})", completed=done, total=total)
 
-            files = build_report(result, out, trials=trials, seed=seed, progress=progress)
+            files = build_report(source, out, trials=trials, seed=seed, progress=progress)
         stdout.print(f"Wrote {files.html} and {len(files.pngs)} figures: " + ", ".join(p.name for p in files.pngs),
                      highlight=False, soft_wrap=True)
 

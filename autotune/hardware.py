@@ -67,6 +67,10 @@ EFFICIENCY_BOUNDS: Mapping[str, tuple[float, float]] = MappingProxyType(
         **{name: (0.05, 1.0) for name in _FRACTIONS},
         # NVLS/SHARP in-switch reduction reports bus bandwidth above the link rate.
         "intra_node_bandwidth": (0.05, 1.2),
+        # The fastest published attention kernels reach about 75% of the dense peak (FlashAttention-3,
+        # Shah et al. 2024: 740 TFLOP/s of 989 on H100 in bf16); a fit must not go beyond that.
+        "attention": (0.05, 0.75),
+        "cudnn_attention": (0.05, 0.75),
         **{name: (0.0, 1.0) for name in _OVERLAPS},
         "gemm_overhead_us": (0.0, 100.0),
         "step_overhead_s": (0.0, 10.0),

@@ -35,7 +35,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.costmodel import estimate_training
+# Run from a checkout without installing: the package sits beside this folder.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from autotune.costmodel import estimate_training  # noqa: E402
 from autotune.hardware import Cluster, load_hardware
 from autotune.modelspec import load_model
 from autotune.search import TrainingProblem, parse_objectives, run_search

@@ -1,6 +1,7 @@
 """``autotune report``: one self-contained HTML file and the same figures as PNG files.
 
-``build_report(source, out_dir)`` gathers the data (:mod:`.data`), draws the figures
+``build_report(source, out_dir)`` gathers the data (:mod:`.data`) from a plans.json or a
+stored study (:class:`.data.StudySource`), draws the figures
 with matplotlib (:mod:`.figures`) and writes ``report.html`` plus one PNG per figure.
 matplotlib is the optional extra ``autotune[report]``; without it the command says so.
 """
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from .data import StudySource
 
 EXTRA_HINT = "pip install 'autotune[report]' (or pip install matplotlib)"
 
@@ -31,7 +33,7 @@ class ReportFiles:
     figures: list[str]  # titles, in order
 
 
-def build_report(source: Path, out_dir: Path, *, trials: int = 100, seed: int = 0,
+def build_report(source: Path | StudySource, out_dir: Path, *, trials: int = 100, seed: int = 0,
                  progress: Callable[[str, int, int], None] | None = None) -> ReportFiles:
     require_matplotlib()
     from .data import gather
@@ -51,4 +53,4 @@ def build_report(source: Path, out_dir: Path, *, trials: int = 100, seed: int = 
     return ReportFiles(html_path, pngs, [f.title for f in figures])
 
 
-__all__ = ["EXTRA_HINT", "ReportFiles", "build_report", "require_matplotlib"]
+__all__ = ["EXTRA_HINT", "ReportFiles", "StudySource", "build_report", "require_matplotlib"]

@@ -1,10 +1,17 @@
-"""What a report shows, gathered from a ``plans.json`` (or a stored Optuna study): pure data, no drawing.
+"""What a report shows, gathered from a ``plans.json`` or a stored Optuna study: pure data, no drawing.
 
 A ``plans.json`` holds the top plans and the search's inputs.  The report rebuilds
 the search problem from those inputs and evaluates the space again (exact
 enumeration is cheap; large spaces are sampled) for the clouds of plans, runs TPE
 and random search at the same budget for the convergence figure, and asks Optuna
 for each axis's importance over a sample of fitting plans.
+
+A stored study (``--storage URL --study NAME``, written by ``autotune search --storage``
+or ``autotune tune``) carries its problem as a fingerprint; the report rebuilds the
+problem from it, ranks the study's own trials (by the cost model, or by measurement
+for a ``tune`` study), draws the study's real history against random search at the
+same budget, takes importance from the trials, and for measured trials sets the
+measurement against the prediction.  The cloud figures re-evaluate the space as above.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ class History:
     curves: dict[str, list[float]]
     optimum: float | None
     budget: int
+    caption: str = ""  # empty: the TPE / random re-run's caption
+    xlabel: str = "evaluations"
 
 
 @dataclass
@@ -61,6 +70,16 @@ class ReportData:
     importance: dict[str, float] | None = None
     importance_method: str = ""
     notes: list[str] = field(default_factory=list)
+    study: str | None = None  # name of the stored study the report reads
+    measured: list[dict[str, Any]] | None = None  # a tune study's benchmark runs, in trial order
+
+
+@dataclass(frozen=True)
+class StudySource:
+    """A stored Optuna study as the report's input (instead of a plans.json)."""
+
+    storage: str
+    study: str
 
 
 def load_plans_json(path: Path) -> dict[str, Any]:
@@ -118,13 +137,18 @@ def sampler_history(problem: TrainingProblem, objective_name: str, budget: int, 
         values = studies.run_and_record(problem, objective, sampler, budget, seed,
                                         (lambda d, t, s=sampler: progress(s, d, t)) if progress else None)
         curves[sampler] = best_so_far(values, objective.direction)
-    optimum = None
-    from ..search import count_valid_upper_bound, run_search
-    if count_valid_upper_bound(problem) <= 3_000_000:
-        exact = run_search(problem, (objective,), sampler="exact", top=1)
-        if exact.ranked:
-            optimum = exact.ranked[0].objective_values[objective.name]
-    return History(objective.name, objective.direction, objective.unit, curves, optimum, budget)
+    return History(objective.name, objective.direction, objective.unit, curves, exact_optimum(problem, objective),
+                   budget)
+
+
+def exact_optimum(problem: TrainingProblem, objective) -> float | None:
+    """The best value of ``objective`` over every valid plan, when the space is small enough to enumerate."""
+    from ..search import EXACT_LIMIT, count_valid_upper_bound, run_search
+
+    if count_valid_upper_bound(problem) > EXACT_LIMIT:
+        return None
+    exact = run_search(problem, (objective,), sampler="exact", top=1)
+    return exact.ranked[0].objective_values[objective.name] if exact.ranked else None
 
 
 def best_so_far(values: list[float | None], direction: str) -> list[float]:
@@ -169,9 +193,12 @@ def _plain(value: Any, key: str) -> Any:
     return int(value)
 
 
-def gather(path: Path, *, trials: int = 100, seed: int = 0,
+def gather(source: Path | StudySource, *, trials: int = 100, seed: int = 0,
            progress: Callable[[str, int, int], None] | None = None) -> ReportData:
-    """Everything the figures need, from a plans.json."""
+    """Everything the figures need, from a plans.json or a stored study."""
+    if isinstance(source, StudySource):
+        return gather_study(source, trials=trials, seed=seed, progress=progress)
+    path = source
     doc = load_plans_json(path)
     inputs = doc.get("inputs") or {}
     search = doc["search"]
@@ -201,4 +228,191 @@ def gather(path: Path, *, trials: int = 100, seed: int = 0,
     return data
 
 
-__all__ = ["Cloud", "History", "ReportData", "best_so_far", "gather", "load_plans_json", "rebuild_problem"]
+# --- a stored study ------------------------------------------------------------------------
+
+_MEASURED_RUNS = ("ok", "failed", "infeasible")
+
+
+def study_inputs(problem: TrainingProblem) -> dict[str, Any]:
+    """The plans.json ``inputs`` object of a study's problem."""
+    hw, w = problem.cluster.hardware, problem.workload
+    return {"model": problem.model.name, "hardware": hw.name, "gpus": problem.cluster.n_gpus,
+            "gpus_per_node": problem.cluster.gpus_per_node, "seq_len": w.seq_len, "global_batch": w.global_batch,
+            "tokens": w.tokens, "price_usd_per_gpu_hour": hw.price_usd_per_gpu_hour, "space": problem.space.name}
+
+
+def counted_trials(records: list[dict[str, Any]], measured: bool) -> list[dict[str, Any]]:
+    """The trials that count toward a study's target, in trial order (as ``count_trials`` counts them)."""
+    out = []
+    for r in sorted(records, key=lambda r: r["number"]):
+        a = r["user_attrs"]
+        outcome = a.get("outcome")
+        if r["state"] in ("WAITING", "RUNNING") or outcome in ("surplus", "duplicate"):
+            continue
+        if r["state"] == "FAIL" and outcome is None:
+            continue  # killed or interrupted, and retried
+        if measured and not (a.get("slot") and outcome in _MEASURED_RUNS):
+            continue
+        out.append(r)
+    return out
+
+
+def trial_value(record: dict[str, Any], measured: bool) -> float | None:
+    """A trial's first objective value, or None where its plan is invalid, does not fit or did not run."""
+    a, values = record["user_attrs"], record.get("values")
+    if not values or record["state"] != "COMPLETE":
+        return None
+    if measured:
+        return float(values[0]) if a.get("outcome") == "ok" else None
+    if a.get("outcome") not in ("evaluated", "cached") or not (a.get("estimate") or {}).get("fits", False):
+        return None
+    return float(values[0])
+
+
+def _with_totals(estimate: dict[str, Any], problem: TrainingProblem) -> dict[str, Any]:
+    from ..output import add_training_totals
+
+    return add_training_totals(estimate, problem.cluster.n_gpus, problem.workload.tokens,
+                               problem.cluster.hardware.price_usd_per_gpu_hour, problem.workload.tokens_per_step)
+
+
+def _estimates(problem: TrainingProblem, plans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cost model's estimate of each plan (the study's problem, so the study's hardware parameters)."""
+    from ..plan import PlanBatch
+
+    if not plans:
+        return []
+    batch = PlanBatch.from_columns(problem.cluster.n_gpus,
+                                   {k: np.array([p[k] for p in plans], dtype=object) for k in PLAN_KEYS})
+    est = problem.evaluate(batch)
+    return [_with_totals(est.row(i), problem) for i in range(len(plans))]
+
+
+def _measured_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for r in counted_trials(records, measured=True):
+        a = r["user_attrs"]
+        m = a.get("measured") or {}
+        rows.append({"trial": r["number"], "plan": a.get("plan"), "plan_key": a.get("plan_key", ""),
+                     "outcome": a["outcome"], "measured_tokens_per_s_per_gpu": m.get("tokens_per_s_per_gpu"),
+                     "predicted_tokens_per_s_per_gpu": a.get("predicted_tokens_per_s_per_gpu"),
+                     "error_pct": a.get("error_pct"), "measured_peak_gib": m.get("peak_memory_gib"),
+                     "predicted_memory_gib": (a.get("estimate") or {}).get("memory_gib_per_gpu"),
+                     "reason": a.get("failure_reason")})
+    return rows
+
+
+def _measured_ranking(stored, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The measured plans, fastest first (one entry per plan), with the cost model's estimate of each."""
+    best: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        if run["outcome"] != "ok" or not run["plan"] or run["measured_tokens_per_s_per_gpu"] is None:
+            continue
+        held = best.get(run["plan_key"])
+        if held is None or run["measured_tokens_per_s_per_gpu"] > held["measured_tokens_per_s_per_gpu"]:
+            best[run["plan_key"]] = run
+    order = sorted(best.values(), key=lambda r: (-r["measured_tokens_per_s_per_gpu"], r["trial"]))[:10]
+    estimates = _estimates(stored.problem, [r["plan"] for r in order])
+    return [{"rank": k, "plan": r["plan"], "estimate": est, "trial": r["trial"],
+             "measured_tokens_per_s_per_gpu": r["measured_tokens_per_s_per_gpu"]}
+            for k, (r, est) in enumerate(zip(order, estimates), start=1)]
+
+
+def study_importance(stored, objective_name: str, measured: bool) -> tuple[dict[str, float], str]:
+    """Importance of each axis over the study's own trials (distinct plans that fit, or that ran)."""
+    from ..search import optuna_report as studies
+
+    problem = stored.problem
+    choices = problem.choices
+    derive_sp = problem.rules.sp_with_tp and set(choices["sp"]) == {False, True}
+    varying = [k for k in PLAN_KEYS if len(choices[k]) > 1 and not (k == "sp" and derive_sp)]
+    seen: dict[str, tuple[dict[str, Any], float]] = {}
+    for r in counted_trials(stored.records, measured):
+        value, plan = trial_value(r, measured), r["user_attrs"].get("plan")
+        key = r["user_attrs"].get("plan_key")
+        if value is None or not plan or key in seen or any(plan.get(k) not in choices[k] for k in varying):
+            continue
+        seen[key] = ({k: plan[k] for k in varying}, value)
+    if len(seen) < 5 or not varying:
+        return {}, ""
+    rows = [row for row, _ in seen.values()]
+    values = np.array([v for _, v in seen.values()])
+    what = f"{'measured plans' if measured else 'plans that fit'} of study {stored.name!r}"
+    return studies.importances(rows, values, {k: list(choices[k]) for k in varying},
+                               OBJECTIVES[objective_name].direction, what=what)
+
+
+def gather_study(source: StudySource, *, trials: int = 100, seed: int = 0,
+                 progress: Callable[[str, int, int], None] | None = None) -> ReportData:
+    """Everything the figures need, from a study that ``autotune search --storage`` or ``autotune tune`` kept."""
+    from ..search import optuna_report as studies
+    from ..search.result import rank
+
+    if progress:
+        progress("reading the study", 0, 1)
+    stored = studies.read_study(source.storage, source.study)
+    problem, objectives, measured = stored.problem, stored.objectives, stored.measured
+    objective = objectives[0]
+    inputs = study_inputs(problem)
+    counted = counted_trials(stored.records, measured)
+    sampler = stored.settings.get("sampler", "tpe")
+    ranked, feasible, rejected = rank(stored.evaluated, problem, objectives, 10)
+    plans = [{**r.to_json(), "estimate": _with_totals(r.estimate, problem)} for r in ranked]
+    notes = [f"Read from study {stored.name!r} in {stored.storage}: {len(stored.records):,} trials, "
+             f"{len(counted):,} counted" + (f" (target {stored.target:,})" if stored.target else "") + "."]
+    runs = None
+    if measured:
+        runs = _measured_runs(stored.records)
+        by_measure = _measured_ranking(stored, runs)
+        if by_measure:
+            plans = by_measure
+        else:
+            notes.append("No benchmark run of this study succeeded; the top plans are the cost model's ranking of "
+                         "the plans it tried.")
+    if not plans:
+        raise InputError(f"study {stored.name!r} has no evaluated plan that fits yet ({len(stored.records)} trials); "
+                         "run more trials (the same `autotune search`/`tune` with a larger --trials, or "
+                         "`autotune worker`), then report again", field="--study")
+    title = (f"{inputs['model']} on {inputs['gpus']} x {inputs['hardware']}, sequence {inputs['seq_len']}, "
+             f"global batch {inputs['global_batch']}: study {stored.name}")
+    search = {"sampler": sampler, "evaluations": stored.evaluated.evaluations, "space_size": stored.evaluated.space_size,
+              "feasible": feasible, "rejected": rejected, "objectives": [o.name for o in objectives],
+              "trials": len(counted), "mode": stored.settings.get("mode", "search")}
+    data = ReportData(title=title, inputs=inputs, plans=plans, search=search,
+                      capacity_gib=problem.cluster.hardware.memory_gib, study=stored.name, measured=runs, notes=notes)
+    if progress:
+        progress("evaluating the space", 0, 1)
+    data.cloud = evaluate_cloud(problem, seed)
+    values = [trial_value(r, measured) for r in counted]
+    if values:
+        label = f"study {stored.name} ({sampler.upper() if sampler in ('tpe', 'gp') else sampler})"
+        if measured:
+            data.history = History(
+                "measured throughput", "maximize", "tokens/s/GPU", {label: best_so_far(values, "maximize")}, None,
+                len(values), xlabel="benchmark runs (in trial order)",
+                caption=f"Best measured tokens/s per GPU after each benchmark run of study {stored.name!r}, in trial "
+                        "order (failed and out-of-memory runs count as runs). No random-search line: it would need "
+                        "the same number of real runs.")
+        else:
+            curves = {label: best_so_far(values, objective.direction)}
+            if trials > 0:
+                random = studies.run_and_record(problem, objective, "random", len(values), seed,
+                                                (lambda d, t: progress("random", d, t)) if progress else None)
+                curves["random"] = best_so_far(random, objective.direction)
+            data.history = History(
+                objective.name, objective.direction, objective.unit, curves, exact_optimum(problem, objective),
+                len(values), xlabel="trials (in trial order)",
+                caption=f"Best {objective.name} among the trials of study {stored.name!r} so far, in trial order"
+                        + (f", and random search at the same budget of {len(values)} evaluations (seed {seed})"
+                           if "random" in curves else "")
+                        + "; the dashed line is the optimum from evaluating every plan.")
+    data.importance, data.importance_method = study_importance(stored, "throughput" if measured else objective.name,
+                                                               measured)
+    if not data.importance:
+        data.notes.append("Parameter importance is left out: the study has fewer than 5 distinct plans that "
+                          + ("ran." if measured else "fit."))
+    return data
+
+
+__all__ = ["Cloud", "History", "ReportData", "StudySource", "best_so_far", "gather", "gather_study",
+           "load_plans_json", "rebuild_problem"]

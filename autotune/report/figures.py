@@ -213,13 +213,13 @@ def convergence(data: ReportData) -> Figure | None:
         ax.plot(np.arange(1, len(curve) + 1), curve, color=PALETTE[k], lw=1.8, label=names.get(sampler, sampler))
     if h.optimum is not None:
         ax.axhline(h.optimum, color="black", ls="--", lw=1, label="exact optimum")
-    ax.set_xlabel("evaluations")
+    ax.set_xlabel(h.xlabel)
     ax.set_ylabel(f"best {h.objective} so far ({h.unit})")
     ax.legend(fontsize=8)
     return Figure("convergence", "Search convergence",
-                  f"Best {h.objective} found after each evaluation, TPE and random search at the same budget of "
-                  f"{h.budget} evaluations (seed fixed); the dashed line is the optimum from evaluating every plan.",
-                  _png(fig))
+                  h.caption or f"Best {h.objective} found after each evaluation, TPE and random search at the same "
+                  f"budget of {h.budget} evaluations (seed fixed); the dashed line is the optimum from evaluating "
+                  "every plan.", _png(fig))
 
 
 def importance(data: ReportData) -> Figure | None:
@@ -235,7 +235,38 @@ def importance(data: ReportData) -> Figure | None:
                   "space moves the objective.", _png(fig))
 
 
-FIGURES = (throughput_memory, throughput_cost, step_breakdown, memory_breakdown, convergence, importance)
+def measured_predicted(data: ReportData) -> Figure | None:
+    """A tune study: each successful benchmark run's measured throughput against the cost model's prediction."""
+    runs = [r for r in data.measured or [] if r["outcome"] == "ok" and r["measured_tokens_per_s_per_gpu"]
+            and r["predicted_tokens_per_s_per_gpu"]]
+    if not runs:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=SIZE)
+    pred = np.array([r["predicted_tokens_per_s_per_gpu"] for r in runs], dtype=float)
+    meas = np.array([r["measured_tokens_per_s_per_gpu"] for r in runs], dtype=float)
+    top = float(max(pred.max(), meas.max())) * 1.08
+    line = np.array([0.0, top])
+    ax.plot(line, line, color="black", lw=1, label="measured = predicted")
+    ax.fill_between(line, line * 0.9, line * 1.1, color="#999999", alpha=0.2, lw=0, label="within 10%")
+    ax.scatter(pred, meas, s=36, color=PALETTE[0], zorder=3, label="benchmark runs")
+    for r, x, y in zip(runs, pred, meas):
+        ax.annotate(str(r["trial"]), (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7)
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("predicted tokens/s per GPU (cost model)")
+    ax.set_ylabel("measured tokens/s per GPU")
+    ax.legend(fontsize=8, loc="upper left")
+    errors = np.abs(pred / meas - 1.0) * 100.0
+    failed = sum(1 for r in data.measured or [] if r["outcome"] != "ok")
+    return Figure("measured_predicted", "Measured against predicted",
+                  f"Each benchmark run that succeeded ({len(runs)}), labelled with its trial number: measured "
+                  f"throughput against the cost model's prediction; mean absolute error {errors.mean():.1f}%. "
+                  f"{failed} runs failed or ran out of memory (listed in the table below).", _png(fig))
+
+
+FIGURES = (throughput_memory, throughput_cost, step_breakdown, memory_breakdown, convergence, importance,
+           measured_predicted)
 
 
 def all_figures(data: ReportData) -> list[Figure]:

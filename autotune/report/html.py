@@ -43,6 +43,7 @@ def _plans_table(data: ReportData) -> str:
     from ..plan import plan_from_fields
 
     rows = []
+    with_measured = all("measured_tokens_per_s_per_gpu" in p for p in data.plans[:10])
     for p in data.plans[:10]:
         est = p["estimate"]
         try:
@@ -51,14 +52,39 @@ def _plans_table(data: ReportData) -> str:
         except (ValueError, KeyError, TypeError):
             layout, settings = ", ".join(f"{k}={v}" for k, v in p["plan"].items()), ""
         days = f"{est['training_days']:,.1f}" if "training_days" in est else "-"
+        measured = (f"<td class=n>{p['measured_tokens_per_s_per_gpu']:,.0f}</td><td class=n>{p['trial']}</td>"
+                    if with_measured else "")
         rows.append(
-            f"<tr><td class=n>{p['rank']}</td><td>{_e(layout)}</td><td>{_e(settings)}</td>"
+            f"<tr><td class=n>{p['rank']}</td><td>{_e(layout)}</td><td>{_e(settings)}</td>{measured}"
             f"<td class=n>{est['step_time_s']:.2f}</td><td class=n>{est['tokens_per_s_per_gpu']:,.0f}</td>"
             f"<td class=n>{est['mfu']:.1%}</td><td class=n>{est['memory_gib_per_gpu']:.1f}</td>"
             f"<td class=n>{est['cost_usd_per_million_tokens']:.3f}</td><td class=n>{days}</td></tr>")
-    head = ("<tr><th>#</th><th>layout</th><th>settings</th><th>step s</th><th>tok/s/GPU</th><th>MFU</th>"
-            "<th>GiB/GPU</th><th>$/Mtok</th><th>days</th></tr>")
-    return f"<table>{head}{''.join(rows)}</table>"
+    head = ("<tr><th>#</th><th>layout</th><th>settings</th>"
+            + ("<th>measured tok/s/GPU</th><th>trial</th>" if with_measured else "")
+            + "<th>step s</th><th>tok/s/GPU</th><th>MFU</th><th>GiB/GPU</th><th>$/Mtok</th><th>days</th></tr>")
+    note = ("<p class=note>Ranked by measured throughput; the other columns are the cost model's estimate of the "
+            "plan.</p>" if with_measured else "")
+    return f"<table>{head}{''.join(rows)}</table>{note}"
+
+
+def _measured_table(data: ReportData) -> str:
+    """A tune study's benchmark runs in trial order: measured against predicted, and why a run failed."""
+    def num(value, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
+
+    rows = []
+    for r in data.measured or []:
+        rows.append(
+            f"<tr><td class=n>{r['trial']}</td><td>{_e(r['plan_key'])}</td><td>{_e(r['outcome'])}</td>"
+            f"<td class=n>{num(r['measured_tokens_per_s_per_gpu'], ',.1f')}</td>"
+            f"<td class=n>{num(r['predicted_tokens_per_s_per_gpu'], ',.1f')}</td>"
+            f"<td class=n>{num(r['error_pct'], '+.1f')}{'%' if r['error_pct'] is not None else ''}</td>"
+            f"<td class=n>{num(r['measured_peak_gib'], '.1f')}</td><td class=n>{num(r['predicted_memory_gib'], '.1f')}</td>"
+            f"<td>{_e(r['reason'] or '')}</td></tr>")
+    head = ("<tr><th>trial</th><th>plan</th><th>outcome</th><th>measured tok/s/GPU</th><th>predicted</th>"
+            "<th>error</th><th>peak GiB</th><th>predicted GiB</th><th>failure</th></tr>")
+    return (f"<table>{head}{''.join(rows)}</table><p class=note>error = predicted / measured - 1, as "
+            "`autotune tune` reports it.</p>")
 
 
 def _capacity_table(cap: dict[str, Any]) -> str:
@@ -91,15 +117,26 @@ def _summary(data: ReportData) -> str:
         name = f"{plan.layout()} with {settings_text(plan)}"
     except (ValueError, KeyError, TypeError):
         name = ", ".join(f"{k}={v}" for k, v in best["plan"].items())
-    text = (f"Best plan: {_e(name)}: "
-            f"{est['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU (MFU {est['mfu']:.0%}), "
-            f"{est['memory_gib_per_gpu']:.1f} of {data.capacity_gib:g} GiB per GPU, step {est['step_time_s']:.2f} s.")
+    if "measured_tokens_per_s_per_gpu" in best:
+        text = (f"Best measured plan: {_e(name)}: {best['measured_tokens_per_s_per_gpu']:,.0f} tokens/s per GPU "
+                f"measured (trial {best['trial']}). The cost model predicts "
+                f"{est['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU (MFU {est['mfu']:.0%}), "
+                f"{est['memory_gib_per_gpu']:.1f} of {data.capacity_gib:g} GiB per GPU, step {est['step_time_s']:.2f} s.")
+    else:
+        text = (f"Best plan: {_e(name)}: "
+                f"{est['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU (MFU {est['mfu']:.0%}), "
+                f"{est['memory_gib_per_gpu']:.1f} of {data.capacity_gib:g} GiB per GPU, step {est['step_time_s']:.2f} s.")
     if "training_days" in est:
         text += (f" Training the budget: {est['training_days']:,.1f} days, {est['gpu_hours']:,.0f} GPU-hours, "
                  f"${est['cost_usd']:,.0f}.")
     s = data.search
-    text += (f"<br><span class=note>{_e(s.get('sampler', '?'))} search: {s.get('evaluations', 0):,} plans evaluated "
-             f"of {s.get('space_size', 0):,}; {s.get('feasible', 0):,} fit.</span>")
+    where = f"study {_e(data.study)}, " if data.study else ""
+    runs = ""
+    if data.measured is not None:
+        ok = sum(1 for r in data.measured if r["outcome"] == "ok")
+        runs = f" {len(data.measured):,} benchmark runs, {ok:,} succeeded."
+    text += (f"<br><span class=note>{where}{_e(s.get('sampler', '?'))} search: {s.get('evaluations', 0):,} plans "
+             f"evaluated of {s.get('space_size', 0):,}; {s.get('feasible', 0):,} fit.{runs}</span>")
     return f"<p class=summary>{text}</p>"
 
 
@@ -114,6 +151,8 @@ def render(data: ReportData, figures: list[Figure]) -> str:
     if data.capacity:
         parts.append("<h2>Capacity plan</h2>" + _capacity_table(data.capacity))
     parts.append("<h2>Top plans</h2>" + _plans_table(data))
+    if data.measured:
+        parts.append("<h2>Measured trials</h2>" + _measured_table(data))
     for fig in figures:
         uri = "data:image/png;base64," + base64.b64encode(fig.png).decode("ascii")
         parts.append(f"<h2>{_e(fig.title)}</h2><figure id={fig.name}><img src=\"{uri}\" alt=\"{_e(fig.title)}\">"

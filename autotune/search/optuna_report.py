@@ -1,7 +1,8 @@
-"""The report's use of Optuna: per-trial histories for the convergence figure, and parameter importance.
+"""The report's use of Optuna: per-trial histories, parameter importance, and reading a stored study.
 
-Part of the Optuna adapter (with ``optuna_search.py``, whose samplers it reuses): the
-report asks it for these and imports no optuna itself.  Each axis of the space is
+Part of the Optuna adapter (with ``optuna_search.py``, whose samplers it reuses, and
+``optuna_study.py``, whose storages it opens): the report asks it for these and imports
+no optuna itself.  Each axis of the space is
 one categorical parameter; an invalid plan or one that does not fit is reported to
 the sampler through Optuna's constraints API and recorded as infeasible (None).
 """
@@ -9,14 +10,18 @@ the sampler through Optuna's constraints API and recorded as infeasible (None).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import optuna
 
+from ..errors import InputError
 from ..plan import PLAN_KEYS, PlanBatch
 from .optuna_search import make_sampler
 from .problem import Objective, TrainingProblem
+from .result import Evaluated
 
 _WORST = {"maximize": 0.0, "minimize": 1e30}
 
@@ -60,8 +65,8 @@ def run_and_record(problem: TrainingProblem, objective: Objective, sampler: str,
     return values
 
 
-def importances(rows: Sequence[dict[str, Any]], values: np.ndarray, choices: dict[str, list], direction: str
-                ) -> tuple[dict[str, float], str]:
+def importances(rows: Sequence[dict[str, Any]], values: np.ndarray, choices: dict[str, list], direction: str,
+                what: str = "randomly drawn plans that fit") -> tuple[dict[str, float], str]:
     """Optuna's PED-ANOVA importance of each axis over the given (plan, objective value) pairs."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     distributions = {k: optuna.distributions.CategoricalDistribution(v) for k, v in choices.items()}
@@ -71,4 +76,74 @@ def importances(rows: Sequence[dict[str, Any]], values: np.ndarray, choices: dic
     evaluator = optuna.importance.PedAnovaImportanceEvaluator()
     result = optuna.importance.get_param_importances(study, evaluator=evaluator)
     return ({k: float(v) for k, v in result.items()},
-            f"Optuna PED-ANOVA importance over {len(rows):,} randomly drawn plans that fit")
+            f"Optuna PED-ANOVA importance over {len(rows):,} {what}")
+
+
+# --- a stored study (``autotune report --storage URL --study NAME``) ------------------------
+
+
+@dataclass
+class StoredStudy:
+    """What the report needs from a study that ``autotune search`` or ``autotune tune`` kept in a storage."""
+
+    name: str
+    storage: str  # the URL, password hidden
+    problem: TrainingProblem
+    objectives: tuple[Objective, ...]
+    settings: dict[str, Any]  # mode (search | tune), sampler, ...
+    target: int | None
+    records: list[dict[str, Any]]  # every trial, as ``optuna_study.trial_records`` gives them
+    evaluated: Evaluated  # every distinct plan the trials evaluated, re-estimated
+
+    @property
+    def measured(self) -> bool:
+        return self.settings.get("mode") == "tune"
+
+
+def _require_file(url: str) -> None:
+    """An SQLite file or journal that is not there: say so (opening it would create an empty one)."""
+    from ..study import parse_storage_url
+
+    kind, target = parse_storage_url(url)
+    if kind == "sqlite":
+        target = url.strip()[len("sqlite:///"):].split("?", 1)[0]
+        if not target or target == ":memory:":
+            return
+    elif kind != "journal":
+        return
+    if not Path(target).is_file():
+        hint = "sqlite:///relative.db or sqlite:////absolute/path.db" if kind == "sqlite" else "journal:./study.log"
+        raise InputError(f"no such file {target!r} (from {url!r}); give the --storage URL that `autotune search` or "
+                         f"`autotune tune` wrote the study to ({hint})", field="--storage")
+
+
+def read_study(url: str, name: str) -> StoredStudy:
+    """Open study ``name`` in ``url`` and rebuild its problem from the fingerprint it carries."""
+    from ..study import problem_from_fingerprint
+    from .optuna_study import (PROBLEM_ATTR, SETTINGS_ATTR, TARGET_ATTR, evaluated_from_study, make_storage, redact,
+                               trial_records)
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    _require_file(url)
+    storage = make_storage(url)
+    try:
+        names = sorted(optuna.study.get_all_study_names(storage))
+    except Exception as exc:  # a file that is not an Optuna storage, a server that went away
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"cannot read studies from {redact(url)}: {first}; check the URL", field="--storage") from None
+    if name not in names:
+        held = (f"it holds {', '.join(repr(n) for n in names[:10])}" + (f" and {len(names) - 10} more" if len(names) > 10
+                                                                        else "")) if names else "it holds no study"
+        raise InputError(f"no study {name!r} in {redact(url)}; {held}. Give one of those with --study, or create it "
+                         "with `autotune search ... --storage URL --study NAME`", field="--study")
+    study = optuna.load_study(study_name=name, storage=storage)
+    attrs = study.user_attrs
+    if PROBLEM_ATTR not in attrs:
+        raise InputError(f"study {name!r} in {redact(url)} was not made by autotune (it has no {PROBLEM_ATTR!r} "
+                         "record of its problem); give a study that `autotune search --storage` or `autotune tune` "
+                         "wrote", field="--study")
+    problem, objectives = problem_from_fingerprint(attrs[PROBLEM_ATTR], study=name)
+    target = attrs.get(TARGET_ATTR)
+    return StoredStudy(name=name, storage=redact(url), problem=problem, objectives=objectives,
+                       settings=dict(attrs.get(SETTINGS_ATTR) or {}), target=int(target) if target else None,
+                       records=trial_records(study), evaluated=evaluated_from_study(study, problem))
