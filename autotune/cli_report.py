@@ -9,7 +9,6 @@ calls when ``--gpus`` is a range (64..4096), ``--hardware`` names several profil
 from __future__ import annotations
 
 import dataclasses
-
 import json
 from pathlib import Path
 from typing import Annotated, Any

@@ -162,8 +162,8 @@ def best_so_far(values: list[float | None], direction: str) -> list[float]:
 
 
 def importance(problem: TrainingProblem, objective_name: str, seed: int) -> tuple[dict[str, float], str]:
-    from ..space import enumerate_valid
     from ..search import optuna_report as studies
+    from ..space import enumerate_valid
 
     plans = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules).plans
     if len(plans) == 0:
@@ -318,28 +318,40 @@ def _measured_ranking(stored, runs: list[dict[str, Any]]) -> list[dict[str, Any]
             for k, (r, est) in enumerate(zip(order, estimates), start=1)]
 
 
+IMPORTANCE_MIN_TRIALS = 8  # distinct plans a study needs before its importance is drawn
+
+
 def study_importance(stored, objective_name: str, measured: bool) -> tuple[dict[str, float], str]:
-    """Importance of each axis over the study's own trials (distinct plans that fit, or that ran)."""
+    """Importance of each axis over the study's own trials.
+
+    One row per distinct plan the study tried: its objective value when it fits (or ran), the
+    worst value when it breaks a rule or does not fit (or ran out of memory), so that the
+    importance says what takes a plan to the good end of the study's trials, as the sampler saw
+    them.  Failed benchmark runs are left out (a crash says little about the plan).
+    """
     from ..search import optuna_report as studies
 
     problem = stored.problem
     choices = problem.choices
+    direction = OBJECTIVES[objective_name].direction
+    worst = 0.0 if direction == "maximize" else 1e30
     derive_sp = problem.rules.sp_with_tp and set(choices["sp"]) == {False, True}
     varying = [k for k in PLAN_KEYS if len(choices[k]) > 1 and not (k == "sp" and derive_sp)]
-    seen: dict[str, tuple[dict[str, Any], float]] = {}
+    seen: dict[str, tuple[dict[str, Any], float | None]] = {}
     for r in counted_trials(stored.records, measured):
-        value, plan = trial_value(r, measured), r["user_attrs"].get("plan")
-        key = r["user_attrs"].get("plan_key")
-        if value is None or not plan or key in seen or any(plan.get(k) not in choices[k] for k in varying):
+        a = r["user_attrs"]
+        plan, key = a.get("plan"), a.get("plan_key")
+        tried = a.get("outcome") in (("ok", "infeasible") if measured else ("evaluated", "cached", "invalid"))
+        if not tried or not plan or key in seen or any(plan.get(k) not in choices[k] for k in varying):
             continue
-        seen[key] = ({k: plan[k] for k in varying}, value)
-    if len(seen) < 5 or not varying:
+        seen[key] = ({k: plan[k] for k in varying}, trial_value(r, measured))
+    if len(seen) < IMPORTANCE_MIN_TRIALS or not varying or sum(v is not None for _, v in seen.values()) < 2:
         return {}, ""
     rows = [row for row, _ in seen.values()]
-    values = np.array([v for _, v in seen.values()])
-    what = f"{'measured plans' if measured else 'plans that fit'} of study {stored.name!r}"
-    return studies.importances(rows, values, {k: list(choices[k]) for k in varying},
-                               OBJECTIVES[objective_name].direction, what=what)
+    values = np.array([worst if v is None else v for _, v in seen.values()])
+    what = (f"distinct plans {'measured' if measured else 'tried'} in study {stored.name!r} (a plan that "
+            f"{'ran out of memory' if measured else 'breaks a rule or does not fit'} counts as the worst value)")
+    return studies.importances(rows, values, {k: list(choices[k]) for k in varying}, direction, what=what)
 
 
 def gather_study(source: StudySource, *, trials: int = 100, seed: int = 0,
@@ -385,7 +397,10 @@ def gather_study(source: StudySource, *, trials: int = 100, seed: int = 0,
     data.cloud = evaluate_cloud(problem, seed)
     values = [trial_value(r, measured) for r in counted]
     if values:
-        label = f"study {stored.name} ({sampler.upper() if sampler in ('tpe', 'gp') else sampler})"
+        shown = sampler.upper() if sampler in ("tpe", "gp") else sampler
+        if measured and stored.settings.get("prior_top"):
+            shown = f"cost-model prior, then {shown}"
+        label = f"study {stored.name} ({shown})"
         if measured:
             data.history = History(
                 "measured throughput", "maximize", "tokens/s/GPU", {label: best_so_far(values, "maximize")}, None,
@@ -409,8 +424,9 @@ def gather_study(source: StudySource, *, trials: int = 100, seed: int = 0,
     data.importance, data.importance_method = study_importance(stored, "throughput" if measured else objective.name,
                                                                measured)
     if not data.importance:
-        data.notes.append("Parameter importance is left out: the study has fewer than 5 distinct plans that "
-                          + ("ran." if measured else "fit."))
+        data.notes.append(f"Parameter importance is left out: it needs at least {IMPORTANCE_MIN_TRIALS} distinct "
+                          f"plans {'measured' if measured else 'tried'} in the study, two of them "
+                          f"{'successful runs' if measured else 'plans that fit'}.")
     return data
 
 

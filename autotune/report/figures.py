@@ -207,12 +207,15 @@ def convergence(data: ReportData) -> Figure | None:
     if h is None:
         return None
     plt = _plt()
+    from matplotlib.ticker import MaxNLocator
+
     fig, ax = plt.subplots(figsize=SIZE)
     names = {"tpe": "TPE", "random": "random search", "recorded": "this search"}
     for k, (sampler, curve) in enumerate(h.curves.items()):
         ax.plot(np.arange(1, len(curve) + 1), curve, color=PALETTE[k], lw=1.8, label=names.get(sampler, sampler))
     if h.optimum is not None:
         ax.axhline(h.optimum, color="black", ls="--", lw=1, label="exact optimum")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(h.xlabel)
     ax.set_ylabel(f"best {h.objective} so far ({h.unit})")
     ax.legend(fontsize=8)
@@ -245,15 +248,16 @@ def measured_predicted(data: ReportData) -> Figure | None:
     fig, ax = plt.subplots(figsize=SIZE)
     pred = np.array([r["predicted_tokens_per_s_per_gpu"] for r in runs], dtype=float)
     meas = np.array([r["measured_tokens_per_s_per_gpu"] for r in runs], dtype=float)
-    top = float(max(pred.max(), meas.max())) * 1.08
-    line = np.array([0.0, top])
+    top = float(max(pred.max(), meas.max())) * 1.06
+    low = float(min(pred.min(), meas.min())) * 0.85
+    line = np.array([low, top])
     ax.plot(line, line, color="black", lw=1, label="measured = predicted")
     ax.fill_between(line, line * 0.9, line * 1.1, color="#999999", alpha=0.2, lw=0, label="within 10%")
     ax.scatter(pred, meas, s=36, color=PALETTE[0], zorder=3, label="benchmark runs")
     for r, x, y in zip(runs, pred, meas):
         ax.annotate(str(r["trial"]), (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7)
-    ax.set_xlim(0, top)
-    ax.set_ylim(0, top)
+    ax.set_xlim(low, top)
+    ax.set_ylim(low, top)
     ax.set_xlabel("predicted tokens/s per GPU (cost model)")
     ax.set_ylabel("measured tokens/s per GPU")
     ax.legend(fontsize=8, loc="upper left")

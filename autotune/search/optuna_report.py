@@ -120,22 +120,32 @@ def _require_file(url: str) -> None:
 def read_study(url: str, name: str) -> StoredStudy:
     """Open study ``name`` in ``url`` and rebuild its problem from the fingerprint it carries."""
     from ..study import problem_from_fingerprint
-    from .optuna_study import (PROBLEM_ATTR, SETTINGS_ATTR, TARGET_ATTR, evaluated_from_study, make_storage, redact,
-                               trial_records)
+    from .optuna_study import (
+        PROBLEM_ATTR,
+        SETTINGS_ATTR,
+        TARGET_ATTR,
+        evaluated_from_study,
+        make_storage,
+        redact,
+        trial_records,
+    )
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     _require_file(url)
     storage = make_storage(url)
     try:
         names = sorted(optuna.study.get_all_study_names(storage))
-    except Exception as exc:  # a file that is not an Optuna storage, a server that went away
+    except Exception as exc:  # noqa: BLE001  (a file that is not an Optuna storage, a server that went away)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"cannot read studies from {redact(url)}: {first}; check the URL", field="--storage") from None
     if name not in names:
-        held = (f"it holds {', '.join(repr(n) for n in names[:10])}" + (f" and {len(names) - 10} more" if len(names) > 10
-                                                                        else "")) if names else "it holds no study"
-        raise InputError(f"no study {name!r} in {redact(url)}; {held}. Give one of those with --study, or create it "
-                         "with `autotune search ... --storage URL --study NAME`", field="--study")
+        create = "create it with `autotune search ... --storage URL --study NAME` (or `autotune tune`)"
+        if names:
+            held = ", ".join(repr(n) for n in names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+            fix = f"it holds {held}: give one of those with --study, or {create}"
+        else:
+            fix = f"it holds no study: check --storage, or {create}"
+        raise InputError(f"no study {name!r} in {redact(url)}; {fix}", field="--study")
     study = optuna.load_study(study_name=name, storage=storage)
     attrs = study.user_attrs
     if PROBLEM_ATTR not in attrs:
