@@ -20,9 +20,13 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
+
+if TYPE_CHECKING:
+    from .hardware import Cluster
+    from .search.result import RankedPlan
 
 # PUE: the Uptime Institute's industry-average PUE for 2023 (1.58; flat at 1.55-1.59 since about 2020),
 # journal.uptimeinstitute.com "Large data centers are mostly more efficient, analysis confirms" (2024-02-07).
@@ -213,30 +217,40 @@ def choose(candidates: Sequence[Candidate], objective: str, deadline_days: float
     return CapacityResult(list(candidates), deadline_days, objective, pue, grid, chosen, cheapest, fastest)
 
 
-def make_candidate(hardware: str, gpus: int, gpus_per_node: int, plan: dict | None, estimate: dict | None,
-                   tokens: float, average_power_w: float, price: float, pue: float, grid: float,
-                   deadline_days: float | None, note: str = "") -> Candidate:
-    if plan is None or estimate is None:
+@dataclass(frozen=True)
+class CapacityGoal:
+    """What the pairs are compared for: the token budget, the objective to rank by, the deadline, PUE and grid."""
+
+    tokens: float
+    objective: str
+    deadline_days: float | None
+    pue: float
+    grid: float
+
+
+def make_candidate(hardware: str, cluster: Cluster, best: RankedPlan | None, goal: CapacityGoal,
+                   note: str = "") -> Candidate:
+    """The candidate of one pair: ``cluster`` its ``Cluster``, ``best`` its best ranked plan (None when none fits)."""
+    gpus, gpus_per_node = cluster.n_gpus, cluster.gpus_per_node
+    if best is None:
         return Candidate(hardware, gpus, gpus_per_node, None, None, {}, False, note or "no plan fits")
-    days = tokens / (estimate["tokens_per_s_per_gpu"] * gpus) / 86400.0
-    totals = {"training_days": days, **footprint(gpus, days, average_power_w, price, pue, grid)}
-    meets = deadline_days is None or days <= deadline_days
-    return Candidate(hardware, gpus, gpus_per_node, plan, estimate, totals, meets, note)
+    hw = cluster.hardware
+    days = goal.tokens / (best.estimate["tokens_per_s_per_gpu"] * gpus) / 86400.0
+    totals = {"training_days": days,
+              **footprint(gpus, days, hw.average_power_w, hw.price_usd_per_gpu_hour, goal.pue, goal.grid)}
+    meets = goal.deadline_days is None or days <= goal.deadline_days
+    return Candidate(hardware, gpus, gpus_per_node, best.plan.as_dict(), best.estimate, totals, meets, note)
 
 
 def plan_capacity(
     hardware_names: Sequence[str],
     gpu_range: tuple[int, int] | None,
     fixed_gpus: int | None,
+    goal: CapacityGoal,
+    *,
     node_size: Callable[[str], int],
     build: Callable[[str, int], Any],
     search_one: Callable[[Any], Any],
-    *,
-    tokens: float,
-    objective: str,
-    deadline_days: float | None,
-    pue: float,
-    grid: float,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[CapacityResult, dict[tuple[str, int], Any]]:
     """Search every (hardware, GPU count) pair and compare their best plans.
@@ -256,17 +270,12 @@ def plan_capacity(
         if progress:
             progress(f"{name} x {n}", done, len(pairs))
         inputs = build(name, n)
-        hw = inputs.cluster.hardware
         result = search_one(inputs)
         results[(name, n)] = (inputs, result)
-        best = result.ranked[0] if result.ranked else None
-        candidates.append(make_candidate(
-            name, n, inputs.cluster.gpus_per_node, best.plan.as_dict() if best else None,
-            best.estimate if best else None, tokens, hw.average_power_w, hw.price_usd_per_gpu_hour, pue, grid,
-            deadline_days))
+        candidates.append(make_candidate(name, inputs.cluster, result.ranked[0] if result.ranked else None, goal))
     if progress:
         progress("done", len(pairs), len(pairs))
-    return choose(candidates, objective, deadline_days, pue, grid), results
+    return choose(candidates, goal.objective, goal.deadline_days, goal.pue, goal.grid), results
 
 
 __all__ = [
@@ -275,6 +284,7 @@ __all__ = [
     "GRID_INTENSITY_SOURCE",
     "PUE_SOURCE",
     "Candidate",
+    "CapacityGoal",
     "CapacityResult",
     "check_grid_intensity",
     "check_pue",

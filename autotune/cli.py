@@ -25,7 +25,7 @@ from . import output
 from .confidence import sentence as confidence_sentence, with_confidence
 from .errors import InputError
 from .hardware import hardware_names, load_hardware
-from .inputs import training_inputs
+from .inputs import SearchSettings, TrainingRequest
 from .modelspec import load_model, model_names
 from .plan import PLAN_DEFAULTS, PLAN_KEYS, PlanBatch, parse_plan, parse_plan_fields
 from .space import PERMISSIVE_RULES, REASONS, load_space, rejection_reasons
@@ -192,15 +192,17 @@ def search(
         _reject_flags(serving_flags, "training (add --workload serve for serving)")
         cli_serve.require_training(seq_len, global_batch)
         gpu_count, gpu_range = parse_gpus(gpus)
+        request = TrainingRequest(model=model, hardware=hardware, gpus=gpu_count, gpus_per_node=gpus_per_node,
+                                  nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
+                                  calibration=calibration)
         if cli_report.wants_capacity(gpu_range, hardware, deadline):
-            cli_report.capacity_search(
-                model=model, hardware=hardware, gpu_count=gpu_count, gpu_range=gpu_range, gpus_per_node=gpus_per_node,
-                nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price, space=space,
-                fixes=_parse_fixes(fix or []), sampler=sampler, trials=trials, seed=seed, objective=objective, top=top,
-                json_out=json_out, out=out, force=force, calibration=calibration, deadline=deadline, pue=pue,
-                grid_intensity=grid_intensity, emit=emit)
+            settings = SearchSettings(space=space, fixes=_parse_fixes(fix or []), sampler=sampler, trials=trials,
+                                      seed=seed, objective=objective, top=top)
+            cli_report.capacity_search(request, settings, gpu_range=gpu_range, deadline=deadline, pue=pue,
+                                       grid_intensity=grid_intensity, emit=emit, json_out=json_out, out=out,
+                                       force=force)
             return
-        inputs = training_inputs(model, hardware, gpu_count, gpus_per_node, nodes, seq_len, global_batch, tokens, price, calibration)
+        inputs = request.build()
         _note_inputs(inputs)
         try:
             objectives = parse_objectives(objective, tokens=tokens)
@@ -342,7 +344,9 @@ def predict(
             return
         cli_serve.require_training(seq_len, global_batch)
         gpus = cli_serve.single_gpu_count(gpus)
-        inputs = training_inputs(model, hardware, gpus, gpus_per_node, nodes, seq_len, global_batch, tokens, price, calibration)
+        inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
+                                 seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
+                                 calibration=calibration).build()
         _note_inputs(inputs)
         try:
             chosen = parse_plan(plan, inputs.cluster.n_gpus)

@@ -7,6 +7,7 @@ restrict the search to plans the formats can express.
 """
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -15,6 +16,7 @@ import typer
 
 from .emit import DEFAULT_FRAMEWORK, EMITTERS, FORMATS, FRAMEWORKS, EmitContext, get_emitter, render
 from .errors import InputError
+from .inputs import TrainingRequest
 from .modelspec import ModelSpec, load_model
 from .plan import PlanBatch, parse_plan, plan_from_fields
 
@@ -229,8 +231,10 @@ def register(app: typer.Typer) -> None:
 
             if format in cli_serve.SERVING_FORMATS:  # vllm, sglang: serve plans (cli_serve.py)
                 return cli_serve.emit_serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len, out, force, json_out)
-            context = _context(plan_source, plan, rank, framework, model, hardware, gpus, gpus_per_node, nodes, seq_len,
-                               global_batch, tokens, calibration, data_path, tokenizer)
+            given = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
+                                    seq_len=seq_len, global_batch=global_batch, tokens=tokens, calibration=calibration)
+            options = EmitOptions(framework=framework, data_path=data_path, tokenizer=tokenizer)
+            context = _context(plan_source, plan, rank, given, options)
             if format not in EMITTERS:
                 raise InputError(f"unknown format {format!r}; choose from {', '.join(FORMATS)}", field="--format")
             files = render(format, context)
@@ -251,11 +255,26 @@ def register(app: typer.Typer) -> None:
                                  f"({context.estimate.get('infeasible_reason', 'out of memory')}).", soft_wrap=True)
 
 
-def _context(plan_source, plan_text, rank, framework, model, hardware, gpus, gpus_per_node, nodes, seq_len,
-             global_batch, tokens, calibration, data_path, tokenizer) -> EmitContext:
+@dataclass(frozen=True)
+class EmitOptions:
+    """What ``autotune emit`` adds to a plan: the framework a Slurm script runs, the data and the tokenizer."""
+
+    framework: str
+    data_path: str | None = None
+    tokenizer: str | None = None
+
+
+def _context(plan_source: str | None, plan_text: str | None, rank: int, given: TrainingRequest,
+             emit_options: EmitOptions) -> EmitContext:
+    """The plan to emit, from a plans.json or a plan string.
+
+    ``given`` holds the training flags as given: any may be None here, and a plan string needs --model,
+    --hardware, --seq-len and --global-batch.
+    """
+    framework = emit_options.framework
     if framework not in FRAMEWORKS:
         raise InputError(f"unknown framework {framework!r}; choose from {', '.join(FRAMEWORKS)}", field="--framework")
-    options = dict(data_path=data_path, tokenizer=tokenizer, framework=framework)
+    options = dict(data_path=emit_options.data_path, tokenizer=emit_options.tokenizer, framework=framework)
     if plan_source is not None and plan_text is not None:
         raise InputError("give the plan once: as PLAN or as --plan", field="--plan")
     if plan_source is None and plan_text is None:
@@ -265,30 +284,28 @@ def _context(plan_source, plan_text, rank, framework, model, hardware, gpus, gpu
         loaded = _read_plans(plan_source)
         if loaded is not None:
             document, source = loaded
-            for flag, value in (("--hardware", hardware), ("--gpus", gpus), ("--gpus-per-node", gpus_per_node),
-                                ("--nodes", nodes), ("--seq-len", seq_len), ("--global-batch", global_batch),
-                                ("--tokens", tokens), ("--calibration", calibration)):
+            for flag, value in (("--hardware", given.hardware), ("--gpus", given.gpus),
+                                ("--gpus-per-node", given.gpus_per_node), ("--nodes", given.nodes),
+                                ("--seq-len", given.seq_len), ("--global-batch", given.global_batch),
+                                ("--tokens", given.tokens), ("--calibration", given.calibration)):
                 if value is not None:
                     raise InputError(f"comes from {source}; leave it out, or emit a plan string instead", field=flag)
-            spec = load_model(model) if model is not None else None
+            spec = load_model(given.model) if given.model is not None else None
             return context_from_plans(document, rank, model=spec, source=source, **options)
         plan_text = plan_source
-    return _context_from_string(plan_text, model, hardware, gpus, gpus_per_node, nodes, seq_len, global_batch, tokens,
-                                calibration, options)
+    return _context_from_string(plan_text, given, options)
 
 
-def _context_from_string(plan_text, model, hardware, gpus, gpus_per_node, nodes, seq_len, global_batch, tokens,
-                         calibration, options) -> EmitContext:
+def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[str, Any]) -> EmitContext:
     from .costmodel import estimate_training
-    from .inputs import training_inputs
     from .space import PERMISSIVE_RULES, REASONS, rejection_reasons
 
-    for flag, value in (("--model", model), ("--hardware", hardware), ("--seq-len", seq_len),
-                        ("--global-batch", global_batch)):
+    for flag, value in (("--model", given.model), ("--hardware", given.hardware), ("--seq-len", given.seq_len),
+                        ("--global-batch", given.global_batch)):
         if value is None:
             raise InputError("is needed with a plan string (or give a plans.json from `autotune search --out`)",
                              field=flag)
-    inputs = training_inputs(model, hardware, gpus, gpus_per_node, nodes, seq_len, global_batch, tokens, None, calibration)
+    inputs = given.build()
     try:
         chosen = parse_plan(plan_text, inputs.cluster.n_gpus)
     except ValueError as exc:
@@ -301,7 +318,7 @@ def _context_from_string(plan_text, model, hardware, gpus, gpus_per_node, nodes,
     return EmitContext(
         plan=chosen, model=inputs.model, hardware=inputs.cluster.hardware.name,
         gpus_per_node=inputs.cluster.gpus_per_node, seq_len=inputs.workload.seq_len,
-        global_batch=inputs.workload.global_batch, estimate=estimate, tokens=tokens, **options,
+        global_batch=inputs.workload.global_batch, estimate=estimate, tokens=given.tokens, **options,
     )
 
 

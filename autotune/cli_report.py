@@ -19,6 +19,7 @@ from rich.table import Table
 from . import capacity as cap
 from . import output
 from .errors import InputError
+from .inputs import SearchSettings, TrainingRequest
 
 # --- explain --------------------------------------------------------------------------------
 
@@ -49,7 +50,7 @@ def explain_command(
     """Explain one plan: time and memory breakdown, what binds, and what each one-step change does."""
     from .cli import stdout, user_errors
     from .explain import explain
-    from .inputs import training_inputs
+    from .inputs import TrainingRequest
     from .plan import parse_plan, plan_from_fields
 
     with user_errors():
@@ -65,9 +66,10 @@ def explain_command(
         missing = [k for k, v in merged.items() if v is None]
         if missing:
             raise InputError(f"missing {', '.join('--' + m.replace('_', '-') for m in missing)}", field="--plan")
-        t = training_inputs(merged["model"], merged["hardware"], int(merged["gpus"]),
-                            gpus_per_node or inputs.get("gpus_per_node"), None, int(merged["seq_len"]),
-                            int(merged["global_batch"]), None, inputs.get("price_usd_per_gpu_hour"), calibration)
+        t = TrainingRequest(model=merged["model"], hardware=merged["hardware"], gpus=int(merged["gpus"]),
+                            gpus_per_node=gpus_per_node or inputs.get("gpus_per_node"), seq_len=int(merged["seq_len"]),
+                            global_batch=int(merged["global_batch"]), price=inputs.get("price_usd_per_gpu_hour"),
+                            calibration=calibration).build()
         try:
             chosen = parse_plan(plan, t.cluster.n_gpus) if plan is not None else plan_from_fields(fields, t.cluster.n_gpus)
         except ValueError as exc:
@@ -168,36 +170,38 @@ def wants_capacity(gpu_range: tuple[int, int] | None, hardware: str, deadline: s
     return gpu_range is not None or "," in hardware or deadline is not None
 
 
-def capacity_search(*, model: str, hardware: str, gpu_count: int | None, gpu_range: tuple[int, int] | None,
-                    gpus_per_node: int | None, nodes: int | None, seq_len: int, global_batch: int,
-                    tokens: float | None, price: float | None, space: str | None, fixes: dict, sampler: str,
-                    trials: int, seed: int, objective: str, top: int, json_out: bool, out: Path | None, force: bool,
-                    calibration: str | None, deadline: str | None, pue: float | None,
-                    grid_intensity: float | None, emit: str | None = None) -> None:
-    """Search every (hardware, GPU count) pair; print the cheapest plan in time and the fastest."""
+def capacity_search(request: TrainingRequest, settings: SearchSettings, *, gpu_range: tuple[int, int] | None,
+                    deadline: str | None, pue: float | None, grid_intensity: float | None, emit: str | None,
+                    json_out: bool, out: Path | None, force: bool) -> None:
+    """Search every (hardware, GPU count) pair; print the cheapest plan in time and the fastest.
+
+    ``request.hardware`` may list several profiles (comma-separated) and ``request.gpus`` is the one GPU count
+    when ``gpu_range`` is None.
+    """
     from .cli import _inputs_json, _progress, stderr, stdout
     from .hardware import load_hardware
-    from .inputs import training_inputs
     from .search import TrainingProblem, parse_objectives, run_search
     from .space import load_space
 
-    names = cap.split_hardware(hardware)
+    model, tokens, gpus_per_node = request.model, request.tokens, request.gpus_per_node
+    space = settings.space
+    names = cap.split_hardware(request.hardware)
     if emit:
         raise InputError("launch configs are written for one cluster: run the search again with the chosen --gpus "
                          "and --hardware, and --emit", field="--emit")
     if tokens is None:
         raise InputError("capacity planning needs the training budget, e.g. --tokens 1.5e12", field="--tokens")
-    if nodes is not None:
+    if request.nodes is not None:
         raise InputError("give the range of cluster sizes with --gpus LOW..HIGH, not --nodes", field="--nodes")
-    if gpu_range is None and gpu_count is None:
+    if gpu_range is None and request.gpus is None:
         raise InputError("give a GPU count or a range, e.g. --gpus 64..2048", field="--gpus")
     deadline_days = cap.parse_duration_days(deadline)
     pue_value, grid = cap.check_pue(pue), cap.check_grid_intensity(grid_intensity)
-    objectives = parse_objectives(objective, tokens=tokens)
+    objectives = parse_objectives(settings.objective, tokens=tokens)
     if len(objectives) > 1:
         raise InputError("capacity planning ranks by one objective (cost, time, throughput or memory); "
                          "drop the comma-separated list", field="--objective")
-    search_space = load_space(space).fixed(fixes)
+    search_space = load_space(space).fixed(settings.fixes)
     if out is not None:
         output.prepare_out_dir(out, force)
     hw_cache = {}
@@ -207,11 +211,12 @@ def capacity_search(*, model: str, hardware: str, gpu_count: int | None, gpu_ran
         return gpus_per_node or hw_cache[name].gpus_per_node
 
     def build(name: str, n: int):
-        return training_inputs(model, name, n, gpus_per_node, None, seq_len, global_batch, tokens, price, calibration)
+        return dataclasses.replace(request, hardware=name, gpus=n).build()
 
     def search_one(inputs):
         problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space)
-        return run_search(problem, objectives, sampler=sampler, trials=trials, seed=seed, top=top)
+        return run_search(problem, objectives, sampler=settings.sampler, trials=settings.trials, seed=settings.seed,
+                          top=settings.top)
 
     with _progress() as bar:
         task = bar.add_task("capacity", total=None)
@@ -219,9 +224,10 @@ def capacity_search(*, model: str, hardware: str, gpu_count: int | None, gpu_ran
         def progress(name: str, done: int, total: int) -> None:
             bar.update(task, description=f"capacity ({name})", completed=done, total=total)
 
-        found, results = cap.plan_capacity(names, gpu_range, gpu_count, node_size, build, search_one, tokens=tokens,
-                                           objective=objectives[0].name, deadline_days=deadline_days, pue=pue_value,
-                                           grid=grid, progress=progress)
+        goal = cap.CapacityGoal(tokens=tokens, objective=objectives[0].name, deadline_days=deadline_days,
+                                pue=pue_value, grid=grid)
+        found, results = cap.plan_capacity(names, gpu_range, request.gpus, goal, node_size=node_size, build=build,
+                                           search_one=search_one, progress=progress)
     chosen = found.chosen
     if chosen is not None:
         inputs, result = results[(chosen.hardware, chosen.gpus)]
@@ -244,7 +250,7 @@ def capacity_search(*, model: str, hardware: str, gpu_count: int | None, gpu_ran
     if json_out:
         print(json.dumps(document))
     else:
-        _print_capacity(found, stdout, names, seq_len, global_batch, tokens, model)
+        _print_capacity(found, stdout, names, request.seq_len, request.global_batch, tokens, model)
         if out is not None:
             stdout.print("Wrote " + ", ".join(str(p) for p in written))
     if chosen is None:

@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
                      "to continue.", highlight=False)
         raise typer.Exit(code=130)
 
-    def show_tune(problem, records, study: str, json_out: bool, top: int, calibrated=None, notes=()):
+    def show_tune(records, study: str, *, json_out: bool, top: int, calibrated=None, notes=()):
         from .tune import trials_to_best
 
         ran = [r for r in records if r["user_attrs"].get("slot")
@@ -147,7 +147,7 @@ def register(app: typer.Typer) -> None:
         json_out: JsonOut = False,
     ) -> None:
         """Measure plans with your own benchmark command; the cost model picks and orders them."""
-        from .inputs import training_inputs
+        from .inputs import TrainingRequest
         from .search import TrainingProblem, parse_objectives
         from .search.optuna_study import enqueue_plans, make_storage, open_study, run_study, trial_records
         from .space import load_space
@@ -167,8 +167,9 @@ def register(app: typer.Typer) -> None:
                 raise InputError(f"must be tpe or random, but got {sampler!r}", field="--sampler")
             if heartbeat < 0:
                 raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
-            inputs = training_inputs(model, hardware, gpus, gpus_per_node, nodes, seq_len, global_batch, tokens, price,
-                                     calibration)
+            inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
+                                     seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
+                                     calibration=calibration).build()
             objectives = parse_objectives("throughput", tokens=tokens)
             problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload,
                                             load_space(space).fixed(_parse_fixes(fix or [])))
@@ -196,7 +197,7 @@ def register(app: typer.Typer) -> None:
                 with stderr.status("refitting the hardware profile to the measured trials"):
                     calibrated = calibrate_from_trials(problem, records, name, calibrate)
                 notes.append(f"wrote {calibrate}; apply it with --calibration {calibrate}")
-            show_tune(problem, records, name, json_out, top, calibrated, notes=notes + result.notes)
+            show_tune(records, name, json_out=json_out, top=top, calibrated=calibrated, notes=notes + result.notes)
 
     @app.command(
         epilog=(

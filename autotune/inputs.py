@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import InputError
 from .hardware import Cluster, Hardware, load_hardware
@@ -39,25 +41,62 @@ class TrainingInputs:
     workload: TrainWorkload
 
 
+@dataclass(frozen=True, kw_only=True)
+class TrainingRequest:
+    """A training problem as given on the command line; :meth:`build` checks it and loads what it names."""
+
+    model: str
+    hardware: str
+    gpus: int | None = None
+    gpus_per_node: int | None = None
+    nodes: int | None = None
+    seq_len: int
+    global_batch: int
+    tokens: float | None = None
+    price: float | None = None
+    calibration: str | None = None
+
+    def build(self) -> TrainingInputs:
+        """The validated model, cluster and workload; raises :class:`InputError` naming the flag at fault."""
+        spec = load_model(self.model)
+        hw = load_hardware(self.hardware)
+        if self.calibration:
+            from .calibration import apply_calibration, load_calibration
+
+            hw = apply_calibration(hw, load_calibration(self.calibration))
+        if self.price is not None:
+            if self.price < 0:
+                raise InputError(f"must be >= 0 USD per GPU-hour, but got {self.price}", field="--price")
+            hw = hw.with_price(self.price)
+        cluster = cluster_from_options(hw, self.gpus, self.gpus_per_node, self.nodes)
+        if self.seq_len < 1:
+            raise InputError(f"must be >= 1, but got {self.seq_len}", field="--seq-len")
+        if self.global_batch < 1:
+            raise InputError(f"must be >= 1 sequence, but got {self.global_batch}", field="--global-batch")
+        if self.tokens is not None and self.tokens <= 0:
+            raise InputError(f"must be > 0, but got {self.tokens}", field="--tokens")
+        workload = TrainWorkload(seq_len=self.seq_len, global_batch=self.global_batch, tokens=self.tokens)
+        return TrainingInputs(spec, cluster, workload)
+
+
 def training_inputs(
     model: str, hardware: str, gpus: int | None, gpus_per_node: int | None, nodes: int | None,
     seq_len: int, global_batch: int, tokens: float | None, price: float | None, calibration: str | None = None,
 ) -> TrainingInputs:
-    spec = load_model(model)
-    hw = load_hardware(hardware)
-    if calibration:
-        from .calibration import apply_calibration, load_calibration
+    """Positional shorthand for ``TrainingRequest(...).build()`` (kept for tests and scripts)."""
+    return TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
+                           seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
+                           calibration=calibration).build()
 
-        hw = apply_calibration(hw, load_calibration(calibration))
-    if price is not None:
-        if price < 0:
-            raise InputError(f"must be >= 0 USD per GPU-hour, but got {price}", field="--price")
-        hw = hw.with_price(price)
-    cluster = cluster_from_options(hw, gpus, gpus_per_node, nodes)
-    if seq_len < 1:
-        raise InputError(f"must be >= 1, but got {seq_len}", field="--seq-len")
-    if global_batch < 1:
-        raise InputError(f"must be >= 1 sequence, but got {global_batch}", field="--global-batch")
-    if tokens is not None and tokens <= 0:
-        raise InputError(f"must be > 0, but got {tokens}", field="--tokens")
-    return TrainingInputs(spec, cluster, TrainWorkload(seq_len=seq_len, global_batch=global_batch, tokens=tokens))
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSettings:
+    """How to search: the space and its pinned axes (``fixes``, already parsed), the sampler and what to rank by."""
+
+    space: str | None = None
+    fixes: Mapping[str, Any] = field(default_factory=dict)
+    sampler: str = "auto"
+    trials: int = 200
+    seed: int = 0
+    objective: str = "throughput"
+    top: int = 10

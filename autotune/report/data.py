@@ -100,7 +100,7 @@ def load_plans_json(path: Path) -> dict[str, Any]:
 
 def rebuild_problem(inputs: dict[str, Any], source: str) -> TrainingProblem:
     """The search problem a ``plans.json`` came from, from its ``inputs`` object."""
-    from ..inputs import training_inputs
+    from ..inputs import TrainingRequest
     from ..space import load_space
 
     missing = [k for k in ("model", "hardware", "gpus", "seq_len", "global_batch") if k not in (inputs or {})]
@@ -109,9 +109,10 @@ def rebuild_problem(inputs: dict[str, Any], source: str) -> TrainingProblem:
     space = inputs.get("space")
     if space == "search_spaces/train.yaml":
         space = None  # the bundled default, found from any working directory
-    t = training_inputs(inputs["model"], inputs["hardware"], int(inputs["gpus"]), inputs.get("gpus_per_node"), None,
-                        int(inputs["seq_len"]), int(inputs["global_batch"]), inputs.get("tokens"),
-                        inputs.get("price_usd_per_gpu_hour"))
+    t = TrainingRequest(model=inputs["model"], hardware=inputs["hardware"], gpus=int(inputs["gpus"]),
+                        gpus_per_node=inputs.get("gpus_per_node"), seq_len=int(inputs["seq_len"]),
+                        global_batch=int(inputs["global_batch"]), tokens=inputs.get("tokens"),
+                        price=inputs.get("price_usd_per_gpu_hour")).build()
     return TrainingProblem.build(t.model, t.cluster, t.workload, load_space(space))
 
 
