@@ -38,13 +38,14 @@ import numpy as np
 # Run from a checkout without installing: the package sits beside this folder.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from autotune.costmodel import estimate_training  # noqa: E402
-from autotune.hardware import Cluster, load_hardware
-from autotune.modelspec import load_model
-from autotune.search import TrainingProblem, parse_objectives, run_search
+from autotune.training.estimate import estimate_training  # noqa: E402
+from autotune.inputs.hardware import Cluster, load_hardware
+from autotune.inputs.modelspec import load_model
+from autotune.training.problem import TrainingProblem, parse_objectives
+from autotune.search import run_search
 from autotune.search import count_valid_upper_bound
-from autotune.space import axis_choices, enumerate_valid, load_space
-from autotune.workload import TrainWorkload
+from autotune.training.space import axis_choices, enumerate_valid, load_space
+from autotune.inputs.workload import TrainWorkload
 
 try:
     from rich.console import Console

@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from autotune import capacity as cap
-from autotune.cli import app
+from autotune.search import capacity as cap
+from autotune.cli.app import app
 from autotune.errors import InputError
 
 runner = CliRunner()

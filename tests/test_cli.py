@@ -11,10 +11,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from autotune.cli import app
-from autotune.hardware import hardware_names
-from autotune.modelspec import model_names
-from autotune.plan import PLAN_KEYS
+from autotune.cli.app import app
+from autotune.inputs.hardware import hardware_names
+from autotune.inputs.modelspec import model_names
+from autotune.training.plan import PLAN_KEYS
 
 runner = CliRunner()
 HF_QWEN3 = Path(__file__).parent / "data" / "hf_configs" / "Qwen3-8B" / "config.json"

@@ -20,16 +20,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotune.emit import FORMATS, FRAMEWORKS, EmitContext, get_emitter, render
-from autotune.emit import deepspeed as ds
-from autotune.emit import megatron, torchtitan
-from autotune.emit.megatron import pipeline_split
+from autotune.outputs.emit import FORMATS, FRAMEWORKS, EmitContext, get_emitter, render
+from autotune.outputs.emit import deepspeed as ds
+from autotune.outputs.emit import megatron, torchtitan
+from autotune.outputs.emit.megatron import pipeline_split
 from autotune.errors import InputError
-from autotune.hardware import Cluster, load_hardware
-from autotune.modelspec import load_model
-from autotune.plan import PlanBatch, parse_plan
-from autotune.space import Rules, axis_choices, enumerate_valid, load_space
-from autotune.workload import TrainWorkload
+from autotune.inputs.hardware import Cluster, load_hardware
+from autotune.inputs.modelspec import load_model
+from autotune.training.plan import PlanBatch, parse_plan
+from autotune.training.space import Rules, axis_choices, enumerate_valid, load_space
+from autotune.inputs.workload import TrainWorkload
 
 from test_emit_support import CASES, GOLDEN, SLURM_FRAMEWORK, context_for, run_script
 
@@ -193,7 +193,7 @@ def test_every_expressible_plan_renders_consistently(setup, pick):
 @pytest.mark.parametrize("index", range(len(SETUPS)))
 @pytest.mark.parametrize("fmt", list(FRAMEWORKS) + ["slurm"])
 def test_search_mask_agrees_with_can_express(index, fmt):
-    from autotune.cli_emit import expressible_mask
+    from autotune.cli.emit import expressible_mask
 
     model, _, _, plans = enumerated(index)
     sample = plans.take(np.arange(0, len(plans), max(1, len(plans) // 300)))
@@ -320,7 +320,7 @@ def main_script(files) -> str:
 
 
 def test_comment_cannot_end_early():
-    from autotune.emit.shell import comment_lines
+    from autotune.outputs.emit.shell import comment_lines
 
     assert comment_lines(["a\nrm -rf x\r\u2028y"]) == ["# a?rm -rf x??y"]
 
@@ -360,8 +360,8 @@ def test_scripts_run_with_stub_launchers(tmp_path, case, fmt):
 
 @pytest.fixture(scope="module")
 def cli_app():
-    from autotune.cli import app
-    from autotune.cli_emit import register
+    from autotune.cli.app import app
+    from autotune.cli.emit import register
 
     names = {command.name or command.callback.__name__ for command in app.registered_commands}
     if "emit" not in names:
@@ -458,7 +458,7 @@ def test_cli_plans_json_inputs_cannot_be_overridden(cli_app, searched):
 # --- the search hooks -----------------------------------------------------------------------
 
 def test_parse_formats_pairs_slurm_with_a_framework():
-    from autotune.cli_emit import parse_formats
+    from autotune.cli.emit import parse_formats
 
     assert parse_formats("megatron,slurm") == ["megatron", "slurm:megatron"]
     assert parse_formats("torchtitan,slurm") == ["torchtitan", "slurm:torchtitan"]
@@ -469,7 +469,7 @@ def test_parse_formats_pairs_slurm_with_a_framework():
 
 
 def test_emit_for_search_writes_the_winner(tmp_path):
-    from autotune.cli_emit import emit_for_search
+    from autotune.cli.emit import emit_for_search
 
     context = context_for("mixtral")
     cluster = Cluster(load_hardware(context.hardware), context.n_gpus, context.gpus_per_node)
@@ -485,7 +485,7 @@ def test_emit_for_search_writes_the_winner(tmp_path):
 
 
 def test_check_formats_refuses_a_model_no_plan_of_which_fits_the_format():
-    from autotune.cli_emit import check_formats
+    from autotune.cli.emit import check_formats
 
     check_formats(["megatron", "slurm", "deepspeed"], load_model("gpt3-175b"))
     with pytest.raises(InputError, match=r"field '--emit': torchtitan cannot express any plan here: model gpt3-175b"):
@@ -495,7 +495,7 @@ def test_check_formats_refuses_a_model_no_plan_of_which_fits_the_format():
 
 
 def test_expressible_mask_restricts_a_batch():
-    from autotune.cli_emit import expressible_mask
+    from autotune.cli.emit import expressible_mask
 
     model = load_model("llama3-70b")
     plans = PlanBatch.from_plans([parse_plan(text, 128) for text in

@@ -37,10 +37,10 @@ from unittest import mock
 
 import pytest
 
-from autotune.emit import EmitContext, render
-from autotune.emit import torchtitan as titan_emitter
-from autotune.modelspec import load_model
-from autotune.plan import parse_plan
+from autotune.outputs.emit import EmitContext, render
+from autotune.outputs.emit import torchtitan as titan_emitter
+from autotune.inputs.modelspec import load_model
+from autotune.training.plan import parse_plan
 
 from test_emit_support import CASES, SLURM_FRAMEWORK, context_for, run_script
 
@@ -93,7 +93,7 @@ def extra_context(index: int, **options) -> EmitContext:
 def all_contexts(framework: str) -> list[tuple[str, EmitContext]]:
     out = [(case, context_for(case)) for case in sorted(CASES)]
     out += [(f"extra{i}", extra_context(i)) for i in range(len(EXTRA))]
-    from autotune.emit import FRAMEWORKS
+    from autotune.outputs.emit import FRAMEWORKS
 
     emitter = FRAMEWORKS[framework]
     return [(name, ctx) for name, ctx in out if not emitter.can_express(ctx.plan, ctx.model, ctx)]

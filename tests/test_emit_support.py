@@ -13,9 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autotune.emit import EmitContext
-from autotune.modelspec import load_model
-from autotune.plan import parse_plan
+from autotune.outputs.emit import EmitContext
+from autotune.inputs.modelspec import load_model
+from autotune.training.plan import parse_plan
 
 GOLDEN = Path(__file__).parent / "golden" / "emit"
 

@@ -7,10 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from autotune.cli import app
-from autotune.explain import explain
-from autotune.inputs import training_inputs
-from autotune.plan import parse_plan
+from autotune.cli.app import app
+from autotune.outputs.explain import explain
+from autotune.inputs.request import training_inputs
+from autotune.training.plan import parse_plan
 
 runner = CliRunner()
 INPUTS = ["-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "64", "-s", "8192", "-b", "512"]

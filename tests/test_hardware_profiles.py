@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from autotune.errors import InputError
-from autotune.hardware import EFFICIENCY_BOUNDS, hardware_names, load_hardware
-from autotune.resources import bundled_dir
+from autotune.inputs.hardware import EFFICIENCY_BOUNDS, hardware_names, load_hardware
+from autotune.inputs.resources import bundled_dir
 
 REQUIRED_PROFILES = (
     "a100-sxm4-40gb",

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import InputError
-from autotune.hf_config import spec_mapping_from_hf
-from autotune.modelspec import load_model, model_names
+from autotune.inputs.hf_config import spec_mapping_from_hf
+from autotune.inputs.modelspec import load_model, model_names
 
 HF_DIR = Path(__file__).parent / "data" / "hf_configs"
 

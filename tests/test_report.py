@@ -8,9 +8,9 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from autotune.cli import app
-from autotune.report.data import best_so_far
-from autotune.report.figures import pareto_front
+from autotune.cli.app import app
+from autotune.outputs.report.data import best_so_far
+from autotune.outputs.report.figures import pareto_front
 
 matplotlib = pytest.importorskip("matplotlib", reason="autotune report needs matplotlib: pip install '.[report]'")
 runner = CliRunner()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autotune.cli import app
+from autotune.cli.app import app
 
 matplotlib = pytest.importorskip("matplotlib", reason="autotune report needs matplotlib: pip install '.[report]'")
 runner = CliRunner()
@@ -82,7 +82,7 @@ def test_sqlite_study_report_writes_html_and_pngs(sqlite_report):
 
 
 def test_study_report_ranks_the_studys_own_plans(sqlite_report):
-    from autotune.report.data import StudySource, gather
+    from autotune.outputs.report.data import StudySource, gather
     from autotune.search.optuna_study import load_records
 
     _, url = sqlite_report
@@ -110,12 +110,12 @@ def test_journal_study_report(base):
 
 def _bench_table(path: Path) -> Path:
     """Every plan of the small space measures 88% of its prediction; plans that do not fit run out of memory."""
-    from autotune.hardware import Cluster, load_hardware
-    from autotune.modelspec import load_model
+    from autotune.inputs.hardware import Cluster, load_hardware
+    from autotune.inputs.modelspec import load_model
     from autotune.search.exact import exact_search
-    from autotune.search.problem import TrainingProblem
-    from autotune.space import load_space
-    from autotune.workload import TrainWorkload
+    from autotune.training.problem import TrainingProblem
+    from autotune.training.space import load_space
+    from autotune.inputs.workload import TrainWorkload
 
     hw = load_hardware("h100-sxm5-80gb")
     problem = TrainingProblem.build(load_model("llama3-8b"), Cluster(hw, 8, 8), TrainWorkload(4096, 16),
@@ -146,7 +146,7 @@ def test_tune_study_report_shows_measured_against_predicted(base):
     assert "Measured trials" in html and "Best measured plan" in html and "id=measured_predicted" in html
     assert "-12.0%" not in html and "+13.6%" in html  # error = predicted / measured - 1 = 1 / 0.88 - 1
 
-    from autotune.report.data import StudySource, gather
+    from autotune.outputs.report.data import StudySource, gather
 
     data = gather(StudySource(url, "t"), trials=0)
     measured = [p["measured_tokens_per_s_per_gpu"] for p in data.plans]

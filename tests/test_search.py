@@ -8,14 +8,15 @@ import importlib.util
 import numpy as np
 import pytest
 
-from autotune.costmodel import estimate_training
-from autotune.hardware import Cluster, load_hardware
-from autotune.modelspec import load_model
-from autotune.plan import PlanBatch
-from autotune.search import OBJECTIVES, TrainingProblem, parse_objectives, pareto_mask, run_search
+from autotune.training.estimate import estimate_training
+from autotune.inputs.hardware import Cluster, load_hardware
+from autotune.inputs.modelspec import load_model
+from autotune.training.plan import PlanBatch
+from autotune.training.problem import OBJECTIVES, TrainingProblem, parse_objectives
+from autotune.search import pareto_mask, run_search
 from autotune.search.result import OUT_OF_MEMORY
-from autotune.space import enumerate_valid, load_space
-from autotune.workload import TrainWorkload
+from autotune.training.space import enumerate_valid, load_space
+from autotune.inputs.workload import TrainWorkload
 
 THROUGHPUT = (OBJECTIVES["throughput"],)
 # llama3-8b on 16 H100s, --fix precision=bf16 --fix offload=none --fix cp=1 --fix vp=1:

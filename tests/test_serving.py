@@ -9,15 +9,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from autotune.cli import app
-from autotune.costmodel.serving import (
-    GIB, ServingParams, decode_weight_bytes_per_step, estimate_serving, kv_bytes_per_token, max_batch_fit,
-)
+from autotune.cli.app import app
+from autotune.serving.estimate import GIB, ServingParams, decode_weight_bytes_per_step, estimate_serving, kv_bytes_per_token, max_batch_fit
 from autotune.errors import InputError
-from autotune.hardware import Cluster, load_hardware
-from autotune.modelspec import load_model
+from autotune.inputs.hardware import Cluster, load_hardware
+from autotune.inputs.modelspec import load_model
 from autotune.serving.plan import ServePlan, ServePlanBatch, ServeWorkload, parse_serve_plan
-from autotune.serving.search import capacity_search, serve_search
+from autotune.search.serving import capacity_search, serve_search
 from autotune.serving.space import load_serve_space
 
 DATA = Path(__file__).parent / "data" / "serving_runs_small.csv"
@@ -215,7 +213,7 @@ def test_golden_launch_commands():
 
 
 def test_emit_quotes_model_path_and_reads_search_output(tmp_path):
-    from autotune.cli_serve import serving_files
+    from autotune.cli.serve import serving_files
 
     plan = ServePlan(n_gpus=1, weights="bf16")
     files = serving_files("vllm", plan, load_model("llama3-8b"), "h100-sxm5-80gb", 1024, model_path="my model; rm -rf /")

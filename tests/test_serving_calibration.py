@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.costmodel.serving import ServingParams, engine_for, estimate_serving
-from autotune.hardware import Cluster, load_hardware
-from autotune.modelspec import ModelSpec
+from autotune.serving.estimate import ServingParams, engine_for, estimate_serving
+from autotune.inputs.hardware import Cluster, load_hardware
+from autotune.inputs.modelspec import ModelSpec
 from autotune.serving import calibrated
 from autotune.serving.calibrated import engine_max_batch, engine_properties, params_for, params_for_gpu
 from autotune.serving.plan import ServePlan, ServePlanBatch, ServeWorkload
@@ -93,7 +93,7 @@ def test_seq_overhead_adds_time_per_decoding_sequence():
 def test_rate_row_over_capacity_runs_at_the_benchmark_batch():
     """Over capacity the engine's batch is the request set or the engine limit, never the whole KV cache."""
     from autotune.serving.runs import ServingRun
-    from autotune.serving.validate import predict_run
+    from autotune.serving.validation import predict_run
 
     run = ServingRun(id="x", source_group="g", engine="trtllm-0.14-triton", kind="rate", model=MISTRAL,
                      gpu="h100-sxm5-80gb", n_gpus=1, tp=1, pp=1, weights="bf16", kv=("bf16",), input_len=512,
@@ -121,7 +121,7 @@ SGLANG_FLAGS = {"--model-path", "--tp-size", "--pp-size", "--ep-size", "--quanti
 
 
 def _ctx(**plan):
-    from autotune.emit.vllm import ServeContext
+    from autotune.outputs.emit.vllm import ServeContext
 
     return ServeContext(plan=ServePlan(**plan), model=MISTRAL, hardware="h100-sxm5-80gb", max_model_len=4096)
 
@@ -132,7 +132,7 @@ def _flags(groups):
 
 @pytest.mark.parametrize("weights, kv", [("bf16", "bf16"), ("fp8", "fp8"), ("int8", "bf16"), ("int4", "fp8"), ("fp4", "fp8")])
 def test_vllm_flags_and_values(weights, kv):
-    from autotune.emit.vllm import vllm_groups
+    from autotune.outputs.emit.vllm import vllm_groups
 
     groups = vllm_groups(_ctx(n_gpus=8, tp=4, pp=2, weights=weights, kv=kv, max_batch=128), 8000)
     assert set(_flags(groups)) <= VLLM_FLAGS
@@ -144,7 +144,7 @@ def test_vllm_flags_and_values(weights, kv):
 
 @pytest.mark.parametrize("weights, kv", [("bf16", "bf16"), ("fp8", "fp8"), ("int8", "bf16"), ("int4", "fp8"), ("fp4", "fp8")])
 def test_sglang_flags_and_values(weights, kv):
-    from autotune.emit.sglang import sglang_groups
+    from autotune.outputs.emit.sglang import sglang_groups
 
     groups = sglang_groups(_ctx(n_gpus=8, tp=4, pp=2, weights=weights, kv=kv, max_batch=128), 30000)
     assert set(_flags(groups)) <= SGLANG_FLAGS

@@ -9,22 +9,13 @@ import numpy as np
 import pytest
 import yaml
 
-from autotune import space as space_mod
+from autotune.training import space as space_mod
 from autotune.errors import InputError
-from autotune.hardware import Cluster, load_hardware
-from autotune.modelspec import ModelSpec, load_model
-from autotune.plan import PLAN_DEFAULTS, PLAN_KEYS, PlanBatch
-from autotune.space import (
-    PERMISSIVE_RULES,
-    REASONS,
-    Rules,
-    axis_choices,
-    enumerate_valid,
-    load_space,
-    rejection_reasons,
-    space_from_mapping,
-)
-from autotune.workload import TrainWorkload
+from autotune.inputs.hardware import Cluster, load_hardware
+from autotune.inputs.modelspec import ModelSpec, load_model
+from autotune.training.plan import PLAN_DEFAULTS, PLAN_KEYS, PlanBatch
+from autotune.training.space import PERMISSIVE_RULES, REASONS, Rules, axis_choices, enumerate_valid, load_space, rejection_reasons, space_from_mapping
+from autotune.inputs.workload import TrainWorkload
 
 H100 = load_hardware("h100-sxm5-80gb")
 A100 = load_hardware("a100-sxm4-80gb")

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import InputError
-from autotune.hardware import Cluster, load_hardware
-from autotune.modelspec import load_model
-from autotune.search.problem import OBJECTIVES, TrainingProblem
-from autotune.space import load_space
-from autotune.study import differences, fingerprint, parse_storage_url, problem_from_fingerprint
-from autotune.tune import parse_command, run_benchmark
-from autotune.workload import TrainWorkload
+from autotune.inputs.hardware import Cluster, load_hardware
+from autotune.inputs.modelspec import load_model
+from autotune.training.problem import OBJECTIVES, TrainingProblem
+from autotune.training.space import load_space
+from autotune.search.fingerprint import differences, fingerprint, parse_storage_url, problem_from_fingerprint
+from autotune.search.tune import parse_command, run_benchmark
+from autotune.inputs.workload import TrainWorkload
 
 HERE = Path(__file__).parent
 BENCH = HERE / "bench_scripts" / "fake_bench.py"

@@ -17,18 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.calibration import apply_calibration, calibration_from_mapping, fit, load_calibration
+from autotune.training.calibration import apply_calibration, calibration_from_mapping, fit, load_calibration
 from autotune.errors import InputError
-from autotune.hardware import load_hardware
-from autotune.runs import (
-    POWER_LIMITED,
-    MeasuredRun,
-    SkippedRow,
-    infer_attention_kernel,
-    publication_year,
-    read_runs,
-)
-from autotune.validation import prepare, validate_runs
+from autotune.inputs.hardware import load_hardware
+from autotune.training.runs import POWER_LIMITED, MeasuredRun, SkippedRow, infer_attention_kernel, publication_year, read_runs
+from autotune.training.validation import prepare, validate_runs
 
 FIXTURE = Path(__file__).parent / "data" / "training_runs_small.csv"
 ROW_TOLERANCE_PCT = 15.0
@@ -112,7 +105,7 @@ def test_unknown_fields_are_evaluated_over_their_values_and_shown(report):
 
 def test_point_prediction_is_the_fastest_candidate_that_fits(runs):
     prepared = prepare(runs, load_hardware)
-    from autotune.validation import evaluate
+    from autotune.training.validation import evaluate
 
     ev = evaluate(prepared)
     for case, t, f, best in zip(prepared.cases, ev.tokens_per_s_per_gpu, ev.fits, ev.chosen):
@@ -283,7 +276,7 @@ def test_skipped_rows_pass_through_unchanged(runs):
 
 
 def test_zero3_collective_granularity_is_inferred_from_the_software_and_year():
-    from autotune.runs import infer_zero3_collectives
+    from autotune.training.runs import infer_zero3_collectives
 
     row = {"id": "x", "zero": "3", "notes": "ZeRO-3 (DeepSpeed) without model parallelism",
            "source": "Narayanan et al. 2021 (SC21)"}

@@ -1,5 +1,3 @@
-"""The analytic cost model: pure functions of (model, cluster, workload, plans), vectorised over plans."""
-
-from .training import TrainingEstimate, estimate_training
-
-__all__ = ["TrainingEstimate", "estimate_training"]
+"""The physics both workloads share: FLOPs of a model, GEMM and memory-bound kernel time on a GPU
+(roofline), and collective time on the link a group crosses.  Pure functions; ``training/`` and
+``serving/`` compose them into their estimators."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hardware import Cluster
+from ..inputs.hardware import Cluster
 
 
 class Topology:

@@ -21,7 +21,7 @@ include it.
 
 from __future__ import annotations
 
-from ..modelspec import ModelSpec
+from ..inputs.modelspec import ModelSpec
 
 
 def attention_core_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = True) -> float:

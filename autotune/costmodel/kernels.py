@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hardware import Hardware
+from ..inputs.hardware import Hardware
 
 FLASH_BACKWARD_FACTOR = 2.5  # backward matmul FLOPs / forward (FlashAttention-2)
 GEMM_K_FILL = 256.0  # reduction elements' worth of pipeline fill, drain and epilogue per output tile

@@ -7,9 +7,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..space import LAYOUT_KEYS, SETTING_KEYS, enumerate_valid
+from ..training.space import LAYOUT_KEYS, SETTING_KEYS, enumerate_valid
 from .exact import exact_search
-from .problem import OBJECTIVES, Objective, TrainingProblem, parse_objectives
+from ..training.problem import OBJECTIVES, Objective, TrainingProblem, parse_objectives
 from .result import RankedPlan, SearchResult, pareto_mask, rank
 
 SAMPLER_CHOICES = ("auto", "exact", "tpe", "gp", "random")

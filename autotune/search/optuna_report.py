@@ -18,9 +18,9 @@ import numpy as np
 import optuna
 
 from ..errors import InputError
-from ..plan import PLAN_KEYS, PlanBatch
+from ..training.plan import PLAN_KEYS, PlanBatch
 from .optuna_search import make_sampler
-from .problem import Objective, TrainingProblem
+from ..training.problem import Objective, TrainingProblem
 from .result import Evaluated
 
 _WORST = {"maximize": 0.0, "minimize": 1e30}
@@ -102,7 +102,7 @@ class StoredStudy:
 
 def _require_file(url: str) -> None:
     """An SQLite file or journal that is not there: say so (opening it would create an empty one)."""
-    from ..study import parse_storage_url
+    from .fingerprint import parse_storage_url
 
     kind, target = parse_storage_url(url)
     if kind == "sqlite":
@@ -119,16 +119,8 @@ def _require_file(url: str) -> None:
 
 def read_study(url: str, name: str) -> StoredStudy:
     """Open study ``name`` in ``url`` and rebuild its problem from the fingerprint it carries."""
-    from ..study import problem_from_fingerprint
-    from .optuna_study import (
-        PROBLEM_ATTR,
-        SETTINGS_ATTR,
-        TARGET_ATTR,
-        evaluated_from_study,
-        make_storage,
-        redact,
-        trial_records,
-    )
+    from .fingerprint import problem_from_fingerprint
+    from .optuna_study import PROBLEM_ATTR, SETTINGS_ATTR, TARGET_ATTR, evaluated_from_study, make_storage, redact, trial_records
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     _require_file(url)

@@ -17,9 +17,9 @@ from typing import Callable, Sequence
 import numpy as np
 import optuna
 
-from ..plan import PLAN_KEYS, PlanBatch
-from ..space import REASONS, space_size
-from .problem import Objective, TrainingProblem
+from ..training.plan import PLAN_KEYS, PlanBatch
+from ..training.space import REASONS, space_size
+from ..training.problem import Objective, TrainingProblem
 from .result import Evaluated
 
 SAMPLERS = ("tpe", "gp", "random")

@@ -13,10 +13,10 @@ from typing import Callable, Sequence
 import numpy as np
 import optuna
 
-from ..plan import PLAN_KEYS, PlanBatch
-from ..space import REASONS, space_size
+from ..training.plan import PLAN_KEYS, PlanBatch
+from ..training.space import REASONS, space_size
 from .optuna_search import _WORST, make_sampler
-from .problem import Objective, TrainingProblem
+from ..training.problem import Objective, TrainingProblem
 from .result import Evaluated
 
 # ---------------------------------------------------------------------------------------------
@@ -38,7 +38,7 @@ from dataclasses import dataclass as _dataclass, field as _field
 from typing import Any as _Any, Mapping as _Mapping
 
 from ..errors import InputError
-from ..study import check_same_problem, fingerprint, parse_storage_url, problem_from_fingerprint
+from .fingerprint import check_same_problem, fingerprint, parse_storage_url, problem_from_fingerprint
 
 PROBLEM_ATTR = "autotune.problem"
 SETTINGS_ATTR = "autotune.settings"

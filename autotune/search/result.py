@@ -7,9 +7,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..costmodel import TrainingEstimate
-from ..plan import Plan, PlanBatch
-from .problem import Objective, TrainingProblem
+from ..training.estimate import TrainingEstimate
+from ..training.plan import Plan, PlanBatch
+from ..training.problem import Objective, TrainingProblem
 
 OUT_OF_MEMORY = "out of memory"
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-from ..costmodel.serving import ServingParams
+from .estimate import ServingParams
 
 # Engine-level settings (not fitted): memory the engine keeps for itself, and the share of the
 # rest it gives the KV cache (TensorRT-LLM kv_cache_free_gpu_mem_fraction: 0.9 by default;

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..modelspec import ModelSpec, MoESpec
+from ..inputs.modelspec import ModelSpec, MoESpec
 
 # Columns that mark the serving schema (``autotune validate`` dispatches on them).
 SERVING_MARKER_COLUMNS = frozenset({"output_tokens_per_s_per_gpu", "input_len", "output_len", "weight_precision"})

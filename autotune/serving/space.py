@@ -8,11 +8,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .. import loading
+from ..inputs import loading
 from ..errors import InputError, check_keys
-from ..hardware import Cluster
-from ..modelspec import ModelSpec
-from ..resources import bundled_dir
+from ..inputs.hardware import Cluster
+from ..inputs.modelspec import ModelSpec
+from ..inputs.resources import bundled_dir
 from .plan import COMPUTE_PRECISION, KV_PRECISION, SERVE_CATEGORIES, SERVE_KEYS, ServePlanBatch, check_serve_field
 
 REASONS: tuple[str, ...] = (

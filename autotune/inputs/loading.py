@@ -1,0 +1,104 @@
+"""Reading YAML and JSON files at the edge, with errors that name the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import InputError
+
+
+def read_mapping(path: Path) -> dict[str, Any]:
+    """Read a YAML (or JSON) file whose top level must be a mapping."""
+    source = str(path)
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise InputError("is not a text file (not UTF-8); give a YAML or JSON file", source=source) from None
+    except IsADirectoryError:
+        raise InputError("is a folder; give a YAML or JSON file", source=source) from None
+    except FileNotFoundError:
+        raise InputError("file not found; check the path", source=source) from None
+    except OSError as exc:
+        raise InputError(f"cannot read file ({exc.strerror})", source=source) from None
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", source=source) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"malformed YAML{where}: {problem}", source=source) from None
+    if data is None:
+        raise InputError("is empty; it must hold a mapping of keys to values", source=source)
+    if not isinstance(data, dict):
+        raise InputError(f"top level must be a mapping of keys to values, but got a {type(data).__name__}", source=source)
+    return data
+
+
+def number(data: dict, key: str, *, source: str, section: str = "", positive: bool = True,
+           minimum: float | None = None, maximum: float | None = None, default: Any = ...) -> float:
+    """Fetch a number, with a clear error if it is missing, not a number or out of range."""
+    field = f"{section}.{key}" if section else key
+    if key not in data or data[key] is None:
+        if default is ...:
+            raise InputError("is required (a number)", source=source, field=field)
+        return default
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"must be a number, but got {value!r}", source=source, field=field)
+    if positive and value <= 0:
+        raise InputError(f"must be > 0, but got {value!r}", source=source, field=field)
+    if minimum is not None and value < minimum:
+        raise InputError(f"must be >= {minimum}, but got {value!r}", source=source, field=field)
+    if maximum is not None and value > maximum:
+        raise InputError(f"must be <= {maximum}, but got {value!r}", source=source, field=field)
+    return value
+
+
+def integer(data: dict, key: str, *, source: str, section: str = "", minimum: int = 1, default: Any = ...) -> int:
+    field = f"{section}.{key}" if section else key
+    if key not in data or data[key] is None:
+        if default is ...:
+            raise InputError("is required (an integer)", source=source, field=field)
+        return default
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"must be an integer, but got {value!r}", source=source, field=field)
+    if value < minimum:
+        raise InputError(f"must be >= {minimum}, but got {value!r}", source=source, field=field)
+    return value
+
+
+def text(data: dict, key: str, *, source: str, section: str = "", default: Any = ...,
+         choices: tuple[str, ...] | None = None) -> str:
+    field = f"{section}.{key}" if section else key
+    if key not in data or data[key] is None:
+        if default is ...:
+            raise InputError("is required (a string)", source=source, field=field)
+        return default
+    value = data[key]
+    if not isinstance(value, str):
+        raise InputError(f"must be a string, but got {value!r}", source=source, field=field)
+    if choices is not None and value not in choices:
+        raise InputError(f"must be one of {', '.join(choices)}, but got {value!r}", source=source, field=field)
+    return value
+
+
+def boolean(data: dict, key: str, *, source: str, section: str = "", default: Any = ...) -> bool:
+    field = f"{section}.{key}" if section else key
+    if key not in data or data[key] is None:
+        if default is ...:
+            raise InputError("is required (true or false)", source=source, field=field)
+        return default
+    value = data[key]
+    if not isinstance(value, bool):
+        raise InputError(f"must be true or false, but got {value!r}", source=source, field=field)
+    return value

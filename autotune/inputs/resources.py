@@ -1,0 +1,62 @@
+"""Where the bundled profiles and search spaces live.
+
+In a wheel they sit inside the package (``autotune/_bundled/...``, see
+pyproject.toml); in a source checkout or an editable install they sit at the
+repository root.  Both are looked up relative to this file, never the working
+directory, so ``autotune`` finds them wherever it is run from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # autotune/
+
+
+def _first_existing(*candidates: Path) -> Path:
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(
+        "bundled data not found; looked in: " + ", ".join(str(c) for c in candidates)
+    )
+
+
+def bundled_dir(kind: str) -> Path:
+    """Return the folder of a bundled kind: 'hardware', 'models' or 'search_spaces'."""
+    if kind in ("hardware", "models"):
+        return _first_existing(
+            _PACKAGE_DIR / "_bundled" / "profiles" / kind,
+            _PACKAGE_DIR.parent / "profiles" / kind,
+        )
+    if kind == "search_spaces":
+        return _first_existing(
+            _PACKAGE_DIR / "_bundled" / "search_spaces",
+            _PACKAGE_DIR.parent / "search_spaces",
+        )
+    raise ValueError(f"kind must be 'hardware', 'models' or 'search_spaces', but got (kind={kind!r})")
+
+
+def bundled_names(kind: str) -> list[str]:
+    return sorted(p.stem for p in bundled_dir(kind).glob("*.yaml"))
+
+
+def read_named(kind: str, name_or_path: str, *, what: str, field: str, alternative: str):
+    """``(mapping, source)`` of a YAML given by path, or of the bundled file named ``name_or_path``.
+
+    An unknown name is an error that lists the bundled names and the ``alternative``.
+    """
+    from pathlib import Path
+
+    from . import loading
+    from ..errors import InputError
+
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return loading.read_mapping(path), str(path)
+    bundled = bundled_dir(kind) / f"{name_or_path}.yaml"
+    if not bundled.exists():
+        raise InputError(f"unknown {what} {name_or_path!r}; bundled: {', '.join(bundled_names(kind))} ({alternative})",
+                         field=field)
+    folder = "search_spaces" if kind == "search_spaces" else f"profiles/{kind}"
+    return loading.read_mapping(bundled), f"{folder}/{bundled.name}"

@@ -1,0 +1,211 @@
+"""DeepSpeed 0.19.8: ``ds_config.json`` and the ``deepspeed`` launch command.
+
+DeepSpeed trains the model that a training script builds; the config carries the
+parallel layout and the batch.  Mapping of the plan:
+
+* data parallelism with ZeRO stage ``zero`` (0-3); ``offload=cpu`` moves the optimizer
+  state to the host (``zero_optimization.offload_optimizer``);
+* ``tp`` AutoTP training (``tensor_parallel.autotp_size``), ``ep`` AutoEP
+  (``expert_parallel.autoep_size``), both for Hugging Face models;
+* ``pp`` the pipeline engine: the script wraps its layers in
+  ``deepspeed.pipe.PipelineModule(num_stages=pp)``; the engine runs plain 1F1B, so
+  ``vp`` must be 1, ZeRO at most 1, and AutoTP/AutoEP cannot be combined with it;
+* ``recompute=full`` ``activation_checkpointing`` (and the pipeline's checkpoint interval);
+* ``train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x dp``.
+
+Not expressible: ring-attention context parallelism (DeepSpeed's Ulysses sequence
+parallelism is another algorithm, which autotune does not model), Megatron-style
+sequence parallelism, selective recompute, fp8 and interleaved pipelines.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ...training.plan import CATEGORIES
+from . import shell
+from .base import HERE_SCRIPT, EmitContext, Emitter, Launch, Limit, header, launch_body
+from .shell import Raw
+
+RELEASE = "DeepSpeed 0.19.8"
+CONFIG = "ds_config.json"
+SCRIPT = "deepspeed_launch.sh"
+ALTERNATIVES = "--format megatron or torchtitan"
+
+
+def _code(key: str, value: str) -> int:
+    return CATEGORIES[key].index(value)
+
+
+def _limit(field: str, blocks, why) -> Limit:
+    return Limit(field, lambda plans, model: np.asarray(blocks(plans), dtype=bool), why)
+
+
+LIMITS = (
+    _limit("cp", lambda p: p.cp > 1,
+           lambda plan, model: f"plan field cp={plan.cp}: DeepSpeed has no ring-attention context parallelism "
+           f"(Ulysses sequence parallelism is a different algorithm that autotune does not model); "
+           f"use cp=1, or {ALTERNATIVES}"),
+    _limit("vp", lambda p: p.vp > 1,
+           lambda plan, model: f"plan field vp={plan.vp}: DeepSpeed's pipeline engine has no interleaved schedule; "
+           f"use vp=1, or --format megatron or torchtitan"),
+    _limit("sp", lambda p: p.sp,
+           lambda plan, model: "plan field sp=true: DeepSpeed's AutoTP has no Megatron-style sequence parallelism; "
+           "use sp=false (a --space whose rules set sp_with_tp: false), or --format megatron or torchtitan"),
+    _limit("recompute", lambda p: p.recompute == _code("recompute", "selective"),
+           lambda plan, model: "plan field recompute=selective: DeepSpeed checkpoints whole layers only; "
+           "use recompute=full or none, or --format megatron or torchtitan"),
+    _limit("precision", lambda p: p.precision == _code("precision", "fp8"),
+           lambda plan, model: "plan field precision=fp8: DeepSpeed's config has no fp8 training "
+           "(it comes from Transformer Engine layers in the model code); use bf16, or --format megatron or torchtitan"),
+    _limit("zero", lambda p: (p.pp > 1) & (p.zero >= 2),
+           lambda plan, model: f"plan fields pp={plan.pp}, zero={plan.zero}: DeepSpeed's pipeline engine allows "
+           "ZeRO stage 0 or 1 only; use zero<=1 or pp=1, or --format megatron or torchtitan"),
+    _limit("tp", lambda p: (p.pp > 1) & (p.tp > 1),
+           lambda plan, model: f"plan fields tp={plan.tp}, pp={plan.pp}: AutoTP shards a Hugging Face model, "
+           "and the pipeline engine needs a PipelineModule; DeepSpeed cannot combine them; "
+           "use tp=1 or pp=1, or --format megatron or torchtitan"),
+    _limit("ep", lambda p: (p.pp > 1) & (p.ep > 1),
+           lambda plan, model: f"plan fields ep={plan.ep}, pp={plan.pp}: AutoEP works on a Hugging Face model, "
+           "not on the pipeline engine's PipelineModule; use pp=1, or --format megatron"),
+    _limit("offload", lambda p: (p.ep > 1) & (p.tp > 1) & (p.offload == _code("offload", "cpu")),
+           lambda plan, model: "plan field offload=cpu: DeepSpeed does not support optimizer offload with "
+           "AutoEP and AutoTP together; use offload=none, or --format megatron"),
+)
+
+
+def ds_config(context: EmitContext) -> dict:
+    """The DeepSpeed config as a mapping (``json.dumps`` of it is ``ds_config.json``)."""
+    plan, model = context.plan, context.model
+    config: dict = {
+        "train_batch_size": context.global_batch,
+        "train_micro_batch_size_per_gpu": plan.mbs,
+        "gradient_accumulation_steps": context.accumulation,
+        "gradient_clipping": 1.0,
+        "steps_per_print": 10,
+        "wall_clock_breakdown": False,
+    }
+    if plan.precision == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    else:
+        config["bf16"] = {"enabled": True}
+    zero: dict = {"stage": plan.zero}
+    if plan.zero >= 1:
+        zero.update({"overlap_comm": True, "contiguous_gradients": True})
+    if plan.zero == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    if plan.offload == "cpu":
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    config["zero_optimization"] = zero
+    config["optimizer"] = {
+        "type": "AdamW",
+        "params": {"lr": 1.0e-4, "betas": [0.9, 0.95], "eps": 1.0e-8, "weight_decay": 0.1},
+    }
+    if plan.recompute == "full":
+        config["activation_checkpointing"] = {
+            "partition_activations": False,
+            "contiguous_memory_optimization": False,
+            "cpu_checkpointing": False,
+            "number_checkpoints": model.n_layers,
+            "synchronize_checkpoint_boundary": False,
+            "profile": False,
+        }
+    if plan.tp > 1:
+        config["tensor_parallel"] = {"autotp_size": plan.tp}
+    if plan.ep > 1:
+        config["expert_parallel"] = {"enabled": True, "autoep_size": plan.ep}
+    if plan.pp > 1:
+        config["pipeline"] = {
+            "partition": "parameters",
+            "activation_checkpoint_interval": 1 if plan.recompute == "full" else 0,
+        }
+    return config
+
+
+def _notes(context: EmitContext) -> tuple[str, ...]:
+    plan = context.plan
+    notes = [
+        "The training script is yours: it calls deepspeed.initialize(args=args, model=model, ...) after",
+        "deepspeed.add_config_arguments(parser), which reads --deepspeed and --deepspeed_config.",
+    ]
+    if plan.pp > 1:
+        notes.append(f"Pipeline plan: the script wraps the layers in deepspeed.pipe.PipelineModule(layers, "
+                     f"num_stages={plan.pp}) and trains with engine.train_batch().")
+    if plan.recompute == "full":
+        notes.append("Full recompute: checkpoint every layer (deepspeed.checkpointing.checkpoint, or "
+                     "model.gradient_checkpointing_enable() for a Hugging Face model).")
+    if plan.tp > 1 or plan.ep > 1:
+        notes.append("AutoTP/AutoEP shard a Hugging Face model at deepspeed.initialize "
+                     "(tensor_parallel.autotp_size, expert_parallel.autoep_size).")
+    return tuple(notes)
+
+
+def launch(context: EmitContext) -> Launch:
+    """What runs under torchrun (used by the Slurm script): the training script with its DeepSpeed flags."""
+    exports = []
+    if context.data_path is not None:
+        exports.append(("DATA_PATH", context.data_path))
+    if context.tokenizer is not None:
+        exports.append(("TOKENIZER", context.tokenizer))
+    notes = _notes(context)
+    if exports:
+        notes += ("--data-path and --tokenizer reach the script as the environment variables DATA_PATH and TOKENIZER.",)
+    return Launch(
+        program=(Raw('"${TRAIN_SCRIPT}"'),),
+        arrays=(("DEEPSPEED_ARGS", (("--deepspeed",), ("--deepspeed_config", Raw('"${HERE}/ds_config.json"')))),),
+        settings=(("TRAIN_SCRIPT", "train.py", "Your DeepSpeed training script."),),
+        exports=tuple(exports),
+        notes=notes,
+    )
+
+
+def launcher_groups(context: EmitContext) -> list[shell.Group]:
+    """The ``deepspeed`` launcher (pdsh over the hosts of a hostfile)."""
+    return [
+        ("deepspeed",),
+        ("--hostfile", Raw('"${HOSTFILE}"')),
+        ("--num_nodes", context.nodes),
+        ("--num_gpus", context.gpus_on_each_node),
+        ("--master_addr", Raw('"${MASTER_ADDR}"')),
+        ("--master_port", Raw('"${MASTER_PORT}"')),
+        (Raw('"${TRAIN_SCRIPT}"'),),
+        (Raw('"${DEEPSPEED_ARGS[@]}"'),),
+        (Raw('"$@"'),),
+    ]
+
+
+def launch_script(context: EmitContext) -> str:
+    run = launch(context)
+    lines = ["#!/usr/bin/env bash"]
+    lines += shell.comment_lines(header(RELEASE, context, run.notes))
+    lines += shell.comment_lines([
+        "",
+        f"Run once, on the first node: the deepspeed launcher starts {context.gpus_on_each_node} processes on each of the",
+        f"{context.nodes} node(s) listed in HOSTFILE (lines 'hostname slots={context.gpus_on_each_node}').",
+    ])
+    lines += ["set -euo pipefail", "", shell.assignment("HERE", HERE_SCRIPT)]
+    lines += [shell.default_assignment("HOSTFILE", Raw('"${HERE}/hostfile"')),
+              shell.default_assignment("MASTER_ADDR", Raw('"$(hostname)"')),
+              shell.default_assignment("MASTER_PORT", 29500), ""]
+    lines += launch_body(run)
+    lines += shell.command(launcher_groups(context))
+    return "\n".join(lines) + "\n"
+
+
+def render(context: EmitContext) -> dict[str, str]:
+    return {
+        CONFIG: json.dumps(ds_config(context), indent=2) + "\n",
+        SCRIPT: launch_script(context),
+    }
+
+
+EMITTER = Emitter(
+    name="deepspeed",
+    release=RELEASE,
+    summary="ds_config.json and the deepspeed launch command",
+    limits=LIMITS,
+    render_files=render,
+    launch=launch,
+)

@@ -1,0 +1,234 @@
+"""torchtitan 0.3.0: a registered Python config and the torchrun launch command.
+
+Since 2026 torchtitan no longer reads TOML job files: a config is a Python function
+returning ``Trainer.Config``, picked with ``--module MODULE --config FUNCTION``
+(``ConfigManager``; a fully qualified module path is accepted).  We write the module
+``autotune_torchtitan.py`` whose function ``autotune_plan`` starts from torchtitan's
+own config for the matching Llama 3 flavour and sets the plan on it.  Mapping:
+
+* ``zero=0`` replicate (DDP): ``data_parallel_replicate_degree = dp``; ``zero>=1`` FSDP2:
+  ``data_parallel_shard_degree = dp``, resharding after forward only for ``zero=3``
+  (ZeRO-1/2 keep the gathered weights to the backward, as FSDP's ``never``);
+* ``tp``/``sp`` ``tensor_parallel_degree``/``enable_sequence_parallel``; ``cp``
+  ``context_parallel_degree``; ``pp`` ``pipeline_parallel_degree`` with ``1F1B``, or
+  ``Interleaved1F1B`` and ``pp*vp`` stages for ``vp>1``;
+* ``mbs`` ``pipeline_parallel_microbatch_size`` under pipelining (``local_batch_size`` is
+  then the DP rank's whole share), else ``local_batch_size`` with gradient accumulation up
+  to ``global_batch_size``;
+* ``recompute`` ``FullAC``/``SelectiveAC`` (torchtitan's op-level selective policy)/``None``;
+* ``precision=fp8`` the ``Float8LinearConverter`` (torchao, rowwise) with ``torch.compile``.
+
+Only models whose shape equals a torchtitan Llama 3 flavour can be expressed:
+torchtitan defines each architecture in code, and its other models (Qwen3, DeepSeek-V3,
+gpt-oss) differ from the bundled GPT-3 and Mixtral specs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...inputs.modelspec import ModelSpec
+from ...training.plan import CATEGORIES, Plan, PlanBatch
+from . import shell
+from .base import EmitContext, Emitter, Launch, Limit, header, model_limit, node_script
+from .shell import Raw
+
+RELEASE = "torchtitan 0.3.0"
+MODULE = "autotune_torchtitan"
+FUNCTION = "autotune_plan"
+CONFIG_FILE = f"{MODULE}.py"
+SCRIPT = "torchtitan_launch.sh"
+ROPE_MAX_SEQ_LEN = 131072  # max_seq_len of the RoPE cache in every Llama 3 flavour
+
+
+# Shapes of torchtitan's Llama 3 flavours (torchtitan/models/llama3/__init__.py), checked
+# against the installed package by the `frameworks` tests.
+FLAVOURS: dict[str, dict] = {
+    "1B": dict(n_layers=16, hidden_size=2048, n_heads=32, n_kv_heads=8, head_dim=64, ffn_hidden_size=8192,
+               vocab_size=128256, tied_embeddings=True, base="llama3_8b"),
+    "3B": dict(n_layers=28, hidden_size=3072, n_heads=24, n_kv_heads=8, head_dim=128, ffn_hidden_size=8192,
+               vocab_size=128256, tied_embeddings=True, base="llama3_8b"),
+    "8B": dict(n_layers=32, hidden_size=4096, n_heads=32, n_kv_heads=8, head_dim=128, ffn_hidden_size=14336,
+               vocab_size=128256, tied_embeddings=False, base="llama3_8b"),
+    "70B": dict(n_layers=80, hidden_size=8192, n_heads=64, n_kv_heads=8, head_dim=128, ffn_hidden_size=28672,
+                vocab_size=128256, tied_embeddings=False, base="llama3_70b"),
+    "405B": dict(n_layers=126, hidden_size=16384, n_heads=128, n_kv_heads=8, head_dim=128, ffn_hidden_size=53248,
+                 vocab_size=128256, tied_embeddings=False, base="llama3_405b"),
+}
+SHAPE_KEYS = ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
+              "tied_embeddings")
+
+
+def flavour_of(model: ModelSpec) -> str | None:
+    """The torchtitan Llama 3 flavour with exactly this model's shape, if any."""
+    if model.moe or model.mlp != "swiglu" or model.norm != "rmsnorm" or model.position_embedding != "rope":
+        return None
+    for name, shape in FLAVOURS.items():
+        if all(getattr(model, key) == shape[key] for key in SHAPE_KEYS):
+            return name
+    return None
+
+
+def _model_why(plan: Plan, model: ModelSpec) -> str:
+    kind = []
+    if model.moe:
+        kind.append("mixture-of-experts")
+    if model.mlp != "swiglu":
+        kind.append(f"mlp={model.mlp}")
+    if model.norm != "rmsnorm":
+        kind.append(f"norm={model.norm}")
+    if model.position_embedding != "rope":
+        kind.append(f"position_embedding={model.position_embedding}")
+    what = ", ".join(kind) if kind else "its layer sizes"
+    return (f"model {model.name} ({what}) matches no torchtitan model: torchtitan 0.3.0 defines architectures in code "
+            f"and its Llama 3 flavours are {', '.join(FLAVOURS)}; use --format megatron (or deepspeed)")
+
+
+def stages_per_rank(n_layers: int, pp: int, vp: int) -> int | None:
+    """Layers per virtual stage such that torchtitan builds exactly pp*vp stages; None if none does."""
+    if pp == 1:
+        return None
+    per_stage = math.ceil(n_layers / (pp * vp))
+    return per_stage if math.ceil(n_layers / per_stage) == pp * vp else None
+
+
+def _pipeline_unsplittable(plans: PlanBatch, model: ModelSpec) -> np.ndarray:
+    out = np.zeros(len(plans), dtype=bool)
+    for pp, vp in {(int(a), int(b)) for a, b in zip(plans.pp, plans.vp)}:
+        if pp > 1 and stages_per_rank(model.n_layers, pp, vp) is None:
+            out |= (plans.pp == pp) & (plans.vp == vp)
+    return out
+
+
+def _code(key: str, value: str) -> int:
+    return CATEGORIES[key].index(value)
+
+
+LIMITS = (
+    model_limit("model", lambda model: flavour_of(model) is None, _model_why),
+    Limit("precision", lambda plans, model: plans.precision == _code("precision", "fp16"),
+          lambda plan, model: "plan field precision=fp16: torchtitan trains in bf16 or float32 only; "
+          "use bf16 or fp8, or --format megatron or deepspeed"),
+    Limit("offload", lambda plans, model: plans.offload == _code("offload", "cpu"),
+          lambda plan, model: "plan field offload=cpu: torchtitan's training.enable_cpu_offload moves weights and "
+          "gradients to the host as well, not the optimizer state alone; use offload=none, "
+          "or --format megatron or deepspeed"),
+    Limit("pp", _pipeline_unsplittable,
+          lambda plan, model: f"plan fields pp={plan.pp}, vp={plan.vp}: no layers-per-stage count gives torchtitan "
+          f"exactly pp*vp={plan.pp * plan.vp} stages of {model.n_layers} layers; choose pp and vp that divide "
+          f"{model.n_layers}, or --format megatron"),
+)
+
+
+def _seq_len_check(model: ModelSpec, seq_len: int) -> str | None:
+    if seq_len > ROPE_MAX_SEQ_LEN:
+        return (f"workload field seq_len={seq_len}: torchtitan's Llama 3 RoPE cache holds {ROPE_MAX_SEQ_LEN} "
+                f"positions; use --seq-len <= {ROPE_MAX_SEQ_LEN}, or --format megatron")
+    return None
+
+
+def settings(context: EmitContext) -> list[tuple[str, object]]:
+    """(attribute path on Trainer.Config, Python value) pairs, in the order they are written."""
+    plan = context.plan
+    replicate, shard = (plan.dp, 1) if plan.zero == 0 else (1, plan.dp)
+    if plan.pp > 1:
+        local_batch = context.global_batch // plan.dp
+    else:
+        local_batch = plan.mbs
+    out: list[tuple[str, object]] = [
+        ("training.seq_len", context.seq_len),
+        ("training.local_batch_size", local_batch),
+        ("training.global_batch_size", context.global_batch),
+        ("parallelism.data_parallel_replicate_degree", replicate),
+        ("parallelism.data_parallel_shard_degree", shard),
+        ("parallelism.fsdp_reshard_after_forward", "always" if plan.zero == 3 else "never" if plan.zero else "default"),
+        ("parallelism.tensor_parallel_degree", plan.tp),
+        ("parallelism.enable_sequence_parallel", bool(plan.sp)),
+        ("parallelism.context_parallel_degree", plan.cp),
+        ("parallelism.expert_parallel_degree", plan.ep),
+        ("parallelism.pipeline_parallel_degree", plan.pp),
+    ]
+    if plan.pp > 1:
+        out += [
+            ("parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if plan.vp > 1 else "1F1B"),
+            ("parallelism.pipeline_parallel_microbatch_size", plan.mbs),
+            ("parallelism.pipeline_parallel_layers_per_stage", stages_per_rank(context.model.n_layers, plan.pp, plan.vp)),
+            ("parallelism.pipeline_parallel_first_stage_less_layers", 0),
+            ("parallelism.pipeline_parallel_last_stage_less_layers", 0),
+            ("training.disable_cuda_graphs", True),  # torchtitan's CUDA graphs do not support pipelining yet
+        ]
+    out += [
+        # Async TP (overlapping TP communication with compute) needs torch.compile; the cost model
+        # assumes TP communication overlapped, so plans with tp > 1 turn both on.
+        ("compile.enable", plan.precision == "fp8" or plan.tp > 1),
+        ("compile.enable_async_tensor_parallel", plan.tp > 1),
+    ]
+    if context.train_steps:
+        out.append(("training.steps", context.train_steps))
+    if context.tokenizer is not None:
+        out.append(("hf_assets_path", context.tokenizer))
+    if context.data_path is not None:
+        out.append(("dataloader.dataset_path", context.data_path))
+    return out
+
+
+def config_module(context: EmitContext) -> str:
+    plan, model = context.plan, context.model
+    flavour = flavour_of(model)
+    assert flavour is not None, "render is called only for an expressible plan"
+    base = FLAVOURS[flavour]["base"]
+    lines = shell.comment_lines(header(RELEASE, context, [
+        f"torchtitan config module: launch with `-m torchtitan.train --module {MODULE} --config {FUNCTION}`",
+        "and this file's folder on PYTHONPATH (torchtitan_launch.sh and the Slurm script do both).",
+    ]))
+    lines += ["", '"""A torchtitan 0.3.0 config for one autotune plan; see the comments above."""', ""]
+    recompute = {"none": None, "selective": "SelectiveAC", "full": "FullAC"}[plan.recompute]
+    imports = []
+    if plan.precision == "fp8":
+        imports.append("from torchtitan.components.quantization import Float8LinearConverter")
+    if recompute:
+        imports.append(f"from torchtitan.distributed.activation_checkpoint import {recompute}")
+    imports += [
+        "from torchtitan.models.llama3 import model_registry",
+        f"from torchtitan.models.llama3.config_registry import {base}",
+    ]
+    lines += imports + ["", ""]
+    lines += [f"def {FUNCTION}():", f'    """{plan.layout()} on {context.n_gpus} GPUs, from torchtitan\'s {base}."""']
+    lines.append(f"    config = {base}()")
+    if plan.precision == "fp8":
+        converters = "[Float8LinearConverter.Config(filter_fqns=[\"lm_head\"], model_compile_enabled=True)]"
+    else:
+        converters = "None"
+    lines.append(f"    config.model_spec = model_registry({flavour!r}, converters={converters})")
+    for path, value in settings(context):
+        lines.append(f"    config.{path} = {value!r}")
+    lines.append(f"    config.activation_checkpoint = {recompute + '.Config()' if recompute else 'None'}")
+    lines.append("    return config")
+    return "\n".join(lines) + "\n"
+
+
+def launch(context: EmitContext) -> Launch:
+    return Launch(
+        program=("-m", "torchtitan.train"),
+        arrays=(("TORCHTITAN_ARGS", (("--module", MODULE), ("--config", FUNCTION))),),
+        exports=(("PYTHONPATH", Raw('"${HERE}${PYTHONPATH:+:${PYTHONPATH}}"')),),
+        notes=(f"The config lives in {CONFIG_FILE} beside this script; torchtitan {RELEASE.split()[-1]} "
+               "(pip install torchtitan==0.3.0) must be installed.",),
+    )
+
+
+def render(context: EmitContext) -> dict[str, str]:
+    return {CONFIG_FILE: config_module(context), SCRIPT: node_script(EMITTER, context, launch(context))}
+
+
+EMITTER = Emitter(
+    name="torchtitan",
+    release=RELEASE,
+    summary="a registered Python config (Trainer.Config) and the torchrun launch command",
+    limits=LIMITS,
+    render_files=render,
+    launch=launch,
+    workload_checks=(_seq_len_check,),
+)

@@ -1,0 +1,158 @@
+"""Explain one plan: where its step time and memory go, what binds it, and what each one-step change would do.
+
+Pure functions over the cost model.  The sensitivity table changes one axis by one
+step (tp and pp doubled or halved with dp absorbing the change, micro-batch doubled
+or halved, the next recompute level, ZeRO stage +-1, another precision) and
+estimates each neighbour; a neighbour a validity rule forbids carries the rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..training.estimate import estimate_training
+from ..inputs.hardware import Cluster
+from ..inputs.modelspec import ModelSpec
+from .tables import largest_parts
+from ..training.plan import PRECISION, RECOMPUTE, Plan, PlanBatch
+from ..training.space import REASONS, Rules, rejection_reasons
+from ..inputs.workload import TrainWorkload
+
+SENSITIVITY_AXES = ("tp", "pp", "mbs", "recompute", "zero", "precision")
+# A plan whose free memory is under this share of the GPU's is memory-bound.
+TIGHT_MEMORY = 0.05
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    axis: str
+    change: str  # e.g. "tp 2 -> 4 (dp 8 -> 4)"
+    plan: dict[str, Any] | None
+    step_time_s: float | None
+    step_time_change: float | None  # fraction, negative = faster
+    memory_gib: float | None
+    memory_change_gib: float | None
+    fits: bool
+    reason: str  # why the neighbour is impossible ("" when it is valid)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    plan: Plan
+    estimate: dict[str, Any]
+    capacity_gib: float
+    binding_kind: str  # memory | rule | none | optimum
+    binding: str  # one sentence
+    sensitivity: list[Neighbour]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan": self.plan.as_dict(), "estimate": self.estimate, "binding": {"kind": self.binding_kind,
+                "text": self.binding}, "sensitivity": [n.to_json() for n in self.sensitivity]}
+
+
+def _moves(plan: Plan) -> list[tuple[str, str, dict[str, Any]]]:
+    """(axis, label, changed fields) for every one-step change of the sensitivity axes."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    n = plan.n_gpus
+    for axis in ("tp", "pp"):
+        old = getattr(plan, axis)
+        for new in (old * 2, old // 2):
+            if new < 1 or new == old:
+                continue
+            fields: dict[str, Any] = {axis: new}
+            if axis == "tp":
+                fields["sp"] = new > 1 and (plan.sp or plan.tp == 1)
+            if axis == "pp" and new == 1:
+                fields["vp"] = 1
+            mp = (new if axis == "tp" else plan.tp) * (new if axis == "pp" else plan.pp) * plan.cp
+            dp = f"dp {plan.dp} -> {n // mp}" if n % mp == 0 else "dp not whole"
+            out.append((axis, f"{axis} {old} -> {new} ({dp})", fields))
+    for new in (plan.mbs * 2, plan.mbs // 2):
+        if new >= 1 and new != plan.mbs:
+            out.append(("mbs", f"micro-batch {plan.mbs} -> {new}", {"mbs": new}))
+    level = RECOMPUTE.index(plan.recompute)
+    for new_level in (level - 1, level + 1):
+        if 0 <= new_level < len(RECOMPUTE):
+            out.append(("recompute", f"recompute {plan.recompute} -> {RECOMPUTE[new_level]}",
+                        {"recompute": RECOMPUTE[new_level]}))
+    for new in (plan.zero - 1, plan.zero + 1):
+        if 0 <= new <= 3:
+            out.append(("zero", f"ZeRO {plan.zero} -> {new}", {"zero": new}))
+    others = [p for p in PRECISION if p != plan.precision and (p != "fp16" or plan.precision == "fp16")]
+    for new in others:
+        out.append(("precision", f"precision {plan.precision} -> {new}", {"precision": new}))
+    return out
+
+
+def explain(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plan: Plan,
+            rules: Rules | None = None) -> Explanation:
+    """Breakdowns, the binding constraint and the one-step sensitivity of ``plan`` (rules: the default space's)."""
+    rules = rules or Rules()
+    hw = cluster.hardware
+    base_batch = PlanBatch.from_plans([plan])
+    base = estimate_training(model, cluster, workload, base_batch).row(0)
+    base_reason = int(rejection_reasons(model, cluster, workload, base_batch, rules)[0])
+
+    candidates: list[tuple[str, str, Plan | None, str]] = []
+    for axis, label, fields in _moves(plan):
+        try:
+            changed = dataclasses.replace(plan, **fields)
+        except ValueError as exc:
+            candidates.append((axis, label, None, str(exc).split(", but got")[0]))
+            continue
+        candidates.append((axis, label, changed, ""))
+    valid_plans = [c[2] for c in candidates if c[2] is not None]
+    rows: list[Neighbour] = []
+    if valid_plans:
+        batch = PlanBatch.from_plans(valid_plans)
+        reasons = rejection_reasons(model, cluster, workload, batch, rules)
+        est = estimate_training(model, cluster, workload, batch)
+    index = 0
+    for axis, label, changed, why in candidates:
+        if changed is None:
+            rows.append(Neighbour(axis, label, None, None, None, None, None, False, why))
+            continue
+        i = index
+        index += 1
+        reason = REASONS[int(reasons[i])] if int(reasons[i]) else ""
+        step = float(est.step_time_s[i])
+        mem = float(est.memory_gib_per_gpu[i])
+        rows.append(Neighbour(axis, label, changed.as_dict(), step, step / base["step_time_s"] - 1.0, mem,
+                              mem - base["memory_gib_per_gpu"], bool(est.fits[i]) and not reason, reason))
+    kind, text = _binding(base, hw.memory_gib, rows, REASONS[base_reason] if base_reason else "")
+    return Explanation(plan, base, hw.memory_gib, kind, text, rows)
+
+
+def _binding(base: dict[str, Any], capacity: float, rows: list[Neighbour], base_reason: str) -> tuple[str, str]:
+    mem = base["memory_gib_per_gpu"]
+    if base_reason:
+        return "rule", f"this plan breaks a validity rule: {base_reason}"
+    if not base["fits"]:
+        fixes = [r.change for r in rows if r.fits]
+        text = f"memory: this plan needs {mem:.1f} GiB per GPU but the GPU has {capacity:g} GiB"
+        return "memory", text + (f"; changes that fit: {', '.join(fixes)}" if fixes else "")
+    faster = sorted((r for r in rows if r.step_time_change is not None and r.step_time_change < -1e-9),
+                    key=lambda r: r.step_time_change)
+    free = capacity - mem
+    headroom = f"{free:.1f} GiB of {capacity:g} free"
+    if not faster:
+        return "optimum", (f"no one-step change is faster; the step is {largest_parts(base)} ({headroom})")
+    best = faster[0]
+    gain = f"{-best.step_time_change:.1%} faster"
+    if best.fits:
+        return "none", f"nothing binds: {best.change} is {gain} and fits ({best.memory_gib:.1f} GiB)"
+    if best.reason:
+        return "rule", f"the rule '{best.reason}' binds: {best.change} would be {gain}"
+    if best.memory_gib is not None and best.memory_gib > capacity:
+        tight = " (memory is tight)" if free < TIGHT_MEMORY * capacity else ""
+        return "memory", (f"memory binds{tight}: {best.change} would be {gain} but needs {best.memory_gib:.1f} "
+                          f"of {capacity:g} GiB per GPU ({headroom} now)")
+    return "rule", f"{best.change} would be {gain} but is not possible"
+
+
+__all__ = ["SENSITIVITY_AXES", "Explanation", "Neighbour", "explain"]

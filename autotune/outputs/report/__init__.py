@@ -1,0 +1,56 @@
+"""``autotune report``: one self-contained HTML file and the same figures as PNG files.
+
+``build_report(source, out_dir)`` gathers the data (:mod:`.data`) from a plans.json or a
+stored study (:class:`.data.StudySource`), draws the figures
+with matplotlib (:mod:`.figures`) and writes ``report.html`` plus one PNG per figure.
+matplotlib is the optional extra ``autotune[report]``; without it the command says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...errors import InputError
+from .data import StudySource
+
+EXTRA_HINT = "pip install 'autotune[report]' (or pip install matplotlib)"
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InputError(f"autotune report draws with matplotlib, which is not installed: {EXTRA_HINT}",
+                         field="report") from None
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    html: Path
+    pngs: list[Path]
+    figures: list[str]  # titles, in order
+
+
+def build_report(source: Path | StudySource, out_dir: Path, *, trials: int = 100, seed: int = 0,
+                 progress: Callable[[str, int, int], None] | None = None) -> ReportFiles:
+    require_matplotlib()
+    from .data import gather
+    from .figures import all_figures
+    from .html import render
+
+    data = gather(source, trials=trials, seed=seed, progress=progress)
+    figures = all_figures(data)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pngs = []
+    for fig in figures:
+        path = out_dir / f"{fig.name}.png"
+        path.write_bytes(fig.png)
+        pngs.append(path)
+    html_path = out_dir / "report.html"
+    html_path.write_text(render(data, figures), encoding="utf-8")
+    return ReportFiles(html_path, pngs, [f.title for f in figures])
+
+
+__all__ = ["EXTRA_HINT", "ReportFiles", "StudySource", "build_report", "require_matplotlib"]

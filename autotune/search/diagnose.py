@@ -1,0 +1,123 @@
+"""When no plan fits: say what binds and the smallest changes that would fit.
+
+Users of today's planners complain that "no configuration found" tells them
+nothing.  Here every change is tried for real with the cost model: more GPUs,
+ZeRO-3, optimizer offload, full recomputation, micro-batch 1, a shorter
+sequence; the answer lists the ones that produce a fitting plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..inputs.hardware import Cluster
+from ..training.problem import TrainingProblem
+from ..training.space import REASONS, enumerate_valid
+
+SAMPLE_LIMIT = 400_000  # plans evaluated per alternative, at most
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    binding: str  # one sentence: what stops every plan
+    fixes: list[str]  # changes that would produce a fitting plan, cheapest first
+
+
+def _best_fit(problem: TrainingProblem) -> tuple[int, float, float]:
+    """(valid plans, lowest memory GiB/GPU, best tokens/s/GPU among fitting plans or 0)."""
+    enumeration = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules)
+    plans = enumeration.plans
+    if len(plans) == 0:
+        return 0, float("inf"), 0.0
+    if len(plans) > SAMPLE_LIMIT:
+        plans = plans.take(np.random.default_rng(0).choice(len(plans), SAMPLE_LIMIT, replace=False))
+    est = problem.evaluate(plans)
+    best = float(np.max(np.where(est.fits, est.tokens_per_s_per_gpu, 0.0)))
+    return len(enumeration.plans), float(np.min(est.memory_gib_per_gpu)), best
+
+
+def _with_choices(problem: TrainingProblem, **choices) -> TrainingProblem:
+    return dataclasses.replace(problem, choices={**problem.choices, **choices})
+
+
+def _with_gpus(problem: TrainingProblem, n_gpus: int) -> TrainingProblem:
+    # A partial node (--gpus 2 on 8-GPU nodes) grows into whole nodes of the profile's size.
+    cluster = problem.cluster
+    gpn = cluster.hardware.gpus_per_node if cluster.n_gpus < cluster.hardware.gpus_per_node else cluster.gpus_per_node
+    return problem.with_inputs(cluster=Cluster(cluster.hardware, n_gpus, min(gpn, n_gpus)))
+
+
+def _remedy(reason: str, problem: TrainingProblem) -> str:
+    """What to change when every plan breaks ``reason``."""
+    model, cluster, workload = problem.model, problem.cluster, problem.workload
+    tp_ok = [t for t in (1, 2, 4, 8, 16) if model.n_heads % t == 0 and model.n_kv_heads % t == 0]
+    remedies = {
+        REASONS[1]: f"choose tp, pp and cp whose product divides {cluster.n_gpus} GPUs (--fix values or --space axes)",
+        REASONS[2]: f"tp must divide the {model.n_heads} heads: use tp in {tp_ok}",
+        REASONS[3]: f"tp must divide the {model.n_kv_heads} KV heads: use tp in {tp_ok}",
+        REASONS[4]: f"keep tp <= {cluster.gpus_per_node} GPUs per node, or set rules.tp_within_node: false in --space",
+        REASONS[5]: f"use pp <= {model.n_layers} layers",
+        REASONS[6]: "choose pp*vp dividing the layers, or set rules.uneven_pipeline: true in --space",
+        REASONS[7]: "vp > 1 needs pp > 1",
+        REASONS[8]: "sequence parallelism needs tp > 1",
+        REASONS[9]: f"cp must leave 2*cp dividing the sequence ({workload.seq_len})",
+        REASONS[10]: "ep must divide the expert count",
+        REASONS[11]: "ep must divide dp*cp: lower ep or raise the GPU count",
+        REASONS[12]: "a dense model needs ep=1",
+        REASONS[13]: (f"the global batch ({workload.global_batch}) must divide by dp*micro-batch: use --global-batch "
+                      f"as a multiple of the GPU count ({cluster.n_gpus}), or fix a larger tp*pp"),
+        REASONS[14]: f"the {cluster.hardware.name} supports {', '.join(p for p in cluster.hardware.peak_tflops if p in ('bf16', 'fp16', 'fp8'))}",
+        REASONS[15]: "optimizer offload needs zero >= 1",
+        REASONS[16]: "with the rule sp_with_tp, tp > 1 needs sp=true",
+    }
+    return remedies.get(reason, "loosen --fix values or the --space axes")
+
+
+def diagnose(problem: TrainingProblem, rejected: dict[str, int]) -> Diagnosis:
+    valid, lowest_gib, _ = _best_fit(problem)
+    capacity = problem.cluster.hardware.memory_gib
+    if valid == 0:
+        top = sorted(((n, r) for r, n in rejected.items()), reverse=True)[:3]
+        reasons = "; ".join(f"{r} ({n:,} plans)" for n, r in top)
+        binding = f"every plan of the space breaks a validity rule: {reasons}"
+        return Diagnosis(binding, [_remedy(r, problem) for _, r in top])
+
+    binding = (
+        f"memory: the leanest valid plan needs {lowest_gib:.1f} GiB per GPU, "
+        f"but the {problem.cluster.hardware.name} has {capacity:g} GiB"
+    )
+    candidates: list[tuple[str, TrainingProblem]] = []
+    choices = problem.choices
+    if 3 not in choices["zero"]:
+        candidates.append(("allow ZeRO-3 (--fix zero=3, or add 3 to the space's zero axis)", _with_choices(problem, zero=(3,))))
+    if "full" not in choices["recompute"]:
+        candidates.append(("full activation recomputation (--fix recompute=full)", _with_choices(problem, recompute=("full",))))
+    if 1 not in choices["mbs"]:
+        candidates.append(("micro-batch 1 (--fix mbs=1)", _with_choices(problem, mbs=(1,))))
+    if "cpu" not in choices["offload"]:
+        candidates.append(("optimizer offload to CPU (--fix offload=cpu)", _with_choices(problem, offload=("cpu",))))
+    seq = problem.workload.seq_len
+    if seq >= 256:
+        shorter = problem.with_inputs(workload=dataclasses.replace(problem.workload, seq_len=seq // 2))
+        candidates.append((f"a shorter sequence (--seq-len {seq // 2})", shorter))
+    fixes = []
+    for label, alternative in candidates:
+        _, low, best = _best_fit(alternative)
+        if best > 0:
+            fixes.append(f"{label}: fits, best {best:,.0f} tokens/s/GPU")
+    # The fewest GPUs that fit with this space, doubling up to 1024x.
+    for doublings in range(1, 11):
+        n = problem.cluster.n_gpus * 2**doublings
+        _, _, best = _best_fit(_with_gpus(problem, n))
+        if best > 0:
+            fixes.append(f"more GPUs (--gpus {n}): fits, best {best:,.0f} tokens/s/GPU")
+            break
+    if not fixes:
+        fixes.append("a GPU with more memory (see `autotune hardware list`), or a smaller model")
+    return Diagnosis(binding, fixes)
+
+
+__all__ = ["Diagnosis", "diagnose"]

@@ -1,0 +1,164 @@
+"""Persistent studies: storage URLs, and the problem a study was made for (its fingerprint).
+
+A study in an Optuna storage (SQLite, PostgreSQL, a journal file) carries the whole problem
+as a study user attribute, ``autotune.problem``: the model spec, the hardware profile (with
+its efficiency parameters), the cluster, the workload, the concrete choices of every axis,
+the space rules and the objectives.  ``autotune worker`` rebuilds the problem from it alone,
+and a re-run of ``search`` / ``tune`` compares it with its own flags and says exactly what
+differs.  This module holds no Optuna code (only ``autotune.search.optuna_search`` imports it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Mapping, Sequence
+
+from ..errors import InputError
+from ..inputs.hardware import Cluster, Efficiency, Hardware, Link
+from ..inputs.modelspec import ModelSpec, MoESpec
+from ..training.problem import OBJECTIVES, Objective, TrainingProblem
+from ..training.space import Rules, Space
+from ..inputs.workload import TrainWorkload
+
+FINGERPRINT_VERSION = 1
+STORAGE_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+psycopg2://", "mysql://", "mysql+pymysql://",
+                   "journal:")
+
+
+def parse_storage_url(url: str) -> tuple[str, str]:
+    """``(kind, target)`` for a storage URL; kind is sqlite, postgresql, mysql or journal.
+
+    ``journal:PATH`` (or ``journal:///abs/path``) is Optuna's journal file storage; every
+    other URL is an SQLAlchemy database URL handed to Optuna's RDB storage.
+    """
+    text = (url or "").strip()
+    if text.startswith("journal:"):
+        path = text[len("journal:"):]
+        if path.startswith("///"):
+            path = path[2:]
+        elif path.startswith("//"):
+            raise InputError("write journal:PATH or journal:///absolute/path (no host part)", field="--storage")
+        if not path:
+            raise InputError("journal: needs a file path, e.g. journal:./study.log", field="--storage")
+        return "journal", path
+    for kind in ("sqlite", "postgresql", "mysql"):
+        if text.startswith(kind + ":") or text.startswith(kind + "+"):
+            if kind == "sqlite" and not text.startswith("sqlite:///"):
+                raise InputError(f"an SQLite URL reads sqlite:///relative.db or sqlite:////absolute.db, but got {text!r}",
+                                 field="--storage")
+            return kind, text
+    raise InputError(
+        f"unknown storage {text!r}; use sqlite:///study.db, postgresql://user:password@host/db "
+        "or journal:./study.log (Optuna's journal file)", field="--storage")
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=_default))
+
+
+def _default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (tuple, set, frozenset)):
+        return list(value)
+    raise TypeError(f"cannot store {type(value).__name__} in a study")
+
+
+def _hardware_dict(hw: Hardware) -> dict:
+    out = {}
+    for f in dataclasses.fields(hw):
+        if f.name in ("sources", "description"):
+            continue
+        value = getattr(hw, f.name)
+        if dataclasses.is_dataclass(value):
+            value = dataclasses.asdict(value)
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        out[f.name] = value
+    return out
+
+
+def _model_dict(model: ModelSpec) -> dict:
+    out = {f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.name not in ("description", "source")}
+    out["moe"] = dataclasses.asdict(model.moe) if model.moe else None
+    return out
+
+
+def fingerprint(problem: TrainingProblem, objectives: Sequence[Objective]) -> dict:
+    """Everything that decides a trial's result, as plain JSON (stored on the study)."""
+    return _jsonable({
+        "version": FINGERPRINT_VERSION,
+        "model": _model_dict(problem.model),
+        "hardware": _hardware_dict(problem.cluster.hardware),
+        "cluster": {"n_gpus": problem.cluster.n_gpus, "gpus_per_node": problem.cluster.gpus_per_node},
+        "workload": dataclasses.asdict(problem.workload),
+        "space": {"name": problem.space.name, "choices": {k: list(v) for k, v in problem.choices.items()},
+                  "rules": dataclasses.asdict(problem.rules)},
+        "objectives": [o.name for o in objectives],
+    })
+
+
+def problem_from_fingerprint(data: Mapping[str, Any], *, study: str = "") -> tuple[TrainingProblem, tuple[Objective, ...]]:
+    """Rebuild the problem a study was made for (what ``autotune worker`` runs)."""
+    where = f"study {study!r}" if study else "study"
+    if not isinstance(data, Mapping) or data.get("version") != FINGERPRINT_VERSION:
+        raise InputError(f"{where} was made by another autotune version (problem record version "
+                         f"{data.get('version') if isinstance(data, Mapping) else None!r}, expected {FINGERPRINT_VERSION})",
+                         field="--study")
+    try:
+        m = dict(data["model"])
+        moe = m.pop("moe")
+        model = ModelSpec(**m, moe=MoESpec(**moe) if moe else None)
+        h = dict(data["hardware"])
+        hw = Hardware(**{**h, "intra_node": Link(**h["intra_node"]), "inter_node": Link(**h["inter_node"]),
+                         "efficiency": Efficiency(**h["efficiency"]), "description": "", "sources": {}})
+        cluster = Cluster(hardware=hw, **data["cluster"])
+        workload = TrainWorkload(**data["workload"])
+        rules = Rules(**data["space"]["rules"])
+        choices = {k: tuple(v) for k, v in data["space"]["choices"].items()}
+        space = Space(name=data["space"]["name"], axes=choices, rules=rules, source=f"{where} (stored)")
+        objectives = tuple(OBJECTIVES[n] for n in data["objectives"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{where}: its stored problem cannot be read ({exc}); start a new study", field="--study") from None
+    return TrainingProblem(model, cluster, workload, choices, rules, space), objectives
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Human lines naming each field that differs: ``model.n_layers: study has 80, this run 32``."""
+    a, b = _flatten(_jsonable(stored)), _flatten(_jsonable(current))
+    lines = []
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, "<absent>") != b.get(key, "<absent>"):
+            lines.append(f"{key}: study has {a.get(key, '<absent>')!r}, this run {b.get(key, '<absent>')!r}")
+    return lines
+
+
+def check_same_problem(stored: Mapping[str, Any] | None, current: Mapping[str, Any], *, study: str) -> None:
+    if stored is None:
+        raise InputError(f"study {study!r} exists but was not made by autotune (no problem record); "
+                         "choose another --study name", field="--study")
+    diff = differences(stored, current)
+    if diff:
+        shown = "; ".join(diff[:8]) + (f"; and {len(diff) - 8} more" if len(diff) > 8 else "")
+        raise InputError(f"study {study!r} was made for another problem: {shown}. Run with the study's flags to "
+                         "continue it, pass --new to replace it, or choose another --study name", field="--study")
+
+
+def plan_env(plan: Mapping[str, Any]) -> dict[str, str]:
+    """The plan as ``AUTOTUNE_<KEY>`` environment variables (booleans as true/false)."""
+    out = {}
+    for key, value in plan.items():
+        out[f"AUTOTUNE_{key.upper()}"] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return out

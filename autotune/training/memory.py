@@ -1,0 +1,278 @@
+"""Memory per GPU: model states (weights, gradients, optimizer) and activations.
+
+Model states, mixed precision with Adam (Rajbhandari et al. 2020, ZeRO): bf16
+weights (2 bytes/param), fp32 gradients (4: Megatron and FSDP accumulate and
+reduce gradients in fp32 by default), fp32 master weights and two moments (12).
+ZeRO stage 1 shards the 12 over data parallelism, stage 2 also the gradients,
+stage 3 also the weights.  (The ZeRO paper counts 2-byte gradients; pass
+``grad_bytes=2`` to reproduce its figures.)
+
+Activations per layer and micro-batch follow Korthikanti et al. 2022 (Table 2),
+derived term by term rather than from the constant 34 so that GQA, head_dim,
+SwiGLU and MoE come out right.  With GPT's shapes (a*d = h, g = a, f = 4h,
+GeLU, dropout) the terms add up to the paper's ``s*b*h*(34 + 5*a*s/h)``:
+
+* kept whole on every TP rank unless sequence parallelism splits them: the two
+  norm inputs (4sbh), the QKV and MLP inputs (2sbh each) and two dropout masks
+  (sbh each, only when the model trains with dropout) -> 10sbh;
+* split by TP: Q, K, V and the attention output (2 bytes each: 8sbh for MHA)
+  and the MLP's intermediate tensors (4sbf for GeLU, 6sbf for SwiGLU) -> 24sbh;
+* the attention score matrices ``5*a*s^2*b``: only when stored, i.e. with unfused
+  attention (Megatron-LM before FlashAttention) and no selective recomputation.
+  Flash attention never stores them.
+
+With flash attention, ``selective`` means PyTorch's op-level selective checkpointing
+(torchtitan): the layer input, the attention output and every second matmul output
+are kept (:func:`op_selective_bytes_per_layer`).  fp8 plans keep the fp8 copies of
+the GEMM inputs (1 byte).  Besides: the logits and loss buffer (``LOGITS_BYTES``),
+the gather buffers of ZeRO-3 and the unsharded gradient accumulation of ZeRO-2 (none
+when the shard group has one rank), a fixed ``workspace_gib`` and the allocator's
+``fragmentation`` on everything allocated during the step (activations, logits and
+those buffers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..inputs.modelspec import ModelSpec
+
+GIB = float(2**30)
+WEIGHT_BYTES = 2.0  # bf16 weights
+GRAD_BYTES = 4.0  # fp32 gradients
+OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam moments
+# Logits and loss, per logit element at the peak of the loss backward, for PyTorch's
+# cross_entropy on upcast logits (torchtitan): during log_softmax's backward, the fp32
+# log-probabilities it kept (4), the fp32 gradient flowing in (4) and the one it writes (4);
+# the forward peak (bf16 logits 2 + fp32 copy 4 + log-probabilities 4) is lower.  Megatron's
+# fused vocab-parallel loss and llm-foundry's fused cross-entropy need less; no row of theirs
+# measures memory, so the larger figure stands (it errs towards plans that fit).
+LOGITS_BYTES = 12.0
+# ZeRO-2 with several micro-batches accumulates the unsharded gradients in the reduction's
+# precision: FSDP2 with torchtitan's default reduce dtype (fp32) upcasts each bf16 gradient into
+# an fp32 accumulation buffer when gradient sync is off (FSDPParam.to_accumulated_grad_if_needed).
+ACCUMULATED_GRAD_BYTES = 4.0
+# torch.distributed.pipelining (torchtitan 2024): the last stage keeps the output of every
+# micro-batch (PipelineStage.output_chunks, merged and returned at the end of the step); the
+# model's output is the fp32 logits (torchtitan casts them with .float()).  Every stage also
+# pre-allocates a receive buffer per micro-batch for the activations it receives and for the
+# gradients it receives, each the size of the stage boundary tensor.
+PIPELINE_OUTPUT_BYTES = 4.0
+PIPELINE_RUNTIMES = ("megatron", "torch")
+
+
+def model_state_bytes(
+    params: np.ndarray,
+    shard: np.ndarray,
+    zero: np.ndarray,
+    offload: np.ndarray | bool = False,
+    *,
+    weight_bytes: float = WEIGHT_BYTES,
+    grad_bytes: float = GRAD_BYTES,
+    optimizer_bytes: float = OPTIMIZER_BYTES,
+) -> dict[str, np.ndarray]:
+    """Weights, gradients and optimizer state on one GPU holding ``params`` (before DP sharding).
+
+    ``shard`` is the size of the group that ZeRO shards over (dp*cp); optimizer
+    offload moves the optimizer state to host memory.
+    """
+    params = np.asarray(params, dtype=np.float64)
+    shard = np.asarray(shard, dtype=np.float64)
+    zero = np.asarray(zero)
+    weights = weight_bytes * params / np.where(zero >= 3, shard, 1.0)
+    grads = grad_bytes * params / np.where(zero >= 2, shard, 1.0)
+    optimizer = optimizer_bytes * params / np.where(zero >= 1, shard, 1.0)
+    optimizer = np.where(np.asarray(offload, dtype=bool), 0.0, optimizer)
+    return {"weights": weights, "gradients": grads, "optimizer": optimizer}
+
+
+def activation_bytes_per_layer(
+    model: ModelSpec,
+    tokens: np.ndarray,
+    seq_len: np.ndarray,
+    tp: np.ndarray,
+    sp: np.ndarray,
+    moe_layer: bool,
+    *,
+    attention_scores_stored: bool = False,
+    tp_microbatch_heads: np.ndarray | None = None,
+    fp8: np.ndarray | bool = False,
+) -> np.ndarray:
+    """Bytes of activations one layer keeps for backward, for one micro-batch of ``tokens`` tokens.
+
+    ``tokens`` = micro-batch * sequence / CP on this GPU; ``seq_len`` is the key
+    length attention scores would span (only used when ``attention_scores_stored``).
+    With ``fp8`` (TransformerEngine, torchao Float8) the inputs of the fp8 GEMMs are kept
+    in their fp8 form for the weight gradient: 1 byte instead of 2 (the QKV and MLP
+    inputs, the attention output and the MLP activation output).
+    """
+    h = float(model.hidden_size)
+    tokens = np.asarray(tokens, dtype=np.float64)
+    tp = np.asarray(tp, dtype=np.float64)
+    sp_div = np.where(np.asarray(sp, dtype=bool), tp, 1.0)
+    gemm_input = np.where(np.asarray(fp8, dtype=bool), 1.0, 2.0)
+    # Two norm inputs (2 bytes each), the QKV and MLP inputs, two dropout masks.
+    replicated = (4.0 + 2.0 * gemm_input + (2.0 if model.dropout else 0.0)) * tokens * h
+    # Q, K, V (2 bytes each) and the attention output (the projection's input).
+    attention = tokens * (2.0 * (model.q_width + 2 * model.kv_width) + gemm_input * model.q_width)
+    # MLP: the up projection's output(s) (2 bytes each) and the activation output (the down
+    # projection's input): 4f bytes for GeLU, 6f for SwiGLU in bf16.
+    mlp_per_width = (2.0 if model.mlp == "gelu" else 4.0) + gemm_input
+    if moe_layer and model.moe:
+        moe = model.moe
+        # Each token is dispatched top_k times: permuted inputs and outputs (2 bytes
+        # each, h wide) plus the experts' intermediate tensors; and the shared expert.
+        routed = moe.top_k * tokens * (4.0 * h + mlp_per_width * moe.expert_ffn_hidden_size)
+        mlp = routed + mlp_per_width * tokens * moe.shared_expert_ffn_hidden_size
+    else:
+        mlp = mlp_per_width * tokens * model.ffn_hidden_size
+    split = attention + mlp
+    if attention_scores_stored:
+        # softmax output (2), dropout mask (1), dropout output (2) per score: 5*a*s*s*b.
+        split = split + 5.0 * model.n_heads * tokens * np.asarray(seq_len, dtype=np.float64)
+    return replicated / sp_div + split / tp
+
+
+def op_selective_bytes_per_layer(model: ModelSpec, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray,
+                                 moe_layer: bool) -> np.ndarray:
+    """Bytes one layer keeps under PyTorch's op-level selective checkpointing (flash attention).
+
+    torchtitan's policy (``_save_list`` in its parallelize_llama.py) keeps the layer input,
+    the attention kernel's output and every second matmul output, and recomputes the rest:
+    we count the input, the attention output and half of the weight GEMMs' outputs.
+    """
+    h = float(model.hidden_size)
+    tokens = np.asarray(tokens, dtype=np.float64)
+    tp = np.asarray(tp, dtype=np.float64)
+    sp_div = np.where(np.asarray(sp, dtype=bool), tp, 1.0)
+    if moe_layer and model.moe:
+        moe = model.moe
+        ffn_out = moe.top_k * (model.mlp_matrices - 1) * moe.expert_ffn_hidden_size
+        ffn_out += (model.mlp_matrices - 1) * moe.shared_expert_ffn_hidden_size
+    else:
+        ffn_out = (model.mlp_matrices - 1) * model.ffn_hidden_size
+    matmul_outputs = (model.q_width + 2 * model.kv_width) + h + ffn_out + h
+    return 2.0 * tokens * h / sp_div + 2.0 * tokens * (model.q_width + 0.5 * matmul_outputs) / tp
+
+
+def korthikanti_activation_bytes(s: float, b: float, h: float, a: float, t: float, sp: bool, recompute: str) -> float:
+    """Korthikanti et al. 2022, Table 2: activation bytes per layer for a GPT layer (reference formula)."""
+    if recompute == "full":
+        return 2.0 * s * b * h / (t if sp else 1.0)
+    attention_scores = 0.0 if recompute == "selective" else 5.0 * a * s / h
+    if t == 1:
+        return s * b * h * (34.0 + attention_scores)
+    if sp:
+        return s * b * h / t * (34.0 + attention_scores)
+    return s * b * h * (10.0 + 24.0 / t + attention_scores / t)
+
+
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "zero3_buffers", "workspace")
+
+
+def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_kernel: str = "flash",
+                 pipeline_runtime: str = "megatron") -> dict[str, np.ndarray]:
+    """Peak bytes per GPU by part, on the fuller of the first and last pipeline stages.
+
+    The first stage holds the most micro-batches in flight under 1F1B (``min(m, p)``,
+    times ``1 + (p-1)/(p*v)`` when interleaved, Korthikanti et al. 2022 §4.2.3) and the
+    input embedding; the last stage holds one micro-batch, the output layer and the logits.
+    ``pipeline_runtime``: ``megatron`` (Megatron-LM, NeMo, DeepSpeed: a micro-batch's output and
+    buffers are freed after its backward) or ``torch`` (torch.distributed.pipelining as torchtitan
+    used it in 2024: the last stage keeps every micro-batch's fp32 logits until the step ends, and
+    each stage pre-allocates receive buffers for every micro-batch; ``PIPELINE_OUTPUT_BYTES``).
+    """
+    from .step_time import FULL  # local import: step_time imports nothing from here
+
+    recompute_full = np.asarray(plans.recompute) == FULL
+    zero = np.asarray(plans.zero)
+    offload = np.asarray(plans.offload) == 1
+    layers = geo.layers_per_stage
+
+    from .step_time import FP8, SELECTIVE
+
+    # Unfused attention stores the score matrices unless selective recomputation drops them.
+    scores = (attention_kernel == "unfused") & (np.asarray(plans.recompute) != SELECTIVE)
+
+    fp8 = np.asarray(plans.precision) == FP8
+    selective = np.asarray(plans.recompute) == SELECTIVE
+
+    def per_layer(moe_layer: bool) -> np.ndarray:
+        plain = activation_bytes_per_layer(model, geo.tokens, workload.seq_len, geo.tp, geo.sp, moe_layer, fp8=fp8)
+        if attention_kernel != "unfused":
+            # Flash attention: `selective` is PyTorch's op-level policy (see step_time).
+            sac = op_selective_bytes_per_layer(model, geo.tokens, geo.tp, geo.sp, moe_layer)
+            return np.where(selective, sac, plain)
+        stored = activation_bytes_per_layer(model, geo.tokens, workload.seq_len, geo.tp, geo.sp, moe_layer,
+                                            attention_scores_stored=True, fp8=fp8)
+        return np.where(scores, stored, plain)
+
+    full_layer = (1.0 - geo.moe_fraction) * per_layer(False) if geo.moe_fraction < 1 else 0.0
+    if geo.moe_fraction > 0:
+        full_layer = full_layer + geo.moe_fraction * per_layer(True)
+    layer_input = 2.0 * geo.tokens * model.hidden_size / np.where(geo.sp, geo.tp, 1.0)
+    # Full recomputation keeps each layer's input, and one layer's activations while it is recomputed.
+    kept_per_layer = np.where(recompute_full, layer_input, full_layer)
+    working_set = np.where(recompute_full, full_layer, 0.0)
+
+    p, m, v = geo.pp, geo.microbatches, geo.vp
+    in_flight = np.minimum(m, p) * np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
+    first_acts = layers * kept_per_layer * in_flight + working_set
+    last_acts = layers * kept_per_layer + working_set
+    logits = LOGITS_BYTES * geo.tokens * model.vocab_size / geo.tp
+    torch_pipeline = (pipeline_runtime == "torch") & (p > 1)
+    # Outputs kept for the whole step (the current micro-batch's included) on the last stage.
+    kept_outputs = np.where(torch_pipeline, PIPELINE_OUTPUT_BYTES * m * geo.tokens * model.vocab_size / geo.tp, 0.0)
+    # Receive buffers, one per micro-batch and direction at each of the rank's v stage boundaries
+    # (the first rank receives no activations, the last no gradients, for their outer stage).
+    boundary = 2.0 * geo.tokens * model.hidden_size / np.where(geo.sp, geo.tp, 1.0)
+    recv_buffers = np.where(torch_pipeline, (2.0 * v - 1.0) * m * boundary, 0.0)
+    first_acts = first_acts + recv_buffers
+    last_acts = last_acts + recv_buffers
+    last_logits = logits + kept_outputs
+
+    dense_layers = layers * geo.dense_params_per_layer
+    expert_layers = layers * geo.expert_params_per_layer
+    single_stage = p == 1
+
+    def states(extra_params):
+        dense = model_state_bytes(dense_layers + extra_params, geo.dense_shard, zero, offload)
+        expert = model_state_bytes(expert_layers, geo.expert_shard, zero, offload)
+        return {k: dense[k] + expert[k] for k in dense}
+
+    first = states(geo.embedding_params + np.where(single_stage, geo.output_params, 0.0))
+    last = states(geo.output_params + np.where(single_stage, geo.embedding_params, 0.0))
+    # ZeRO-2 with several micro-batches accumulates the gradients unsharded (in fp32,
+    # ACCUMULATED_GRAD_BYTES) until the step's reduce-scatter (FSDP2 under torch.distributed.pipelining, FSDP no_sync).
+    # (Allocated during the step, so the allocator's overhead applies to them: below.)
+    frag = 1.0 + efficiency.fragmentation
+    # Over a single rank nothing is sharded (FSDP falls back to NO_SHARD, a distributed
+    # optimizer over one rank is DDP), so neither buffer exists.
+    sharded_dense = geo.dense_shard > 1
+    sharded_expert = geo.expert_shard > 1
+    accumulate = (zero == 2) & (geo.microbatches > 1)
+    for st, extra in ((first, geo.embedding_params), (last, geo.output_params)):
+        unsharded = ACCUMULATED_GRAD_BYTES * (np.where(sharded_dense, dense_layers + extra, 0.0) + np.where(sharded_expert, expert_layers, 0.0))
+        # The fp32 accumulation buffer holds the gradients until the step's reduce-scatter, whose
+        # sharded output replaces it unit by unit: it stands in for the sharded gradients (a
+        # persistent per-parameter allocation like them, so no allocator overhead).
+        st["gradients"] = np.where(accumulate & (unsharded > 0), unsharded, st["gradients"])
+    # ZeRO-3 materialises the current and the prefetched unit's full bf16 weights and
+    # gradients: two layers, or the embedding / output layer if that is larger.
+    unit = np.maximum(2.0 * (np.where(sharded_dense, geo.dense_params_per_layer, 0.0)
+                             + np.where(sharded_expert, geo.expert_params_per_layer, 0.0)),
+                      np.where(sharded_dense, np.maximum(geo.embedding_params, geo.output_params), 0.0))
+    zero3_buffers = np.where(zero >= 3, frag * 4.0 * unit, 0.0)
+    first_total = sum(first.values()) + frag * first_acts + np.where(single_stage, frag * logits, 0.0)
+    last_total = sum(last.values()) + frag * (last_acts + last_logits)
+    use_first = first_total >= last_total
+    pick = lambda a, b: np.where(use_first, a, b)  # noqa: E731
+    return {
+        "weights": pick(first["weights"], last["weights"]),
+        "gradients": pick(first["gradients"], last["gradients"]),
+        "optimizer": pick(first["optimizer"], last["optimizer"]),
+        "activations": frag * pick(first_acts, last_acts),
+        "logits": frag * pick(np.where(single_stage, logits, 0.0), last_logits),
+        "zero3_buffers": zero3_buffers,
+        "workspace": np.full_like(first_total, efficiency.workspace_gib * GIB),
+    }

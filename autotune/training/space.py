@@ -1,0 +1,263 @@
+"""The search space: axes and their choices, and the validity rules every plan must pass.
+
+Validity rules say whether a plan can run at all (the product of the degrees
+equals the GPU count, heads divide by tp, ...).  They are explicit, tested, and
+each has a reason that ``autotune search`` counts.  Whether a valid plan *fits*
+in memory is the cost model's business, not a rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..inputs import loading
+from ..errors import InputError, check_keys
+from ..inputs.hardware import Cluster
+from ..inputs.modelspec import ModelSpec
+from .plan import CATEGORIES, PLAN_KEYS, PlanBatch, parse_plan_fields
+from ..inputs.resources import bundled_dir
+from ..inputs.workload import TrainWorkload
+
+# Reason codes, in the order rules are checked; 0 means valid.
+REASONS: tuple[str, ...] = (
+    "valid",
+    "tp*pp*cp does not divide the GPU count",
+    "heads not divisible by tp",
+    "KV heads not divisible by tp (KV heads are not replicated in training)",
+    "tp spans more than one node",
+    "pipeline stages exceed layers",
+    "layers not divisible by pp*vp",
+    "vp > 1 without pipeline parallelism",
+    "sequence parallelism without tp > 1",
+    "sequence not divisible by 2*cp (load-balanced causal ring attention)",
+    "experts not divisible by ep",
+    "ep does not divide dp*cp",
+    "ep > 1 on a dense model",
+    "global batch not divisible by dp*micro-batch",
+    "precision not supported by the GPU",
+    "optimizer offload needs zero >= 1",
+    "sp=false with tp > 1 (space rule sp_with_tp)",
+    "not expressible in the --emit format(s)",
+)
+NOT_EXPRESSIBLE = len(REASONS) - 1
+VALID = 0
+
+
+@dataclass(frozen=True)
+class Rules:
+    tp_within_node: bool = True
+    uneven_pipeline: bool = True
+    sp_with_tp: bool = True
+
+
+PERMISSIVE_RULES = Rules(tp_within_node=False, uneven_pipeline=True, sp_with_tp=False)
+
+
+@dataclass(frozen=True)
+class Space:
+    """Axes (each a tuple of choices, or ``"auto"``) and rules."""
+
+    name: str
+    axes: Mapping[str, Any]
+    rules: Rules = field(default_factory=Rules)
+    source: str = ""
+
+    def fixed(self, fixes: Mapping[str, Any]) -> "Space":
+        """The space narrowed to single values (``--fix tp=8``)."""
+        axes = dict(self.axes)
+        for key, value in fixes.items():
+            axes[key] = (value,)
+        return replace(self, axes=axes)
+
+
+_RULE_KEYS = frozenset(f for f in Rules.__dataclass_fields__)
+
+
+def space_from_mapping(data: dict, *, source: str) -> Space:
+    check_keys(data, frozenset({"name", "axes", "rules", "description"}), source=source)
+    axes_raw = data.get("axes")
+    if not isinstance(axes_raw, dict):
+        raise InputError("must map each plan key to a list of choices (or auto)", source=source, field="axes")
+    check_keys(axes_raw, frozenset(PLAN_KEYS), source=source, section="axes")
+    axes: dict[str, Any] = {}
+    for key in PLAN_KEYS:
+        raw = axes_raw.get(key)
+        if raw is None:
+            raise InputError(f"is missing; give a list of choices, e.g. {key}: [1, 2]", source=source, field=f"axes.{key}")
+        if raw == "auto":
+            if key not in ("pp", "ep"):
+                raise InputError("only pp and ep accept auto", source=source, field=f"axes.{key}")
+            axes[key] = "auto"
+            continue
+        if not isinstance(raw, list) or not raw:
+            raise InputError(f"must be a non-empty list, but got {raw!r}", source=source, field=f"axes.{key}")
+        text = ",".join(f"{key}={str(v).lower() if isinstance(v, bool) else v}" for v in raw)
+        try:
+            values = [v for _, v in _fields_in_order(text, key)]
+        except ValueError as exc:
+            raise InputError(str(exc), source=source, field=f"axes.{key}") from None
+        axes[key] = tuple(dict.fromkeys(values))
+    rules_raw = data.get("rules") or {}
+    if not isinstance(rules_raw, dict):
+        raise InputError("must be a mapping of rule names to true/false", source=source, field="rules")
+    check_keys(rules_raw, _RULE_KEYS, source=source, section="rules")
+    rules = Rules(**{k: loading.boolean(rules_raw, k, source=source, section="rules") for k in rules_raw})
+    return Space(name=loading.text(data, "name", source=source, default=Path(source).stem), axes=axes, rules=rules,
+                 source=source)
+
+
+def _fields_in_order(text: str, key: str) -> list[tuple[str, Any]]:
+    # parse_plan_fields rejects repeated keys, so parse each choice on its own.
+    return [(key, parse_plan_fields(part)[key]) for part in text.split(",")]
+
+
+def load_space(path: str | None) -> Space:
+    if path is None:
+        default = bundled_dir("search_spaces") / "train.yaml"
+        return space_from_mapping(loading.read_mapping(default), source="search_spaces/train.yaml")
+    return space_from_mapping(loading.read_mapping(Path(path)), source=path)
+
+
+def _powers_of_two_upto(limit: int) -> list[int]:
+    return [2**i for i in range(int(np.log2(max(limit, 1))) + 1)]
+
+
+def axis_choices(space: Space, model: ModelSpec, cluster: Cluster, workload: TrainWorkload) -> dict[str, tuple]:
+    """Concrete choices per axis for this model and cluster.
+
+    Choices that can never be valid on their own (fp8 on a GPU without it, ep > 1
+    on a dense model, tp beyond a node) are dropped here, so the Optuna
+    categoricals are the same in every trial of a study.
+    """
+    n = cluster.n_gpus
+    choices: dict[str, tuple] = {}
+    for key in PLAN_KEYS:
+        axis = space.axes[key]
+        if axis == "auto" and key == "pp":
+            values = sorted(set(_powers_of_two_upto(model.n_layers)) | {d for d in range(1, model.n_layers + 1) if model.n_layers % d == 0})
+            values = [v for v in values if v <= n and n % v == 0]
+        elif axis == "auto" and key == "ep":
+            experts = model.moe.n_experts if model.moe else 1
+            values = [d for d in range(1, experts + 1) if experts % d == 0 and d <= n]
+        else:
+            values = list(axis)
+        if key == "precision":
+            supported = [v for v in values if cluster.hardware.supports(v)]
+            values = supported or values  # all unsupported: keep, so the rejection names the reason
+        if key == "ep" and not model.moe:
+            values = [v for v in values if v == 1] or values
+        if key == "tp" and space.rules.tp_within_node:
+            values = [v for v in values if v <= cluster.gpus_per_node] or values
+        choices[key] = tuple(values)
+    return choices
+
+
+def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: PlanBatch, rules: Rules,
+            layout_only: bool) -> dict[int, np.ndarray]:
+    n = cluster.n_gpus
+    tp, pp, cp, ep, vp = plans.tp, plans.pp, plans.cp, plans.ep, plans.vp
+    none = np.zeros(len(tp), dtype=bool)
+    model_parallel = tp * pp * cp
+    dp = np.where(n % model_parallel == 0, n // model_parallel, 0)
+    experts = model.moe.n_experts if model.moe else 1
+    checks = {
+        1: n % model_parallel != 0,
+        2: model.n_heads % tp != 0,
+        3: model.n_kv_heads % tp != 0,
+        4: (tp > cluster.gpus_per_node) if rules.tp_within_node else none,
+        5: pp * vp > model.n_layers,
+        6: none if rules.uneven_pipeline else model.n_layers % (pp * vp) != 0,
+        7: (vp > 1) & (pp == 1),
+        8: plans.sp & (tp == 1),
+        9: (cp > 1) & (workload.seq_len % (2 * cp) != 0),
+        10: (model.moe is not None) & (experts % ep != 0),
+        11: (model.moe is not None) & ((dp * cp) % ep != 0),
+        12: (ep > 1) & (model.moe is None),
+        16: (~plans.sp & (tp > 1)) if rules.sp_with_tp else none,
+    }
+    if not layout_only:
+        supported = [CATEGORIES["precision"].index(p) for p in cluster.hardware.peak_tflops if p in CATEGORIES["precision"]]
+        checks[13] = (dp == 0) | (workload.global_batch % np.maximum(dp * plans.mbs, 1) != 0)
+        checks[14] = ~np.isin(plans.precision, supported)
+        checks[15] = (plans.offload == 1) & (plans.zero == 0)
+    return checks
+
+
+def rejection_reasons(
+    model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: PlanBatch, rules: Rules,
+    *, layout_only: bool = False,
+) -> np.ndarray:
+    """Reason code per plan (index into :data:`REASONS`); 0 for a valid plan.
+
+    The first failing rule in :data:`REASONS` order is reported.  ``layout_only``
+    checks only the rules on tp, pp, vp, cp, ep and sp.
+    """
+    checks = _checks(model, cluster, workload, plans, rules, layout_only)
+    reasons = np.zeros(len(plans), dtype=np.int16)
+    for code in sorted(checks, reverse=True):  # the first failing rule wins
+        reasons[np.asarray(checks[code], dtype=bool)] = code
+    return reasons
+
+
+LAYOUT_KEYS = ("tp", "pp", "vp", "cp", "ep", "sp")
+SETTING_KEYS = ("zero", "mbs", "recompute", "precision", "offload")
+
+
+def _product(columns: Mapping[str, tuple]) -> dict[str, np.ndarray]:
+    keys = list(columns)
+    grids = np.meshgrid(*[np.arange(len(columns[k])) for k in keys], indexing="ij")
+    out = {}
+    for key, grid in zip(keys, grids):
+        values = columns[key]
+        if key in CATEGORIES:
+            values = [CATEGORIES[key].index(v) for v in values]
+        out[key] = np.asarray(values)[grid.ravel()]
+    return out
+
+
+@dataclass(frozen=True)
+class Enumeration:
+    """Every valid plan of a space, and how many candidates each rule rejected."""
+
+    plans: PlanBatch
+    space_size: int
+    rejected: Mapping[str, int]
+
+
+def space_size(choices: Mapping[str, tuple]) -> int:
+    return int(np.prod([len(v) for v in choices.values()], dtype=np.float64))
+
+
+def enumerate_valid(
+    model: ModelSpec, cluster: Cluster, workload: TrainWorkload, choices: Mapping[str, tuple], rules: Rules
+) -> Enumeration:
+    """All valid plans: the layout axes first (few), then their product with the settings."""
+    layout = _product({k: choices[k] for k in LAYOUT_KEYS})
+    settings = _product({k: choices[k] for k in SETTING_KEYS})
+    n_layout, n_settings = len(layout["tp"]), len(settings["zero"])
+    # Screen layouts with the first settings row, so layout-level rules are counted once per layout.
+    probe = PlanBatch.from_columns(
+        cluster.n_gpus, {**layout, **{k: np.repeat(settings[k][:1], n_layout) for k in SETTING_KEYS}}
+    )
+    layout_reasons = rejection_reasons(model, cluster, workload, probe, rules, layout_only=True)
+    counts: dict[str, int] = {}
+    for code, count in zip(*np.unique(layout_reasons[layout_reasons > 0], return_counts=True)):
+        counts[REASONS[code]] = counts.get(REASONS[code], 0) + int(count) * n_settings
+    keep = np.flatnonzero(layout_reasons == 0)
+    columns = {k: np.repeat(layout[k][keep], n_settings) for k in LAYOUT_KEYS}
+    columns.update({k: np.tile(settings[k], len(keep)) for k in SETTING_KEYS})
+    batch = PlanBatch.from_columns(cluster.n_gpus, columns)
+    reasons = rejection_reasons(model, cluster, workload, batch, rules)
+    for code, count in zip(*np.unique(reasons[reasons > 0], return_counts=True)):
+        counts[REASONS[code]] = counts.get(REASONS[code], 0) + int(count)
+    return Enumeration(plans=batch.take(np.flatnonzero(reasons == 0)), space_size=n_layout * n_settings, rejected=counts)
+
+
+__all__ = [
+    "REASONS", "Rules", "PERMISSIVE_RULES", "Space", "load_space", "space_from_mapping", "axis_choices",
+    "rejection_reasons", "enumerate_valid", "Enumeration", "space_size", "LAYOUT_KEYS", "SETTING_KEYS",
+]
