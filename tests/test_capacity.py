@@ -8,23 +8,24 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.search import capacity as cap
-from autotune.cli.app import app
+from autotune.cli import app
 from autotune.errors import InputError
+from autotune.inputs.request import parse_gpus
 
 runner = CliRunner()
 SMALL = ["-m", "llama3-8b", "-s", "4096", "-b", "64", "--tokens", "1e11"]
 
 
 def test_parse_gpus_keeps_plain_counts():
-    assert cap.parse_gpus("64") == (64, None)
-    assert cap.parse_gpus(None) == (None, None)
-    assert cap.parse_gpus("64..4096") == (None, (64, 4096))
+    assert parse_gpus("64") == (64, None)
+    assert parse_gpus(None) == (None, None)
+    assert parse_gpus("64..4096") == (None, (64, 4096))
 
 
 @pytest.mark.parametrize("text", ["abc", "64..", "4096..64", "0..8", "8...16"])
 def test_parse_gpus_rejects_bad_ranges(text):
     with pytest.raises(InputError, match="--gpus"):
-        cap.parse_gpus(text)
+        parse_gpus(text)
 
 
 def test_gpu_counts_whole_nodes_powers_of_two_and_ends():

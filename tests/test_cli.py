@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from autotune.cli.app import app
+from autotune.cli import app
 from autotune.inputs.hardware import hardware_names
 from autotune.inputs.modelspec import model_names
 from autotune.training.plan import PLAN_KEYS

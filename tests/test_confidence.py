@@ -77,7 +77,7 @@ def test_bundled_table_covers_the_validated_gpus():
 def test_predict_json_and_text_carry_the_confidence():
     from typer.testing import CliRunner
 
-    from autotune.cli.app import app
+    from autotune.cli import app
 
     args = ["predict", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "16", "-s", "8192", "-b", "64",
             "--plan", "tp=2,cp=2,zero=1,mbs=1,recompute=full"]

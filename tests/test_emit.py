@@ -193,7 +193,7 @@ def test_every_expressible_plan_renders_consistently(setup, pick):
 @pytest.mark.parametrize("index", range(len(SETUPS)))
 @pytest.mark.parametrize("fmt", list(FRAMEWORKS) + ["slurm"])
 def test_search_mask_agrees_with_can_express(index, fmt):
-    from autotune.cli.emit import expressible_mask
+    from autotune.outputs.emit.formats import expressible_mask
 
     model, _, _, plans = enumerated(index)
     sample = plans.take(np.arange(0, len(plans), max(1, len(plans) // 300)))
@@ -360,12 +360,8 @@ def test_scripts_run_with_stub_launchers(tmp_path, case, fmt):
 
 @pytest.fixture(scope="module")
 def cli_app():
-    from autotune.cli.app import app
-    from autotune.cli.emit import register
+    from autotune.cli import app
 
-    names = {command.name or command.callback.__name__ for command in app.registered_commands}
-    if "emit" not in names:
-        register(app)
     return app
 
 
@@ -458,7 +454,7 @@ def test_cli_plans_json_inputs_cannot_be_overridden(cli_app, searched):
 # --- the search hooks -----------------------------------------------------------------------
 
 def test_parse_formats_pairs_slurm_with_a_framework():
-    from autotune.cli.emit import parse_formats
+    from autotune.outputs.emit.formats import parse_formats
 
     assert parse_formats("megatron,slurm") == ["megatron", "slurm:megatron"]
     assert parse_formats("torchtitan,slurm") == ["torchtitan", "slurm:torchtitan"]
@@ -468,24 +464,24 @@ def test_parse_formats_pairs_slurm_with_a_framework():
         parse_formats("megatron,nope")
 
 
-def test_emit_for_search_writes_the_winner(tmp_path):
-    from autotune.cli.emit import emit_for_search
+def test_search_winner_renders_and_writes_its_configs(tmp_path):
+    from autotune.outputs.emit.formats import render_formats, search_context
+    from autotune.outputs.files import write_files
 
     context = context_for("mixtral")
     cluster = Cluster(load_hardware(context.hardware), context.n_gpus, context.gpus_per_node)
     workload = TrainWorkload(seq_len=context.seq_len, global_batch=context.global_batch)
-    written = emit_for_search(["deepspeed", "slurm"], context.plan, context.model, cluster, workload,
-                              context.estimate, tmp_path, False)
+    files = render_formats(["deepspeed", "slurm"], search_context(context.plan, context.model, cluster, workload,
+                                                                  context.estimate))
+    written = write_files(tmp_path, files, False)
     assert sorted(p.name for p in written) == ["deepspeed_launch.sh", "ds_config.json", "launch.sbatch"]
     assert "DEEPSPEED_ARGS" in (tmp_path / "launch.sbatch").read_text()
     with pytest.raises(InputError, match="would overwrite"):
-        emit_for_search(["deepspeed"], context.plan, context.model, cluster, workload, None, tmp_path, False)
-    with pytest.raises(InputError, match="--out"):
-        emit_for_search(["deepspeed"], context.plan, context.model, cluster, workload, None, None, False)
+        write_files(tmp_path, files, False)
 
 
 def test_check_formats_refuses_a_model_no_plan_of_which_fits_the_format():
-    from autotune.cli.emit import check_formats
+    from autotune.outputs.emit.formats import check_formats
 
     check_formats(["megatron", "slurm", "deepspeed"], load_model("gpt3-175b"))
     with pytest.raises(InputError, match=r"field '--emit': torchtitan cannot express any plan here: model gpt3-175b"):
@@ -495,7 +491,7 @@ def test_check_formats_refuses_a_model_no_plan_of_which_fits_the_format():
 
 
 def test_expressible_mask_restricts_a_batch():
-    from autotune.cli.emit import expressible_mask
+    from autotune.outputs.emit.formats import expressible_mask
 
     model = load_model("llama3-70b")
     plans = PlanBatch.from_plans([parse_plan(text, 128) for text in

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from autotune.cli.app import app
+from autotune.cli import app
 from autotune.outputs.explain import explain
 from autotune.inputs.request import training_inputs
 from autotune.training.plan import parse_plan

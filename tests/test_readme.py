@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from autotune.cli.app import app
+from autotune.cli import app
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

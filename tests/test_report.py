@@ -8,7 +8,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from autotune.cli.app import app
+from autotune.cli import app
 from autotune.outputs.report.data import best_so_far
 from autotune.outputs.report.figures import pareto_front
 

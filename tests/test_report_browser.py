@@ -16,7 +16,7 @@ import subprocess
 import pytest
 from typer.testing import CliRunner
 
-from autotune.cli.app import app
+from autotune.cli import app
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 # CI installs Chromium and sets AUTOTUNE_REQUIRE_BROWSER=1, so there a missing browser fails the test.

@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from autotune.cli.app import app
+from autotune.cli import app
 from autotune.serving.estimate import GIB, ServingParams, decode_weight_bytes_per_step, estimate_serving, kv_bytes_per_token, max_batch_fit
 from autotune.errors import InputError
 from autotune.inputs.hardware import Cluster, load_hardware
 from autotune.inputs.modelspec import load_model
-from autotune.serving.plan import ServePlan, ServePlanBatch, ServeWorkload, parse_serve_plan
+from autotune.inputs.workload import ServeWorkload
+from autotune.serving.plan import ServePlan, ServePlanBatch, parse_serve_plan
 from autotune.search.serving import capacity_search, serve_search
 from autotune.serving.space import load_serve_space
 
@@ -213,7 +213,7 @@ def test_golden_launch_commands():
 
 
 def test_emit_quotes_model_path_and_reads_search_output(tmp_path):
-    from autotune.cli.serve import serving_files
+    from autotune.outputs.emit.formats import serving_files
 
     plan = ServePlan(n_gpus=1, weights="bf16")
     files = serving_files("vllm", plan, load_model("llama3-8b"), "h100-sxm5-80gb", 1024, model_path="my model; rm -rf /")

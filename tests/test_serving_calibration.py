@@ -11,7 +11,8 @@ from autotune.inputs.hardware import Cluster, load_hardware
 from autotune.inputs.modelspec import ModelSpec
 from autotune.serving import calibrated
 from autotune.serving.calibrated import engine_max_batch, engine_properties, params_for, params_for_gpu
-from autotune.serving.plan import ServePlan, ServePlanBatch, ServeWorkload
+from autotune.inputs.workload import ServeWorkload
+from autotune.serving.plan import ServePlan, ServePlanBatch
 from autotune.serving.runs import engine_key
 
 MISTRAL = ModelSpec(name="mistral-like", n_layers=32, hidden_size=4096, ffn_hidden_size=14336, n_heads=32, n_kv_heads=8,

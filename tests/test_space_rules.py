@@ -14,7 +14,7 @@ from autotune.errors import InputError
 from autotune.inputs.hardware import Cluster, load_hardware
 from autotune.inputs.modelspec import ModelSpec, load_model
 from autotune.training.plan import PLAN_DEFAULTS, PLAN_KEYS, PlanBatch
-from autotune.training.space import PERMISSIVE_RULES, REASONS, Rules, axis_choices, enumerate_valid, load_space, rejection_reasons, space_from_mapping
+from autotune.training.space import PERMISSIVE_RULES, REASONS, Rules, axis_choices, enumerate_valid, load_space, rejection_reasons
 from autotune.inputs.workload import TrainWorkload
 
 H100 = load_hardware("h100-sxm5-80gb")

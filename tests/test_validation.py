@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.training.calibration import apply_calibration, calibration_from_mapping, fit, load_calibration
+from autotune.inputs.calibration import apply_calibration, calibration_from_mapping, load_calibration
+from autotune.training.calibration import fit
 from autotune.errors import InputError
 from autotune.inputs.hardware import load_hardware
 from autotune.training.runs import POWER_LIMITED, MeasuredRun, SkippedRow, infer_attention_kernel, publication_year, read_runs

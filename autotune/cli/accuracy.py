@@ -1,7 +1,8 @@
 """``autotune validate`` and ``autotune calibrate``: the cost model against measured runs."""
 
+from __future__ import annotations
 
-import json
+import csv
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,118 +10,161 @@ import typer
 from rich.table import Table
 
 from ..errors import InputError
+from ..inputs.calibration import load_calibration
+from ..inputs.hardware import load_hardware
+from ..serving.runs import is_serving_schema
+from ..serving.validation import validate_serving_csv
+from ..training.calibration import fit
+from ..training.runs import read_runs
+from ..training.validation import validate_runs
+from .app import JsonOut, app, print_json, stderr, stdout, user_errors
 
 
-def _loader():
-    from ..inputs.hardware import load_hardware
+def _columns(path: Path) -> list[str]:
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            return next(csv.reader(handle), [])
+    except FileNotFoundError:
+        raise InputError("file not found; check the path", source=str(path)) from None
 
-    return load_hardware
 
-
-def register(app: typer.Typer) -> None:
-    from .app import JsonOut, stderr, stdout, user_errors
-
-    @app.command(
-        epilog=(
-            "**Examples**\n\n"
-            "    autotune validate autotune/data/training_runs.csv\n\n"
-            "    autotune validate my_runs.csv --calibration calib.yaml --json\n\n"
-            "The CSV columns are those of training_runs.csv (docs/validation.md); optional ones may be left out. "
-            "A setting a row leaves empty is evaluated over its possible values and the range is shown."
-        )
+@app.command(
+    epilog=(
+        "**Examples**\n\n"
+        "    autotune validate autotune/data/training_runs.csv\n\n"
+        "    autotune validate my_runs.csv --calibration calib.yaml --json\n\n"
+        "    autotune validate autotune/data/serving_runs.csv\n\n"
+        "The CSV columns are those of training_runs.csv (docs/validation.md) or of serving_runs.csv "
+        "(docs/serving.md); the schema is detected from the columns. Optional columns may be left out. "
+        "A setting a row leaves empty is evaluated over its possible values and the range is shown."
     )
-    def validate(
-        runs_csv: Annotated[Path, typer.Argument(help="CSV of measured runs (schema: docs/validation.md).")],
-        calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration overlay YAML.")] = None,
-        json_out: JsonOut = False,
-        worst: Annotated[int, typer.Option("--worst", help="Rows to show in the table, worst first (0: all).")] = 25,
-    ) -> None:
-        """Predict every measured run with its own layout and report the error, per row and per source group."""
-        from ..training.calibration import load_calibration
-        from ..training.runs import read_runs
-        from ..training.validation import validate_runs
+)
+def validate(
+    runs_csv: Annotated[Path, typer.Argument(help="CSV of measured runs (schema: docs/validation.md).")],
+    calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration overlay YAML.")] = None,
+    json_out: JsonOut = False,
+    worst: Annotated[int, typer.Option("--worst", help="Rows to show in the table, worst first (0: all).")] = 25,
+) -> None:
+    """Predict every measured run with its own layout and report the error, per row and per source group."""
+    with user_errors():
+        if is_serving_schema(_columns(runs_csv)):  # serving_runs.csv schema
+            _validate_serving(runs_csv, json_out=json_out, worst=worst)
+            return
+        runs = read_runs(runs_csv)
+        overlay = load_calibration(calibration) if calibration else None
+        report = validate_runs(runs, load_hardware, overlay)
+        if not report.rows:
+            reasons = "; ".join(f"{s.id}: {s.reason}" for s in report.skipped[:3])
+            raise InputError(f"no usable rows to compare ({len(report.skipped)} skipped: {reasons})",
+                             source=str(runs_csv))
+        if json_out:
+            print_json(report.to_json())
+            return
+        rows = sorted(report.rows, key=lambda r: -abs(r.error_pct))
+        table = Table(title=f"{len(report.rows)} runs, worst first", header_style="bold")
+        for col in ("id", "source group", "measured tok/s/GPU", "predicted", "error", "range over unknowns",
+                    "mem meas/pred GiB"):
+            table.add_column(col, justify="left" if col in ("id", "source group") else "right")
+        for r in rows[: worst or None]:
+            lo, hi = r.predicted_range_tokens_per_s_per_gpu
+            rng = "-" if not r.unknown_fields else f"{lo:,.0f}-{hi:,.0f} ({','.join(r.unknown_fields)})"
+            mem = "-" if r.measured_memory_gib_per_gpu is None else f"{r.measured_memory_gib_per_gpu:.1f}/{r.predicted_memory_gib_per_gpu:.1f}"
+            table.add_row(r.id, r.source_group, f"{r.measured_tokens_per_s_per_gpu:,.1f}",
+                          f"{r.predicted_tokens_per_s_per_gpu:,.1f}", f"{r.error_pct:+.1f}%", rng, mem)
+        stdout.print(table)
+        groups = Table(title="Error by source group", header_style="bold")
+        for col in ("source group", "rows", "MAPE"):
+            groups.add_column(col, justify="left" if col == "source group" else "right")
+        for name, summary in sorted(report.by_source_group.items(), key=lambda kv: -kv[1].mape_pct):
+            groups.add_row(name, str(summary.n), f"{summary.mape_pct:.1f}%")
+        stdout.print(groups)
+        memory = "" if report.memory_mape_pct is None else f"; memory MAPE {report.memory_mape_pct:.1f}%"
+        stdout.print(f"[bold]Throughput MAPE {report.mape_pct:.1f}%[/] over {len(report.rows)} rows{memory}; "
+                     f"{len(report.skipped)} rows skipped. Point prediction: {report.point_prediction}.",
+                     highlight=False, soft_wrap=True)
+        for skipped in report.skipped:
+            stderr.print(f"[dim]skipped {skipped.id}: {skipped.reason}[/]", highlight=False, soft_wrap=True)
 
-        with user_errors():
-            from . import serve as cli_serve
-            from ..serving.runs import is_serving_schema
 
-            if is_serving_schema(cli_serve.csv_columns(runs_csv)):  # serving_runs.csv schema
-                cli_serve.validate_serving_csv(runs_csv, json_out=json_out, worst=worst, stdout=stdout, stderr=stderr)
-                return
-            runs = read_runs(runs_csv)
-            overlay = load_calibration(calibration) if calibration else None
-            report = validate_runs(runs, _loader(), overlay)
-            if not report.rows:
-                reasons = "; ".join(f"{s.id}: {s.reason}" for s in report.skipped[:3])
-                raise InputError(f"no usable rows to compare ({len(report.skipped)} skipped: {reasons})",
-                                 source=str(runs_csv))
-            if json_out:
-                print(json.dumps(report.to_json()))
-                return
-            rows = sorted(report.rows, key=lambda r: -abs(r.error_pct))
-            table = Table(title=f"{len(report.rows)} runs, worst first", header_style="bold")
-            for col in ("id", "source group", "measured tok/s/GPU", "predicted", "error", "range over unknowns",
-                        "mem meas/pred GiB"):
-                table.add_column(col, justify="left" if col in ("id", "source group") else "right")
-            for r in rows[: worst or None]:
-                lo, hi = r.predicted_range_tokens_per_s_per_gpu
-                rng = "-" if not r.unknown_fields else f"{lo:,.0f}-{hi:,.0f} ({','.join(r.unknown_fields)})"
-                mem = "-" if r.measured_memory_gib_per_gpu is None else f"{r.measured_memory_gib_per_gpu:.1f}/{r.predicted_memory_gib_per_gpu:.1f}"
-                table.add_row(r.id, r.source_group, f"{r.measured_tokens_per_s_per_gpu:,.1f}",
-                              f"{r.predicted_tokens_per_s_per_gpu:,.1f}", f"{r.error_pct:+.1f}%", rng, mem)
-            stdout.print(table)
-            groups = Table(title="Error by source group", header_style="bold")
-            for col in ("source group", "rows", "MAPE"):
-                groups.add_column(col, justify="left" if col == "source group" else "right")
-            for name, summary in sorted(report.by_source_group.items(), key=lambda kv: -kv[1].mape_pct):
-                groups.add_row(name, str(summary.n), f"{summary.mape_pct:.1f}%")
-            stdout.print(groups)
-            memory = "" if report.memory_mape_pct is None else f"; memory MAPE {report.memory_mape_pct:.1f}%"
-            stdout.print(f"[bold]Throughput MAPE {report.mape_pct:.1f}%[/] over {len(report.rows)} rows{memory}; "
-                         f"{len(report.skipped)} rows skipped. Point prediction: {report.point_prediction}.",
-                         highlight=False, soft_wrap=True)
-            for skipped in report.skipped:
-                stderr.print(f"[dim]skipped {skipped.id}: {skipped.reason}[/]", highlight=False, soft_wrap=True)
-
-    @app.command(
-        epilog=(
-            "**Example**\n\n"
-            "    autotune calibrate my_runs.csv --out calib.yaml\n\n"
-            "    autotune search ... --calibration calib.yaml"
+def _validate_serving(path: Path, *, json_out: bool, worst: int) -> None:
+    report = validate_serving_csv(path)
+    if json_out:
+        print_json(report.to_json())
+        return
+    if not report.rows:
+        raise InputError("no usable serving rows to compare; see the skipped reasons with --json", source=str(path))
+    rows = sorted(report.rows, key=lambda r: -abs(r.error_pct if r.error_pct is not None else (r.ttft_error_pct or 0)))
+    table = Table(title=f"{len(report.rows)} serving runs, worst first", header_style="bold")
+    for col in ("id", "source group", "kind", "measured tok/s/GPU", "predicted", "error", "batch (pred)",
+                "TTFT meas/pred ms", "ITL meas/pred ms"):
+        table.add_column(col, justify="left" if col in ("id", "source group", "kind") else "right")
+    for r in rows[: worst or None]:
+        rng = f" ({r.predicted_range[0]:,.0f}-{r.predicted_range[1]:,.0f}, kv unknown)" if r.predicted_range else ""
+        table.add_row(
+            r.id, r.source_group, r.kind,
+            "-" if r.measured_tokens_per_s_per_gpu is None else f"{r.measured_tokens_per_s_per_gpu:,.1f}",
+            "-" if r.predicted_tokens_per_s_per_gpu is None else f"{r.predicted_tokens_per_s_per_gpu:,.1f}{rng}",
+            "-" if r.error_pct is None else f"{r.error_pct:+.1f}%",
+            "-" if r.predicted_batch is None else f"{r.predicted_batch:,.0f}",
+            "-" if r.measured_ttft_ms is None else f"{r.measured_ttft_ms:,.1f}/{r.predicted_ttft_ms or float('nan'):,.1f}",
+            "-" if r.measured_itl_ms is None else f"{r.measured_itl_ms:,.1f}/{r.predicted_itl_ms or float('nan'):,.1f}",
         )
-    )
-    def calibrate(
-        runs_csv: Annotated[Path, typer.Argument(help="CSV of measured runs (schema: docs/validation.md).")],
-        out: Annotated[Path, typer.Option("--out", help="Where to write the calibration overlay YAML.")],
-        force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out file.")] = False,
-        json_out: JsonOut = False,
-    ) -> None:
-        """Fit the profiles' efficiency parameters to measured runs; report MAPE before, after and held out."""
-        from ..training.calibration import fit
-        from ..training.runs import read_runs
+    stdout.print(table)
+    groups = Table(title="Serving error by source group and kind (MAPE)", header_style="bold")
+    for col in ("source group", "kind", "rows", "tok/s/GPU", "TTFT", "ITL"):
+        groups.add_column(col, justify="left" if col in ("source group", "kind") else "right")
+    keys = sorted(set(report.throughput) | set(report.ttft) | set(report.itl))
+    for key in keys:
+        cells = []
+        for table_ in (report.throughput, report.ttft, report.itl):
+            s = table_.get(key)
+            cells.append("-" if s is None else f"{s.mape_pct:.1f}% ({s.n})")
+        n = max((t[key].n for t in (report.throughput, report.ttft, report.itl) if key in t), default=0)
+        groups.add_row(key[0], key[1], str(n), *cells)
+    stdout.print(groups)
+    stdout.print(f"{len(report.rows)} rows compared, {len(report.skipped)} skipped. Max-throughput rows: the batch is "
+                 "predicted (KV-cache bound), not read. Rows that leave the KV dtype unstated are predicted as the "
+                 "mean over the dtypes the GPU supports (range shown).", highlight=False, soft_wrap=True)
+    for skipped in report.skipped:
+        stderr.print(f"[dim]skipped {skipped.id}: {skipped.reason}[/]", highlight=False, soft_wrap=True)
 
-        with user_errors():
-            if out.exists() and not force:
-                raise InputError("exists; choose another --out or pass --force to overwrite it", source=str(out))
-            runs = read_runs(runs_csv)
-            with stderr.status("fitting (least squares per GPU type, then leave-one-source-group-out)"):
-                result = fit(runs, _loader())
-            result.write(out)
-            if json_out:
-                print(json.dumps(result.to_json()))
-                return
-            table = Table(title="Fitted efficiency parameters", header_style="bold")
-            table.add_column("profile")
-            table.add_column("parameter")
-            table.add_column("before", justify="right")
-            table.add_column("after", justify="right")
-            for profile, values in result.fitted.items():
-                for name, value in values.items():
-                    table.add_row(profile, name, f"{result.start[profile][name]:.4g}", f"{value:.4g}")
-            stdout.print(table)
-            logo = "-" if result.logo_mape_pct is None else f"{result.logo_mape_pct:.1f}%"
-            stdout.print(f"MAPE before {result.before.mape_pct:.1f}%, after {result.after.mape_pct:.1f}% "
-                         f"({result.n_rows} rows); leave-one-source-group-out {logo}.", highlight=False)
-            for group, summary in result.logo.items():
-                stdout.print(f"  held out {group}: {summary.n} rows, MAPE {summary.mape_pct:.1f}%", highlight=False)
-            stdout.print(f"Wrote {out}; apply it with --calibration {out}.", highlight=False)
+
+@app.command(
+    epilog=(
+        "**Example**\n\n"
+        "    autotune calibrate my_runs.csv --out calib.yaml\n\n"
+        "    autotune search ... --calibration calib.yaml"
+    )
+)
+def calibrate(
+    runs_csv: Annotated[Path, typer.Argument(help="CSV of measured runs (schema: docs/validation.md).")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the calibration overlay YAML.")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out file.")] = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Fit the profiles' efficiency parameters to measured runs; report MAPE before, after and held out."""
+    with user_errors():
+        if out.exists() and not force:
+            raise InputError("exists; choose another --out or pass --force to overwrite it", source=str(out))
+        runs = read_runs(runs_csv)
+        with stderr.status("fitting (least squares per GPU type, then leave-one-source-group-out)"):
+            result = fit(runs, load_hardware)
+        result.write(out)
+        if json_out:
+            print_json(result.to_json())
+            return
+        table = Table(title="Fitted efficiency parameters", header_style="bold")
+        table.add_column("profile")
+        table.add_column("parameter")
+        table.add_column("before", justify="right")
+        table.add_column("after", justify="right")
+        for profile, values in result.fitted.items():
+            for name, value in values.items():
+                table.add_row(profile, name, f"{result.start[profile][name]:.4g}", f"{value:.4g}")
+        stdout.print(table)
+        logo = "-" if result.logo_mape_pct is None else f"{result.logo_mape_pct:.1f}%"
+        stdout.print(f"MAPE before {result.before.mape_pct:.1f}%, after {result.after.mape_pct:.1f}% "
+                     f"({result.n_rows} rows); leave-one-source-group-out {logo}.", highlight=False)
+        for group, summary in result.logo.items():
+            stdout.print(f"  held out {group}: {summary.n} rows, MAPE {summary.mape_pct:.1f}%", highlight=False)
+        stdout.print(f"Wrote {out}; apply it with --calibration {out}.", highlight=False)

@@ -1,45 +1,37 @@
-"""The ``autotune`` command line.  Effects live here: reading flags, printing, writing files.
+"""The Typer app and what every command shares: consoles, the one error path, option types, progress.
 
-One error path: bad input raises :class:`~autotune.errors.InputError` (or a
-``ValueError`` from a validating constructor); :func:`user_errors` prints it as
-one line and exits with status 2, without a traceback.
+Command modules (search, accuracy, emit, report, study, catalog) import from here and never from
+each other.  One error path: bad input raises :class:`~autotune.errors.InputError` (or a
+``ValueError`` from a validating constructor); :func:`user_errors` prints it as one line and
+exits with status 2, without a traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import sys
-from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated, Any, Callable, Iterator, Optional
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
-from ..outputs import tables as output
-from ..training.confidence import sentence as confidence_sentence, with_confidence
 from ..errors import InputError
-from ..inputs.hardware import hardware_names, load_hardware
-from ..inputs.request import SearchSettings, TrainingRequest
-from ..inputs.modelspec import load_model, model_names
-from ..training.plan import PLAN_DEFAULTS, PLAN_KEYS, PlanBatch, parse_plan, parse_plan_fields
-from ..training.space import PERMISSIVE_RULES, REASONS, load_space, rejection_reasons
 
 app = typer.Typer(
-    help="Plan parallel layouts for LLM training: ranked plans, step time, memory, MFU and cost.",
+    help="Plan parallel layouts for LLM training and serving: ranked plans, step time or latency, memory, MFU and cost.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="markdown",
 )
-hardware_app = typer.Typer(help="Bundled hardware profiles.", no_args_is_help=True)
-models_app = typer.Typer(help="Bundled model specs.", no_args_is_help=True)
-app.add_typer(hardware_app, name="hardware")
-app.add_typer(models_app, name="models")
 
 # Piped output (CI logs, files) gets a fixed width wide enough for the plans table.
 stdout = Console(width=None if sys.stdout.isatty() else 132)
@@ -55,7 +47,56 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(code=2) from None
 
 
-# --- shared options -----------------------------------------------------------------------
+def print_json(document: Any) -> None:
+    """One JSON document on stdout (``--json``): nothing else is printed there."""
+    print(json.dumps(document))
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=stderr, transient=True,
+    )
+
+
+@contextlib.contextmanager
+def progress(label: str) -> Iterator[Callable[[str, int, int], None]]:
+    """A progress bar on stderr; yields ``update(stage, done, total)``."""
+    with progress_bar() as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(stage: str, done: int, total: int) -> None:
+            bar.update(task, description=f"{label} ({stage})", completed=done, total=total)
+
+        yield update
+
+
+def reject_flags(given: dict[str, Any], context: str) -> None:
+    """Refuse flags that do not apply, rather than ignore them silently."""
+    used = [flag for flag, value in given.items() if value is not None]
+    if used:
+        raise InputError(f"{', '.join(used)} do{'es' if len(used) == 1 else ''} not apply to {context}; leave "
+                         f"{'it' if len(used) == 1 else 'them'} out", field=used[0])
+
+
+WORKLOADS = ("train", "serve")
+
+
+def check_workload(workload: str) -> str:
+    if workload not in WORKLOADS:
+        raise InputError(f"must be train or serve, but got {workload!r}", field="--workload")
+    return workload
+
+
+def note_inputs(inputs) -> None:
+    """Say what is unusual about the inputs, without refusing them."""
+    limit = inputs.model.max_seq_len
+    if limit and inputs.workload.seq_len > limit:
+        stderr.print(f"[yellow]note:[/] --seq-len {inputs.workload.seq_len:,} exceeds {inputs.model.name}'s context "
+                     f"window of {limit:,} tokens; the plan assumes a long-context extension.", highlight=False)
+
+
+# --- option types shared by several commands ------------------------------------------------------
 Model = Annotated[str, typer.Option("--model", "-m", help="Bundled model name (see `autotune models list`), a spec YAML, or an HF config.json.")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", "-H", help="Bundled hardware profile (see `autotune hardware list`) or a profile YAML.")]
 Gpus = Annotated[Optional[int], typer.Option("--gpus", "-n", help="Number of GPUs.")]
@@ -63,11 +104,14 @@ GpusPerNode = Annotated[Optional[int], typer.Option("--gpus-per-node", help="GPU
 Nodes = Annotated[Optional[int], typer.Option("--nodes", help="Number of nodes (instead of --gpus).")]
 SeqLen = Annotated[int, typer.Option("--seq-len", "-s", help="Sequence length in tokens.")]
 GlobalBatch = Annotated[int, typer.Option("--global-batch", "-b", help="Global batch in sequences.")]
+OptSeqLen = Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length in tokens (training).")]
+OptGlobalBatch = Annotated[Optional[int], typer.Option("--global-batch", "-b", help="Global batch in sequences (training).")]
 Tokens = Annotated[Optional[float], typer.Option("--tokens", help="Training budget in tokens (e.g. 15e12): adds total time, GPU-hours and cost.")]
 Price = Annotated[Optional[float], typer.Option("--price", help="USD per GPU-hour [default: the profile's].")]
 Calibration = Annotated[Optional[str], typer.Option("--calibration", help="Calibration overlay YAML from `autotune calibrate`.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout (nothing else).")]
-
+Space = Annotated[Optional[str], typer.Option("--space", help="Search-space YAML [default: the bundled train.yaml or serve.yaml].")]
+Fix = Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis, repeatable: --fix tp=8 --fix recompute=full.")]
 
 # Serving options, shared by search and predict.
 WorkloadKind = Annotated[str, typer.Option("--workload", help="train | serve. serve: inference plans (tp, pp, replicas, quantization, batch limit) under latency targets.")]
@@ -78,417 +122,10 @@ TpotMs = Annotated[Optional[float], typer.Option("--tpot-ms", help="Serving: tim
 Concurrency = Annotated[Optional[int], typer.Option("--concurrency", help="Serving: concurrent users over the deployment.")]
 RequestRate = Annotated[Optional[float], typer.Option("--request-rate", help="Serving: requests per second (with a --gpus range: find the fewest GPUs).")]
 
-
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=stderr, transient=True,
-    )
-
-
-def _note_inputs(inputs) -> None:
-    """Say what is unusual about the inputs, without refusing them."""
-    limit = inputs.model.max_seq_len
-    if limit and inputs.workload.seq_len > limit:
-        stderr.print(f"[yellow]note:[/] --seq-len {inputs.workload.seq_len:,} exceeds {inputs.model.name}'s context "
-                     f"window of {limit:,} tokens; the plan assumes a long-context extension.", highlight=False)
-
-
-def _reject_flags(given: dict, context: str) -> None:
-    """Refuse flags that do not apply, rather than ignore them silently."""
-    used = [flag for flag, value in given.items() if value is not None]
-    if used:
-        raise InputError(f"{', '.join(used)} do{'es' if len(used) == 1 else ''} not apply to {context}; leave "
-                         f"{'it' if len(used) == 1 else 'them'} out", field=used[0])
-
-
-def _parse_fixes(fixes: list[str]) -> dict:
-    out: dict = {}
-    for item in fixes:
-        try:
-            fields = parse_plan_fields(item)
-        except ValueError as exc:
-            raise InputError(f"{exc} (use e.g. --fix tp=8)", field="--fix") from None
-        if "dp" in fields:
-            raise InputError("dp is derived from the GPU count; fix tp, pp and cp instead", field="--fix")
-        out.update(fields)
-    return out
-
-
-@app.command(
-    epilog=(
-        "**Examples**\n\n"
-        "    autotune search -m llama3-70b -H h100-sxm5-80gb --gpus 64 --seq-len 8192 --global-batch 512\n\n"
-        "    autotune search -m gpt3-175b -H a100-sxm4-80gb --gpus 1024 -s 2048 -b 1536 --sampler tpe --trials 200\n\n"
-        "    autotune search -m llama3-8b -H h100-sxm5-80gb --gpus 8 -s 8192 -b 64 --fix tp=1 --objective throughput,memory\n\n"
-        "    autotune search -m llama3-70b -H h100-sxm5-80gb --nodes 8 -s 8192 -b 512 --tokens 2e12 --out runs/70b"
-    )
-)
-def search(
-    model: Model,
-    hardware: HardwareOpt,
-    seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length in tokens (training).")] = None,
-    global_batch: Annotated[Optional[int], typer.Option("--global-batch", "-b", help="Global batch in sequences (training).")] = None,
-    gpus: Annotated[Optional[str], typer.Option("--gpus", "-n", help="Number of GPUs, or a range LOW..HIGH (64..4096) to plan capacity: searches whole-node counts in it.")] = None,
-    gpus_per_node: GpusPerNode = None,
-    nodes: Nodes = None,
-    tokens: Tokens = None,
-    price: Price = None,
-    space: Annotated[Optional[str], typer.Option("--space", help="Search-space YAML [default: the bundled train.yaml].")] = None,
-    fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis, repeatable: --fix tp=8 --fix recompute=full.")] = None,
-    sampler: Annotated[str, typer.Option("--sampler", help="auto | exact | tpe | gp | random. auto: exact when cheap, else TPE.")] = "auto",
-    trials: Annotated[int, typer.Option("--trials", help="Trials for tpe / gp / random.")] = 200,
-    seed: Annotated[int, typer.Option("--seed", help="Sampler seed: the same seed gives the same answer.")] = 0,
-    objective: Annotated[str, typer.Option("--objective", help="throughput | cost | time | memory; comma-separated for a Pareto set.")] = "throughput",
-    top: Annotated[int, typer.Option("--top", "-k", help="How many plans to show and write.")] = 10,
-    json_out: JsonOut = False,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write plans.json and plans.csv into this folder.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder.")] = False,
-    calibration: Calibration = None,
-    emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: megatron, deepspeed, torchtitan, slurm (comma-separated); the search keeps to plans they can express.")] = None,
-    deadline: Annotated[Optional[str], typer.Option("--deadline", help="Capacity planning: finish --tokens within this time, e.g. 30d, 720h.")] = None,
-    pue: Annotated[Optional[float], typer.Option("--pue", help="Data-centre PUE for energy [default: 1.58, Uptime Institute 2023 average].")] = None,
-    grid_intensity: Annotated[Optional[float], typer.Option("--grid-intensity", help="gCO2e per kWh for emissions [default: 475, world average (IEA 2019)].")] = None,
-    storage: Annotated[Optional[str], typer.Option("--storage", help="Keep the trials in an Optuna storage (sqlite:///s.db, postgresql://..., journal:./s.log); a re-run continues up to --trials, `autotune worker` joins. See docs/distributed.md.")] = None,
-    study: Annotated[Optional[str], typer.Option("--study", help="Study name in --storage.")] = None,
-    new: Annotated[bool, typer.Option("--new", help="Replace an existing study of that name (e.g. after changing the model or space).")] = False,
-    heartbeat: Annotated[int, typer.Option("--heartbeat", help="With --storage (SQLite/PostgreSQL): seconds between trial heartbeats; stale trials are retried. 0: off.")] = 30,
-    workload: WorkloadKind = "train",
-    input_len: InputLen = None,
-    output_len: OutputLen = None,
-    ttft_ms: TtftMs = None,
-    tpot_ms: TpotMs = None,
-    concurrency: Concurrency = None,
-    request_rate: RequestRate = None,
-) -> None:
-    """Search parallel layouts and settings; print the best plans, ranked."""
-    from ..search.diagnose import diagnose
-    from . import report as cli_report
-    from ..search.capacity import parse_gpus
-    from ..search import SAMPLER_CHOICES, run_search
-    from ..training.problem import TrainingProblem, parse_objectives
-
-    with user_errors():
-        if trials < 1:
-            raise InputError(f"must be >= 1, but got {trials}", field="--trials")
-        if top < 1:
-            raise InputError(f"must be >= 1, but got {top}", field="--top")
-        from . import serve as cli_serve
-
-        serving_flags = {"--input-len": input_len, "--output-len": output_len, "--ttft-ms": ttft_ms,
-                         "--tpot-ms": tpot_ms, "--concurrency": concurrency, "--request-rate": request_rate}
-        training_flags = {
-            "--seq-len": seq_len, "--global-batch": global_batch, "--tokens": tokens, "--deadline": deadline,
-            "--pue": pue, "--grid-intensity": grid_intensity, "--storage": storage, "--study": study,
-            "--emit": emit, "--calibration": calibration,
-            "--objective": None if objective == "throughput" else objective,
-            "--sampler": None if sampler == "auto" else sampler,
-        }
-        if cli_serve.check_workload(workload) == "serve":
-            _reject_flags(training_flags, "--workload serve")
-            load = cli_serve.serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
-            raise typer.Exit(code=cli_serve.search_serve(
-                model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes, workload=load,
-                space=space, fixes=fix or [], top=top, json_out=json_out, out=out, price=price, stdout=stdout, stderr=stderr))
-        _reject_flags(serving_flags, "training (add --workload serve for serving)")
-        cli_serve.require_training(seq_len, global_batch)
-        gpu_count, gpu_range = parse_gpus(gpus)
-        request = TrainingRequest(model=model, hardware=hardware, gpus=gpu_count, gpus_per_node=gpus_per_node,
-                                  nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                  calibration=calibration)
-        if cli_report.wants_capacity(gpu_range, hardware, deadline):
-            settings = SearchSettings(space=space, fixes=_parse_fixes(fix or []), sampler=sampler, trials=trials,
-                                      seed=seed, objective=objective, top=top)
-            cli_report.capacity_search(request, settings, gpu_range=gpu_range, deadline=deadline, pue=pue,
-                                       grid_intensity=grid_intensity, emit=emit, json_out=json_out, out=out,
-                                       force=force)
-            return
-        inputs = request.build()
-        _note_inputs(inputs)
-        try:
-            objectives = parse_objectives(objective, tokens=tokens)
-        except ValueError as exc:
-            raise InputError(str(exc), field="--objective") from None
-        if sampler not in SAMPLER_CHOICES:
-            raise InputError(f"must be one of {', '.join(SAMPLER_CHOICES)}, but got {sampler!r}", field="--sampler")
-        search_space = load_space(space).fixed(_parse_fixes(fix or []))
-        problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space)
-        formats = None
-        if emit is not None:
-            from .emit import check_formats, expressible_mask, parse_formats
-
-            formats = parse_formats(emit)
-            if out is None:
-                raise InputError("needs --out DIR, the folder the launch configs are written to", field="--emit")
-            check_formats(formats, inputs.model, inputs.workload)
-            problem = dataclasses.replace(problem, express=lambda plans: np.logical_and.reduce(
-                [expressible_mask(f, plans, inputs.model, inputs.workload) for f in formats]))
-        # Every input is checked before anything is written.
-        if out is not None:
-            output.prepare_out_dir(out, force)
-        with _progress() as bar:
-            task = bar.add_task("searching", total=None)
-
-            def progress(name: str, done: int, total: int) -> None:
-                bar.update(task, description=f"searching ({name})", completed=done, total=total)
-
-            result = run_search(problem, objectives, sampler=sampler, trials=trials, seed=seed, top=top, progress=progress,
-                                storage=storage, study=study, new=new, heartbeat_s=heartbeat or None)
-        hw = inputs.cluster.hardware
-        result = dataclasses.replace(result, ranked=[
-            dataclasses.replace(ranked, estimate=with_confidence(output.add_training_totals(
-                ranked.estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour, inputs.workload.tokens_per_step),
-                ranked.plan, hw.name))
-            for ranked in result.ranked
-        ])
-        document = result.to_json()
-        document["inputs"] = _inputs_json(inputs, space)
-        if out is not None:
-            written = output.write_plans(out, document)
-            if formats and result.ranked:
-                from .emit import emit_for_search
-
-                best = result.ranked[0]
-                written += emit_for_search(formats, best.plan, inputs.model, inputs.cluster, inputs.workload,
-                                           best.estimate, out, force)
-        if json_out:
-            print(json.dumps(document))
-        else:
-            _print_search(result, inputs)
-            if out is not None:
-                stdout.print("Wrote " + ", ".join(str(p) for p in written))
-        if not result.ranked:
-            found = diagnose(problem, result.rejected)
-            stderr.print(f"[bold red]no plan fits.[/] What binds: {found.binding}.", soft_wrap=True)
-            for fix_text in found.fixes:
-                stderr.print(f"  - {fix_text}", soft_wrap=True)
-            raise typer.Exit(code=1)
-
-
-def _inputs_json(inputs, space: str | None) -> dict:
-    return {
-        "model": inputs.model.name,
-        "hardware": inputs.cluster.hardware.name,
-        "gpus": inputs.cluster.n_gpus,
-        "gpus_per_node": inputs.cluster.gpus_per_node,
-        "seq_len": inputs.workload.seq_len,
-        "global_batch": inputs.workload.global_batch,
-        "tokens": inputs.workload.tokens,
-        "price_usd_per_gpu_hour": inputs.cluster.hardware.price_usd_per_gpu_hour,
-        "space": space or "search_spaces/train.yaml",
-    }
-
-
-def _print_search(result, inputs) -> None:
-    hw = inputs.cluster.hardware
-    stdout.print(
-        f"[bold]{inputs.model.name}[/] on {inputs.cluster.n_gpus} x {hw.name} ({inputs.cluster.n_nodes} node{'s' if inputs.cluster.n_nodes > 1 else ''} of "
-        f"{inputs.cluster.gpus_per_node}), sequence {inputs.workload.seq_len}, global batch {inputs.workload.global_batch}",
-        highlight=False,
-    )
-    for note in result.notes:
-        stdout.print(f"[dim]{note}[/]", highlight=False)
-    if result.ranked:
-        stdout.print(output.plans_table(result, hw.memory_gib))
-        best = result.ranked[0]
-        stdout.print(output.winner_sentence(best.plan, best.estimate, hw.memory_gib), highlight=False, soft_wrap=True)
-    rejected = ", ".join(f"{reason}: {count:,}" for reason, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
-    stdout.print(
-        f"[dim]{result.sampler}: {result.evaluations:,} plans evaluated of a space of {result.space_size:,} "
-        f"in {result.elapsed_s:.2f} s; {result.feasible:,} fit. Rejected: {rejected or 'none'}.[/]",
-        highlight=False, soft_wrap=True,
-    )
-    stdout.print("[dim]Estimates come from an analytic cost model; see `autotune validate` for its measured error.[/]")
-
-
-@app.command(
-    epilog=(
-        "**Examples**\n\n"
-        "    autotune predict -m llama3-70b -H h100-sxm5-80gb --gpus 64 -s 8192 -b 512 --plan \"tp=8,pp=4,zero=1,mbs=1,recompute=full\"\n\n"
-        "    autotune predict -m gpt3-175b -H a100-sxm4-80gb --gpus 1024 -s 2048 -b 1536 "
-        "--plan \"tp=8,pp=16,cp=1,ep=1,vp=1,sp=true,zero=1,mbs=1,recompute=full,precision=bf16\" --json\n\n"
-        "Plan keys left out take these defaults: "
-        + ", ".join(f"{k}={v}" for k, v in PLAN_DEFAULTS.items())
-        + ", sp=true when tp > 1. dp is derived: GPUs / (tp·pp·cp)."
-    )
-)
-def predict(
-    model: Model,
-    hardware: HardwareOpt,
-    plan: Annotated[str, typer.Option("--plan", "-p", help="Plan as key=value pairs: " + ",".join(PLAN_KEYS) + " (serving: tp,pp,ep,weights,kv,max_batch).")],
-    seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length in tokens (training).")] = None,
-    global_batch: Annotated[Optional[int], typer.Option("--global-batch", "-b", help="Global batch in sequences (training).")] = None,
-    gpus: Annotated[Optional[str], typer.Option("--gpus", "-n", help="Number of GPUs.")] = None,
-    gpus_per_node: GpusPerNode = None,
-    nodes: Nodes = None,
-    tokens: Tokens = None,
-    price: Price = None,
-    json_out: JsonOut = False,
-    calibration: Calibration = None,
-    workload: WorkloadKind = "train",
-    input_len: InputLen = None,
-    output_len: OutputLen = None,
-    ttft_ms: TtftMs = None,
-    tpot_ms: TpotMs = None,
-    concurrency: Concurrency = None,
-    request_rate: RequestRate = None,
-) -> None:
-    """Estimate one plan: step time and its parts, throughput, MFU, memory and its parts."""
-    from . import serve as cli_serve
-    from ..training.estimate import estimate_training
-
-    with user_errors():
-        if cli_serve.check_workload(workload) == "serve":
-            load = cli_serve.serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
-            cli_serve.predict_serve(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
-                                    workload=load, plan=plan, json_out=json_out, price=price, stdout=stdout)
-            return
-        cli_serve.require_training(seq_len, global_batch)
-        gpus = cli_serve.single_gpu_count(gpus)
-        inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
-                                 seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                 calibration=calibration).build()
-        _note_inputs(inputs)
-        try:
-            chosen = parse_plan(plan, inputs.cluster.n_gpus)
-        except ValueError as exc:
-            raise InputError(str(exc), field="--plan") from None
-        batch = PlanBatch.from_plans([chosen])
-        # Rules that make a plan impossible to run (not merely outside the default space).
-        reason = int(rejection_reasons(inputs.model, inputs.cluster, inputs.workload, batch, PERMISSIVE_RULES)[0])
-        if reason:
-            # A plan that breaks a validity rule cannot run: no numbers for it (they would be invented).
-            if json_out:
-                print(json.dumps({"plan": chosen.as_dict(), "estimate": None, "invalid": REASONS[reason]}))
-            else:
-                stderr.print(f"[bold red]invalid plan:[/] {escape(REASONS[reason])} "
-                             f"({escape(chosen.as_string())}); see `autotune predict --help` for the rules.",
-                             highlight=False, soft_wrap=True)
-            raise typer.Exit(code=1)
-        estimate = estimate_training(inputs.model, inputs.cluster, inputs.workload, batch).row(0)
-        hw = inputs.cluster.hardware
-        estimate = output.add_training_totals(estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour,
-                                              inputs.workload.tokens_per_step)
-        estimate = with_confidence(estimate, chosen, hw.name)
-        if not estimate["fits"]:
-            estimate["infeasible_reason"] = "out of memory"
-        if json_out:
-            print(json.dumps({"plan": chosen.as_dict(), "estimate": estimate}))
-            return
-        stdout.print(f"[bold]{inputs.model.name}[/] on {inputs.cluster.n_gpus} x {hw.name}: {chosen.layout()} with "
-                     f"{output.settings_text(chosen)}", highlight=False)
-        times, memory = output.breakdown_tables(estimate, hw.memory_gib)
-        stdout.print(times)
-        stdout.print(memory)
-        verdict = "fits" if estimate["fits"] else f"[bold red]does not fit[/] ({estimate.get('infeasible_reason')})"
-        stdout.print(
-            f"{estimate['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {estimate['tflops_per_gpu']:.0f} model TFLOP/s/GPU, "
-            f"MFU {estimate['mfu']:.1%}; {verdict}.", highlight=False)
-        stdout.print(confidence_sentence(estimate.get("confidence")), highlight=False, soft_wrap=True)
-        if "training_days" in estimate:
-            stdout.print(f"Training {tokens:.3g} tokens: {estimate['training_days']:,.1f} days, "
-                         f"{estimate['gpu_hours']:,.0f} GPU-hours, ${estimate['cost_usd']:,.0f}.", highlight=False)
-
-
-@hardware_app.command("list", epilog="**Example**\n\n    autotune hardware list")
-def hardware_list() -> None:
-    """List the bundled hardware profiles."""
-    with user_errors():
-        table = Table(header_style="bold")
-        for col in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "memory GiB", "HBM GB/s", "GPUs/node", "NIC GB/s/GPU", "$/GPU-h"):
-            table.add_column(col, justify="left" if col == "name" else "right")
-        for name in hardware_names():
-            hw = load_hardware(name)
-            fp8 = hw.peak_tflops.get("fp8")
-            table.add_row(name, f"{hw.peak_tflops['bf16']:g}", f"{fp8:g}" if fp8 else "-", f"{hw.memory_gib:g}",
-                          f"{hw.memory_bandwidth_gb_per_s:g}", str(hw.gpus_per_node),
-                          f"{hw.inter_node.bandwidth_gb_per_s:g}", f"{hw.price_usd_per_gpu_hour:.2f}")
-        stdout.print(table)
-
-
-@hardware_app.command("show", epilog="**Example**\n\n    autotune hardware show h100-sxm5-80gb")
-def hardware_show(name: Annotated[str, typer.Argument(help="Profile name or YAML path.")]) -> None:
-    """Show one hardware profile with the source of every number."""
-    import dataclasses
-
-    with user_errors():
-        hw = load_hardware(name)
-        table = Table(title=f"{hw.name}: {hw.description}", header_style="bold", show_lines=False)
-        table.add_column("field")
-        table.add_column("value", justify="right")
-        table.add_column("source")
-        rows = {
-            "peak_tflops": ", ".join(f"{k} {v:g}" for k, v in hw.peak_tflops.items()),
-            "memory_gib": f"{hw.memory_gib:g}",
-            "memory_bandwidth_gb_per_s": f"{hw.memory_bandwidth_gb_per_s:g}",
-            "gpus_per_node": str(hw.gpus_per_node),
-            "intra_node": f"{hw.intra_node.bandwidth_gb_per_s:g} GB/s, {hw.intra_node.latency_us:g} us",
-            "inter_node": f"{hw.inter_node.bandwidth_gb_per_s:g} GB/s, {hw.inter_node.latency_us:g} us",
-            "host_link_bandwidth_gb_per_s": f"{hw.host_link_bandwidth_gb_per_s:g}",
-            "cpu_optimizer_params_per_s": f"{hw.cpu_optimizer_params_per_s:.3g}",
-            "tdp_w": f"{hw.tdp_w:g}",
-            "average_power_w": f"{hw.average_power_w:g}",
-            "price_usd_per_gpu_hour": f"{hw.price_usd_per_gpu_hour:g}",
-        }
-        for key, value in rows.items():
-            table.add_row(key, value, hw.sources.get(key, ""))
-        for key, value in dataclasses.asdict(hw.efficiency).items():
-            table.add_row(f"efficiency.{key}", f"{value:g}", hw.sources.get(f"efficiency.{key}", "default (docs/cost-model.md)"))
-        stdout.print(table)
-
-
-@models_app.command("list", epilog="**Example**\n\n    autotune models list")
-def models_list() -> None:
-    """List the bundled model specs."""
-    with user_errors():
-        table = Table(header_style="bold")
-        for col in ("name", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "MoE"):
-            table.add_column(col, justify="left" if col in ("name", "MoE") else "right")
-        for name in model_names():
-            m = load_model(name)
-            moe = f"{m.moe.n_experts} experts, top-{m.moe.top_k}" if m.moe else "-"
-            table.add_row(name, f"{m.n_params / 1e9:.1f}B", f"{m.n_active_params / 1e9:.1f}B", str(m.n_layers),
-                          str(m.hidden_size), f"{m.n_heads}/{m.n_kv_heads}", str(m.ffn_hidden_size), str(m.vocab_size), moe)
-        stdout.print(table)
-
-
-@models_app.command("show", epilog="**Example**\n\n    autotune models show llama3-70b\n\n    autotune models show path/to/config.json")
-def models_show(name: Annotated[str, typer.Argument(help="Spec name, spec YAML or HF config.json.")]) -> None:
-    """Show one model spec and its derived sizes."""
-    import dataclasses
-
-    with user_errors():
-        m = load_model(name)
-        table = Table(title=m.name + (f": {m.description}" if m.description else ""), header_style="bold")
-        table.add_column("field")
-        table.add_column("value", justify="right")
-        for key, value in dataclasses.asdict(m).items():
-            if key in ("name", "description", "moe"):
-                continue
-            table.add_row(key, str(value))
-        if m.moe:
-            for key, value in dataclasses.asdict(m.moe).items():
-                table.add_row(f"moe.{key}", str(value))
-        table.add_row("parameters", f"{m.n_params:,}")
-        table.add_row("active parameters", f"{m.n_active_params:,}")
-        stdout.print(table)
-
-
-def _register_commands() -> None:
-    from . import accuracy as cli_accuracy, emit as cli_emit, report as cli_report, study as cli_study
-
-    cli_accuracy.register(app)
-    cli_study.register(app)
-    cli_emit.register(app)
-    cli_report.register(app)
-
-
-_register_commands()
+# Persistent studies (search --storage, tune, worker).
+Heartbeat = Annotated[int, typer.Option("--heartbeat", help="Seconds between trial heartbeats (SQLite/PostgreSQL); "
+                                        "a trial silent for 2x this + 1 s is stale: failed and retried once. 0: off.")]
 
 
 def main() -> None:
     app()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """``autotune tune`` (measured trials) and ``autotune worker`` (join a persistent study)."""
 
+from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,248 +9,271 @@ import typer
 from rich.table import Table
 
 from ..errors import InputError
+from ..inputs.request import TrainingRequest
+from ..search.api import inputs_json, parse_fixes
+from ..search.optuna_study import (
+    count_trials,
+    enqueue_plans,
+    load_for_worker,
+    make_storage,
+    open_study,
+    run_study,
+    trial_records,
+)
+from ..search.tune import (
+    calibrate_from_trials,
+    parse_command,
+    prior_plans,
+    run_benchmark,
+    trials_to_best,
+)
+from ..training.problem import TrainingProblem, parse_objectives
+from ..training.space import load_space
+from .app import (
+    Calibration,
+    GlobalBatch,
+    Gpus,
+    GpusPerNode,
+    HardwareOpt,
+    Heartbeat,
+    JsonOut,
+    Model,
+    Nodes,
+    Price,
+    SeqLen,
+    Tokens,
+    app,
+    print_json,
+    stderr,
+    stdout,
+    user_errors,
+)
 
 _STATUS_STYLE = {"ok": "green", "failed": "red", "infeasible": "yellow"}
 
+Storage = Annotated[str, typer.Option("--storage", help="Optuna storage URL: sqlite:///study.db, "
+                                      "postgresql://user:pw@host/db, or journal:./study.log.")]
+Run = Annotated[Optional[str], typer.Option("--run", help="Benchmark command, run once per trial (split with shlex, "
+                                            "no shell). The plan arrives as AUTOTUNE_* environment variables.")]
+Shell = Annotated[bool, typer.Option("--shell", help="Run --run through /bin/sh (pipes, &&); the plan still "
+                                     "arrives only through the environment.")]
+TrialTimeout = Annotated[Optional[float], typer.Option("--trial-timeout", help="Seconds before a benchmark run is "
+                                                       "stopped and its trial failed.")]
 
-def register(app: typer.Typer) -> None:
-    from .app import Calibration, GlobalBatch, Gpus, GpusPerNode, HardwareOpt, JsonOut, Model, Nodes, Price, SeqLen, Tokens, _inputs_json, _parse_fixes, stderr, stdout, user_errors
+def trial_printer(json_out: bool):
+    def report(event: dict) -> None:
+        outcome = event.get("outcome")
+        if outcome in ("duplicate", "surplus"):
+            return
+        style = _STATUS_STYLE.get(outcome, "dim")
+        value = event.get("values")
+        shown = f" {value[0]:,.1f} tok/s/GPU" if value and outcome == "ok" else ""
+        reason = f" ({event['reason']})" if event.get("reason") and outcome != "ok" else ""
+        stderr.print(f"[{style}]trial {event['number']} {outcome}[/] {event.get('plan')}{shown}{reason}",
+                     highlight=False, soft_wrap=True)
+    return report
 
-    Storage = Annotated[str, typer.Option("--storage", help="Optuna storage URL: sqlite:///study.db, "
-                                          "postgresql://user:pw@host/db, or journal:./study.log.")]
-    Heartbeat = Annotated[int, typer.Option("--heartbeat", help="Seconds between trial heartbeats (SQLite/PostgreSQL); "
-                                            "a trial silent for 2x this + 1 s is stale: failed and retried once. 0: off.")]
-    Run = Annotated[Optional[str], typer.Option("--run", help="Benchmark command, run once per trial (split with shlex, "
-                                                "no shell). The plan arrives as AUTOTUNE_* environment variables.")]
-    Shell = Annotated[bool, typer.Option("--shell", help="Run --run through /bin/sh (pipes, &&); the plan still "
-                                         "arrives only through the environment.")]
-    TrialTimeout = Annotated[Optional[float], typer.Option("--trial-timeout", help="Seconds before a benchmark run is "
-                                                           "stopped and its trial failed.")]
+def measure_with(command, shell: bool, timeout: float | None, inputs: dict):
 
-    def trial_printer(json_out: bool):
-        def report(event: dict) -> None:
-            outcome = event.get("outcome")
-            if outcome in ("duplicate", "surplus"):
-                return
-            style = _STATUS_STYLE.get(outcome, "dim")
-            value = event.get("values")
-            shown = f" {value[0]:,.1f} tok/s/GPU" if value and outcome == "ok" else ""
-            reason = f" ({event['reason']})" if event.get("reason") and outcome != "ok" else ""
-            stderr.print(f"[{style}]trial {event['number']} {outcome}[/] {event.get('plan')}{shown}{reason}",
-                         highlight=False, soft_wrap=True)
-        return report
+    def measure(plan, estimate, number):
+        return run_benchmark(command, plan, estimate=estimate, inputs=inputs, trial=number, timeout_s=timeout,
+                             shell=shell)
+    return measure
 
-    def measure_with(command, shell: bool, timeout: float | None, inputs: dict):
-        from ..search.tune import run_benchmark
+def interrupted(study: str) -> None:
+    stderr.print(f"[bold]interrupted.[/] Finished trials are saved in study {study!r}; run the same command "
+                 "to continue.", highlight=False)
+    raise typer.Exit(code=130)
 
-        def measure(plan, estimate, number):
-            return run_benchmark(command, plan, estimate=estimate, inputs=inputs, trial=number, timeout_s=timeout,
-                                 shell=shell)
-        return measure
+def show_tune(records, study: str, *, json_out: bool, top: int, calibrated=None, notes=()):
 
-    def interrupted(study: str) -> None:
-        stderr.print(f"[bold]interrupted.[/] Finished trials are saved in study {study!r}; run the same command "
-                     "to continue.", highlight=False)
-        raise typer.Exit(code=130)
+    ran = [r for r in records if r["user_attrs"].get("slot")
+           and r["user_attrs"].get("outcome") in ("ok", "failed", "infeasible")]
+    ok = sorted((r for r in ran if r["user_attrs"]["outcome"] == "ok"), key=lambda r: -r["values"][0])
+    failed = [r for r in ran if r["user_attrs"]["outcome"] != "ok"]
+    skipped = [r for r in records if r["user_attrs"].get("outcome") == "skipped"]
+    needed, best_key = trials_to_best(records)
 
-    def show_tune(records, study: str, *, json_out: bool, top: int, calibrated=None, notes=()):
-        from ..search.tune import trials_to_best
+    def entry(r):
+        a = r["user_attrs"]
+        return {"trial": r["number"], "plan": a.get("plan"), "outcome": a.get("outcome"),
+                "measured": a.get("measured"), "predicted_tokens_per_s_per_gpu": a.get("predicted_tokens_per_s_per_gpu"),
+                "error_pct": a.get("error_pct"), "failure_reason": a.get("failure_reason"),
+                "stderr_tail": a.get("stderr_tail"), "retry_of": r.get("retry_of")}
 
-        ran = [r for r in records if r["user_attrs"].get("slot")
-               and r["user_attrs"].get("outcome") in ("ok", "failed", "infeasible")]
-        ok = sorted((r for r in ran if r["user_attrs"]["outcome"] == "ok"), key=lambda r: -r["values"][0])
-        failed = [r for r in ran if r["user_attrs"]["outcome"] != "ok"]
-        skipped = [r for r in records if r["user_attrs"].get("outcome") == "skipped"]
-        needed, best_key = trials_to_best(records)
-
-        def entry(r):
-            a = r["user_attrs"]
-            return {"trial": r["number"], "plan": a.get("plan"), "outcome": a.get("outcome"),
-                    "measured": a.get("measured"), "predicted_tokens_per_s_per_gpu": a.get("predicted_tokens_per_s_per_gpu"),
-                    "error_pct": a.get("error_pct"), "failure_reason": a.get("failure_reason"),
-                    "stderr_tail": a.get("stderr_tail"), "retry_of": r.get("retry_of")}
-
-        document = {"best": entry(ok[0]) if ok else None, "trials": [entry(r) for r in sorted(ran, key=lambda r: r["number"])],
-                    "study": {"name": study, "runs": len(ran), "ok": len(ok), "failed": len(failed),
-                              "skipped_by_prior": len(skipped), "trials_to_best": needed}}
-        if calibrated is not None:
-            document["calibration"] = calibrated.to_json()
-        if json_out:
-            print(json.dumps(document))
-            return document
-        for note in notes:
-            stdout.print(f"[dim]{note}[/]", highlight=False)
-        table = Table(title=f"Measured trials of {study}, best first", header_style="bold")
-        for col in ("trial", "plan", "measured tok/s/GPU", "predicted", "error", "peak GiB"):
-            table.add_column(col, justify="left" if col == "plan" else "right")
-        for r in ok[:top]:
-            a = r["user_attrs"]
-            peak = a["measured"].get("peak_memory_gib")
-            table.add_row(str(r["number"]), a["plan_key"], f"{r['values'][0]:,.1f}",
-                          f"{a.get('predicted_tokens_per_s_per_gpu', 0):,.1f}", f"{a.get('error_pct', 0):+.1f}%",
-                          "-" if peak is None else f"{peak:.1f}")
-        stdout.print(table)
-        for r in failed:
-            a = r["user_attrs"]
-            stdout.print(f"[red]trial {r['number']} {a['outcome']}[/]: {a['plan_key']}: {a.get('failure_reason')}",
-                         highlight=False, soft_wrap=True)
-        if ok:
-            stdout.print(f"Best: {ok[0]['user_attrs']['plan_key']} at {ok[0]['values'][0]:,.1f} tokens/s/GPU, first "
-                         f"measured at run {needed} of {len(ran)}; {len(failed)} runs failed, {len(skipped)} plans "
-                         "skipped as predicted not to fit.", highlight=False, soft_wrap=True)
-        if calibrated is not None:
-            stdout.print(f"Calibration: MAPE {calibrated.before.mape_pct:.1f}% before, {calibrated.after.mape_pct:.1f}% "
-                         "after the fit.", highlight=False)
+    document = {"best": entry(ok[0]) if ok else None, "trials": [entry(r) for r in sorted(ran, key=lambda r: r["number"])],
+                "study": {"name": study, "runs": len(ran), "ok": len(ok), "failed": len(failed),
+                          "skipped_by_prior": len(skipped), "trials_to_best": needed}}
+    if calibrated is not None:
+        document["calibration"] = calibrated.to_json()
+    if json_out:
+        print_json(document)
         return document
+    for note in notes:
+        stdout.print(f"[dim]{note}[/]", highlight=False)
+    table = Table(title=f"Measured trials of {study}, best first", header_style="bold")
+    for col in ("trial", "plan", "measured tok/s/GPU", "predicted", "error", "peak GiB"):
+        table.add_column(col, justify="left" if col == "plan" else "right")
+    for r in ok[:top]:
+        a = r["user_attrs"]
+        peak = a["measured"].get("peak_memory_gib")
+        table.add_row(str(r["number"]), a["plan_key"], f"{r['values'][0]:,.1f}",
+                      f"{a.get('predicted_tokens_per_s_per_gpu', 0):,.1f}", f"{a.get('error_pct', 0):+.1f}%",
+                      "-" if peak is None else f"{peak:.1f}")
+    stdout.print(table)
+    for r in failed:
+        a = r["user_attrs"]
+        stdout.print(f"[red]trial {r['number']} {a['outcome']}[/]: {a['plan_key']}: {a.get('failure_reason')}",
+                     highlight=False, soft_wrap=True)
+    if ok:
+        stdout.print(f"Best: {ok[0]['user_attrs']['plan_key']} at {ok[0]['values'][0]:,.1f} tokens/s/GPU, first "
+                     f"measured at run {needed} of {len(ran)}; {len(failed)} runs failed, {len(skipped)} plans "
+                     "skipped as predicted not to fit.", highlight=False, soft_wrap=True)
+    if calibrated is not None:
+        stdout.print(f"Calibration: MAPE {calibrated.before.mape_pct:.1f}% before, {calibrated.after.mape_pct:.1f}% "
+                     "after the fit.", highlight=False)
+    return document
 
-    @app.command(
-        epilog=(
-            "**Examples**\n\n"
-            "    autotune tune -m llama3-8b -H h100-sxm5-80gb --gpus 8 -s 8192 -b 64 --run 'python bench.py --steps 10' "
-            "--storage sqlite:///tune.db --study llama8b --trials 20 --trial-timeout 900\n\n"
-            "    autotune tune ... --run 'sbatch --wait --parsable job.sh' --calibrate calib.yaml\n\n"
-            "The command gets AUTOTUNE_TP, AUTOTUNE_PP, ..., AUTOTUNE_PLAN (plan string), AUTOTUNE_PLAN_JSON (a file) "
-            "and AUTOTUNE_RESULT_JSON; it prints one JSON line {\"tokens_per_s_per_gpu\": ..., \"peak_memory_gib\": ...} "
-            "or writes it to AUTOTUNE_RESULT_JSON. See docs/distributed.md."
-        )
+@app.command(
+    epilog=(
+        "**Examples**\n\n"
+        "    autotune tune -m llama3-8b -H h100-sxm5-80gb --gpus 8 -s 8192 -b 64 --run 'python bench.py --steps 10' "
+        "--storage sqlite:///tune.db --study llama8b --trials 20 --trial-timeout 900\n\n"
+        "    autotune tune ... --run 'sbatch --wait --parsable job.sh' --calibrate calib.yaml\n\n"
+        "The command gets AUTOTUNE_TP, AUTOTUNE_PP, ..., AUTOTUNE_PLAN (plan string), AUTOTUNE_PLAN_JSON (a file) "
+        "and AUTOTUNE_RESULT_JSON; it prints one JSON line {\"tokens_per_s_per_gpu\": ..., \"peak_memory_gib\": ...} "
+        "or writes it to AUTOTUNE_RESULT_JSON. See docs/distributed.md."
     )
-    def tune(
-        model: Model,
-        hardware: HardwareOpt,
-        seq_len: SeqLen,
-        global_batch: GlobalBatch,
-        run: Run = None,
-        gpus: Gpus = None,
-        gpus_per_node: GpusPerNode = None,
-        nodes: Nodes = None,
-        tokens: Tokens = None,
-        price: Price = None,
-        calibration: Calibration = None,
-        space: Annotated[Optional[str], typer.Option("--space", help="Search-space YAML [default: the bundled train.yaml].")] = None,
-        fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis, repeatable: --fix tp=8.")] = None,
-        storage: Storage = "sqlite:///autotune-tune.db",
-        study: Annotated[Optional[str], typer.Option("--study", help="Study name [default: tune-MODEL-GPUSxHARDWARE].")] = None,
-        new: Annotated[bool, typer.Option("--new", help="Replace an existing study of that name.")] = False,
-        trials: Annotated[int, typer.Option("--trials", help="Benchmark runs in total (a re-run continues up to this).")] = 20,
-        shell: Shell = False,
-        trial_timeout: TrialTimeout = None,
-        sampler: Annotated[str, typer.Option("--sampler", help="tpe | random, after the prior's plans.")] = "tpe",
-        seed: Annotated[int, typer.Option("--seed", help="Sampler seed.")] = 0,
-        prior_top: Annotated[int, typer.Option("--prior-top", help="Run the cost model's best N plans first.")] = 10,
-        margin: Annotated[float, typer.Option("--margin", help="Skip plans predicted to need more than memory x (1 + margin).")] = 0.10,
-        no_prior: Annotated[bool, typer.Option("--no-prior", help="No cost-model prior: no queued plans, nothing skipped.")] = False,
-        calibrate: Annotated[Optional[Path], typer.Option("--calibrate", help="At the end, refit the profile's efficiency "
-                                                          "parameters to the measured trials and write the overlay here.")] = None,
-        heartbeat: Heartbeat = 30,
-        top: Annotated[int, typer.Option("--top", "-k", help="Measured plans to show.")] = 10,
-        json_out: JsonOut = False,
-    ) -> None:
-        """Measure plans with your own benchmark command; the cost model picks and orders them."""
-        from ..inputs.request import TrainingRequest
-        from ..training.problem import TrainingProblem, parse_objectives
-        from ..search.optuna_study import enqueue_plans, make_storage, open_study, run_study, trial_records
-        from ..training.space import load_space
-        from ..search.tune import calibrate_from_trials, parse_command, prior_plans
+)
+def tune(
+    model: Model,
+    hardware: HardwareOpt,
+    seq_len: SeqLen,
+    global_batch: GlobalBatch,
+    run: Run = None,
+    gpus: Gpus = None,
+    gpus_per_node: GpusPerNode = None,
+    nodes: Nodes = None,
+    tokens: Tokens = None,
+    price: Price = None,
+    calibration: Calibration = None,
+    space: Annotated[Optional[str], typer.Option("--space", help="Search-space YAML [default: the bundled train.yaml].")] = None,
+    fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis, repeatable: --fix tp=8.")] = None,
+    storage: Storage = "sqlite:///autotune-tune.db",
+    study: Annotated[Optional[str], typer.Option("--study", help="Study name [default: tune-MODEL-GPUSxHARDWARE].")] = None,
+    new: Annotated[bool, typer.Option("--new", help="Replace an existing study of that name.")] = False,
+    trials: Annotated[int, typer.Option("--trials", help="Benchmark runs in total (a re-run continues up to this).")] = 20,
+    shell: Shell = False,
+    trial_timeout: TrialTimeout = None,
+    sampler: Annotated[str, typer.Option("--sampler", help="tpe | random, after the prior's plans.")] = "tpe",
+    seed: Annotated[int, typer.Option("--seed", help="Sampler seed.")] = 0,
+    prior_top: Annotated[int, typer.Option("--prior-top", help="Run the cost model's best N plans first.")] = 10,
+    margin: Annotated[float, typer.Option("--margin", help="Skip plans predicted to need more than memory x (1 + margin).")] = 0.10,
+    no_prior: Annotated[bool, typer.Option("--no-prior", help="No cost-model prior: no queued plans, nothing skipped.")] = False,
+    calibrate: Annotated[Optional[Path], typer.Option("--calibrate", help="At the end, refit the profile's efficiency "
+                                                      "parameters to the measured trials and write the overlay here.")] = None,
+    heartbeat: Heartbeat = 30,
+    top: Annotated[int, typer.Option("--top", "-k", help="Measured plans to show.")] = 10,
+    json_out: JsonOut = False,
+) -> None:
+    """Measure plans with your own benchmark command; the cost model picks and orders them."""
+    with user_errors():
+        if run is None:
+            raise InputError("is required: the benchmark command to run per trial", field="--run")
+        command = parse_command(run, shell)
+        if trials < 1:
+            raise InputError(f"must be >= 1, but got {trials}", field="--trials")
+        if trial_timeout is not None and trial_timeout <= 0:
+            raise InputError(f"must be > 0 seconds, but got {trial_timeout}", field="--trial-timeout")
+        if not 0 <= margin <= 1:
+            raise InputError(f"must be between 0 and 1, but got {margin}", field="--margin")
+        if sampler not in ("tpe", "random"):
+            raise InputError(f"must be tpe or random, but got {sampler!r}", field="--sampler")
+        if heartbeat < 0:
+            raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
+        inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
+                                 seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
+                                 calibration=calibration).build()
+        objectives = parse_objectives("throughput", tokens=tokens)
+        problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload,
+                                        load_space(space).fixed(parse_fixes(fix or [])))
+        name = study or f"tune-{inputs.model.name}-{inputs.cluster.n_gpus}x{inputs.cluster.hardware.name}"
+        store = make_storage(storage, heartbeat_s=heartbeat or None)
+        settings = {"mode": "tune", "sampler": sampler, "margin": None if no_prior else margin,
+                    "trial_timeout": trial_timeout, "prior_top": 0 if no_prior else prior_top}
+        opened, note = open_study(store, name, problem, objectives, new=new, target=trials, settings=settings)
+        notes = [note]
+        if not no_prior:
+            queued = enqueue_plans(opened, problem, prior_plans(problem, min(prior_top, trials), margin))
+            if queued:
+                notes.append(f"queued the cost model's {queued} best plans predicted to fit to run first")
+        for line in notes:
+            stderr.print(f"[dim]{line}[/]", highlight=False)
+        measure = measure_with(command, shell, trial_timeout, inputs_json(inputs, space))
+        try:
+            result = run_study(opened, problem, objectives, sampler_name=sampler, seed=seed, target=trials,
+                               measure=measure, margin=None if no_prior else margin, report=trial_printer(json_out))
+        except KeyboardInterrupt:
+            interrupted(name)
+        records = trial_records(opened)
+        calibrated = None
+        if calibrate is not None:
+            with stderr.status("refitting the hardware profile to the measured trials"):
+                calibrated = calibrate_from_trials(problem, records, name, calibrate)
+            notes.append(f"wrote {calibrate}; apply it with --calibration {calibrate}")
+        show_tune(records, name, json_out=json_out, top=top, calibrated=calibrated, notes=notes + result.notes)
 
-        with user_errors():
+@app.command(
+    epilog=(
+        "**Examples**\n\n"
+        "    autotune worker --storage postgresql://autotune:pw@db-host/autotune --study llama70b\n\n"
+        "    autotune worker --storage sqlite:///tune.db --study llama8b --run 'python bench.py' --wait 60\n\n"
+        "The study holds its problem (model, hardware, cluster, workload, space, objectives): a worker needs no "
+        "other flags, except --run for a study of measured trials (`autotune tune`)."
+    )
+)
+def worker(
+    storage: Storage,
+    study: Annotated[str, typer.Option("--study", help="Name of the study to join.")],
+    run: Run = None,
+    shell: Shell = False,
+    trial_timeout: TrialTimeout = None,
+    trials: Annotated[Optional[int], typer.Option("--trials", help="Stop at this many trials in the study "
+                                                  "[default: the study's target].")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Sampler seed [default: random per worker].")] = None,
+    wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for the study to be created.")] = 0.0,
+    heartbeat: Heartbeat = 30,
+    json_out: JsonOut = False,
+) -> None:
+    """Join a persistent study and evaluate its trials until it holds its target number."""
+
+    with user_errors():
+        if trials is not None and trials < 1:
+            raise InputError(f"must be >= 1, but got {trials}", field="--trials")
+        store = make_storage(storage, heartbeat_s=heartbeat or None)
+        opened, problem, objectives, settings, target = load_for_worker(store, study, wait)
+        target = trials or target
+        measured = settings.get("mode") == "tune"
+        measure = None
+        if measured:
             if run is None:
-                raise InputError("is required: the benchmark command to run per trial", field="--run")
-            command = parse_command(run, shell)
-            if trials < 1:
-                raise InputError(f"must be >= 1, but got {trials}", field="--trials")
-            if trial_timeout is not None and trial_timeout <= 0:
-                raise InputError(f"must be > 0 seconds, but got {trial_timeout}", field="--trial-timeout")
-            if not 0 <= margin <= 1:
-                raise InputError(f"must be between 0 and 1, but got {margin}", field="--margin")
-            if sampler not in ("tpe", "random"):
-                raise InputError(f"must be tpe or random, but got {sampler!r}", field="--sampler")
-            if heartbeat < 0:
-                raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
-            inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
-                                     seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                     calibration=calibration).build()
-            objectives = parse_objectives("throughput", tokens=tokens)
-            problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload,
-                                            load_space(space).fixed(_parse_fixes(fix or [])))
-            name = study or f"tune-{inputs.model.name}-{inputs.cluster.n_gpus}x{inputs.cluster.hardware.name}"
-            store = make_storage(storage, heartbeat_s=heartbeat or None)
-            settings = {"mode": "tune", "sampler": sampler, "margin": None if no_prior else margin,
-                        "trial_timeout": trial_timeout, "prior_top": 0 if no_prior else prior_top}
-            opened, note = open_study(store, name, problem, objectives, new=new, target=trials, settings=settings)
-            notes = [note]
-            if not no_prior:
-                queued = enqueue_plans(opened, problem, prior_plans(problem, min(prior_top, trials), margin))
-                if queued:
-                    notes.append(f"queued the cost model's {queued} best plans predicted to fit to run first")
-            for line in notes:
-                stderr.print(f"[dim]{line}[/]", highlight=False)
-            measure = measure_with(command, shell, trial_timeout, _inputs_json(inputs, space))
-            try:
-                result = run_study(opened, problem, objectives, sampler_name=sampler, seed=seed, target=trials,
-                                   measure=measure, margin=None if no_prior else margin, report=trial_printer(json_out))
-            except KeyboardInterrupt:
-                interrupted(name)
-            records = trial_records(opened)
-            calibrated = None
-            if calibrate is not None:
-                with stderr.status("refitting the hardware profile to the measured trials"):
-                    calibrated = calibrate_from_trials(problem, records, name, calibrate)
-                notes.append(f"wrote {calibrate}; apply it with --calibration {calibrate}")
-            show_tune(records, name, json_out=json_out, top=top, calibrated=calibrated, notes=notes + result.notes)
-
-    @app.command(
-        epilog=(
-            "**Examples**\n\n"
-            "    autotune worker --storage postgresql://autotune:pw@db-host/autotune --study llama70b\n\n"
-            "    autotune worker --storage sqlite:///tune.db --study llama8b --run 'python bench.py' --wait 60\n\n"
-            "The study holds its problem (model, hardware, cluster, workload, space, objectives): a worker needs no "
-            "other flags, except --run for a study of measured trials (`autotune tune`)."
-        )
-    )
-    def worker(
-        storage: Storage,
-        study: Annotated[str, typer.Option("--study", help="Name of the study to join.")],
-        run: Run = None,
-        shell: Shell = False,
-        trial_timeout: TrialTimeout = None,
-        trials: Annotated[Optional[int], typer.Option("--trials", help="Stop at this many trials in the study "
-                                                      "[default: the study's target].")] = None,
-        seed: Annotated[Optional[int], typer.Option("--seed", help="Sampler seed [default: random per worker].")] = None,
-        wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for the study to be created.")] = 0.0,
-        heartbeat: Heartbeat = 30,
-        json_out: JsonOut = False,
-    ) -> None:
-        """Join a persistent study and evaluate its trials until it holds its target number."""
-        from ..search.optuna_study import count_trials, load_for_worker, make_storage, run_study
-        from ..search.tune import parse_command
-
-        with user_errors():
-            if trials is not None and trials < 1:
-                raise InputError(f"must be >= 1, but got {trials}", field="--trials")
-            store = make_storage(storage, heartbeat_s=heartbeat or None)
-            opened, problem, objectives, settings, target = load_for_worker(store, study, wait)
-            target = trials or target
-            measured = settings.get("mode") == "tune"
-            measure = None
-            if measured:
-                if run is None:
-                    raise InputError(f"study {study!r} holds measured trials: give the benchmark command with --run",
-                                     field="--run")
-                timeout = trial_timeout if trial_timeout is not None else settings.get("trial_timeout")
-                measure = measure_with(parse_command(run, shell), shell, timeout, {"study": study})
-            elif run is not None:
-                raise InputError(f"study {study!r} is a cost-model search; it runs no command", field="--run")
-            try:
-                result = run_study(opened, problem, objectives, sampler_name=settings.get("sampler", "tpe"), seed=seed,
-                                   target=target, measure=measure, margin=settings.get("margin") if measured else None,
-                                   report=trial_printer(json_out) if measured else None)
-            except KeyboardInterrupt:
-                interrupted(study)
-            total = count_trials(opened, measured)
-            summary = {"study": study, "done_here": result.done, "not_counted_here": result.wasted,
-                       "study_trials": total, "target": target, "notes": result.notes}
-            if json_out:
-                print(json.dumps(summary))
-            else:
-                stdout.print(f"worker finished: {result.done} trials here; study {study!r} holds {total} of {target}."
-                             + (" " + " ".join(result.notes) if result.notes else ""), highlight=False)
+                raise InputError(f"study {study!r} holds measured trials: give the benchmark command with --run",
+                                 field="--run")
+            timeout = trial_timeout if trial_timeout is not None else settings.get("trial_timeout")
+            measure = measure_with(parse_command(run, shell), shell, timeout, {"study": study})
+        elif run is not None:
+            raise InputError(f"study {study!r} is a cost-model search; it runs no command", field="--run")
+        try:
+            result = run_study(opened, problem, objectives, sampler_name=settings.get("sampler", "tpe"), seed=seed,
+                               target=target, measure=measure, margin=settings.get("margin") if measured else None,
+                               report=trial_printer(json_out) if measured else None)
+        except KeyboardInterrupt:
+            interrupted(study)
+        total = count_trials(opened, measured)
+        summary = {"study": study, "done_here": result.done, "not_counted_here": result.wasted,
+                   "study_trials": total, "target": target, "notes": result.notes}
+        if json_out:
+            print_json(summary)
+        else:
+            stdout.print(f"worker finished: {result.done} trials here; study {study!r} holds {total} of {target}."
+                         + (" " + " ".join(result.notes) if result.notes else ""), highlight=False)

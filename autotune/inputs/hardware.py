@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from . import loading
 from ..errors import InputError, check_keys
+from . import loading
 from .resources import bundled_names, read_named
 
 # Precisions whose dense tensor-core peak a profile may list.  A precision missing

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from . import loading
 from ..errors import InputError, require_keys
+from . import loading
 
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")

@@ -6,8 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import loading
 from ..errors import InputError, check_keys
+from . import loading
 from .resources import bundled_names, read_named
 
 MLP_KINDS = ("gelu", "swiglu")

@@ -1,15 +1,60 @@
-"""Building the cost model's three inputs from command-line values, with readable errors."""
+"""The inputs as a person states them on the command line, checked once and turned into frozen values.
+
+Errors are :class:`~autotune.errors.InputError` naming the flag at fault and a fix.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+import re
+from dataclasses import dataclass
 
 from ..errors import InputError
+from .calibration import apply_calibration, load_calibration
 from .hardware import Cluster, Hardware, load_hardware
 from .modelspec import ModelSpec, load_model
-from .workload import TrainWorkload
+from .workload import ServeWorkload, TrainWorkload
+
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:\.\.|-|:)\s*(\d+)\s*$")
+
+
+def parse_gpus(text: str | int | None) -> tuple[int | None, tuple[int, int] | None]:
+    """``"64"`` -> ``(64, None)``; ``"64..4096"`` -> ``(None, (64, 4096))``; ``None`` -> ``(None, None)``."""
+    if text is None:
+        return None, None
+    if isinstance(text, int):
+        return text, None
+    raw = str(text).strip()
+    try:
+        return int(raw), None
+    except ValueError:
+        pass
+    match = _RANGE.match(raw)
+    if not match:
+        raise InputError(f"must be a GPU count (64) or a range LOW..HIGH (64..4096), but got {raw!r}", field="--gpus")
+    low, high = int(match.group(1)), int(match.group(2))
+    if low < 1 or high < low:
+        raise InputError(f"the range needs 1 <= LOW <= HIGH, but got {raw!r}; e.g. 64..4096", field="--gpus")
+    return None, (low, high)
+
+
+def single_gpu_count(text: str | int | None) -> int | None:
+    """One GPU count (``predict`` and ``explain`` take no range)."""
+    count, bounds = parse_gpus(text)
+    if bounds is not None:
+        if bounds[0] == bounds[1]:
+            return bounds[0]
+        raise InputError("takes one GPU count, e.g. --gpus 64; a range is for `autotune search`", field="--gpus")
+    return count
+
+
+def priced_hardware(name: str, price: float | None) -> Hardware:
+    """The profile ``name`` (bundled or a YAML path), with ``--price`` laid over it."""
+    hw = load_hardware(name)
+    if price is not None:
+        if not price >= 0:
+            raise InputError(f"must be >= 0 USD per GPU-hour, but got {price}", field="--price")
+        hw = hw.with_price(price)
+    return hw
 
 
 def cluster_from_options(hardware: Hardware, gpus: int | None, gpus_per_node: int | None, nodes: int | None) -> Cluster:
@@ -32,6 +77,24 @@ def cluster_from_options(hardware: Hardware, gpus: int | None, gpus_per_node: in
         raise InputError(f"{gpus} GPUs do not fill whole nodes of {gpn}; use a multiple of {gpn} or set --gpus-per-node",
                          field="--gpus")
     return Cluster(hardware=hardware, n_gpus=gpus, gpus_per_node=min(gpn, gpus))
+
+
+def require_training(seq_len: int | None, global_batch: int | None) -> None:
+    """Training needs --seq-len and --global-batch (optional flags, so that serving can leave them out)."""
+    if seq_len is None:
+        raise InputError("training needs the sequence length: --seq-len TOKENS (or --workload serve)", field="--seq-len")
+    if global_batch is None:
+        raise InputError("training needs the global batch: --global-batch SEQUENCES (or --workload serve)",
+                         field="--global-batch")
+
+
+def serve_workload(input_len: int | None, output_len: int | None, ttft_ms: float | None, tpot_ms: float | None,
+                   concurrency: int | None, request_rate: float | None) -> ServeWorkload:
+    if input_len is None:
+        raise InputError("serving needs the prompt length: --input-len TOKENS", field="--input-len")
+    if output_len is None:
+        raise InputError("serving needs the output length: --output-len TOKENS", field="--output-len")
+    return ServeWorkload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
 
 
 @dataclass(frozen=True)
@@ -61,11 +124,9 @@ class TrainingRequest:
         spec = load_model(self.model)
         hw = load_hardware(self.hardware)
         if self.calibration:
-            from ..training.calibration import apply_calibration, load_calibration
-
             hw = apply_calibration(hw, load_calibration(self.calibration))
         if self.price is not None:
-            if self.price < 0:
+            if not self.price >= 0:
                 raise InputError(f"must be >= 0 USD per GPU-hour, but got {self.price}", field="--price")
             hw = hw.with_price(self.price)
         cluster = cluster_from_options(hw, self.gpus, self.gpus_per_node, self.nodes)
@@ -73,7 +134,7 @@ class TrainingRequest:
             raise InputError(f"must be >= 1, but got {self.seq_len}", field="--seq-len")
         if self.global_batch < 1:
             raise InputError(f"must be >= 1 sequence, but got {self.global_batch}", field="--global-batch")
-        if self.tokens is not None and self.tokens <= 0:
+        if self.tokens is not None and not self.tokens > 0:
             raise InputError(f"must be > 0, but got {self.tokens}", field="--tokens")
         workload = TrainWorkload(seq_len=self.seq_len, global_batch=self.global_batch, tokens=self.tokens)
         return TrainingInputs(spec, cluster, workload)
@@ -87,16 +148,3 @@ def training_inputs(
     return TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                            seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
                            calibration=calibration).build()
-
-
-@dataclass(frozen=True, kw_only=True)
-class SearchSettings:
-    """How to search: the space and its pinned axes (``fixes``, already parsed), the sampler and what to rank by."""
-
-    space: str | None = None
-    fixes: Mapping[str, Any] = field(default_factory=dict)
-    sampler: str = "auto"
-    trials: int = 200
-    seed: int = 0
-    objective: str = "throughput"
-    top: int = 10

@@ -48,8 +48,8 @@ def read_named(kind: str, name_or_path: str, *, what: str, field: str, alternati
     """
     from pathlib import Path
 
-    from . import loading
     from ..errors import InputError
+    from . import loading
 
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():

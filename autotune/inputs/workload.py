@@ -1,8 +1,12 @@
-"""The training workload: what is being trained on the cluster (the application's run)."""
+"""The workload: what runs on the cluster, training (sequence, batch, budget) or serving (request shape and load)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
 
 
 @dataclass(frozen=True)
@@ -24,3 +28,47 @@ class TrainWorkload:
     @property
     def tokens_per_step(self) -> int:
         return self.seq_len * self.global_batch
+
+
+@dataclass(frozen=True)
+class ServeWorkload:
+    """Request shape and load: fixed input and output lengths; targets and load are optional.
+
+    ``concurrency`` is the number of users in flight over the whole deployment (closed loop);
+    ``request_rate`` requests per second (open loop). With neither: maximum throughput
+    (every request queued at once; the engine fills its batch).
+    """
+
+    input_len: int
+    output_len: int
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    concurrency: int | None = None
+    request_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        checks = (("input_len", self.input_len, "--input-len"), ("output_len", self.output_len, "--output-len"))
+        for _, value, flag in checks:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise InputError(f"must be an integer >= 1, but got {value!r}", field=flag)
+        for name, flag in (("ttft_ms", "--ttft-ms"), ("tpot_ms", "--tpot-ms"), ("request_rate", "--request-rate")):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise InputError(f"must be > 0, but got {value!r}", field=flag)
+        if self.concurrency is not None and self.concurrency < 1:
+            raise InputError(f"must be >= 1, but got {self.concurrency}", field="--concurrency")
+        if self.concurrency is not None and self.request_rate is not None:
+            raise InputError("give the load once: --concurrency C (users in flight) or --request-rate R, not both",
+                             field="--concurrency")
+
+    @property
+    def mode(self) -> str:
+        if self.request_rate is not None:
+            return "rate"
+        if self.concurrency is not None:
+            return "concurrency"
+        return "max-throughput"
+
+    @property
+    def max_len(self) -> int:
+        return self.input_len + self.output_len

@@ -12,13 +12,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..training.estimate import estimate_training
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
-from .tables import largest_parts
+from ..inputs.workload import TrainWorkload
+from ..training.estimate import estimate_training
 from ..training.plan import PRECISION, RECOMPUTE, Plan, PlanBatch
 from ..training.space import REASONS, Rules, rejection_reasons
-from ..inputs.workload import TrainWorkload
+from .tables import largest_parts
 
 SENSITIVITY_AXES = ("tp", "pp", "mbs", "recompute", "zero", "precision")
 # A plan whose free memory is under this share of the GPU's is memory-bound.

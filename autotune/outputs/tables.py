@@ -1,35 +1,21 @@
-"""What a person reads: rich tables and one-line summaries; and plans.json / plans.csv files."""
+"""What a person reads: rich tables and one-line summaries of plans, searches and comparisons."""
 
 from __future__ import annotations
 
-import csv
-import json
-from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
-from ..training.confidence import short_text as confidence_short
-from ..errors import InputError
-from ..training.plan import Plan
+from ..search import capacity as cap
 from ..search.result import SearchResult
+from ..training.confidence import short_text as confidence_short
+from ..training.plan import Plan, plan_from_fields
 
 _PART_LABELS = {
     "compute": "compute", "recompute": "recompute", "tp_comm": "TP comm", "cp_comm": "CP comm",
     "ep_comm": "EP comm", "pp_comm": "PP comm", "pipeline_bubble": "pipeline bubble", "dp_comm": "DP comm",
     "optimizer": "optimizer", "offload": "offload", "overhead": "overhead",
 }
-
-
-def add_training_totals(estimate: dict[str, Any], n_gpus: int, tokens: float | None, price: float, tokens_per_step: int) -> dict[str, Any]:
-    """Total time, GPU-hours and money to train ``tokens`` (when given)."""
-    if tokens is None:
-        return estimate
-    seconds = tokens / (estimate["tokens_per_s_per_gpu"] * n_gpus)
-    gpu_hours = seconds / 3600.0 * n_gpus
-    return {**estimate, "training_days": seconds / 86400.0, "gpu_hours": gpu_hours, "cost_usd": gpu_hours * price,
-            "steps": tokens / tokens_per_step}
 
 
 def settings_text(plan: Plan) -> str:
@@ -104,35 +90,84 @@ def breakdown_tables(estimate: dict[str, Any], capacity_gib: float) -> tuple[Tab
     return times, memory
 
 
-def prepare_out_dir(path: Path, force: bool) -> None:
-    """Create ``path``; refuse a non-empty folder unless ``force`` (never lose a user's files silently)."""
-    if path.exists() and not path.is_dir():
-        raise InputError("exists and is not a folder; choose another --out", source=str(path))
-    if path.is_dir() and any(path.iterdir()) and not force:
-        raise InputError("folder is not empty; choose another --out, or pass --force to overwrite its plans files",
-                         source=str(path))
-    path.mkdir(parents=True, exist_ok=True)
+# --- serving ---------------------------------------------------------------------------------------
 
 
-def write_plans(path: Path, document: dict[str, Any]) -> list[Path]:
-    json_path = path / "plans.json"
-    json_path.write_text(json.dumps(document, indent=2) + "\n")
-    csv_path = path / "plans.csv"
-    rows = []
-    for entry in document["plans"]:
-        row = {"rank": entry["rank"], **entry["plan"]}
-        est = entry["estimate"]
-        row.update({k: v for k, v in est.items() if not isinstance(v, dict)})
-        row.update({f"time_{k}_s": v for k, v in est["time_breakdown_s"].items()})
-        row.update({f"memory_{k}_gib": v for k, v in est["memory_breakdown_gib"].items()})
-        rows.append({k: (str(v).lower() if isinstance(v, bool) else v) for k, v in row.items()})
-    with open(csv_path, "w", newline="") as handle:
-        if rows:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-    return [json_path, csv_path]
+def ms_text(value: float | None, digits: int = 0) -> str:
+    return "inf" if value is None else f"{value:,.{digits}f}"
 
 
-def stderr_console() -> Console:
-    return Console(stderr=True)
+def serving_plans_table(result, capacity_gib: float) -> Table:
+    table = Table(title=f"Top {len(result.ranked)} serving plans", header_style="bold")
+    for name in ("#", "layout", "weights/kv", "max batch", "out tok/s", "tok/s/GPU", "tok/s/user", "TTFT ms",
+                 "TPOT ms", "fit batch", "GiB/GPU", "targets"):
+        table.add_column(name, justify="left" if name in ("layout", "weights/kv", "targets") else "right", no_wrap=True)
+    for r in result.ranked:
+        p, e = r.plan, r.estimate
+        table.add_row(str(r.rank), p.layout(), f"{p.weights}/{p.kv}", str(p.max_batch),
+                      f"{e['output_tokens_per_s']:,.0f}", f"{e['output_tokens_per_s_per_gpu']:,.0f}",
+                      f"{e['tokens_per_s_per_user']:,.1f}", ms_text(e["ttft_ms"]), ms_text(e["tpot_ms"], 1),
+                      str(e["max_batch_fit"]), f"{e['memory_gib_per_gpu']:.1f}",
+                      "met" if e["meets_targets"] else "miss: " + e.get("misses", ""))
+    return table
+
+
+# --- capacity planning -------------------------------------------------------------------------------
+
+
+def candidate_text(c: cap.Candidate) -> str:
+    plan = plan_from_fields(c.plan, c.gpus)
+    t = c.totals
+    return (f"{c.gpus:,} x {c.hardware} ({max(1, c.gpus // c.gpus_per_node):,} nodes), {plan.layout()} "
+            f"{settings_short(plan)}: {t['training_days']:,.1f} days, {t['gpu_hours']:,.0f} GPU-hours, "
+            f"${t['cost_usd']:,.0f}, {t['energy_mwh']:,.0f} MWh, {t['co2e_t']:,.0f} t CO2e")
+
+
+def capacity_table(found: cap.CapacityResult) -> Table:
+    table = Table(title="Best plan per hardware and GPU count", header_style="bold")
+    for name, justify in (("hardware", "left"), ("GPUs", "right"), ("layout", "left"), ("tok/s/GPU", "right"),
+                          ("days", "right"), ("GPU-hours", "right"), ("cost $", "right"), ("MWh", "right"),
+                          ("t CO2e", "right"), ("", "left")):
+        table.add_column(name, justify=justify, no_wrap=True)
+    for c in found.candidates:
+        if c.plan is None:
+            table.add_row(c.hardware, f"{c.gpus:,}", f"[dim]{c.note}[/]", "", "", "", "", "", "", "")
+            continue
+        t = c.totals
+        marks = []
+        if c is found.chosen:
+            marks.append("[bold green]chosen[/]")
+        if c is found.fastest:
+            marks.append("fastest")
+        if found.deadline_days and not c.meets_deadline:
+            marks.append("[dim]late[/]")
+        plan = plan_from_fields(c.plan, c.gpus)
+        table.add_row(c.hardware, f"{c.gpus:,}", plan.layout(), f"{c.estimate['tokens_per_s_per_gpu']:,.0f}",
+                      f"{t['training_days']:,.1f}", f"{t['gpu_hours']:,.0f}", f"{t['cost_usd']:,.0f}",
+                      f"{t['energy_mwh']:,.0f}", f"{t['co2e_t']:,.0f}", " ".join(marks))
+    return table
+
+
+# --- explain -----------------------------------------------------------------------------------------
+
+
+def sensitivity_table(found) -> Table:
+    table = Table(title="One step along each axis", header_style="bold",
+                  caption="step and memory change against this plan; rules are the search space's validity rules",
+                  caption_justify="left")
+    for name, justify in (("change", "left"), ("step s", "right"), ("step", "right"), ("GiB/GPU", "right"),
+                          ("memory", "right"), ("verdict", "left")):
+        table.add_column(name, justify=justify)
+    for row in found.sensitivity:
+        if row.step_time_s is None:
+            table.add_row(row.change, "-", "-", "-", "-", f"[dim]impossible: {row.reason}[/]")
+            continue
+        if row.reason:
+            verdict = f"[dim]breaks a rule: {row.reason}[/]"
+        elif not row.fits:
+            verdict = f"[red]does not fit[/] ({row.memory_gib - found.capacity_gib:+.1f} GiB over)"
+        else:
+            verdict = "[green]fits[/]"
+        table.add_row(row.change, f"{row.step_time_s:.2f}", f"{row.step_time_change:+.1%}", f"{row.memory_gib:.1f}",
+                      f"{row.memory_change_gib:+.1f}", verdict)
+    return table

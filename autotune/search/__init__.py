@@ -7,9 +7,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..training.problem import OBJECTIVES, Objective, TrainingProblem, parse_objectives
 from ..training.space import LAYOUT_KEYS, SETTING_KEYS, enumerate_valid
 from .exact import exact_search
-from ..training.problem import OBJECTIVES, Objective, TrainingProblem, parse_objectives
 from .result import RankedPlan, SearchResult, pareto_mask, rank
 
 SAMPLER_CHOICES = ("auto", "exact", "tpe", "gp", "random")
@@ -78,7 +78,13 @@ def run_search(
             progress(chosen, done, total)
 
     if storage is not None:
-        from .optuna_study import count_trials, evaluated_from_study, make_storage, open_study, run_study
+        from .optuna_study import (
+            count_trials,
+            evaluated_from_study,
+            make_storage,
+            open_study,
+            run_study,
+        )
 
         opened, note = open_study(make_storage(storage, heartbeat_s=heartbeat_s), study, problem, objectives, new=new,
                                   target=trials, settings={"mode": "search", "sampler": chosen})

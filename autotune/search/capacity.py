@@ -43,30 +43,9 @@ DEFAULT_GRID_INTENSITY = 475.0
 GRID_INTENSITY_SOURCE = ("world average 2019 (IEA), carbontracker's default (lfwa/carbontracker constants.py); "
                          "e.g. France 57, US-East 368, Germany 615: pass --grid-intensity")
 
-_RANGE = re.compile(r"^\s*(\d+)\s*(?:\.\.|-|:)\s*(\d+)\s*$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)(?:e(\d+))?\s*([a-z]*)\s*$", re.IGNORECASE)
 _UNITS_DAYS = {"": 1.0, "d": 1.0, "day": 1.0, "days": 1.0, "h": 1 / 24, "hr": 1 / 24, "hour": 1 / 24, "hours": 1 / 24,
                "w": 7.0, "wk": 7.0, "week": 7.0, "weeks": 7.0, "m": 30.0, "mo": 30.0, "month": 30.0, "months": 30.0}
-
-
-def parse_gpus(text: str | int | None) -> tuple[int | None, tuple[int, int] | None]:
-    """``"64"`` -> ``(64, None)``; ``"64..4096"`` -> ``(None, (64, 4096))``; ``None`` -> ``(None, None)``."""
-    if text is None:
-        return None, None
-    if isinstance(text, int):
-        return text, None
-    raw = str(text).strip()
-    try:
-        return int(raw), None
-    except ValueError:
-        pass
-    match = _RANGE.match(raw)
-    if not match:
-        raise InputError(f"must be a GPU count (64) or a range LOW..HIGH (64..4096), but got {raw!r}", field="--gpus")
-    low, high = int(match.group(1)), int(match.group(2))
-    if low < 1 or high < low:
-        raise InputError(f"the range needs 1 <= LOW <= HIGH, but got {raw!r}; e.g. 64..4096", field="--gpus")
-    return None, (low, high)
 
 
 def gpu_counts(low: int, high: int, gpus_per_node: int) -> list[int]:
@@ -293,7 +272,6 @@ __all__ = [
     "gpu_counts",
     "make_candidate",
     "parse_duration_days",
-    "parse_gpus",
     "plan_capacity",
     "split_hardware",
 ]

@@ -6,8 +6,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..training.space import NOT_EXPRESSIBLE, REASONS, enumerate_valid
 from ..training.problem import TrainingProblem
+from ..training.space import NOT_EXPRESSIBLE, REASONS, enumerate_valid
 from .result import Evaluated
 
 CHUNK = 200_000  # plans per cost-model call: bounds memory on very large spaces

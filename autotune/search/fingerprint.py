@@ -17,9 +17,9 @@ from typing import Any, Mapping, Sequence
 from ..errors import InputError
 from ..inputs.hardware import Cluster, Efficiency, Hardware, Link
 from ..inputs.modelspec import ModelSpec, MoESpec
+from ..inputs.workload import TrainWorkload
 from ..training.problem import OBJECTIVES, Objective, TrainingProblem
 from ..training.space import Rules, Space
-from ..inputs.workload import TrainWorkload
 
 FINGERPRINT_VERSION = 1
 STORAGE_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+psycopg2://", "mysql://", "mysql+pymysql://",

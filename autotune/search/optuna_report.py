@@ -19,8 +19,8 @@ import optuna
 
 from ..errors import InputError
 from ..training.plan import PLAN_KEYS, PlanBatch
-from .optuna_search import make_sampler
 from ..training.problem import Objective, TrainingProblem
+from .optuna_search import make_sampler
 from .result import Evaluated
 
 _WORST = {"maximize": 0.0, "minimize": 1e30}
@@ -120,7 +120,15 @@ def _require_file(url: str) -> None:
 def read_study(url: str, name: str) -> StoredStudy:
     """Open study ``name`` in ``url`` and rebuild its problem from the fingerprint it carries."""
     from .fingerprint import problem_from_fingerprint
-    from .optuna_study import PROBLEM_ATTR, SETTINGS_ATTR, TARGET_ATTR, evaluated_from_study, make_storage, redact, trial_records
+    from .optuna_study import (
+        PROBLEM_ATTR,
+        SETTINGS_ATTR,
+        TARGET_ATTR,
+        evaluated_from_study,
+        make_storage,
+        redact,
+        trial_records,
+    )
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     _require_file(url)

@@ -18,8 +18,8 @@ import numpy as np
 import optuna
 
 from ..training.plan import PLAN_KEYS, PlanBatch
-from ..training.space import REASONS, space_size
 from ..training.problem import Objective, TrainingProblem
+from ..training.space import REASONS, space_size
 from .result import Evaluated
 
 SAMPLERS = ("tpe", "gp", "random")

@@ -8,17 +8,6 @@ exactly what changed.  The study's own trials are the cache: no plan is evaluate
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
-
-import numpy as np
-import optuna
-
-from ..training.plan import PLAN_KEYS, PlanBatch
-from ..training.space import REASONS, space_size
-from .optuna_search import _WORST, make_sampler
-from ..training.problem import Objective, TrainingProblem
-from .result import Evaluated
-
 # ---------------------------------------------------------------------------------------------
 # Persistent studies: storage, the problem record, workers and measured trials
 #
@@ -29,16 +18,31 @@ from .result import Evaluated
 # ``predicted_tokens_per_s_per_gpu``, ``error_pct``, ``failure_reason``, ``stderr_tail``.
 # The study's records are the cache: before evaluating, a trial looks for a live trial with a
 # lower number and the same plan (the lowest number owns a plan) and answers from it.
-
 import json as _json
-import warnings
 import re as _re
 import time as _time
-from dataclasses import dataclass as _dataclass, field as _field
-from typing import Any as _Any, Mapping as _Mapping
+import warnings
+from dataclasses import dataclass as _dataclass
+from dataclasses import field as _field
+from typing import Any as _Any
+from typing import Callable, Sequence
+from typing import Mapping as _Mapping
+
+import numpy as np
+import optuna
 
 from ..errors import InputError
-from .fingerprint import check_same_problem, fingerprint, parse_storage_url, problem_from_fingerprint
+from ..training.plan import PLAN_KEYS, PlanBatch
+from ..training.problem import Objective, TrainingProblem
+from ..training.space import REASONS, space_size
+from .fingerprint import (
+    check_same_problem,
+    fingerprint,
+    parse_storage_url,
+    problem_from_fingerprint,
+)
+from .optuna_search import _WORST, make_sampler
+from .result import Evaluated
 
 PROBLEM_ATTR = "autotune.problem"
 SETTINGS_ATTR = "autotune.settings"

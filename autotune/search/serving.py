@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from ..serving.estimate import ServingParams, estimate_serving, max_batch_fit
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
-from ..serving.plan import SERVE_KEYS, ServePlan, ServePlanBatch, ServeWorkload
+from ..inputs.workload import ServeWorkload
+from ..serving.estimate import ServingParams, estimate_serving, max_batch_fit
+from ..serving.plan import SERVE_KEYS, ServePlan, ServePlanBatch
 from ..serving.space import ServeSpace, enumerate_serve
 
 

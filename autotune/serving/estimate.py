@@ -34,7 +34,8 @@ import numpy as np
 
 from ..inputs.hardware import Cluster, Hardware
 from ..inputs.modelspec import ModelSpec
-from .plan import COMPUTE_PRECISION, KV_DTYPES, WEIGHTS, ServePlanBatch, ServeWorkload
+from ..inputs.workload import ServeWorkload
+from .plan import COMPUTE_PRECISION, KV_DTYPES, WEIGHTS, ServePlanBatch
 
 GIB = float(2**30)
 INT4_GROUP = 128  # weights per bf16 scale (AWQ/GPTQ default group size)

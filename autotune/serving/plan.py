@@ -1,4 +1,4 @@
-"""Serve plans: one plan (frozen, validated) and many plans as numpy columns; the serving workload.
+"""Serve plans: one plan (frozen, validated) and many plans as numpy columns.
 
 A serve plan splits ``n_gpus`` into ``replicas`` identical engines of ``tp * pp``
 GPUs each (``replicas`` is derived: ``n_gpus / (tp * pp)``).  ``ep`` is expert
@@ -19,8 +19,6 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from ..errors import InputError
-
 # Weight precisions.  bf16/fp8/int8/fp4 run their GEMMs at that precision (W8A8, W4A4);
 # int4 is weight-only (AWQ/GPTQ-style, one bf16 scale per group of 128) and computes in bf16.
 WEIGHTS = ("bf16", "fp8", "int8", "int4", "fp4")
@@ -33,50 +31,6 @@ SERVE_DEFAULTS: Mapping[str, Any] = {"tp": 1, "pp": 1, "ep": 1, "weights": "bf16
 COMPUTE_PRECISION: Mapping[str, str] = {"bf16": "bf16", "fp8": "fp8", "int8": "int8", "int4": "bf16", "fp4": "fp4"}
 # Hardware peak a KV dtype needs (fp8 KV cache: the GPU must have fp8).
 KV_PRECISION: Mapping[str, str] = {"bf16": "bf16", "fp8": "fp8"}
-
-
-@dataclass(frozen=True)
-class ServeWorkload:
-    """Request shape and load: fixed input and output lengths; targets and load are optional.
-
-    ``concurrency`` is the number of users in flight over the whole deployment (closed loop);
-    ``request_rate`` requests per second (open loop). With neither: maximum throughput
-    (every request queued at once; the engine fills its batch).
-    """
-
-    input_len: int
-    output_len: int
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    concurrency: int | None = None
-    request_rate: float | None = None
-
-    def __post_init__(self) -> None:
-        checks = (("input_len", self.input_len, "--input-len"), ("output_len", self.output_len, "--output-len"))
-        for _, value, flag in checks:
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise InputError(f"must be an integer >= 1, but got {value!r}", field=flag)
-        for name, flag in (("ttft_ms", "--ttft-ms"), ("tpot_ms", "--tpot-ms"), ("request_rate", "--request-rate")):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise InputError(f"must be > 0, but got {value!r}", field=flag)
-        if self.concurrency is not None and self.concurrency < 1:
-            raise InputError(f"must be >= 1, but got {self.concurrency}", field="--concurrency")
-        if self.concurrency is not None and self.request_rate is not None:
-            raise InputError("give the load once: --concurrency C (users in flight) or --request-rate R, not both",
-                             field="--concurrency")
-
-    @property
-    def mode(self) -> str:
-        if self.request_rate is not None:
-            return "rate"
-        if self.concurrency is not None:
-            return "concurrency"
-        return "max-throughput"
-
-    @property
-    def max_len(self) -> int:
-        return self.input_len + self.output_len
 
 
 @dataclass(frozen=True)

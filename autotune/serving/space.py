@@ -8,12 +8,19 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..inputs import loading
 from ..errors import InputError, check_keys
+from ..inputs import loading
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
 from ..inputs.resources import bundled_dir
-from .plan import COMPUTE_PRECISION, KV_PRECISION, SERVE_CATEGORIES, SERVE_KEYS, ServePlanBatch, check_serve_field
+from .plan import (
+    COMPUTE_PRECISION,
+    KV_PRECISION,
+    SERVE_CATEGORIES,
+    SERVE_KEYS,
+    ServePlanBatch,
+    check_serve_field,
+)
 
 REASONS: tuple[str, ...] = (
     "valid",

@@ -11,18 +11,21 @@ The serving parameters are looked up per engine release and GPU (``calibrated.py
 
 from __future__ import annotations
 
+import csv
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .estimate import ServingParams, estimate_serving, max_batch_fit, static_batch_s
-from ..inputs.hardware import Cluster, Hardware
-from .plan import ServePlanBatch, ServeWorkload
+from ..inputs.hardware import Cluster, Hardware, hardware_names, load_hardware
+from ..inputs.workload import ServeWorkload
 from .calibrated import SHARES_FIT, engine_max_batch, params_for
-from .runs import ServingRun, SkippedServingRow
+from .estimate import ServingParams, estimate_serving, max_batch_fit, static_batch_s
+from .plan import ServePlanBatch
+from .runs import ServingRun, SkippedServingRow, read_serving_runs
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ def predict_run(run: ServingRun, hw: Hardware, params: ServingParams, *, request
     cluster = Cluster(hardware=hw, n_gpus=run.tp * run.pp, gpus_per_node=max(hw.gpus_per_node, run.tp * run.pp))
     model = run.model
     gpus = run.tp * run.pp
-    tokens = ttft = itl = batch_out = None
+    ttft = itl = batch_out = None
     if run.kind == "static":
         t = static_batch_s(model, cluster, plans, params, np.full(len(plans), run.batch), run.input_len, run.output_len)
         values = run.batch * run.output_len / t / gpus
@@ -218,6 +221,15 @@ def validate_serving(parsed: Sequence[ServingRun | SkippedServingRow], hardware_
     report.ttft = _summaries(rows, "ttft_error_pct")
     report.itl = _summaries(rows, "itl_error_pct")
     return report
+
+
+def validate_serving_csv(path: Path) -> ServingReport:
+    """Read a serving-runs CSV and predict every row with the bundled profiles and parameters."""
+    profiles = {n: load_hardware(n) for n in hardware_names()}
+    parsed = read_serving_runs(path, set(profiles), {n for n, h in profiles.items() if h.supports("fp8")})
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        datasets = {row["id"]: row.get("dataset", "") for row in csv.DictReader(handle)}
+    return validate_serving(parsed, profiles.__getitem__, datasets)
 
 
 # --- fitting ---------------------------------------------------------------------------------

@@ -43,20 +43,27 @@ docs/accuracy.md explains the default parameter set.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import yaml
 
-from ..inputs import loading
 from ..errors import InputError
-from ..inputs.hardware import EFFICIENCY_BOUNDS, EFFICIENCY_FIELDS, Hardware, efficiency_from_mapping, hardware_names
+from ..inputs.calibration import Calibration, apply_calibration
+from ..inputs.hardware import EFFICIENCY_BOUNDS, EFFICIENCY_FIELDS, Hardware
 from .runs import MeasuredRun, SkippedRow
-from .validation import GroupSummary, HardwareLoader, Prepared, evaluate, prepare, report_from, summarise
+from .validation import (
+    GroupSummary,
+    HardwareLoader,
+    Prepared,
+    evaluate,
+    prepare,
+    report_from,
+    summarise,
+)
 
 # The default subset: what the published runs can identify (docs/accuracy.md explains the choice).
 DEFAULT_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention", "tp_overlap", "fragmentation")
@@ -69,81 +76,6 @@ MEMORY_PARAMS: tuple[str, ...] = ("fragmentation", "workspace_gib")
 COMPUTE_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention", "gemm_overhead_us", "tp_overlap", "cp_overlap",
                                    "ep_overlap", "pp_overlap", "dp_overlap", "step_overhead_s")
 _MIN_SENSITIVITY = 1e-3  # |d log(pred) / d param| summed over a profile's rows, per unit of the bounds
-
-
-# ---------------------------------------------------------------------------------------------
-# The overlay file
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """A calibration overlay: per profile name, efficiency values that replace the profile's."""
-
-    efficiency: Mapping[str, Mapping[str, float]]
-    source: str = "<in memory>"
-    about: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_mapping(self) -> dict:
-        out: dict[str, Any] = {"hardware": {name: {"efficiency": dict(values)} for name, values in self.efficiency.items()}}
-        if self.about:
-            out["about"] = dict(self.about)
-        return out
-
-
-def calibration_from_mapping(data: Mapping[str, Any], *, source: str, known_profiles: Iterable[str] | None = None) -> Calibration:
-    """Check an overlay mapping: ``hardware.<profile>.efficiency.<parameter>`` with values within bounds."""
-    if not isinstance(data, Mapping):
-        raise InputError("top level must be a mapping with a 'hardware' key", source=source)
-    unknown = sorted(set(data) - {"hardware", "about"})
-    if unknown:
-        raise InputError(f"unknown key(s) {', '.join(unknown)}; allowed: about, hardware", source=source, field=unknown[0])
-    hardware = data.get("hardware")
-    if not isinstance(hardware, Mapping) or not hardware:
-        raise InputError("must map profile names to {efficiency: {...}}", source=source, field="hardware")
-    known = set(hardware_names() if known_profiles is None else known_profiles)
-    efficiency: dict[str, dict[str, float]] = {}
-    for name, block in hardware.items():
-        where = f"hardware.{name}"
-        if name not in known:
-            raise InputError(f"unknown hardware profile {name!r}; profiles: {', '.join(sorted(known))}",
-                             source=source, field=where)
-        if not isinstance(block, Mapping) or set(block) != {"efficiency"} or not isinstance(block["efficiency"], Mapping):
-            raise InputError("must be a mapping with exactly one key, efficiency: {parameter: value}",
-                             source=source, field=where)
-        raw = dict(block["efficiency"])
-        bad = sorted(set(raw) - set(EFFICIENCY_FIELDS))
-        if bad:
-            raise InputError(f"unknown efficiency parameter(s) {', '.join(bad)}; parameters: {', '.join(EFFICIENCY_FIELDS)}",
-                             source=source, field=f"{where}.efficiency.{bad[0]}")
-        try:
-            efficiency_from_mapping(raw, source=source)  # numbers and bounds
-        except InputError as exc:
-            raise InputError(str(exc).split(": ", 1)[-1], source=source,
-                             field=f"{where}.{exc.field}" if exc.field else f"{where}.efficiency") from None
-        efficiency[str(name)] = {k: float(v) for k, v in raw.items()}
-    about = data.get("about") or {}
-    if not isinstance(about, Mapping):
-        raise InputError("must be a mapping (free-form notes on the fit)", source=source, field="about")
-    return Calibration(efficiency=efficiency, source=source, about=dict(about))
-
-
-def load_calibration(path: str | Path) -> Calibration:
-    """Read and check a calibration overlay YAML (errors name the file and the field)."""
-    path = Path(path)
-    return calibration_from_mapping(loading.read_mapping(path), source=str(path))
-
-
-def apply_calibration(hardware: Hardware, calibration: Calibration | Mapping[str, Any] | None) -> Hardware:
-    """``hardware`` with the overlay's efficiency values for its profile (unchanged if the overlay omits it)."""
-    if calibration is None:
-        return hardware
-    if not isinstance(calibration, Calibration):
-        calibration = calibration_from_mapping(calibration, source="<in memory>")
-    raw = calibration.efficiency.get(hardware.name)
-    if not raw:
-        return hardware
-    efficiency = efficiency_from_mapping(dict(raw), source=calibration.source, base=hardware.efficiency)
-    return dataclasses.replace(hardware, efficiency=efficiency)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,17 +8,17 @@ that are valid but do not fit in memory come back with ``fits == False``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
+from ..costmodel.flops import training_flops_per_token
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
-from .plan import PlanBatch
 from ..inputs.workload import TrainWorkload
-from ..costmodel.flops import training_flops_per_token
 from .geometry import Geometry, plan_geometry
 from .memory import GIB, MEMORY_PARTS, PIPELINE_RUNTIMES, memory_parts
+from .plan import PlanBatch
 from .step_time import TIME_PARTS, ZERO3_COLLECTIVES, step_time_parts
 
 ATTENTION_KERNELS = ("flash", "unfused", "cudnn")
@@ -107,3 +107,13 @@ def estimate_training(
         cost_usd_per_million_tokens=price_per_gpu_s / tokens_per_s_per_gpu * 1e6,
         geometry=geo,
     )
+
+
+def add_training_totals(estimate: dict[str, Any], n_gpus: int, tokens: float | None, price: float, tokens_per_step: int) -> dict[str, Any]:
+    """Total time, GPU-hours and money to train ``tokens`` (when given)."""
+    if tokens is None:
+        return estimate
+    seconds = tokens / (estimate["tokens_per_s_per_gpu"] * n_gpus)
+    gpu_hours = seconds / 3600.0 * n_gpus
+    return {**estimate, "training_days": seconds / 86400.0, "gpu_hours": gpu_hours, "cost_usd": gpu_hours * price,
+            "steps": tokens / tokens_per_step}

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..costmodel.comm import Topology
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
-from .plan import PlanBatch
 from ..inputs.workload import TrainWorkload
-from ..costmodel.comm import Topology
+from .plan import PlanBatch
 
 
 @dataclass(frozen=True)

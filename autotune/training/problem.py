@@ -8,12 +8,12 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from .estimate import TrainingEstimate, estimate_training
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
+from ..inputs.workload import TrainWorkload
+from .estimate import TrainingEstimate, estimate_training
 from .plan import PlanBatch
 from .space import NOT_EXPRESSIBLE, Rules, Space, axis_choices, rejection_reasons
-from ..inputs.workload import TrainWorkload
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from typing import Any
 from ..errors import InputError
 from ..inputs.hardware import Cluster, Hardware
 from ..inputs.modelspec import ModelSpec, MoESpec
-from .plan import Plan
 from ..inputs.workload import TrainWorkload
+from .plan import Plan
 
 ATTENTION_KERNELS = ("flash", "unfused", "cudnn")
 # NVIDIA's stacks: NeMo and Megatron-LM / Megatron-Core run attention through TransformerEngine,

@@ -14,13 +14,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..inputs import loading
 from ..errors import InputError, check_keys
+from ..inputs import loading
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
-from .plan import CATEGORIES, PLAN_KEYS, PlanBatch, parse_plan_fields
 from ..inputs.resources import bundled_dir
 from ..inputs.workload import TrainWorkload
+from .plan import CATEGORIES, PLAN_KEYS, PlanBatch, parse_plan_fields
 
 # Reason codes, in the order rules are checked; 0 means valid.
 REASONS: tuple[str, ...] = (

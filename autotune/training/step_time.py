@@ -1,4 +1,4 @@
-"""Step time of a training plan and its parts (DESIGN.md §2).
+"""Step time of a training plan and its parts (docs/cost-model.md).
 
 One micro-batch on one pipeline stage costs the forward and backward of its
 layers (GEMMs, flash attention, memory-bound ops), recomputation, and the
@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..costmodel import comm
+from ..costmodel.kernels import Kernels
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
-from .plan import PRECISION, RECOMPUTE, PlanBatch
 from ..inputs.workload import TrainWorkload
-from ..costmodel import comm
 from .geometry import Geometry
-from ..costmodel.kernels import Kernels
+from .plan import PRECISION, RECOMPUTE, PlanBatch
 
 FULL = RECOMPUTE.index("full")
 SELECTIVE = RECOMPUTE.index("selective")

@@ -25,22 +25,22 @@ so a whole table takes well under a second; calibration reuses the same engine.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .estimate import estimate_training
 from ..errors import InputError
+from ..inputs.calibration import (
+    Calibration,
+    apply_calibration,
+    calibration_from_mapping,
+)
 from ..inputs.hardware import Hardware
+from .estimate import estimate_training
 from .plan import Plan, PlanBatch
 from .runs import MeasuredRun, SkippedRow, candidate_plans, preferred_candidates
-
-if TYPE_CHECKING:  # only for annotations: calibration imports this module
-    from .calibration import Calibration
 
 HardwareLoader = Callable[[str], Hardware]
 
@@ -354,7 +354,7 @@ def report_from(prepared: Prepared, evaluation: Evaluation, *, calibration: str 
 def validate_runs(
     runs: Iterable[MeasuredRun | SkippedRow],
     hardware_loader: HardwareLoader,
-    calibration: "Calibration | Mapping[str, Any] | None" = None,
+    calibration: Calibration | Mapping[str, Any] | None = None,
 ) -> ValidationReport:
     """Predict each usable row with exactly its layout and compare with the measurement.
 
@@ -364,8 +364,6 @@ def validate_runs(
     ``calibration``: an overlay from :func:`autotune.calibration.load_calibration`, applied
     to every profile it names.
     """
-    from .calibration import Calibration, apply_calibration, calibration_from_mapping  # (imports this module)
-
     prepared = prepare(runs, hardware_loader)
     hardware = dict(prepared.profiles)
     source = None

@@ -3,7 +3,7 @@
 ``EMITTERS`` maps each format name to its :class:`Emitter`.  Every emitter
 declares what it cannot express (``can_express`` lists the reasons, naming the
 plan field and the alternatives) and renders files as text (``render`` returns a
-mapping of file name to text).  Writing them is the CLI's job (``autotune/cli_emit.py``).
+mapping of file name to text).  Writing them is the CLI's job (``autotune/cli/emit.py``).
 See docs/launch-configs.md for the targeted releases and the mapping of each plan key.
 """
 

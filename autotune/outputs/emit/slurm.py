@@ -13,7 +13,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import shell
-from .base import EmitContext, Emitter, header, launch_body, program_groups, torchrun_groups
+from .base import (
+    EmitContext,
+    Emitter,
+    header,
+    launch_body,
+    program_groups,
+    torchrun_groups,
+)
 from .shell import Raw
 
 SCRIPT = "launch.sbatch"

@@ -1,7 +1,7 @@
 """``vllm serve`` launch commands for a serve plan: one engine per replica, a load balancer in front.
 
 Targets vLLM 0.8 (flags as ``vllm serve --help`` spells them there).  Every value is
-shell-quoted (``autotune/emit/shell.py``).
+shell-quoted (``autotune/outputs/emit/shell.py``).
 """
 
 from __future__ import annotations

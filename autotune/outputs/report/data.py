@@ -16,7 +16,6 @@ measurement against the prediction.  The cloud figures re-evaluate the space as 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ import numpy as np
 from ...errors import InputError
 from ...training.plan import PLAN_KEYS
 from ...training.problem import OBJECTIVES, TrainingProblem
+from ..files import read_plans
 
 CLOUD_LIMIT = 60_000  # plans drawn in the throughput/memory clouds, at most
 IMPORTANCE_SAMPLE = 1_500  # fitting plans given to Optuna's importance evaluator
@@ -83,16 +83,7 @@ class StudySource:
 
 
 def load_plans_json(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise InputError("no such file; give a plans.json written by `autotune search --out DIR`", source=str(path))
-    try:
-        doc = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"is not JSON ({exc}); give a plans.json written by `autotune search --out DIR`",
-                         source=str(path)) from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("plans"), list) or "search" not in doc:
-        raise InputError("has no 'plans' list and 'search' object; give a plans.json written by "
-                         "`autotune search --out DIR`", source=str(path))
+    doc = read_plans(path)
     if not doc["plans"]:
         raise InputError("lists no plans (nothing fitted); rerun the search with more GPUs or ZeRO-3", source=str(path))
     return doc
@@ -271,7 +262,7 @@ def trial_value(record: dict[str, Any], measured: bool) -> float | None:
 
 
 def _with_totals(estimate: dict[str, Any], problem: TrainingProblem) -> dict[str, Any]:
-    from ..tables import add_training_totals
+    from ...training.estimate import add_training_totals
 
     return add_training_totals(estimate, problem.cluster.n_gpus, problem.workload.tokens,
                                problem.cluster.hardware.price_usd_per_gpu_hour, problem.workload.tokens_per_step)

@@ -150,8 +150,8 @@ def throughput_cost(data: ReportData) -> Figure | None:
 
 
 def _labels(data: ReportData) -> list[str]:
-    from ..tables import settings_short
     from ...training.plan import plan_from_fields
+    from ..tables import settings_short
 
     out = []
     for p in data.plans[:10]:

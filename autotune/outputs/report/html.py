@@ -39,8 +39,8 @@ def _e(value: Any) -> str:
 
 
 def _plans_table(data: ReportData) -> str:
-    from ..tables import settings_short
     from ...training.plan import plan_from_fields
+    from ..tables import settings_short
 
     rows = []
     with_measured = all("measured_tokens_per_s_per_gpu" in p for p in data.plans[:10])
@@ -109,8 +109,8 @@ def _capacity_table(cap: dict[str, Any]) -> str:
 def _summary(data: ReportData) -> str:
     best = data.plans[0]
     est = best["estimate"]
-    from ..tables import settings_text
     from ...training.plan import plan_from_fields
+    from ..tables import settings_text
 
     try:
         plan = plan_from_fields(best["plan"], int(data.inputs["gpus"]))

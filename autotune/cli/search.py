@@ -1,0 +1,520 @@
+"""``autotune search``, ``autotune predict`` and ``autotune explain``: training and serving plans."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.markup import escape
+
+from ..errors import InputError
+from ..inputs.modelspec import load_model
+from ..inputs.request import (
+    TrainingRequest,
+    cluster_from_options,
+    parse_gpus,
+    priced_hardware,
+    require_training,
+    serve_workload,
+    single_gpu_count,
+)
+from ..outputs import tables
+from ..outputs.emit.formats import (
+    check_formats,
+    express_all,
+    parse_formats,
+    render_formats,
+    search_context,
+)
+from ..outputs.explain import explain
+from ..outputs.files import check_out_dir, read_plans, write_files, write_plans
+from ..search import capacity as cap
+from ..search.api import (
+    CapacitySearch,
+    SearchSettings,
+    ServingSearch,
+    StudyOptions,
+    TrainingSearch,
+    parse_fixes,
+    plan_capacity_search,
+    search_serving,
+    search_training,
+    wants_capacity,
+)
+from ..serving.calibrated import params_for_gpu
+from ..serving.estimate import estimate_serving
+from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
+from ..serving.space import REASONS as SERVE_REASONS
+from ..serving.space import rejection_reasons as serve_rejection_reasons
+from ..training.confidence import sentence as confidence_sentence
+from ..training.confidence import with_confidence
+from ..training.estimate import add_training_totals, estimate_training
+from ..training.plan import (
+    PLAN_DEFAULTS,
+    PLAN_KEYS,
+    PlanBatch,
+    parse_plan,
+    plan_from_fields,
+)
+from ..training.space import PERMISSIVE_RULES, REASONS, rejection_reasons
+from .app import (
+    Calibration,
+    Concurrency,
+    Fix,
+    GpusPerNode,
+    HardwareOpt,
+    Heartbeat,
+    InputLen,
+    JsonOut,
+    Model,
+    Nodes,
+    OptGlobalBatch,
+    OptSeqLen,
+    OutputLen,
+    Price,
+    RequestRate,
+    Space,
+    Tokens,
+    TpotMs,
+    TtftMs,
+    WorkloadKind,
+    app,
+    check_workload,
+    note_inputs,
+    print_json,
+    progress,
+    reject_flags,
+    stderr,
+    stdout,
+    user_errors,
+)
+
+# --- search --------------------------------------------------------------------------------------------
+
+
+@app.command(
+    epilog=(
+        "**Examples**\n\n"
+        "    autotune search -m llama3-70b -H h100-sxm5-80gb --gpus 64 --seq-len 8192 --global-batch 512\n\n"
+        "    autotune search -m gpt3-175b -H a100-sxm4-80gb --gpus 1024 -s 2048 -b 1536 --sampler tpe --trials 200\n\n"
+        "    autotune search -m llama3-8b -H h100-sxm5-80gb --gpus 8 -s 8192 -b 64 --fix tp=1 --objective throughput,memory\n\n"
+        "    autotune search -m llama3-70b -H h100-sxm5-80gb --nodes 8 -s 8192 -b 512 --tokens 2e12 --out runs/70b\n\n"
+        "    autotune search --workload serve -m llama3-70b -H h100-sxm5-80gb --gpus 8 --input-len 2048 "
+        "--output-len 256 --ttft-ms 2000 --tpot-ms 50"
+    )
+)
+def search(
+    model: Model,
+    hardware: HardwareOpt,
+    seq_len: OptSeqLen = None,
+    global_batch: OptGlobalBatch = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", "-n", help="Number of GPUs, or a range LOW..HIGH (64..4096) to plan capacity: searches whole-node counts in it.")] = None,
+    gpus_per_node: GpusPerNode = None,
+    nodes: Nodes = None,
+    tokens: Tokens = None,
+    price: Price = None,
+    space: Space = None,
+    fix: Fix = None,
+    sampler: Annotated[str, typer.Option("--sampler", help="auto | exact | tpe | gp | random. auto: exact when cheap, else TPE.")] = "auto",
+    trials: Annotated[int, typer.Option("--trials", help="Trials for tpe / gp / random.")] = 200,
+    seed: Annotated[int, typer.Option("--seed", help="Sampler seed: the same seed gives the same answer.")] = 0,
+    objective: Annotated[str, typer.Option("--objective", help="throughput | cost | time | memory; comma-separated for a Pareto set.")] = "throughput",
+    top: Annotated[int, typer.Option("--top", "-k", help="How many plans to show and write.")] = 10,
+    json_out: JsonOut = False,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write plans.json and plans.csv into this folder.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder.")] = False,
+    calibration: Calibration = None,
+    emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: megatron, deepspeed, torchtitan, slurm (comma-separated); the search keeps to plans they can express.")] = None,
+    deadline: Annotated[Optional[str], typer.Option("--deadline", help="Capacity planning: finish --tokens within this time, e.g. 30d, 720h.")] = None,
+    pue: Annotated[Optional[float], typer.Option("--pue", help="Data-centre PUE for energy [default: 1.58, Uptime Institute 2023 average].")] = None,
+    grid_intensity: Annotated[Optional[float], typer.Option("--grid-intensity", help="gCO2e per kWh for emissions [default: 475, world average (IEA 2019)].")] = None,
+    storage: Annotated[Optional[str], typer.Option("--storage", help="Keep the trials in an Optuna storage (sqlite:///s.db, postgresql://..., journal:./s.log); a re-run continues up to --trials, `autotune worker` joins. See docs/distributed.md.")] = None,
+    study: Annotated[Optional[str], typer.Option("--study", help="Study name in --storage.")] = None,
+    new: Annotated[bool, typer.Option("--new", help="Replace an existing study of that name (e.g. after changing the model or space).")] = False,
+    heartbeat: Heartbeat = 30,
+    workload: WorkloadKind = "train",
+    input_len: InputLen = None,
+    output_len: OutputLen = None,
+    ttft_ms: TtftMs = None,
+    tpot_ms: TpotMs = None,
+    concurrency: Concurrency = None,
+    request_rate: RequestRate = None,
+) -> None:
+    """Search parallel layouts and settings; print the best plans, ranked."""
+    with user_errors():
+        serving_flags = {"--input-len": input_len, "--output-len": output_len, "--ttft-ms": ttft_ms,
+                         "--tpot-ms": tpot_ms, "--concurrency": concurrency, "--request-rate": request_rate}
+        training_flags = {
+            "--seq-len": seq_len, "--global-batch": global_batch, "--tokens": tokens, "--deadline": deadline,
+            "--pue": pue, "--grid-intensity": grid_intensity, "--storage": storage, "--study": study,
+            "--emit": emit, "--calibration": calibration,
+            "--objective": None if objective == "throughput" else objective,
+            "--sampler": None if sampler == "auto" else sampler,
+        }
+        if check_workload(workload) == "serve":
+            if trials < 1:
+                raise InputError(f"must be >= 1, but got {trials}", field="--trials")
+            if top < 1:
+                raise InputError(f"must be >= 1, but got {top}", field="--top")
+            reject_flags(training_flags, "--workload serve")
+            request = ServingSearch(
+                model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
+                workload=serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate),
+                space=space, fixes=tuple(fix or ()), top=top, price=price)
+            raise typer.Exit(code=_search_serving(request, json_out=json_out, out=out, gpus_text=gpus))
+        reject_flags(serving_flags, "training (add --workload serve for serving)")
+        require_training(seq_len, global_batch)
+        gpu_count, gpu_range = parse_gpus(gpus)
+        settings = SearchSettings(space=space, fixes=parse_fixes(fix or []), sampler=sampler, trials=trials,
+                                  seed=seed, objective=objective, top=top)
+        request = TrainingRequest(model=model, hardware=hardware, gpus=gpu_count, gpus_per_node=gpus_per_node,
+                                  nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
+                                  calibration=calibration)
+        if wants_capacity(gpu_range, hardware, deadline):
+            if emit:
+                raise InputError("launch configs are written for one cluster: run the search again with the chosen "
+                                 "--gpus and --hardware, and --emit", field="--emit")
+            _capacity(CapacitySearch(request=request, settings=settings, gpu_range=gpu_range, deadline=deadline,
+                                     pue=pue, grid_intensity=grid_intensity), json_out=json_out, out=out, force=force)
+            return
+        inputs = request.build()
+        note_inputs(inputs)
+        formats = None
+        if emit is not None:
+            formats = parse_formats(emit)
+            if out is None:
+                raise InputError("needs --out DIR, the folder the launch configs are written to", field="--emit")
+            check_formats(formats, inputs.model, inputs.workload)
+        study_options = StudyOptions(storage=storage, study=study, new=new, heartbeat_s=heartbeat or None) if storage else None
+        if study and not storage:
+            raise InputError("--study names a study in a storage: add --storage sqlite:///study.db (or drop --study)",
+                             field="--study")
+        # Every input is checked before anything is written or any long work starts.
+        if out is not None:
+            check_out_dir(out, force)
+        with progress("searching") as update:
+            outcome = search_training(TrainingSearch(
+                inputs=inputs, settings=settings, study=study_options,
+                express=express_all(formats, inputs.model, inputs.workload) if formats else None), update)
+        result = outcome.result
+        document = outcome.to_json()
+        written: list[Path] = []
+        if out is not None:
+            written = write_plans(out, document)
+            if formats and result.ranked:
+                best = result.ranked[0]
+                context = search_context(best.plan, inputs.model, inputs.cluster, inputs.workload, best.estimate)
+                written += write_files(out, render_formats(formats, context), force)
+        if json_out:
+            print_json(document)
+        else:
+            _print_training_search(result, inputs)
+            if written:
+                stdout.print("Wrote " + ", ".join(str(p) for p in written))
+        if outcome.diagnosis is not None:
+            stderr.print(f"[bold red]no plan fits.[/] What binds: {outcome.diagnosis.binding}.", soft_wrap=True)
+            for fix_text in outcome.diagnosis.fixes:
+                stderr.print(f"  - {fix_text}", soft_wrap=True)
+            raise typer.Exit(code=1)
+
+
+def _print_training_search(result, inputs) -> None:
+    hw = inputs.cluster.hardware
+    n_nodes = inputs.cluster.n_nodes
+    stdout.print(
+        f"[bold]{inputs.model.name}[/] on {inputs.cluster.n_gpus} x {hw.name} ({n_nodes} node{'s' if n_nodes > 1 else ''} "
+        f"of {inputs.cluster.gpus_per_node}), sequence {inputs.workload.seq_len}, global batch {inputs.workload.global_batch}",
+        highlight=False,
+    )
+    for note in result.notes:
+        stdout.print(f"[dim]{note}[/]", highlight=False)
+    if result.ranked:
+        stdout.print(tables.plans_table(result, hw.memory_gib))
+        best = result.ranked[0]
+        stdout.print(tables.winner_sentence(best.plan, best.estimate, hw.memory_gib), highlight=False, soft_wrap=True)
+    rejected = ", ".join(f"{reason}: {count:,}" for reason, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
+    stdout.print(
+        f"[dim]{result.sampler}: {result.evaluations:,} plans evaluated of a space of {result.space_size:,} "
+        f"in {result.elapsed_s:.2f} s; {result.feasible:,} fit. Rejected: {rejected or 'none'}.[/]",
+        highlight=False, soft_wrap=True,
+    )
+    stdout.print("[dim]Estimates come from an analytic cost model; see `autotune validate` for its measured error.[/]")
+
+
+def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, force: bool) -> None:
+    if out is not None:
+        check_out_dir(out, force)
+    with progress("capacity") as update:
+        outcome = plan_capacity_search(request, update)
+    document = outcome.to_json()
+    written = write_plans(out, document) if out is not None else []
+    found, given = outcome.found, request.request
+    if json_out:
+        print_json(document)
+    else:
+        deadline = f", deadline {found.deadline_days:g} days" if found.deadline_days else ""
+        stdout.print(f"[bold]{given.model}[/] on {', '.join(outcome.hardware_names)}: {given.tokens:.3g} tokens, "
+                     f"sequence {given.seq_len}, global batch {given.global_batch}{deadline}", highlight=False)
+        stdout.print(tables.capacity_table(found))
+        what = {"cost": "Cheapest in time", "memory": "Leanest in time"}.get(found.objective, "Fastest in time")
+        if found.chosen:
+            stdout.print(f"[bold]{what}:[/] {tables.candidate_text(found.chosen)}.", highlight=False, soft_wrap=True)
+        if found.cheapest and found.cheapest is not found.chosen:
+            stdout.print(f"Cheapest in time: {tables.candidate_text(found.cheapest)}.", highlight=False, soft_wrap=True)
+        if found.fastest and found.fastest is not found.chosen:
+            stdout.print(f"Fastest: {tables.candidate_text(found.fastest)}.", highlight=False, soft_wrap=True)
+        stdout.print(f"[dim]Energy = GPUs x average board power x hours x PUE {found.pue:g} ({cap.PUE_SOURCE}); "
+                     f"emissions at {found.grid_g_per_kwh:g} gCO2e/kWh ({cap.GRID_INTENSITY_SOURCE}). "
+                     "Money at each profile's price per GPU-hour (--price overrides it for every profile).[/]",
+                     highlight=False, soft_wrap=True)
+        if written:
+            stdout.print("Wrote " + ", ".join(str(p) for p in written))
+    if found.chosen is None:
+        fastest = found.fastest
+        why = (f"the fastest, {fastest.gpus} x {fastest.hardware}, takes {fastest.totals['training_days']:,.1f} days"
+               if fastest else "no plan fits on any of them")
+        stderr.print(f"[bold red]no plan meets the deadline.[/] {why}; widen --gpus or move --deadline.",
+                     soft_wrap=True)
+        raise typer.Exit(code=1)
+
+
+def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None, gpus_text: str | None) -> int:
+    """Run the serving search and print it; returns the exit status."""
+    if out is not None:
+        check_out_dir(out, True)
+    outcome = search_serving(request)
+    document = outcome.to_json()
+    if out is not None:
+        write_plans(out, document)
+    result, workload, hw = outcome.result, request.workload, outcome.hardware
+    if json_out:
+        print_json(document)
+        return 0 if result and result.ranked else 1
+    load = {"max-throughput": "maximum throughput (all requests queued)",
+            "concurrency": f"{workload.concurrency} concurrent users",
+            "rate": f"{workload.request_rate or 0:g} requests/s"}[workload.mode]
+    targets = ", ".join(t for t in (f"TTFT <= {workload.ttft_ms:g} ms" if workload.ttft_ms else "",
+                                    f"TPOT <= {workload.tpot_ms:g} ms" if workload.tpot_ms else "") if t) or "none"
+    capacity = outcome.capacity
+    if capacity is not None:
+        tried = ", ".join(f"{g}: {m}" for g, m in capacity.tried)
+        if capacity.n_gpus is None:
+            stdout.print(f"No GPU count in {gpus_text} serves {workload.request_rate:g} requests/s within the targets "
+                         f"(GPUs: plans meeting them: {tried}).", highlight=False, soft_wrap=True)
+            return 1
+        stdout.print(f"[bold]Fewest GPUs: {capacity.n_gpus}[/] serve {workload.request_rate:g} requests/s within "
+                     f"the targets (GPUs tried: plans meeting them: {tried}).", highlight=False, soft_wrap=True)
+    stdout.print(f"[bold]{outcome.model.name}[/] serving on {outcome.n_gpus} x {hw.name}; input {workload.input_len}, "
+                 f"output {workload.output_len} tokens; load: {load}; targets: {targets}", highlight=False)
+    stdout.print(f"[dim]{outcome.parameters_note}[/]", highlight=False)
+    if result.ranked:
+        stdout.print(tables.serving_plans_table(result, hw.memory_gib))
+        best = result.ranked[0]
+        e = best.estimate
+        verdict = "meets the targets" if e["meets_targets"] else f"misses: {e.get('misses', '')}"
+        stdout.print(f"Best: {best.plan.layout()} ({best.plan.as_string()}): {e['output_tokens_per_s']:,.0f} output "
+                     f"tokens/s ({e['output_tokens_per_s_per_gpu']:,.0f} per GPU), TTFT {e['ttft_ms']:,.0f} ms, TPOT "
+                     f"{e['tpot_ms']:,.1f} ms; {verdict}.", highlight=False, soft_wrap=True)
+    rejected = ", ".join(f"{k}: {v:,}" for k, v in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
+    stdout.print(f"[dim]exact: {result.evaluations:,} plans evaluated of a space of {result.space_size:,} in "
+                 f"{result.elapsed_s:.2f} s; {result.feasible:,} fit, {result.meeting:,} meet the targets. "
+                 f"Rejected: {rejected or 'none'}.[/]", highlight=False, soft_wrap=True)
+    stdout.print("[dim]Estimates come from an analytic serving model; see `autotune validate` on serving runs for "
+                 "its measured error.[/]")
+    if not result.ranked:
+        stderr.print("[bold red]no serving plan fits.[/] Try more GPUs, a lower weight precision (fp8, int4) or a "
+                     "shorter --input-len/--output-len.", soft_wrap=True)
+        return 1
+    return 0
+
+
+# --- predict -------------------------------------------------------------------------------------------
+
+
+@app.command(
+    epilog=(
+        "**Examples**\n\n"
+        "    autotune predict -m llama3-70b -H h100-sxm5-80gb --gpus 64 -s 8192 -b 512 --plan \"tp=8,pp=4,zero=1,mbs=1,recompute=full\"\n\n"
+        "    autotune predict -m gpt3-175b -H a100-sxm4-80gb --gpus 1024 -s 2048 -b 1536 "
+        "--plan \"tp=8,pp=16,cp=1,ep=1,vp=1,sp=true,zero=1,mbs=1,recompute=full,precision=bf16\" --json\n\n"
+        "    autotune predict --workload serve -m llama3-70b -H h100-sxm5-80gb --gpus 8 "
+        "-p tp=4,weights=fp8,kv=fp8,max_batch=128 --input-len 2048 --output-len 256\n\n"
+        "Plan keys left out take these defaults: "
+        + ", ".join(f"{k}={v}" for k, v in PLAN_DEFAULTS.items())
+        + ", sp=true when tp > 1. dp is derived: GPUs / (tp·pp·cp)."
+    )
+)
+def predict(
+    model: Model,
+    hardware: HardwareOpt,
+    plan: Annotated[str, typer.Option("--plan", "-p", help="Plan as key=value pairs: " + ",".join(PLAN_KEYS) + " (serving: tp,pp,ep,weights,kv,max_batch).")],
+    seq_len: OptSeqLen = None,
+    global_batch: OptGlobalBatch = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", "-n", help="Number of GPUs.")] = None,
+    gpus_per_node: GpusPerNode = None,
+    nodes: Nodes = None,
+    tokens: Tokens = None,
+    price: Price = None,
+    json_out: JsonOut = False,
+    calibration: Calibration = None,
+    workload: WorkloadKind = "train",
+    input_len: InputLen = None,
+    output_len: OutputLen = None,
+    ttft_ms: TtftMs = None,
+    tpot_ms: TpotMs = None,
+    concurrency: Concurrency = None,
+    request_rate: RequestRate = None,
+) -> None:
+    """Estimate one plan: step time and its parts, throughput, MFU, memory and its parts."""
+    with user_errors():
+        if check_workload(workload) == "serve":
+            load = serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
+            _predict_serving(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
+                             workload=load, plan=plan, json_out=json_out, price=price)
+            return
+        require_training(seq_len, global_batch)
+        inputs = TrainingRequest(model=model, hardware=hardware, gpus=single_gpu_count(gpus), gpus_per_node=gpus_per_node,
+                                 nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
+                                 calibration=calibration).build()
+        note_inputs(inputs)
+        try:
+            chosen = parse_plan(plan, inputs.cluster.n_gpus)
+        except ValueError as exc:
+            raise InputError(str(exc), field="--plan") from None
+        batch = PlanBatch.from_plans([chosen])
+        # Rules that make a plan impossible to run (not merely outside the default space).
+        reason = int(rejection_reasons(inputs.model, inputs.cluster, inputs.workload, batch, PERMISSIVE_RULES)[0])
+        if reason:
+            # A plan that breaks a validity rule cannot run: no numbers for it (they would be invented).
+            if json_out:
+                print_json({"plan": chosen.as_dict(), "estimate": None, "invalid": REASONS[reason]})
+            else:
+                stderr.print(f"[bold red]invalid plan:[/] {escape(REASONS[reason])} "
+                             f"({escape(chosen.as_string())}); see `autotune predict --help` for the rules.",
+                             highlight=False, soft_wrap=True)
+            raise typer.Exit(code=1)
+        estimate = estimate_training(inputs.model, inputs.cluster, inputs.workload, batch).row(0)
+        hw = inputs.cluster.hardware
+        estimate = add_training_totals(estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour,
+                                       inputs.workload.tokens_per_step)
+        estimate = with_confidence(estimate, chosen, hw.name)
+        if not estimate["fits"]:
+            estimate["infeasible_reason"] = "out of memory"
+        if json_out:
+            print_json({"plan": chosen.as_dict(), "estimate": estimate})
+            return
+        stdout.print(f"[bold]{inputs.model.name}[/] on {inputs.cluster.n_gpus} x {hw.name}: {chosen.layout()} with "
+                     f"{tables.settings_text(chosen)}", highlight=False)
+        times, memory = tables.breakdown_tables(estimate, hw.memory_gib)
+        stdout.print(times)
+        stdout.print(memory)
+        verdict = "fits" if estimate["fits"] else f"[bold red]does not fit[/] ({estimate.get('infeasible_reason')})"
+        stdout.print(
+            f"{estimate['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {estimate['tflops_per_gpu']:.0f} model TFLOP/s/GPU, "
+            f"MFU {estimate['mfu']:.1%}; {verdict}.", highlight=False)
+        stdout.print(confidence_sentence(estimate.get("confidence")), highlight=False, soft_wrap=True)
+        if "training_days" in estimate:
+            stdout.print(f"Training {tokens:.3g} tokens: {estimate['training_days']:,.1f} days, "
+                         f"{estimate['gpu_hours']:,.0f} GPU-hours, ${estimate['cost_usd']:,.0f}.", highlight=False)
+
+
+def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_node: int | None, nodes: int | None,
+                     workload, plan: str, json_out: bool, price: float | None) -> None:
+    spec = load_model(model)
+    hw = priced_hardware(hardware, price)
+    cluster = cluster_from_options(hw, single_gpu_count(gpus), gpus_per_node, nodes)
+    try:
+        chosen = serve_plan_from_fields(parse_serve_fields(plan), cluster.n_gpus)
+    except ValueError as exc:
+        raise InputError(f"{exc}", field="--plan") from None
+    params, note = params_for_gpu(hw.name)
+    batch = ServePlanBatch.from_plans([chosen])
+    reason = int(serve_rejection_reasons(spec, cluster, batch)[0])
+    estimate = estimate_serving(spec, cluster, workload, batch, params).row(0)
+    if reason:
+        estimate["fits"] = False
+        estimate["meets_targets"] = False
+        estimate["infeasible_reason"] = SERVE_REASONS[reason]
+    if json_out:
+        print_json({"plan": chosen.as_dict(), "estimate": estimate})
+        return
+    e = estimate
+    stdout.print(f"[bold]{spec.name}[/] on {cluster.n_gpus} x {hw.name}: {chosen.layout()} ({chosen.as_string()})",
+                 highlight=False)
+    stdout.print(f"[dim]{note}[/]", highlight=False)
+    mem = e["memory_breakdown_gib"]
+    stdout.print(f"{e['output_tokens_per_s']:,.0f} output tokens/s ({e['output_tokens_per_s_per_gpu']:,.0f} per GPU, "
+                 f"{e['tokens_per_s_per_user']:,.1f} per user); TTFT {tables.ms_text(e['ttft_ms'])} ms, TPOT "
+                 f"{tables.ms_text(e['tpot_ms'], 1)} ms; batch {e['batch']:.1f} per replica (KV cache fits "
+                 f"{e['max_batch_fit']}); memory {e['memory_gib_per_gpu']:.1f} of {hw.memory_gib:g} GiB per GPU "
+                 f"(weights {mem['weights']:.1f}, KV {mem['kv_cache']:.1f}, reserve {mem['reserve']:.1f}).",
+                 highlight=False, soft_wrap=True)
+    if not e["fits"]:
+        stdout.print(f"[bold red]does not fit[/]: {e.get('infeasible_reason')}", highlight=False)
+    elif e.get("misses"):
+        stdout.print(f"[bold yellow]misses[/]: {e['misses']}", highlight=False)
+
+
+# --- explain -------------------------------------------------------------------------------------------
+
+
+@app.command(
+    "explain",
+    epilog=("**Examples**\n\n    autotune explain runs/70b/plans.json --rank 2\n\n"
+            "    autotune explain -m llama3-70b -H h100-sxm5-80gb --gpus 64 -s 8192 -b 512 "
+            "--plan \"tp=8,pp=4,zero=1,mbs=1,recompute=selective\""),
+)
+def explain_command(
+    plans: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR`.")] = None,
+    rank: Annotated[int, typer.Option("--rank", "-r", help="Which plan of PLANS to explain (1 = best).")] = 1,
+    plan: Annotated[Optional[str], typer.Option("--plan", "-p", help="A plan as key=value pairs (instead of PLANS).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model (with --plan; overrides PLANS' inputs).")] = None,
+    hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Hardware profile (with --plan).")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", "-n", help="Number of GPUs (with --plan).")] = None,
+    gpus_per_node: GpusPerNode = None,
+    seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length (with --plan).")] = None,
+    global_batch: Annotated[Optional[int], typer.Option("--global-batch", "-b", help="Global batch in sequences (with --plan).")] = None,
+    calibration: Calibration = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Explain one plan: time and memory breakdown, what binds, and what each one-step change does."""
+    with user_errors():
+        if (plans is None) == (plan is None):
+            raise InputError("give a plans.json (with --rank K) or --plan with --model, --hardware, --gpus, "
+                             "--seq-len and --global-batch", field="PLANS")
+        inputs: dict[str, Any] = {}
+        fields = None
+        if plans is not None:
+            document = read_plans(plans)
+            inputs = document["inputs"]
+            entries = document["plans"]
+            if not 1 <= rank <= len(entries):
+                raise InputError(f"must be between 1 and {len(entries)} (the plans in {plans}), but got {rank}",
+                                 field="--rank")
+            fields = entries[rank - 1]["plan"]
+        given = {"model": model, "hardware": hardware, "gpus": gpus, "seq_len": seq_len, "global_batch": global_batch}
+        merged = {**{k: inputs.get(k) for k in given}, **{k: v for k, v in given.items() if v is not None}}
+        missing = [k for k, v in merged.items() if v is None]
+        if missing:
+            raise InputError(f"missing {', '.join('--' + m.replace('_', '-') for m in missing)}", field="--plan")
+        t = TrainingRequest(model=merged["model"], hardware=merged["hardware"], gpus=int(merged["gpus"]),
+                            gpus_per_node=gpus_per_node or inputs.get("gpus_per_node"), seq_len=int(merged["seq_len"]),
+                            global_batch=int(merged["global_batch"]), price=inputs.get("price_usd_per_gpu_hour"),
+                            calibration=calibration).build()
+        try:
+            chosen = parse_plan(plan, t.cluster.n_gpus) if plan is not None else plan_from_fields(fields, t.cluster.n_gpus)
+        except ValueError as exc:
+            raise InputError(str(exc), field="--plan") from None
+        found = explain(t.model, t.cluster, t.workload, chosen)
+        if json_out:
+            print_json(found.to_json())
+            return
+        hw = t.cluster.hardware
+        stdout.print(f"[bold]{t.model.name}[/] on {t.cluster.n_gpus} x {hw.name}: {chosen.layout()} with "
+                     f"{tables.settings_text(chosen)}", highlight=False)
+        times, memory = tables.breakdown_tables(found.estimate, hw.memory_gib)
+        stdout.print(times)
+        stdout.print(memory)
+        stdout.print(f"[bold]What binds:[/] {found.binding}.", highlight=False, soft_wrap=True)
+        stdout.print(tables.sensitivity_table(found))

@@ -1,0 +1,180 @@
+"""Choosing and rendering launch-config formats for a plan: ``--emit megatron,slurm`` and ``autotune emit``.
+
+Pure: parses format lists, tells which plans a format can express, builds the emit context from a
+``plans.json`` document or a plan, and renders files as text.  Writing them is the caller's job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Mapping
+
+import numpy as np
+
+from ...errors import InputError
+from ...inputs.modelspec import ModelSpec, load_model
+from ...serving.plan import ServePlan
+from ...training.plan import PlanBatch, plan_from_fields
+from . import (
+    DEFAULT_FRAMEWORK,
+    EMITTERS,
+    FORMATS,
+    FRAMEWORKS,
+    SERVING_EMITTERS,
+    EmitContext,
+    get_emitter,
+    render,
+)
+from .vllm import ServeContext
+
+SERVING_FORMATS = tuple(SERVING_EMITTERS)
+
+
+def parse_formats(text: str | list[str]) -> list[str]:
+    """``"megatron,slurm"`` -> ``["megatron", "slurm:megatron"]``.
+
+    ``slurm`` runs the first framework named beside it (else Megatron-LM); write
+    ``slurm:torchtitan`` to choose explicitly.
+    """
+    items = text.split(",") if isinstance(text, str) else [p for item in text for p in item.split(",")]
+    names = [item.strip() for item in items if item.strip()]
+    if not names:
+        raise InputError(f"name at least one format: {', '.join(FORMATS)}", field="--emit")
+    frameworks = [n for n in names if n in FRAMEWORKS]
+    out: list[str] = []
+    for name in names:
+        base, _, framework = name.partition(":")
+        if base not in EMITTERS:
+            raise InputError(f"unknown format {base!r}; choose from {', '.join(FORMATS)} (slurm:FRAMEWORK picks the "
+                             f"framework a Slurm script runs)", field="--emit")
+        if base == "slurm":
+            framework = framework or (frameworks[0] if frameworks else DEFAULT_FRAMEWORK)
+            if framework not in FRAMEWORKS:
+                raise InputError(f"unknown framework {framework!r} after slurm:; choose from {', '.join(FRAMEWORKS)}",
+                                 field="--emit")
+            name = f"slurm:{framework}"
+        elif framework:
+            raise InputError(f"only slurm takes a framework (slurm:FRAMEWORK), but got {name!r}", field="--emit")
+        if name not in out:
+            out.append(name)
+    slurm = [n for n in out if n.startswith("slurm:")]
+    if len(slurm) > 1:
+        raise InputError(f"one Slurm script per folder (launch.sbatch), but got {', '.join(slurm)}; "
+                         "emit the others into another --out", field="--emit")
+    return out
+
+
+def _split(spec: str) -> tuple[str, str | None]:
+    base, _, framework = spec.partition(":")
+    return base, (framework or None)
+
+
+def expressible_mask(format: str, plans: PlanBatch, model: ModelSpec, workload=None) -> np.ndarray:
+    """True for each plan of the batch that ``format`` (e.g. ``deepspeed``, ``slurm:torchtitan``) can express.
+
+    With ``workload``, limits of the workload count too (torchtitan's longest sequence).
+    """
+    base, framework = _split(format)
+    seq_len = workload.seq_len if workload is not None else None
+    return get_emitter(base, framework).expressible(plans, model, seq_len)
+
+
+def check_formats(formats: list[str], model: ModelSpec, workload=None) -> None:
+    """Refuse, before a search, formats that can express no plan of this model or workload."""
+    for spec in parse_formats(formats):
+        base, framework = _split(spec)
+        emitter = get_emitter(base, framework)
+        reasons = emitter.model_reasons(model, workload.seq_len if workload is not None else None)
+        if reasons:
+            raise InputError(f"{spec} cannot express any plan here: " + "; ".join(reasons), field="--emit")
+
+
+def express_all(formats: list[str], model: ModelSpec, workload):
+    """The predicate a search keeps to: plans every one of ``formats`` can express."""
+    def express(plans: PlanBatch) -> np.ndarray:
+        return np.logical_and.reduce([expressible_mask(f, plans, model, workload) for f in formats])
+    return express
+
+
+def render_formats(formats: list[str], context: EmitContext) -> dict[str, str]:
+    """The files of several formats for one plan, merged by name (a Slurm script shares its framework's files)."""
+    files: dict[str, str] = {}
+    for spec in parse_formats(formats):
+        base, framework = _split(spec)
+        ctx = context if framework is None else replace(context, framework=framework)
+        for name, text in render(base, ctx).items():
+            if files.get(name, text) != text:
+                raise InputError(f"two formats would write different {name}; emit them into separate --out folders",
+                                 field="--emit")
+            files[name] = text
+    return files
+
+
+def search_context(plan, model: ModelSpec, cluster, workload, estimate: Mapping[str, Any] | None, *,
+                   data_path: str | None = None, tokenizer: str | None = None) -> EmitContext:
+    """The emit context of a search's winner."""
+    return EmitContext(
+        plan=plan, model=model, hardware=cluster.hardware.name, gpus_per_node=cluster.gpus_per_node,
+        seq_len=workload.seq_len, global_batch=workload.global_batch, estimate=estimate, tokens=workload.tokens,
+        data_path=data_path, tokenizer=tokenizer,
+    )
+
+
+def _entry(document: Mapping[str, Any], rank: int, source: str) -> Mapping[str, Any]:
+    entries = document.get("plans")
+    if not isinstance(entries, list):
+        raise InputError("is not a plans.json from `autotune search --out` (it needs 'inputs' and 'plans')", source=source)
+    ranks = [entry.get("rank") if isinstance(entry, dict) else None for entry in entries]
+    if rank not in ranks:
+        valid = [r for r in ranks if isinstance(r, int)]
+        listed = f"ranks {min(valid)}..{max(valid)}" if valid else "no plans"
+        raise InputError(f"has no plan of rank {rank} (it holds {listed}); choose --rank from those", source=source,
+                         field="--rank")
+    return entries[ranks.index(rank)]
+
+
+def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSpec | None = None,
+                       source: str = "plans.json", **options: Any) -> EmitContext:
+    """The training plan of rank ``rank`` in a ``plans.json`` document, with its inputs and estimate."""
+    inputs = document.get("inputs")
+    if not isinstance(inputs, dict):
+        raise InputError("is not a plans.json from `autotune search --out` (it needs 'inputs' and 'plans')", source=source)
+    for key in ("model", "hardware", "gpus", "gpus_per_node", "seq_len", "global_batch"):
+        if key not in inputs:
+            raise InputError(f"inputs lack '{key}'; rerun `autotune search --out`", source=source, field=f"inputs.{key}")
+    entry = _entry(document, rank, source)
+    if model is None:
+        try:
+            model = load_model(str(inputs["model"]))
+        except InputError as exc:
+            raise InputError(f"model {inputs['model']!r} named in {source} cannot be loaded ({exc}); pass --model with "
+                             "the spec the search used", field="--model") from None
+    elif model.name != inputs["model"]:
+        raise InputError(f"{source} was searched for model {inputs['model']!r}, but --model gives {model.name!r}",
+                         field="--model")
+    try:
+        plan = plan_from_fields(entry["plan"], int(inputs["gpus"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"plan of rank {rank} is malformed: {exc}", source=source, field="plans.plan") from None
+    return EmitContext(
+        plan=plan, model=model, hardware=str(inputs["hardware"]), gpus_per_node=int(inputs["gpus_per_node"]),
+        seq_len=int(inputs["seq_len"]), global_batch=int(inputs["global_batch"]), estimate=entry.get("estimate"),
+        tokens=inputs.get("tokens"), **options,
+    )
+
+
+def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware: str, max_model_len: int,
+                  estimate: Mapping[str, Any] | None = None, model_path: str | None = None) -> dict[str, str]:
+    """The launch files of a serve plan for ``vllm`` or ``sglang``."""
+    if format not in SERVING_EMITTERS:
+        raise InputError(f"unknown serving format {format!r}; choose from {', '.join(SERVING_FORMATS)}",
+                         field="--format")
+    if max_model_len < 1:
+        raise InputError(f"must be >= 1, but got {max_model_len}", field="--seq-len")
+    ctx = ServeContext(plan=plan, model=model, hardware=hardware, max_model_len=max_model_len, model_path=model_path,
+                       estimate=estimate)
+    return SERVING_EMITTERS[format](ctx)
+
+
+__all__ = ["SERVING_FORMATS", "check_formats", "context_from_plans", "express_all", "expressible_mask",
+           "parse_formats", "render_formats", "search_context", "serving_files"]

@@ -1,0 +1,117 @@
+"""Reading and writing the files a person keeps: plans.json / plans.csv and launch configs.
+
+Nothing a user already has is overwritten without ``force``; a destination is checked before
+any long work starts (:func:`check_out_dir`) and created only when there is something to write.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import InputError
+
+EXECUTABLE_SUFFIXES = (".sh", ".sbatch")
+PLANS_JSON = "plans.json"
+
+
+def check_out_dir(path: Path, force: bool) -> None:
+    """Refuse a destination that cannot take the files: a file, a non-empty folder (without ``force``),
+    or a place that cannot be created or written.  Creates nothing."""
+    if path.exists() and not path.is_dir():
+        raise InputError("exists and is not a folder; choose another --out", source=str(path))
+    if path.is_dir():
+        if any(path.iterdir()) and not force:
+            raise InputError("folder is not empty; choose another --out, or pass --force to overwrite its files",
+                             source=str(path))
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise InputError("folder is not writable; choose another --out", source=str(path))
+        return
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"cannot be created: {parent} is not a folder; choose another --out", source=str(path))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot be created: {parent} is not writable; choose another --out", source=str(path))
+
+
+def prepare_out_dir(path: Path, force: bool) -> None:
+    """Check ``path`` (see :func:`check_out_dir`) and create it."""
+    check_out_dir(path, force)
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def _csv_row(entry: Mapping[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {"rank": entry["rank"], **entry["plan"]}
+    estimate = entry["estimate"]
+    row.update({k: v for k, v in estimate.items() if not isinstance(v, (dict, list))})
+    # Breakdowns flatten to one column per part, named with the part's unit.
+    row.update({f"time_{k}_s": v for k, v in (estimate.get("time_breakdown_s") or {}).items()})
+    row.update({f"memory_{k}_gib": v for k, v in (estimate.get("memory_breakdown_gib") or {}).items()})
+    return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in row.items()}
+
+
+def write_plans(path: Path, document: Mapping[str, Any]) -> list[Path]:
+    """``plans.json`` (the whole document) and ``plans.csv`` (one row per ranked plan) in folder ``path``."""
+    path.mkdir(parents=True, exist_ok=True)
+    json_path = path / PLANS_JSON
+    json_path.write_text(json.dumps(document, indent=2) + "\n")
+    csv_path = path / "plans.csv"
+    rows = [_csv_row(entry) for entry in document["plans"]]
+    fieldnames: list[str] = []
+    for row in rows:
+        fieldnames.extend(k for k in row if k not in fieldnames)
+    with open(csv_path, "w", newline="") as handle:
+        if rows:
+            writer = csv.DictWriter(handle, fieldnames=fieldnames)
+            writer.writeheader()
+            writer.writerows(rows)
+    return [json_path, csv_path]
+
+
+def write_files(out: Path, files: Mapping[str, str], force: bool) -> list[Path]:
+    """Write ``files`` (name -> text) into folder ``out``; refuse to overwrite an existing file unless ``force``."""
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a folder; choose another --out", source=str(out))
+    paths = [out / name for name in files]
+    existing = [p.name for p in paths if p.exists()]
+    if existing and not force:
+        raise InputError(f"would overwrite {', '.join(existing)}; pass --force, or choose another --out", source=str(out))
+    out.mkdir(parents=True, exist_ok=True)
+    for path, text in zip(paths, files.values()):
+        path.write_text(text)
+        if path.suffix in EXECUTABLE_SUFFIXES:
+            path.chmod(0o755)
+    return paths
+
+
+def plans_path(source: str | Path) -> Path | None:
+    """The plans.json that ``source`` names (a file or its folder), or None when ``source`` is not a path."""
+    path = Path(source)
+    if path.is_dir():
+        return path / PLANS_JSON
+    if path.suffix == ".json" or path.is_file():
+        return path
+    return None
+
+
+def read_plans(path: Path) -> dict[str, Any]:
+    """A plans.json written by ``autotune search --out DIR`` (given as the file or its folder)."""
+    if path.is_dir():
+        path = path / PLANS_JSON
+    if not path.is_file():
+        raise InputError("no such file; give a plans.json written by `autotune search --out DIR` (or its folder)",
+                         source=str(path))
+    try:
+        doc = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise InputError(f"is not JSON ({str(exc)[:120]}); give a plans.json written by `autotune search --out DIR`",
+                         source=str(path)) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("plans"), list) or not isinstance(doc.get("inputs"), dict):
+        raise InputError("has no 'plans' list and 'inputs' object; give a plans.json written by "
+                         "`autotune search --out DIR`", source=str(path))
+    return doc

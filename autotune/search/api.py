@@ -1,0 +1,352 @@
+"""Library entry points: what a command asks for, as one frozen request, and what it gets back.
+
+``search_training``, ``search_serving`` and ``plan_capacity_search`` each take one request and
+return a result object; the CLI prints it and ``to_json()`` is what ``--json`` and ``plans.json``
+hold.  Nothing here prints or writes files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..errors import InputError
+from ..inputs.hardware import Hardware
+from ..inputs.modelspec import ModelSpec, load_model
+from ..inputs.request import (
+    TrainingInputs,
+    TrainingRequest,
+    cluster_from_options,
+    parse_gpus,
+    priced_hardware,
+)
+from ..inputs.workload import ServeWorkload
+from ..serving.calibrated import params_for_gpu
+from ..serving.plan import parse_serve_fields
+from ..serving.space import load_serve_space
+from ..training.confidence import with_confidence
+from ..training.estimate import add_training_totals
+from ..training.plan import PlanBatch, parse_plan_fields
+from ..training.problem import TrainingProblem, parse_objectives
+from ..training.space import load_space
+from . import SAMPLER_CHOICES, run_search
+from . import capacity as cap
+from .diagnose import Diagnosis, diagnose
+from .result import SearchResult
+from .serving import ServeSearchResult, capacity_search, serve_search
+
+Progress = Callable[[str, int, int], None]
+TRAIN_SPACE = "search_spaces/train.yaml"
+SERVE_SPACE = "search_spaces/serve.yaml"
+
+
+# --- settings shared by the searches ---------------------------------------------------------------
+
+
+def parse_fixes(fixes: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["tp=8", "pp=2,zero=1"]`` -> ``{"tp": 8, "pp": 2, "zero": 1}``; the same axis twice must agree."""
+    out: dict[str, Any] = {}
+    for item in fixes:
+        try:
+            fields = parse_plan_fields(item)
+        except ValueError as exc:
+            raise InputError(f"{exc} (use e.g. --fix tp=8)", field="--fix") from None
+        if "dp" in fields:
+            raise InputError("dp is derived from the GPU count; fix tp, pp and cp instead", field="--fix")
+        for key, value in fields.items():
+            if key in out and out[key] != value:
+                raise InputError(f"{key} is fixed twice, to {out[key]} and to {value}; keep one", field="--fix")
+            out[key] = value
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSettings:
+    """How to search: the space and its pinned axes (``fixes``, already parsed), the sampler and what to rank by."""
+
+    space: str | None = None
+    fixes: Mapping[str, Any] = field(default_factory=dict)
+    sampler: str = "auto"
+    trials: int = 200
+    seed: int = 0
+    objective: str = "throughput"
+    top: int = 10
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise InputError(f"must be >= 1, but got {self.trials}", field="--trials")
+        if self.top < 1:
+            raise InputError(f"must be >= 1, but got {self.top}", field="--top")
+        if self.sampler not in SAMPLER_CHOICES:
+            raise InputError(f"must be one of {', '.join(SAMPLER_CHOICES)}, but got {self.sampler!r}",
+                             field="--sampler")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyOptions:
+    """A persistent Optuna study the search's trials go to (``--storage``, ``--study``)."""
+
+    storage: str
+    study: str | None
+    new: bool = False
+    heartbeat_s: int | None = 30
+
+
+def inputs_json(inputs: TrainingInputs, space: str | None) -> dict[str, Any]:
+    """The ``inputs`` block of a training ``plans.json``: enough to rebuild the problem."""
+    return {
+        "model": inputs.model.name,
+        "hardware": inputs.cluster.hardware.name,
+        "gpus": inputs.cluster.n_gpus,
+        "gpus_per_node": inputs.cluster.gpus_per_node,
+        "seq_len": inputs.workload.seq_len,
+        "global_batch": inputs.workload.global_batch,
+        "tokens": inputs.workload.tokens,
+        "price_usd_per_gpu_hour": inputs.cluster.hardware.price_usd_per_gpu_hour,
+        "space": space or TRAIN_SPACE,
+    }
+
+
+def _annotate(result: SearchResult, inputs: TrainingInputs) -> SearchResult:
+    """Totals for the token budget, and each plan's expected error band."""
+    hw = inputs.cluster.hardware
+    return dataclasses.replace(result, ranked=[
+        dataclasses.replace(ranked, estimate=with_confidence(add_training_totals(
+            ranked.estimate, inputs.cluster.n_gpus, inputs.workload.tokens, hw.price_usd_per_gpu_hour,
+            inputs.workload.tokens_per_step), ranked.plan, hw.name))
+        for ranked in result.ranked
+    ])
+
+
+# --- training search ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSearch:
+    """One training search: the inputs (built at the edge), how to search, and where trials are kept.
+
+    ``express``, when given, keeps the search to the plans it marks True (the plans the chosen
+    launch-config formats can express).
+    """
+
+    inputs: TrainingInputs
+    settings: SearchSettings = field(default_factory=SearchSettings)
+    study: StudyOptions | None = None
+    express: Callable[[PlanBatch], np.ndarray] | None = None
+
+
+@dataclass(frozen=True)
+class TrainingSearchOutcome:
+    request: TrainingSearch
+    problem: TrainingProblem
+    result: SearchResult
+    diagnosis: Diagnosis | None  # why nothing fits, and what would; None when a plan fits
+
+    def to_json(self) -> dict[str, Any]:
+        document = self.result.to_json()
+        document["inputs"] = inputs_json(self.request.inputs, self.request.settings.space)
+        if self.diagnosis is not None:
+            document["diagnosis"] = {"binding": self.diagnosis.binding, "fixes": list(self.diagnosis.fixes)}
+        return document
+
+
+def training_problem(inputs: TrainingInputs, settings: SearchSettings) -> TrainingProblem:
+    search_space = load_space(settings.space).fixed(settings.fixes)
+    return TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space)
+
+
+def search_training(request: TrainingSearch, progress: Progress | None = None) -> TrainingSearchOutcome:
+    """Search the plans of a training run and rank them; diagnose what binds when none fits."""
+    inputs, settings = request.inputs, request.settings
+    try:
+        objectives = parse_objectives(settings.objective, tokens=inputs.workload.tokens)
+    except ValueError as exc:
+        raise InputError(str(exc), field="--objective") from None
+    problem = training_problem(inputs, settings)
+    if request.express is not None:
+        problem = dataclasses.replace(problem, express=request.express)
+    study = request.study
+    result = run_search(problem, objectives, sampler=settings.sampler, trials=settings.trials, seed=settings.seed,
+                        top=settings.top, progress=progress, storage=study.storage if study else None,
+                        study=study.study if study else None, new=study.new if study else False,
+                        heartbeat_s=study.heartbeat_s if study else None)
+    result = _annotate(result, inputs)
+    diagnosis = None if result.ranked else diagnose(problem, result.rejected)
+    return TrainingSearchOutcome(request, problem, result, diagnosis)
+
+
+# --- capacity planning -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacitySearch:
+    """Which hardware and how many GPUs: ``request.hardware`` may list several profiles (comma-separated);
+    ``gpu_range`` the GPU counts to try (or ``request.gpus``, one count)."""
+
+    request: TrainingRequest
+    settings: SearchSettings = field(default_factory=SearchSettings)
+    gpu_range: tuple[int, int] | None = None
+    deadline: str | None = None
+    pue: float | None = None
+    grid_intensity: float | None = None
+
+
+@dataclass(frozen=True)
+class CapacityOutcome:
+    request: CapacitySearch
+    hardware_names: list[str]
+    found: cap.CapacityResult
+    chosen_inputs: TrainingInputs | None
+    chosen_result: SearchResult | None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.chosen_result is not None and self.chosen_inputs is not None:
+            document = self.chosen_result.to_json()
+            document["inputs"] = inputs_json(self.chosen_inputs, self.request.settings.space)
+        else:
+            document = {"plans": [], "search": {}, "inputs": {}}
+        document["capacity"] = self.found.to_json()
+        return document
+
+
+def wants_capacity(gpu_range: tuple[int, int] | None, hardware: str, deadline: str | None) -> bool:
+    """A GPU range, several hardware profiles or a deadline make a search a capacity plan."""
+    return gpu_range is not None or "," in hardware or deadline is not None
+
+
+def plan_capacity_search(request: CapacitySearch, progress: Progress | None = None) -> CapacityOutcome:
+    """Search every (hardware, GPU count) pair; the cheapest plan in time, the fastest, and the one asked for."""
+    given, settings = request.request, request.settings
+    names = cap.split_hardware(given.hardware)
+    if given.tokens is None:
+        raise InputError("capacity planning needs the training budget, e.g. --tokens 1.5e12", field="--tokens")
+    if given.nodes is not None:
+        raise InputError("give the range of cluster sizes with --gpus LOW..HIGH, not --nodes", field="--nodes")
+    if request.gpu_range is None and given.gpus is None:
+        raise InputError("give a GPU count or a range, e.g. --gpus 64..2048", field="--gpus")
+    deadline_days = cap.parse_duration_days(request.deadline)
+    pue, grid = cap.check_pue(request.pue), cap.check_grid_intensity(request.grid_intensity)
+    objectives = parse_objectives(settings.objective, tokens=given.tokens)
+    if len(objectives) > 1:
+        raise InputError("capacity planning ranks by one objective (cost, time, throughput or memory); "
+                         "drop the comma-separated list", field="--objective")
+    search_space = load_space(settings.space).fixed(settings.fixes)
+    node_sizes: dict[str, int] = {}
+
+    def node_size(name: str) -> int:
+        if name not in node_sizes:
+            node_sizes[name] = given.gpus_per_node or priced_hardware(name, None).gpus_per_node
+        return node_sizes[name]
+
+    def build(name: str, n: int) -> TrainingInputs:
+        return dataclasses.replace(given, hardware=name, gpus=n).build()
+
+    def search_one(inputs: TrainingInputs) -> SearchResult:
+        problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space)
+        return run_search(problem, objectives, sampler=settings.sampler, trials=settings.trials, seed=settings.seed,
+                          top=settings.top)
+
+    goal = cap.CapacityGoal(tokens=given.tokens, objective=objectives[0].name, deadline_days=deadline_days,
+                            pue=pue, grid=grid)
+    found, results = cap.plan_capacity(names, request.gpu_range, given.gpus, goal, node_size=node_size, build=build,
+                                       search_one=search_one, progress=progress)
+    if found.chosen is None:
+        return CapacityOutcome(request, names, found, None, None)
+    inputs, result = results[(found.chosen.hardware, found.chosen.gpus)]
+    hw = inputs.cluster.hardware
+
+    def with_footprint(estimate: dict) -> dict:
+        est = add_training_totals(estimate, inputs.cluster.n_gpus, given.tokens, hw.price_usd_per_gpu_hour,
+                                  inputs.workload.tokens_per_step)
+        return {**est, **cap.footprint(inputs.cluster.n_gpus, est["training_days"], hw.average_power_w,
+                                       hw.price_usd_per_gpu_hour, pue, grid)}
+
+    result = dataclasses.replace(
+        result, ranked=[dataclasses.replace(r, estimate=with_footprint(r.estimate)) for r in result.ranked])
+    return CapacityOutcome(request, names, found, inputs, result)
+
+
+# --- serving search ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingSearch:
+    """One serving search, as given: names are loaded and checked by :func:`search_serving`."""
+
+    model: str
+    hardware: str
+    workload: ServeWorkload
+    gpus: str | int | None = None
+    gpus_per_node: int | None = None
+    nodes: int | None = None
+    space: str | None = None
+    fixes: tuple[str, ...] = ()
+    top: int = 10
+    price: float | None = None
+
+
+@dataclass(frozen=True)
+class ServingSearchOutcome:
+    request: ServingSearch
+    model: ModelSpec
+    hardware: Hardware
+    n_gpus: int | None
+    gpus_per_node: int
+    result: ServeSearchResult | None
+    parameters_note: str
+    capacity: Any = None  # search.serving.CapacityResult when --gpus is a range
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = self.result.to_json() if self.result else {"plans": [], "search": {}}
+        w = self.request.workload
+        gpn = self.gpus_per_node
+        document["inputs"] = {
+            "workload": "serve", "model": self.model.name, "hardware": self.hardware.name, "gpus": self.n_gpus,
+            "gpus_per_node": min(gpn, self.n_gpus or gpn), "input_len": w.input_len, "output_len": w.output_len,
+            "ttft_ms": w.ttft_ms, "tpot_ms": w.tpot_ms, "concurrency": w.concurrency, "request_rate": w.request_rate,
+            "mode": w.mode, "space": self.request.space or SERVE_SPACE, "parameters": self.parameters_note,
+        }
+        if self.capacity is not None:
+            document["capacity"] = {"gpus": self.capacity.n_gpus,
+                                    "tried": [{"gpus": g, "meeting_targets": m} for g, m in self.capacity.tried]}
+        return document
+
+
+def search_serving(request: ServingSearch) -> ServingSearchOutcome:
+    """Rank serving plans (targets met first); with a GPU range and a request rate, the fewest GPUs."""
+    spec = load_model(request.model)
+    hw = priced_hardware(request.hardware, request.price)
+    params, note = params_for_gpu(hw.name)
+    fixed: dict[str, Any] = {}
+    for item in request.fixes:
+        try:
+            fields = {k: v for k, v in parse_serve_fields(item).items() if k != "replicas"}
+        except ValueError as exc:
+            raise InputError(f"{exc} (use e.g. --fix tp=4)", field="--fix") from None
+        for key, value in fields.items():
+            if key in fixed and fixed[key] != value:
+                raise InputError(f"{key} is fixed twice, to {fixed[key]} and to {value}; keep one", field="--fix")
+            fixed[key] = value
+    search_space = load_serve_space(request.space).fixed(fixed)
+    gpn = request.gpus_per_node or hw.gpus_per_node
+    count, bounds = parse_gpus(request.gpus)
+    if bounds is not None and bounds[0] != bounds[1]:
+        if request.workload.request_rate is None:
+            raise InputError("a GPU range finds the fewest GPUs for a request rate: add --request-rate R",
+                             field="--gpus")
+        capacity = capacity_search(spec, hw, gpn, bounds[0], bounds[1], request.workload, search_space, params,
+                                   top=request.top)
+        return ServingSearchOutcome(request, spec, hw, capacity.n_gpus, gpn, capacity.result, note, capacity)
+    cluster = cluster_from_options(hw, count if bounds is None else bounds[0], request.gpus_per_node, request.nodes)
+    result = serve_search(spec, cluster, request.workload, search_space, params, top=request.top)
+    return ServingSearchOutcome(request, spec, hw, cluster.n_gpus, cluster.gpus_per_node, result, note)
+
+
+__all__ = [
+    "CapacityOutcome", "CapacitySearch", "SearchSettings", "ServingSearch", "ServingSearchOutcome", "StudyOptions",
+    "TrainingSearch", "TrainingSearchOutcome", "inputs_json", "parse_fixes", "plan_capacity_search",
+    "search_serving", "search_training", "training_problem", "wants_capacity",
+]
