@@ -39,12 +39,6 @@ def check_out_dir(path: Path, force: bool) -> None:
         raise InputError(f"cannot be created: {parent} is not writable; choose another --out", source=str(path))
 
 
-def prepare_out_dir(path: Path, force: bool) -> None:
-    """Check ``path`` (see :func:`check_out_dir`) and create it."""
-    check_out_dir(path, force)
-    path.mkdir(parents=True, exist_ok=True)
-
-
 def _csv_row(entry: Mapping[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"rank": entry["rank"], **entry["plan"]}
     estimate = entry["estimate"]

@@ -22,8 +22,6 @@ from ..training.problem import OBJECTIVES, Objective, TrainingProblem
 from ..training.space import Rules, Space
 
 FINGERPRINT_VERSION = 1
-STORAGE_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+psycopg2://", "mysql://", "mysql+pymysql://",
-                   "journal:")
 
 
 def parse_storage_url(url: str) -> tuple[str, str]:

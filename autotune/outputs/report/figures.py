@@ -164,7 +164,7 @@ def _labels(data: ReportData) -> list[str]:
     return out
 
 
-def _stacked(data: ReportData, key: str, total_key: str, title: str, xlabel: str, name: str, caption: str,
+def _stacked(data: ReportData, key: str, title: str, xlabel: str, name: str, caption: str,
              capacity: float | None = None) -> Figure | None:
     plans = data.plans[:10]
     if not plans:
@@ -191,13 +191,13 @@ def _stacked(data: ReportData, key: str, total_key: str, title: str, xlabel: str
 
 
 def step_breakdown(data: ReportData) -> Figure | None:
-    return _stacked(data, "time_breakdown_s", "step_time_s", "Step time of the top plans", "seconds per step",
+    return _stacked(data, "time_breakdown_s", "Step time of the top plans", "seconds per step",
                     "step_breakdown", "Where each top plan's step goes: compute, recomputation, communication of "
                     "each parallel dimension (what is not hidden behind compute), pipeline bubble, optimizer.")
 
 
 def memory_breakdown(data: ReportData) -> Figure | None:
-    return _stacked(data, "memory_breakdown_gib", "memory_gib_per_gpu", "Memory of the top plans", "GiB per GPU",
+    return _stacked(data, "memory_breakdown_gib", "Memory of the top plans", "GiB per GPU",
                     "memory_breakdown", "Memory per GPU of each top plan by part, against the GPU's memory (dashed).",
                     capacity=data.capacity_gib)
 
