@@ -67,15 +67,19 @@ from .validation import (
 )
 
 # The default subset: what the published runs can identify (docs/accuracy.md explains the choice).
-DEFAULT_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention", "tp_overlap", "fragmentation")
+DEFAULT_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention")
 DEFAULT_SHARED: tuple[str, ...] = ()
 # Profiles built on the same silicon at the same clocks share their compute parameters (the
 # A100 40GB and 80GB differ only in HBM; NVIDIA A100 datasheet, data/hardware.md).  Memory-system
 # parameters (memory, fragmentation, workspace_gib) stay per profile.
-SILICON_FAMILIES: Mapping[str, str] = {"a100-sxm4-40gb": "a100-sxm4", "a100-sxm4-80gb": "a100-sxm4"}
-MEMORY_PARAMS: tuple[str, ...] = ("fragmentation", "workspace_gib")
-COMPUTE_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention", "gemm_overhead_us", "tp_overlap", "cp_overlap",
-                                   "ep_overlap", "pp_overlap", "dp_overlap", "step_overhead_s")
+SILICON_FAMILIES: Mapping[str, str] = {
+    "a100-sxm4-40gb": "a100-sxm4", "a100-sxm4-80gb": "a100-sxm4",
+    # GH100: the H100 SXM, its 96 GB 500 W variant (efficiencies are fractions of each part's own
+    # peak) and the H200 (same die and clocks, more and faster HBM).
+    "h100-sxm5-80gb": "gh100", "h100-sxm5-96gb-500w": "gh100", "h200-sxm-141gb": "gh100",
+}
+MEMORY_PARAMS: tuple[str, ...] = ()
+COMPUTE_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention", "gemm_overhead_us", "step_overhead_s")
 _MIN_SENSITIVITY = 1e-3  # |d log(pred) / d param| summed over a profile's rows, per unit of the bounds
 
 

@@ -26,6 +26,8 @@ from .confidence import sentence as confidence_sentence, with_confidence
 from .errors import InputError
 from .hardware import hardware_names, load_hardware
 from .inputs import SearchSettings, TrainingRequest
+from .output import parse_precisions, search_header
+from .search.problem import DEFAULT_MEMORY_HEADROOM
 from .modelspec import load_model, model_names
 from .plan import PLAN_DEFAULTS, PLAN_KEYS, PlanBatch, parse_plan, parse_plan_fields
 from .space import PERMISSIVE_RULES, REASONS, load_space, rejection_reasons
@@ -66,6 +68,7 @@ GlobalBatch = Annotated[int, typer.Option("--global-batch", "-b", help="Global b
 Tokens = Annotated[Optional[float], typer.Option("--tokens", help="Training budget in tokens (e.g. 15e12): adds total time, GPU-hours and cost.")]
 Price = Annotated[Optional[float], typer.Option("--price", help="USD per GPU-hour [default: the profile's].")]
 Calibration = Annotated[Optional[str], typer.Option("--calibration", help="Calibration overlay YAML from `autotune calibrate`.")]
+FrameworkOpt = Annotated[Optional[str], typer.Option("--framework", help="Training software NAME[@VERSION] (e.g. megatron-lm@2024-07, torchtitan, nemo@24.07; `profiles/frameworks/`); version = release or YYYY-MM [default: the --emit target, else megatron-lm, newest profiled].")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout (nothing else).")]
 
 
@@ -160,6 +163,9 @@ def search(
     tpot_ms: TpotMs = None,
     concurrency: Concurrency = None,
     request_rate: RequestRate = None,
+    framework: FrameworkOpt = None,
+    precision: Annotated[Optional[str], typer.Option("--precision", help="GEMM precisions to search, comma-separated: bf16 (default), bf16,fp8 or fp8. fp8 is never searched unless named.")] = None,
+    memory_headroom: Annotated[Optional[float], typer.Option("--memory-headroom", help="Fraction of HBM ranked plans must leave free [default: 0.03, i.e. plans use at most 97% of the GPU's memory].")] = None,
 ) -> None:
     """Search parallel layouts and settings; print the best plans, ranked."""
     from .diagnose import diagnose
@@ -179,7 +185,8 @@ def search(
         training_flags = {
             "--seq-len": seq_len, "--global-batch": global_batch, "--tokens": tokens, "--deadline": deadline,
             "--pue": pue, "--grid-intensity": grid_intensity, "--storage": storage, "--study": study,
-            "--emit": emit, "--calibration": calibration,
+            "--emit": emit, "--calibration": calibration, "--framework": framework, "--precision": precision,
+            "--memory-headroom": memory_headroom,
             "--objective": None if objective == "throughput" else objective,
             "--sampler": None if sampler == "auto" else sampler,
         }
@@ -192,12 +199,22 @@ def search(
         _reject_flags(serving_flags, "training (add --workload serve for serving)")
         cli_serve.require_training(seq_len, global_batch)
         gpu_count, gpu_range = parse_gpus(gpus)
+        if framework is None and emit is not None:
+            from .cli_emit import framework_for_formats, parse_formats
+
+            framework = framework_for_formats(parse_formats(emit))
+        headroom = DEFAULT_MEMORY_HEADROOM if memory_headroom is None else memory_headroom
+        if not 0.0 <= headroom < 1.0:
+            raise InputError(f"0 <= headroom < 1 must hold (a fraction of HBM), but got {headroom}",
+                             field="--memory-headroom")
+        precisions = parse_precisions(precision)
         request = TrainingRequest(model=model, hardware=hardware, gpus=gpu_count, gpus_per_node=gpus_per_node,
                                   nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                  calibration=calibration)
+                                  calibration=calibration, framework=framework)
         if cli_report.wants_capacity(gpu_range, hardware, deadline):
             settings = SearchSettings(space=space, fixes=_parse_fixes(fix or []), sampler=sampler, trials=trials,
-                                      seed=seed, objective=objective, top=top)
+                                      seed=seed, objective=objective, top=top, precisions=precisions,
+                                      memory_headroom=headroom)
             cli_report.capacity_search(request, settings, gpu_range=gpu_range, deadline=deadline, pue=pue,
                                        grid_intensity=grid_intensity, emit=emit, json_out=json_out, out=out,
                                        force=force)
@@ -210,8 +227,10 @@ def search(
             raise InputError(str(exc), field="--objective") from None
         if sampler not in SAMPLER_CHOICES:
             raise InputError(f"must be one of {', '.join(SAMPLER_CHOICES)}, but got {sampler!r}", field="--sampler")
-        search_space = load_space(space).fixed(_parse_fixes(fix or []))
-        problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space)
+        fixes = _parse_fixes(fix or [])
+        search_space = load_space(space).with_precisions(precisions).fixed(fixes)
+        problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space, inputs.framework,
+                                        memory_headroom=headroom)
         formats = None
         if emit is not None:
             from .cli_emit import check_formats, expressible_mask, parse_formats
@@ -241,7 +260,7 @@ def search(
             for ranked in result.ranked
         ])
         document = result.to_json()
-        document["inputs"] = _inputs_json(inputs, space)
+        document["inputs"] = _inputs_json(inputs, space, problem)
         if out is not None:
             written = output.write_plans(out, document)
             if formats and result.ranked:
@@ -253,7 +272,7 @@ def search(
         if json_out:
             print(json.dumps(document))
         else:
-            _print_search(result, inputs)
+            _print_search(result, inputs, problem)
             if out is not None:
                 stdout.print("Wrote " + ", ".join(str(p) for p in written))
         if not result.ranked:
@@ -264,8 +283,13 @@ def search(
             raise typer.Exit(code=1)
 
 
-def _inputs_json(inputs, space: str | None) -> dict:
+def _inputs_json(inputs, space: str | None, problem=None) -> dict:
+    extra = {}
+    if problem is not None:
+        extra = {"precisions": list(problem.choices["precision"]), "memory_headroom": problem.memory_headroom}
     return {
+        "framework": inputs.framework.label if inputs.framework.version else inputs.framework.name,
+        **extra,
         "model": inputs.model.name,
         "hardware": inputs.cluster.hardware.name,
         "gpus": inputs.cluster.n_gpus,
@@ -278,13 +302,14 @@ def _inputs_json(inputs, space: str | None) -> dict:
     }
 
 
-def _print_search(result, inputs) -> None:
+def _print_search(result, inputs, problem) -> None:
     hw = inputs.cluster.hardware
     stdout.print(
         f"[bold]{inputs.model.name}[/] on {inputs.cluster.n_gpus} x {hw.name} ({inputs.cluster.n_nodes} node{'s' if inputs.cluster.n_nodes > 1 else ''} of "
         f"{inputs.cluster.gpus_per_node}), sequence {inputs.workload.seq_len}, global batch {inputs.workload.global_batch}",
         highlight=False,
     )
+    stdout.print(search_header(problem), highlight=False, soft_wrap=True)
     for note in result.notes:
         stdout.print(f"[dim]{note}[/]", highlight=False)
     if result.ranked:
@@ -331,6 +356,7 @@ def predict(
     tpot_ms: TpotMs = None,
     concurrency: Concurrency = None,
     request_rate: RequestRate = None,
+    framework: FrameworkOpt = None,
 ) -> None:
     """Estimate one plan: step time and its parts, throughput, MFU, memory and its parts."""
     from . import cli_serve
@@ -346,7 +372,7 @@ def predict(
         gpus = cli_serve.single_gpu_count(gpus)
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                                  seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                 calibration=calibration).build()
+                                 calibration=calibration, framework=framework).build()
         _note_inputs(inputs)
         try:
             chosen = parse_plan(plan, inputs.cluster.n_gpus)
@@ -354,7 +380,8 @@ def predict(
             raise InputError(str(exc), field="--plan") from None
         batch = PlanBatch.from_plans([chosen])
         # Rules that make a plan impossible to run (not merely outside the default space).
-        reason = int(rejection_reasons(inputs.model, inputs.cluster, inputs.workload, batch, PERMISSIVE_RULES)[0])
+        reason = int(rejection_reasons(inputs.model, inputs.cluster, inputs.workload, batch, PERMISSIVE_RULES,
+                                       framework=inputs.framework)[0])
         if reason:
             # A plan that breaks a validity rule cannot run: no numbers for it (they would be invented).
             if json_out:
@@ -364,7 +391,7 @@ def predict(
                              f"({escape(chosen.as_string())}); see `autotune predict --help` for the rules.",
                              highlight=False, soft_wrap=True)
             raise typer.Exit(code=1)
-        estimate = estimate_training(inputs.model, inputs.cluster, inputs.workload, batch).row(0)
+        estimate = estimate_training(inputs.model, inputs.cluster, inputs.workload, batch, inputs.framework).row(0)
         hw = inputs.cluster.hardware
         estimate = output.add_training_totals(estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour,
                                               inputs.workload.tokens_per_step)
@@ -372,17 +399,18 @@ def predict(
         if not estimate["fits"]:
             estimate["infeasible_reason"] = "out of memory"
         if json_out:
-            print(json.dumps({"plan": chosen.as_dict(), "estimate": estimate}))
+            print(json.dumps({"plan": chosen.as_dict(), "framework": inputs.framework.label, "estimate": estimate}))
             return
         stdout.print(f"[bold]{inputs.model.name}[/] on {inputs.cluster.n_gpus} x {hw.name}: {chosen.layout()} with "
                      f"{output.settings_text(chosen)}", highlight=False)
+        stdout.print(f"[dim]framework {output.framework_text(inputs.framework, framework is None)}[/]", highlight=False)
         times, memory = output.breakdown_tables(estimate, hw.memory_gib)
         stdout.print(times)
         stdout.print(memory)
         verdict = "fits" if estimate["fits"] else f"[bold red]does not fit[/] ({estimate.get('infeasible_reason')})"
         stdout.print(
             f"{estimate['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {estimate['tflops_per_gpu']:.0f} model TFLOP/s/GPU, "
-            f"MFU {estimate['mfu']:.1%}; {verdict}.", highlight=False)
+            f"MFU {estimate['mfu']:.1%} of the {estimate['mfu_peak']} peak; {verdict}.", highlight=False)
         stdout.print(confidence_sentence(estimate.get("confidence")), highlight=False, soft_wrap=True)
         if "training_days" in estimate:
             stdout.print(f"Training {tokens:.3g} tokens: {estimate['training_days']:,.1f} days, "

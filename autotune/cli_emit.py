@@ -25,6 +25,22 @@ EXECUTABLE_SUFFIXES = (".sh", ".sbatch")
 
 # --- pure helpers ---------------------------------------------------------------------------
 
+# The framework profile each launch-config format targets (its newest profiled behaviour).
+FORMAT_FRAMEWORKS = {"megatron": "megatron-lm", "deepspeed": "deepspeed", "torchtitan": "torchtitan"}
+
+
+def framework_for_formats(formats: list[str]) -> str:
+    """The framework a search for these --emit formats plans for: the first format's (slurm: the one it runs)."""
+    for name in formats:
+        base, _, runs = name.partition(":")
+        target = FORMAT_FRAMEWORKS.get(base) or FORMAT_FRAMEWORKS.get(runs)
+        if target:
+            return target
+    from .framework import DEFAULT_FRAMEWORK as default
+
+    return default
+
+
 def parse_formats(text: str | list[str]) -> list[str]:
     """``"megatron,slurm"`` -> ``["megatron", "slurm:megatron"]``.
 
@@ -311,10 +327,11 @@ def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[s
     except ValueError as exc:
         raise InputError(str(exc), field="--plan") from None
     batch = PlanBatch.from_plans([chosen])
-    reason = int(rejection_reasons(inputs.model, inputs.cluster, inputs.workload, batch, PERMISSIVE_RULES)[0])
+    reason = int(rejection_reasons(inputs.model, inputs.cluster, inputs.workload, batch, PERMISSIVE_RULES,
+                                   framework=inputs.framework)[0])
     if reason:
         raise InputError(f"this plan cannot run: {REASONS[reason]}; fix the plan (see `autotune predict`)", field="--plan")
-    estimate = estimate_training(inputs.model, inputs.cluster, inputs.workload, batch).row(0)
+    estimate = estimate_training(inputs.model, inputs.cluster, inputs.workload, batch, inputs.framework).row(0)
     return EmitContext(
         plan=chosen, model=inputs.model, hardware=inputs.cluster.hardware.name,
         gpus_per_node=inputs.cluster.gpus_per_node, seq_len=inputs.workload.seq_len,

@@ -69,12 +69,12 @@ def explain_command(
         t = TrainingRequest(model=merged["model"], hardware=merged["hardware"], gpus=int(merged["gpus"]),
                             gpus_per_node=gpus_per_node or inputs.get("gpus_per_node"), seq_len=int(merged["seq_len"]),
                             global_batch=int(merged["global_batch"]), price=inputs.get("price_usd_per_gpu_hour"),
-                            calibration=calibration).build()
+                            calibration=calibration, framework=inputs.get("framework")).build()
         try:
             chosen = parse_plan(plan, t.cluster.n_gpus) if plan is not None else plan_from_fields(fields, t.cluster.n_gpus)
         except ValueError as exc:
             raise InputError(str(exc), field="--plan") from None
-        found = explain(t.model, t.cluster, t.workload, chosen)
+        found = explain(t.model, t.cluster, t.workload, chosen, framework=t.framework)
         if json_out:
             print(json.dumps(found.to_json()))
             return
@@ -201,7 +201,7 @@ def capacity_search(request: TrainingRequest, settings: SearchSettings, *, gpu_r
     if len(objectives) > 1:
         raise InputError("capacity planning ranks by one objective (cost, time, throughput or memory); "
                          "drop the comma-separated list", field="--objective")
-    search_space = load_space(space).fixed(settings.fixes)
+    search_space = load_space(space).with_precisions(settings.precisions).fixed(settings.fixes)
     if out is not None:
         output.prepare_out_dir(out, force)
     hw_cache = {}
@@ -214,7 +214,8 @@ def capacity_search(request: TrainingRequest, settings: SearchSettings, *, gpu_r
         return dataclasses.replace(request, hardware=name, gpus=n).build()
 
     def search_one(inputs):
-        problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space)
+        problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space, inputs.framework,
+                                        memory_headroom=settings.memory_headroom)
         return run_search(problem, objectives, sampler=settings.sampler, trials=settings.trials, seed=settings.seed,
                           top=settings.top)
 

@@ -32,10 +32,12 @@ class Link:
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Free parameters of the cost model, with documented defaults (docs/cost-model.md).
+    """Free parameters of the cost model that belong to the hardware, with documented defaults.
 
-    Defaults are deliberately generic; each bundled profile sets its own values,
-    calibrated on published runs.
+    What the *software* hides or allocates (communication overlap, logits and workspace memory,
+    allocator overhead) belongs to the framework profile (``autotune/framework.py``), not here.
+    Defaults are deliberately generic; each bundled profile sets its own values: calibrated on
+    published runs, or derived the documented way for a GPU without runs (docs/cost-model.md).
     """
 
     gemm: float = 0.80  # large bf16 GEMMs, fraction of dense bf16 peak (MAMF-like ceiling)
@@ -48,19 +50,10 @@ class Efficiency:
     memory: float = 0.80  # memory-bound kernels, fraction of HBM bandwidth
     intra_node_bandwidth: float = 0.80  # NCCL bus bandwidth / link bandwidth inside a node
     inter_node_bandwidth: float = 0.80  # NCCL bus bandwidth / NIC bandwidth across nodes
-    tp_overlap: float = 0.0  # fraction of TP communication hidden behind compute
-    cp_overlap: float = 0.8  # fraction of ring-attention KV passing hidden behind attention
-    ep_overlap: float = 0.0  # fraction of MoE all-to-all hidden
-    pp_overlap: float = 0.5  # fraction of pipeline send/recv hidden
-    dp_overlap: float = 0.8  # fraction of gradient reduction hidden behind backward
     step_overhead_s: float = 0.05  # fixed per step: optimizer launch, data loading, logging
-    workspace_gib: float = 2.0  # CUDA context, cuBLAS/NCCL workspaces
-    fragmentation: float = 0.10  # allocator overhead, as a fraction of activation memory
-
 
 
 _FRACTIONS = ("gemm", "fp8_gemm", "attention", "cudnn_attention", "memory", "intra_node_bandwidth", "inter_node_bandwidth")
-_OVERLAPS = ("tp_overlap", "cp_overlap", "ep_overlap", "pp_overlap", "dp_overlap", "fragmentation")
 # (low, high) for every efficiency parameter: what is physically possible.
 EFFICIENCY_BOUNDS: Mapping[str, tuple[float, float]] = MappingProxyType(
     {
@@ -71,10 +64,8 @@ EFFICIENCY_BOUNDS: Mapping[str, tuple[float, float]] = MappingProxyType(
         # Shah et al. 2024: 740 TFLOP/s of 989 on H100 in bf16); a fit must not go beyond that.
         "attention": (0.05, 0.75),
         "cudnn_attention": (0.05, 0.75),
-        **{name: (0.0, 1.0) for name in _OVERLAPS},
         "gemm_overhead_us": (0.0, 100.0),
         "step_overhead_s": (0.0, 10.0),
-        "workspace_gib": (0.0, 16.0),
     }
 )
 EFFICIENCY_FIELDS = tuple(f.name for f in dataclasses.fields(Efficiency))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InputError
+from .framework import Framework, load_framework
 from .hardware import Cluster, Hardware, load_hardware
 from .modelspec import ModelSpec, load_model
 from .workload import TrainWorkload
@@ -39,6 +40,7 @@ class TrainingInputs:
     model: ModelSpec
     cluster: Cluster
     workload: TrainWorkload
+    framework: Framework = field(default_factory=load_framework)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,9 +57,11 @@ class TrainingRequest:
     tokens: float | None = None
     price: float | None = None
     calibration: str | None = None
+    framework: str | None = None  # NAME[@VERSION]; None: autotune.framework.DEFAULT_FRAMEWORK
 
     def build(self) -> TrainingInputs:
-        """The validated model, cluster and workload; raises :class:`InputError` naming the flag at fault."""
+        """The validated model, cluster, workload and framework; raises :class:`InputError` naming the flag at fault."""
+        framework = load_framework(self.framework)
         spec = load_model(self.model)
         hw = load_hardware(self.hardware)
         if self.calibration:
@@ -76,17 +80,18 @@ class TrainingRequest:
         if self.tokens is not None and self.tokens <= 0:
             raise InputError(f"must be > 0, but got {self.tokens}", field="--tokens")
         workload = TrainWorkload(seq_len=self.seq_len, global_batch=self.global_batch, tokens=self.tokens)
-        return TrainingInputs(spec, cluster, workload)
+        return TrainingInputs(spec, cluster, workload, framework)
 
 
 def training_inputs(
     model: str, hardware: str, gpus: int | None, gpus_per_node: int | None, nodes: int | None,
     seq_len: int, global_batch: int, tokens: float | None, price: float | None, calibration: str | None = None,
+    framework: str | None = None,
 ) -> TrainingInputs:
     """Positional shorthand for ``TrainingRequest(...).build()`` (kept for tests and scripts)."""
     return TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                            seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                           calibration=calibration).build()
+                           calibration=calibration, framework=framework).build()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,3 +105,5 @@ class SearchSettings:
     seed: int = 0
     objective: str = "throughput"
     top: int = 10
+    precisions: tuple[str, ...] = ("bf16",)  # GEMM precisions searched (--precision)
+    memory_headroom: float = 0.03  # fraction of HBM ranked plans leave free (--memory-headroom)

@@ -229,7 +229,7 @@ def measured_runs(problem: TrainingProblem, records: Sequence[Mapping[str, Any]]
             id=f"trial-{r['number']}", source_group=study, model=problem.model, gpu=problem.cluster.hardware.name,
             n_gpus=problem.cluster.n_gpus, gpus_per_node=problem.cluster.gpus_per_node, workload=problem.workload,
             known=known, unknown=(), measured_tokens_per_s_per_gpu=float(measured["tokens_per_s_per_gpu"]),
-            measured_memory_gib_per_gpu=measured.get("peak_memory_gib"), source=f"autotune tune study {study}"))
+            measured_memory_gib_per_gpu=measured.get("peak_memory_gib"), framework=problem.framework))
     return runs
 
 

@@ -136,6 +136,6 @@ def test_search_study_resumes_and_refuses_a_changed_problem(tmp_path):
     changed = cli(*base, "--gpus", "16", "--trials", "25")
     assert changed.returncode == 2 and "cluster.n_gpus: study has 8, this run 16" in changed.stderr
     assert "--new" in changed.stderr
-    replaced = cli(*base, "--gpus", "16", "--trials", "5", "--new")
+    replaced = cli(*base, "--gpus", "16", "--trials", "8", "--new")
     assert replaced.returncode == 0, replaced.stderr
-    assert len(load_records(url, "s")) == 5
+    assert len(load_records(url, "s")) == 8

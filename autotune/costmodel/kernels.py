@@ -47,14 +47,16 @@ from ..hardware import Hardware
 FLASH_BACKWARD_FACTOR = 2.5  # backward matmul FLOPs / forward (FlashAttention-2)
 GEMM_K_FILL = 256.0  # reduction elements' worth of pipeline fill, drain and epilogue per output tile
 ATTENTION_SOFTMAX_FLOPS = 64.0  # tensor-core FLOP equivalents per score per pass for the online softmax
-FP8_CAST_BYTES = 4.0  # per element cast to fp8: read bf16 (2), write fp8 and its transpose (1 + 1)
+FP8_CAST_BYTES = 4.0  # per element cast to fp8: read bf16 (2), write fp8 and its transpose (1 + 1); frameworks may differ
 
 
 class Kernels:
     """Kernel time model of one GPU for a batch of plans (``fp8`` is a per-plan bool array)."""
 
-    def __init__(self, hardware: Hardware, fp8: np.ndarray, attention_kernel: str = "flash"):
+    def __init__(self, hardware: Hardware, fp8: np.ndarray, attention_kernel: str = "flash",
+                 fp8_cast_bytes: float = FP8_CAST_BYTES):
         eff = hardware.efficiency
+        self.fp8_cast_bytes = fp8_cast_bytes
         self.bf16_rate = hardware.peak_flops("bf16") * eff.gemm
         if hardware.supports("fp8"):
             fp8_rate = hardware.peak_flops("fp8") * eff.fp8_gemm
@@ -89,7 +91,7 @@ class Kernels:
         rate, ob, kf = self.linear_flops_per_s, self.linear_operand_bytes, self.linear_k_fill
         forward = self._gemm(m, n, k, count, rate, ob, kf)
         backward = self._gemm(m, k, n, count, rate, ob, kf) + self._gemm(k, n, m, count, rate, ob, kf)
-        cast = np.where(self.fp8, FP8_CAST_BYTES, 0.0)
+        cast = np.where(self.fp8, self.fp8_cast_bytes, 0.0)
         forward = forward + self.memory_bound_s(cast * count * (m * k + k * n))
         backward = backward + self.memory_bound_s(cast * count * m * n)
         return forward, backward

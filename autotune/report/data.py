@@ -112,14 +112,19 @@ def rebuild_problem(inputs: dict[str, Any], source: str) -> TrainingProblem:
     t = TrainingRequest(model=inputs["model"], hardware=inputs["hardware"], gpus=int(inputs["gpus"]),
                         gpus_per_node=inputs.get("gpus_per_node"), seq_len=int(inputs["seq_len"]),
                         global_batch=int(inputs["global_batch"]), tokens=inputs.get("tokens"),
-                        price=inputs.get("price_usd_per_gpu_hour")).build()
-    return TrainingProblem.build(t.model, t.cluster, t.workload, load_space(space))
+                        price=inputs.get("price_usd_per_gpu_hour"), framework=inputs.get("framework")).build()
+    loaded = load_space(space)
+    if inputs.get("precisions"):
+        loaded = loaded.with_precisions(tuple(inputs["precisions"]))
+    extra = {} if inputs.get("memory_headroom") is None else {"memory_headroom": float(inputs["memory_headroom"])}
+    return TrainingProblem.build(t.model, t.cluster, t.workload, loaded, t.framework, **extra)
 
 
 def evaluate_cloud(problem: TrainingProblem, seed: int = 0) -> Cloud:
     from ..space import enumerate_valid
 
-    plans = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules).plans
+    plans = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules,
+                            problem.framework).plans
     total = len(plans)
     if total > CLOUD_LIMIT:
         plans = plans.take(np.sort(np.random.default_rng(seed).choice(total, CLOUD_LIMIT, replace=False)))
@@ -166,7 +171,8 @@ def importance(problem: TrainingProblem, objective_name: str, seed: int) -> tupl
     from ..search import optuna_report as studies
     from ..space import enumerate_valid
 
-    plans = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules).plans
+    plans = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules,
+                            problem.framework).plans
     if len(plans) == 0:
         return {}, ""
     rng = np.random.default_rng(seed)

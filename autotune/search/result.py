@@ -83,7 +83,7 @@ def rank(evaluated: Evaluated, problem: TrainingProblem, objectives: Sequence[Ob
     candidates = []  # (batch, estimate, index array, scores)
     feasible_total = 0
     for batch, est in evaluated.estimates:
-        fits = np.flatnonzero(est.fits)
+        fits = np.flatnonzero(problem.fits(est))
         oom = len(batch) - len(fits)
         if oom:
             rejected[OUT_OF_MEMORY] = rejected.get(OUT_OF_MEMORY, 0) + oom
