@@ -60,9 +60,12 @@ _DATE = re.compile(r"^(\d{4})-(\d{2})$")
 class Framework:
     """One framework at one version: every trait the cost model reads (see ``profiles/frameworks``).
 
-    Overlap fractions are the share of a collective the framework hides behind compute, per link:
-    ``*_nvlink`` inside the NVLink domain, ``*_network`` for a group that crosses nodes.  The cost
-    model never hides more than the compute the collective runs beside.
+    Overlap traits come in two kinds.  TP and EP overlap (``*_nvlink`` inside the NVLink domain,
+    ``*_network`` for a group that crosses nodes) are the share of a collective the framework's
+    chunked overlap hides (TE userbuffers, async TP, batch-level EP overlap), never more than the
+    compute beside it.  DP, ZeRO-3 and CP overlap are the share of the compute window a collective
+    on its own stream can hide behind (bucketed reduction, prefetch, ring attention); the rest of
+    the collective is exposed.  ``step_time.exposed`` and ``exposed_behind`` apply them.
     """
 
     name: str
@@ -93,11 +96,11 @@ class Framework:
     tp_overlap_nvlink: float
     tp_overlap_network: float
     tp_overlap_needs_sp: bool
-    cp_overlap: float
+    cp_overlap: float  # share of the attention compute the ring's K/V exchange can hide behind
     ep_overlap_nvlink: float
     ep_overlap_network: float
-    dp_overlap: float  # gradient reduction (ZeRO 0-2) hidden behind the last micro-batch's backward
-    zero3_overlap: float  # ZeRO-3 / FSDP parameter gathers and gradient reduce-scatters hidden by prefetching
+    dp_overlap: float  # share of the last micro-batch's backward (forward, for the gather) the ZeRO 0-2 reduction hides behind
+    zero3_overlap: float  # share of each micro-batch's compute ZeRO-3 / FSDP gathers and reduce-scatters hide behind
     pp_overlap: float
     # -- fp8 --
     fp8_recipe: str  # none = no fp8 training

@@ -105,7 +105,8 @@ def plans_table(result: SearchResult, capacity_gib: float) -> Table:
     title = "Pareto set" if result.pareto else f"Top {len(result.ranked)} plans"
     table = Table(title=title, header_style="bold", caption="settings: ZeRO stage, micro-batch, recompute "
                   "(norc = none, sel = selective), precision, off = optimizer offload; MFU against the dense peak of "
-                  "the plan's precision; err band: predicted vs "
+                  "the plan's precision; (+N same): N other plans with the same estimate (--json lists them); err band: "
+                  "predicted vs "
                   "measured on validated runs like it (! = a feature no validated run used; see --json)", caption_justify="left")
     for name, justify in (("#", "right"), ("layout", "left"), ("settings", "left"), ("step s", "right"),
                           ("tok/s/GPU", "right"), ("MFU (peak)", "right"), ("GiB/GPU (free)", "right"), ("$/Mtok", "right"),
@@ -113,8 +114,9 @@ def plans_table(result: SearchResult, capacity_gib: float) -> Table:
         table.add_column(name, justify=justify, no_wrap=True)
     for ranked in result.ranked:
         p, e = ranked.plan, ranked.estimate
+        same = f" (+{len(ranked.equivalents)} same)" if ranked.equivalents else ""
         table.add_row(
-            str(ranked.rank), p.layout(), settings_short(p), f"{e['step_time_s']:.2f}",
+            str(ranked.rank), p.layout() + same, settings_short(p), f"{e['step_time_s']:.2f}",
             f"{e['tokens_per_s_per_gpu']:,.0f}", f"{e['mfu']:.1%} {e.get('mfu_peak', 'bf16')}",
             f"{e['memory_gib_per_gpu']:.1f} ({capacity_gib - e['memory_gib_per_gpu']:.1f})",
             f"{e['cost_usd_per_million_tokens']:.3f}",

@@ -66,9 +66,17 @@ def zero3_submodules_per_layer(model: ModelSpec) -> float:
 
 
 def exposed(comm_s: np.ndarray, overlap: np.ndarray | float, compute_s: np.ndarray) -> np.ndarray:
-    """What a collective leaves on the critical path: the framework hides ``overlap`` of it, but
-    never more than the ``compute_s`` it runs beside (a longer collective is exposed by the difference)."""
+    """A chunked collective (TE userbuffers, async TP, batch-level EP overlap): the framework hides
+    ``overlap`` of it, but never more than the ``compute_s`` it runs beside (a collective longer than
+    that compute is exposed by the difference)."""
     return comm_s - np.minimum(overlap * comm_s, compute_s)
+
+
+def exposed_behind(comm_s: np.ndarray, window: np.ndarray | float, compute_s: np.ndarray) -> np.ndarray:
+    """A collective on its own stream beside compute (bucketed gradient reduction, ZeRO-3 prefetch, ring
+    attention): hidden behind up to ``window`` of ``compute_s`` (what contention for SMs and memory leaves
+    usable), exposed by the rest."""
+    return np.maximum(0.0, comm_s - window * compute_s)
 
 
 def pipeline_passes(m: np.ndarray, p: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -145,7 +153,7 @@ class _Layer:
                                   + kernels.memory_bound_s((6.0 + drop) * scores))
         else:
             scores = T * seq_len * heads / 2.0  # causal: half the square
-            attention, attention_backward = kernels.flash_attention_s(scores, model.head_dim)
+            attention, attention_backward = kernels.flash_attention_s(scores, model.head_dim, seq_len / geo.cp)
         # Memory-bound ops, forward: 2 norms (read+write), 2 residual adds (2 reads, 1 write),
         # dropout (if any) on the replicated h-wide tensors (split by TP only with SP);
         # rotary on q and k; the MLP activation.  (fp8 casts are part of kernels.linear_s.)
@@ -185,8 +193,8 @@ class _Layer:
         kv_bytes = 2.0 * 2.0 * T * model.kv_width / t
         ring_step = comm.point_to_point_s(kv_bytes, geo.cp_group.nodes > 1, cluster)
         cp_forward = (geo.cp - 1.0) * ring_step
-        self.cp_forward = np.maximum(0.0, cp_forward - framework.cp_overlap * attention)
-        self.cp_backward = np.maximum(0.0, 2.0 * cp_forward - framework.cp_overlap * attention_backward)
+        self.cp_forward = exposed_behind(cp_forward, framework.cp_overlap, attention)
+        self.cp_backward = exposed_behind(2.0 * cp_forward, framework.cp_overlap, attention_backward)
         # EP: dispatch and combine all-to-alls of top_k copies of each token, forward and backward,
         # on the link the EP group uses; the framework hides its overlap fraction for that link
         # behind other work of the layer (another micro-batch's, Megatron-Core's batch-level overlap).
@@ -283,14 +291,14 @@ def step_time_parts(
     scatter_once = (scatter(dense_params + edge_params, geo.dp_group, 1.0)
                     + scatter(expert_params, geo.expert_dp_group, 1.0))
     gather_once_s = gather(dense_params + edge_params, geo.dp_group, 1.0) + gather(expert_params, geo.expert_dp_group, 1.0)
-    zero3_mb = (exposed(gather_s, fw.zero3_overlap, stage_fwd)
-                + exposed(gather_s + scatter_s, fw.zero3_overlap, stage_bwd))
+    zero3_mb = (exposed_behind(gather_s, fw.zero3_overlap, stage_fwd)
+                + exposed_behind(gather_s + scatter_s, fw.zero3_overlap, stage_bwd))
     # ZeRO-2: DeepSpeed (and FSDP without no_sync) reduce-scatter each micro-batch's gradients into
     # the shard (`reduce_per_microbatch`, DeepSpeed issue #2252); FSDP2 under torch.distributed.pipelining
     # accumulates them unsharded and reduce-scatters once per step (`accumulate_unsharded`, below;
     # memory.py holds the buffer).
     per_microbatch_rs = (fw.zero2 == "reduce_per_microbatch") & (zero == 2) & (geo.microbatches > 1)
-    zero2_mb = np.where(per_microbatch_rs, exposed(scatter_once, fw.dp_overlap, stage_bwd), 0.0)
+    zero2_mb = np.where(per_microbatch_rs, exposed_behind(scatter_once, fw.dp_overlap, stage_bwd), 0.0)
     dp_per_microbatch = np.where(zero >= 3, zero3_mb, zero2_mb)
 
     # Pipeline sends: the h-wide activation forward and its gradient backward, per chunk boundary.
@@ -338,8 +346,8 @@ def step_time_parts(
     gather_once = np.where((zero == 1) | (zero == 2), gather_once_s, 0.0)
     parts["dp_comm"] = (
         parts["dp_comm"]
-        + exposed(reduce_once, fw.dp_overlap, stage_bwd)
-        + exposed(gather_once, fw.dp_overlap, stage_fwd)
+        + exposed_behind(reduce_once, fw.dp_overlap, stage_bwd)
+        + exposed_behind(gather_once, fw.dp_overlap, stage_fwd)
     )
 
     # Optimizer step on this GPU's shard (ZeRO >= 1 shards it over dp*cp).
