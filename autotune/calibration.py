@@ -80,6 +80,10 @@ SILICON_FAMILIES: Mapping[str, str] = {
 }
 MEMORY_PARAMS: tuple[str, ...] = ()
 COMPUTE_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention", "gemm_overhead_us", "step_overhead_s")
+# The profiles whose own validated runs were fitted, one per silicon family: what training reaches of
+# a GPU's measured GEMM ceiling is learnt from them (derived_efficiency).
+CALIBRATION_REFERENCES: tuple[str, ...] = ("a100-sxm4-80gb", "h100-sxm5-80gb")
+DERIVED_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention")
 _MIN_SENSITIVITY = 1e-3  # |d log(pred) / d param| summed over a profile's rows, per unit of the bounds
 
 
@@ -159,6 +163,41 @@ def apply_calibration(hardware: Hardware, calibration: Calibration | Mapping[str
 
 
 # ---------------------------------------------------------------------------------------------
+# GPUs without validated runs
+
+
+def derived_efficiency(reference: Mapping[str, float], calibrated: Sequence[Hardware],
+                       has_fp8: bool = True) -> dict[str, float]:
+    """Compute efficiencies of a GPU without validated runs, the same way for every such GPU.
+
+    What training reaches of the measured GEMM ceiling (MAMF, ``reference_efficiency``) on the
+    calibrated GPUs (:data:`CALIBRATION_REFERENCES`), averaged over them, applied to this GPU's own
+    ceiling; its attention kernels keep the calibrated GPUs' mean ratio to the GEMM efficiency.  A GPU
+    without a measured ceiling takes the calibrated GPUs' mean ceiling.  Rounded to 3 decimals, as the
+    bundled profiles carry them (tests/test_hardware_profiles.py checks they match).
+    """
+    refs = [h for h in calibrated if "gemm" in h.reference_efficiency]
+    if not refs:
+        raise ValueError("derived_efficiency needs calibrated profiles with a reference_efficiency.gemm")
+    mean = lambda xs: float(np.mean(list(xs)))  # noqa: E731
+    ceiling = reference.get("gemm", mean(h.reference_efficiency["gemm"] for h in refs))
+    gemm = ceiling * mean(h.efficiency.gemm / h.reference_efficiency["gemm"] for h in refs)
+    out = {
+        "gemm": gemm,
+        "attention": gemm * mean(h.efficiency.attention / h.efficiency.gemm for h in refs),
+        "cudnn_attention": gemm * mean(h.efficiency.cudnn_attention / h.efficiency.gemm for h in refs),
+    }
+    fp8_refs = [h for h in refs if "fp8_gemm" in h.reference_efficiency]
+    if has_fp8 and fp8_refs:
+        if "fp8_gemm" in reference:
+            out["fp8_gemm"] = reference["fp8_gemm"] * mean(h.efficiency.fp8_gemm / h.reference_efficiency["fp8_gemm"]
+                                                          for h in fp8_refs)
+        else:
+            out["fp8_gemm"] = gemm * mean(h.efficiency.fp8_gemm / h.efficiency.gemm for h in fp8_refs)
+    return {k: round(v, 3) for k, v in out.items()}
+
+
+# ---------------------------------------------------------------------------------------------
 # Fitting
 
 
@@ -183,6 +222,9 @@ class CalibrationResult:
     logo_mape_pct: float | None  # over every held-out prediction
     success: bool
     message: str
+    # Row id -> its error (%) when its source group was held out of the fit (empty without logo):
+    # the residuals a new source would see, which the per-plan error bands are built from.
+    held_out: Mapping[str, float] = field(default_factory=dict)
 
     def calibration(self, about: Mapping[str, Any] | None = None) -> Calibration:
         return Calibration(efficiency={k: dict(v) for k, v in self.fitted.items()}, about=dict(about or self.about()))
@@ -222,6 +264,7 @@ class CalibrationResult:
             "after": summary(self.after),
             "logo": {g: {"n": v.n, "mape_pct": v.mape_pct} for g, v in self.logo.items()},
             "logo_mape_pct": self.logo_mape_pct,
+            "held_out_error_pct": dict(self.held_out),
             "success": self.success,
             "message": self.message,
         }
@@ -441,6 +484,7 @@ def fit(
 
     logo_summary: dict[str, GroupSummary] = {}
     logo_mape = None
+    held_out: dict[str, float] = {}
     if logo:
         held_errors: list[float] = []
         groups = list(dict.fromkeys(c.run.source_group for c in prepared.cases))
@@ -467,12 +511,14 @@ def fit(
                     for i in test]
             logo_summary[group] = GroupSummary(n=len(test), mape_pct=float(np.mean(np.abs(errs))))
             held_errors.extend(errs)
+            held_out.update({prepared.cases[i].run.id: float(e) for i, e in zip(test, errs)})
         logo_mape = float(np.mean(np.abs(held_errors))) if held_errors else None
 
     return CalibrationResult(
         params=params, shared=shared, fitted=fitted, start=start, n_rows=len(everything),
         n_rows_by_profile={p: sum(1 for c in prepared.cases if c.profile == p) for p in problem.profiles},
         before=before, after=after, logo=logo_summary, logo_mape_pct=logo_mape, success=success, message=message,
+        held_out=held_out,
     )
 
 

@@ -403,7 +403,9 @@ def predict(
             return
         stdout.print(f"[bold]{inputs.model.name}[/] on {inputs.cluster.n_gpus} x {hw.name}: {chosen.layout()} with "
                      f"{output.settings_text(chosen)}", highlight=False)
-        stdout.print(f"[dim]framework {output.framework_text(inputs.framework, framework is None)}[/]", highlight=False)
+        stdout.print(f"[dim]framework {output.framework_text(inputs.framework, framework is None)}"
+                     + ("" if hw.calibrated else f"; {hw.name} is uncalibrated (efficiencies derived, docs/cost-model.md)")
+                     + "[/]", highlight=False)
         times, memory = output.breakdown_tables(estimate, hw.memory_gib)
         stdout.print(times)
         stdout.print(memory)

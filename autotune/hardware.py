@@ -90,6 +90,13 @@ class Hardware:
     price_usd_per_gpu_hour: float
     efficiency: Efficiency = field(default_factory=Efficiency)
     sources: Mapping[str, str] = field(default_factory=dict)
+    # Whether the compute efficiencies were fitted to validated runs of this GPU or its silicon family;
+    # a profile without such runs derives them from its measured GEMM ceilings (`reference_efficiency`)
+    # the documented way (calibration.derived_efficiency) and says "uncalibrated" in the output.
+    calibrated: bool = False
+    # Measured microbenchmark ceilings, fractions of the dense peak: `gemm` / `fp8_gemm` = best-shape
+    # matmul throughput (MAMF, data/hardware.md 2a).
+    reference_efficiency: Mapping[str, float] = field(default_factory=dict)
 
     def supports(self, precision: str) -> bool:
         return precision in self.peak_tflops
@@ -135,9 +142,10 @@ _TOP_KEYS = frozenset(
     {
         "name", "description", "peak_tflops", "memory_gib", "memory_bandwidth_gb_per_s", "gpus_per_node",
         "intra_node", "inter_node", "host_link_bandwidth_gb_per_s", "cpu_optimizer_params_per_s", "tdp_w",
-        "average_power_w", "price_usd_per_gpu_hour", "efficiency", "sources",
+        "average_power_w", "price_usd_per_gpu_hour", "efficiency", "sources", "calibrated", "reference_efficiency",
     }
 )
+REFERENCE_KEYS = frozenset({"gemm", "fp8_gemm"})
 _LINK_KEYS = frozenset({"bandwidth_gb_per_s", "latency_us"})
 
 
@@ -180,6 +188,13 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     if not isinstance(eff_raw, dict):
         raise InputError("must be a mapping of parameter names to numbers", source=source, field="efficiency")
     tdp = loading.number(data, "tdp_w", source=source)
+    reference_raw = data.get("reference_efficiency") or {}
+    if not isinstance(reference_raw, dict):
+        raise InputError("must map gemm / fp8_gemm to measured fractions of the peak", source=source,
+                         field="reference_efficiency")
+    check_keys(reference_raw, REFERENCE_KEYS, source=source, section="reference_efficiency")
+    reference = {k: loading.number(reference_raw, k, source=source, section="reference_efficiency", maximum=1.0)
+                 for k in reference_raw}
     return Hardware(
         name=loading.text(data, "name", source=source),
         description=loading.text(data, "description", source=source, default=""),
@@ -196,6 +211,8 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         price_usd_per_gpu_hour=loading.number(data, "price_usd_per_gpu_hour", source=source),
         efficiency=efficiency_from_mapping(eff_raw, source=source),
         sources=MappingProxyType({str(k): str(v) for k, v in sources.items()}),
+        calibrated=loading.boolean(data, "calibrated", source=source, default=False),
+        reference_efficiency=MappingProxyType(reference),
     )
 
 

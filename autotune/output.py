@@ -46,7 +46,7 @@ def search_header(problem) -> str:
             + ("" if "fp8" in problem.choices["precision"] or not hw.supports("fp8")
                else " (add --precision bf16,fp8 to search fp8)")
             + f"; plans keep {problem.memory_headroom:.0%} of HBM free")
-    if not getattr(hw, "calibrated", True):
+    if not hw.calibrated:
         text += f"; {hw.name} is uncalibrated (efficiencies derived, docs/cost-model.md)"
     return text
 
