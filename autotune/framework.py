@@ -161,9 +161,6 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
     "workspace_gib": ("number", 0.0, 32.0),
     "allocator_overhead": ("number", 0.0, 1.0),
 })
-# Traits a calibration overlay may fit (continuous and physical): what the framework hides
-# and what its allocator costs.
-FITTABLE: tuple[str, ...] = ("tp_overlap_nvlink", "dp_overlap", "allocator_overhead")
 
 _TOP_KEYS = frozenset({"name", "description", "releases", "traits", "sources", "changes"})
 _CHANGE_KEYS = frozenset({"since", "traits", "source"})

@@ -39,7 +39,6 @@ import numpy as np
 
 from .costmodel import estimate_training
 from .errors import InputError
-from .framework import Framework
 from .hardware import Hardware
 from .plan import Plan, PlanBatch
 from .runs import MeasuredRun, SkippedRow, candidate_plans, preferred_candidates
@@ -192,13 +191,10 @@ def point_candidate(t: np.ndarray, m: np.ndarray, f: np.ndarray, preferred: Sequ
 
 
 def evaluate(prepared: Prepared, hardware: Mapping[str, Hardware] | None = None, *, detail: bool = False,
-             groups: Sequence[int] | None = None,
-             frameworks: Mapping[str, Mapping[str, float]] | None = None) -> Evaluation:
+             groups: Sequence[int] | None = None) -> Evaluation:
     """Predict every case with ``hardware`` (profile name -> Hardware; default: the loaded profiles).
 
     ``groups`` restricts the work to those groups (cases of other groups get empty arrays).
-    ``frameworks`` (framework name -> {trait: value}) overrides traits of every version of a
-    framework: calibration passes trial values of a framework's fitted traits this way.
     """
     hardware = hardware or prepared.profiles
     wanted = set(range(len(prepared.groups))) if groups is None else set(groups)
@@ -207,8 +203,6 @@ def evaluate(prepared: Prepared, hardware: Mapping[str, Hardware] | None = None,
         group = prepared.groups[g]
         hw = hardware[group.profile]
         fw = group.run.framework
-        if frameworks and frameworks.get(fw.name):
-            fw = fw.with_traits(**frameworks[fw.name])
         estimates[g] = estimate_training(group.run.model, group.run.cluster(hw), group.run.workload, group.plans, fw)
     tputs, mems, fits, chosen, rows = [], [], [], [], []
     empty = np.zeros(0)
