@@ -7,10 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from autotune.search import capacity as cap
 from autotune.cli import app
 from autotune.errors import InputError
 from autotune.inputs.request import parse_gpus
+from autotune.search import capacity as cap
 
 runner = CliRunner()
 SMALL = ["-m", "llama3-8b", "-s", "4096", "-b", "64", "--tokens", "1e11"]

@@ -9,7 +9,7 @@ from autotune.training.plan import Plan
 
 TABLE = {
     "rows": [
-        {"id": f"A{i}", "source_group": "g", "gpu": "gpu-a", "features": ["TP>1"], "error_pct": e}
+        {"id": f"A{i}", "source_group": f"g{i}", "gpu": "gpu-a", "features": ["TP>1"], "error_pct": e}
         for i, e in enumerate([-10.0, -5.0, 0.0, 5.0])
     ] + [
         {"id": "B0", "source_group": "g", "gpu": "gpu-a", "features": [], "error_pct": 20.0},
@@ -19,17 +19,59 @@ TABLE = {
 
 
 def test_bundled_residual_table_is_up_to_date():
-    """The shipped JSON must be what the bundled runs give with the current model and profiles.
+    """The shipped JSON must come from the current runs, cost model and profiles.
 
-    Regenerate with `python -m autotune.confidence` after changing either.
+    Rebuilding it takes minutes (a calibration per held-out source group), so the test checks the
+    digest of everything it depends on, and the in-sample residuals, which are cheap.  Regenerate
+    with `python -m autotune.training.confidence` after changing any of them.
     """
+    from autotune.inputs.hardware import load_hardware
+    from autotune.training.runs import read_runs
+    from autotune.training.validation import validate_runs
+
     assert conf.RUNS_CSV.is_file() and conf.RESIDUALS_JSON.is_file()
     shipped = json.loads(conf.RESIDUALS_JSON.read_text())
-    fresh = conf.build_table()
-    assert [r["id"] for r in shipped["rows"]] == [r["id"] for r in fresh["rows"]]
-    for old, new in zip(shipped["rows"], fresh["rows"]):
-        assert old["features"] == new["features"], old["id"]
-        assert old["error_pct"] == pytest.approx(new["error_pct"], abs=0.05), old["id"]
+    assert shipped["inputs_sha256"] == conf.inputs_digest(), "stale: run `python -m autotune.training.confidence`"
+    report = validate_runs(read_runs(conf.RUNS_CSV), load_hardware)
+    assert [r["id"] for r in shipped["rows"]] == [r.id for r in report.rows]
+    for old, new in zip(shipped["rows"], report.rows):
+        assert old["features"] == list(conf.plan_features(new.plan)), old["id"]
+        assert old["in_sample_error_pct"] == pytest.approx(new.error_pct, abs=0.05), old["id"]
+
+
+def test_the_bands_cover_what_they_promise_on_held_out_sources():
+    """A nominal 80% band (10th-90th percentile) holds 75-90% of rows from a source it never saw."""
+    shipped = json.loads(conf.RESIDUALS_JSON.read_text())
+    coverage = shipped["coverage"]
+    assert coverage == conf.band_coverage(shipped)
+    assert coverage["nominal_pct"] == 80.0
+    assert 75.0 <= coverage["inside_pct"] <= 90.0
+    assert coverage["rows_with_band"] >= 200
+
+
+def test_coverage_counts_a_row_against_the_other_groups_only():
+    table = {"rows": [{"id": f"{g}{i}", "source_group": g, "gpu": "gpu-a", "features": [], "error_pct": e}
+                      for g, errors in (("a", [0.0, 1.0]), ("b", [2.0, 3.0]), ("c", [4.0, 5.0]), ("d", [40.0, 41.0]))
+                      for i, e in enumerate(errors)]}
+    cov = conf.band_coverage(table)
+    # d's rows lie outside the band of a, b and c ([0, 5]); a's lie outside b, c and d's ([2, 41]) ...
+    assert cov["rows_with_band"] == 8
+    assert cov["by_source_group"] == {"a": 0.0, "b": 100.0, "c": 100.0, "d": 0.0}
+    assert cov["inside_pct"] == 50.0
+
+
+def test_a_band_needs_several_sources_and_weighs_each_source_the_same():
+    one_source = {"rows": [{"id": f"x{i}", "source_group": "x", "gpu": "gpu-a", "features": [], "error_pct": float(i)}
+                           for i in range(20)]}
+    c = conf.confidence({}, "gpu-a", one_source)
+    assert c["error_band_pct"] == [None, None] and "too few sources" in c["basis"]
+    # 20 rows of one source at +10% and one row each of two others at -10% and 0%: by row, the band
+    # would sit at +10; by source, each source counts once.
+    rows = ([{"id": f"y{i}", "source_group": "y", "gpu": "gpu-a", "features": [], "error_pct": 10.0} for i in range(20)]
+            + [{"id": "z", "source_group": "z", "gpu": "gpu-a", "features": [], "error_pct": -10.0},
+               {"id": "w", "source_group": "w", "gpu": "gpu-a", "features": [], "error_pct": 0.0}])
+    lo, hi = conf.confidence({}, "gpu-a", {"rows": rows})["error_band_pct"]
+    assert lo < -5.0 and hi == 10.0
 
 
 def test_plan_features_name_the_dimensions_in_use():

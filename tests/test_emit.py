@@ -19,19 +19,25 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_emit_support import CASES, GOLDEN, SLURM_FRAMEWORK, context_for, run_script
 
-from autotune.outputs.emit import FORMATS, FRAMEWORKS, EmitContext, get_emitter, render
-from autotune.outputs.emit import deepspeed as ds
-from autotune.outputs.emit import megatron, torchtitan
-from autotune.outputs.emit.megatron import pipeline_split
 from autotune.errors import InputError
 from autotune.inputs.hardware import Cluster, load_hardware
 from autotune.inputs.modelspec import load_model
+from autotune.inputs.workload import TrainWorkload
+from autotune.outputs.emit import (
+    FORMATS,
+    FRAMEWORKS,
+    EmitContext,
+    get_emitter,
+    megatron,
+    render,
+    torchtitan,
+)
+from autotune.outputs.emit import deepspeed as ds
+from autotune.outputs.emit.megatron import pipeline_split
 from autotune.training.plan import PlanBatch, parse_plan
 from autotune.training.space import Rules, axis_choices, enumerate_valid, load_space
-from autotune.inputs.workload import TrainWorkload
-
-from test_emit_support import CASES, GOLDEN, SLURM_FRAMEWORK, context_for, run_script
 
 UPDATE = os.environ.get("AUTOTUNE_UPDATE_GOLDEN") == "1"
 

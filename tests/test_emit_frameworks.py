@@ -36,13 +36,12 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from test_emit_support import CASES, SLURM_FRAMEWORK, context_for, run_script
 
+from autotune.inputs.modelspec import load_model
 from autotune.outputs.emit import EmitContext, render
 from autotune.outputs.emit import torchtitan as titan_emitter
-from autotune.inputs.modelspec import load_model
 from autotune.training.plan import parse_plan
-
-from test_emit_support import CASES, SLURM_FRAMEWORK, context_for, run_script
 
 # The frameworks these tests feed: present in the environment that .ci/install-frameworks.sh
 # builds (CI runs them there with AUTOTUNE_REQUIRE_FRAMEWORKS=1, so a missing one fails rather

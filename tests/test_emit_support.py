@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autotune.outputs.emit import EmitContext
 from autotune.inputs.modelspec import load_model
+from autotune.outputs.emit import EmitContext
 from autotune.training.plan import parse_plan
 
 GOLDEN = Path(__file__).parent / "golden" / "emit"

@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.outputs.explain import explain
 from autotune.inputs.request import training_inputs
+from autotune.outputs.explain import explain
 from autotune.training.plan import parse_plan
 
 runner = CliRunner()

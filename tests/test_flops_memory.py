@@ -14,10 +14,18 @@ import pytest
 
 from autotune.costmodel import comm
 from autotune.costmodel.comm import Topology
-from autotune.costmodel.flops import attention_core_flops_per_token, narayanan_eq3_flops_per_iteration, training_flops_per_token
-from autotune.training.memory import activation_bytes_per_layer, korthikanti_activation_bytes, model_state_bytes
+from autotune.costmodel.flops import (
+    attention_core_flops_per_token,
+    narayanan_eq3_flops_per_iteration,
+    training_flops_per_token,
+)
 from autotune.inputs.hardware import Cluster, Efficiency, Link, load_hardware
 from autotune.inputs.modelspec import ModelSpec, load_model
+from autotune.training.memory import (
+    activation_bytes_per_layer,
+    korthikanti_activation_bytes,
+    model_state_bytes,
+)
 
 # --- FLOPs -----------------------------------------------------------------------------------
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-
 from pathlib import Path
 
 import pytest
@@ -170,3 +169,46 @@ def test_unknown_profile_name_lists_the_bundled_names():
     assert "no-such-gpu" in message
     for name in REQUIRED_PROFILES:
         assert name in message
+
+
+# --- one calibration method for every GPU --------------------------------------------------------------
+
+
+def test_every_profile_is_calibrated_or_derived_the_documented_way():
+    from autotune.training.calibration import (
+        CALIBRATION_REFERENCES,
+        SILICON_FAMILIES,
+        derived_efficiency,
+    )
+
+    references = [load_hardware(n) for n in CALIBRATION_REFERENCES]
+    for name in ALL_NAMES:
+        hw = load_hardware(name)
+        if hw.calibrated:
+            # Fitted on its own runs or its silicon family's: the family shares the compute efficiencies.
+            kin = [load_hardware(n) for n, f in SILICON_FAMILIES.items() if f == SILICON_FAMILIES.get(name)]
+            assert kin, f"{name} is marked calibrated but has no silicon family with runs"
+            for other in kin:
+                for key in ("gemm", "attention", "cudnn_attention"):
+                    assert getattr(hw.efficiency, key) == getattr(other.efficiency, key), (name, other.name, key)
+        else:
+            derived = derived_efficiency(hw.reference_efficiency, references, hw.supports("fp8"))
+            for key, value in derived.items():
+                assert getattr(hw.efficiency, key) == value, (name, key)
+
+
+def test_uncalibrated_profiles_are_named_in_the_search_header():
+    from autotune.inputs.hardware import Cluster
+    from autotune.inputs.modelspec import load_model
+    from autotune.inputs.workload import TrainWorkload
+    from autotune.outputs.tables import search_header
+    from autotune.training.problem import TrainingProblem
+    from autotune.training.space import load_space
+
+    def header(gpu):
+        problem = TrainingProblem.build(load_model("llama3-8b"), Cluster(load_hardware(gpu), 8, 8),
+                                        TrainWorkload(4096, 16), load_space(None))
+        return search_header(problem)
+
+    assert "b200-sxm-180gb is uncalibrated" in header("b200-sxm-180gb")
+    assert "uncalibrated" not in header("h100-sxm5-80gb")

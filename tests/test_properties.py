@@ -11,12 +11,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune.training.estimate import estimate_training
 from autotune.inputs.hardware import Cluster, load_hardware
 from autotune.inputs.modelspec import load_model
-from autotune.training.plan import CATEGORIES, PLAN_KEYS, Plan, PlanBatch, parse_plan
-from autotune.training.space import Rules, axis_choices, enumerate_valid, load_space, rejection_reasons
 from autotune.inputs.workload import TrainWorkload
+from autotune.training.estimate import estimate_training
+from autotune.training.plan import CATEGORIES, PLAN_KEYS, Plan, PlanBatch, parse_plan
+from autotune.training.space import (
+    Rules,
+    axis_choices,
+    enumerate_valid,
+    load_space,
+    rejection_reasons,
+)
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -112,10 +112,10 @@ def _bench_table(path: Path) -> Path:
     """Every plan of the small space measures 88% of its prediction; plans that do not fit run out of memory."""
     from autotune.inputs.hardware import Cluster, load_hardware
     from autotune.inputs.modelspec import load_model
+    from autotune.inputs.workload import TrainWorkload
     from autotune.search.exact import exact_search
     from autotune.training.problem import TrainingProblem
     from autotune.training.space import load_space
-    from autotune.inputs.workload import TrainWorkload
 
     hw = load_hardware("h100-sxm5-80gb")
     problem = TrainingProblem.build(load_model("llama3-8b"), Cluster(hw, 8, 8), TrainWorkload(4096, 16),

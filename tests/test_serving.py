@@ -9,13 +9,20 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.serving.estimate import GIB, ServingParams, decode_weight_bytes_per_step, estimate_serving, kv_bytes_per_token, max_batch_fit
 from autotune.errors import InputError
 from autotune.inputs.hardware import Cluster, load_hardware
 from autotune.inputs.modelspec import load_model
 from autotune.inputs.workload import ServeWorkload
-from autotune.serving.plan import ServePlan, ServePlanBatch, parse_serve_plan
 from autotune.search.serving import capacity_search, serve_search
+from autotune.serving.estimate import (
+    GIB,
+    ServingParams,
+    decode_weight_bytes_per_step,
+    estimate_serving,
+    kv_bytes_per_token,
+    max_batch_fit,
+)
+from autotune.serving.plan import ServePlan, ServePlanBatch, parse_serve_plan
 from autotune.serving.space import load_serve_space
 
 DATA = Path(__file__).parent / "data" / "serving_runs_small.csv"

@@ -6,12 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.serving.estimate import ServingParams, engine_for, estimate_serving
 from autotune.inputs.hardware import Cluster, load_hardware
 from autotune.inputs.modelspec import ModelSpec
-from autotune.serving import calibrated
-from autotune.serving.calibrated import engine_max_batch, engine_properties, params_for, params_for_gpu
 from autotune.inputs.workload import ServeWorkload
+from autotune.serving import calibrated
+from autotune.serving.calibrated import (
+    engine_max_batch,
+    engine_properties,
+    params_for,
+    params_for_gpu,
+)
+from autotune.serving.estimate import ServingParams, engine_for, estimate_serving
 from autotune.serving.plan import ServePlan, ServePlanBatch
 from autotune.serving.runs import engine_key
 

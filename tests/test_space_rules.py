@@ -9,13 +9,22 @@ import numpy as np
 import pytest
 import yaml
 
-from autotune.training import space as space_mod
 from autotune.errors import InputError
+from autotune.inputs.framework import load_framework
 from autotune.inputs.hardware import Cluster, load_hardware
 from autotune.inputs.modelspec import ModelSpec, load_model
-from autotune.training.plan import PLAN_DEFAULTS, PLAN_KEYS, PlanBatch
-from autotune.training.space import PERMISSIVE_RULES, REASONS, Rules, axis_choices, enumerate_valid, load_space, rejection_reasons
 from autotune.inputs.workload import TrainWorkload
+from autotune.training import space as space_mod
+from autotune.training.plan import PLAN_DEFAULTS, PLAN_KEYS, PlanBatch
+from autotune.training.space import (
+    PERMISSIVE_RULES,
+    REASONS,
+    Rules,
+    axis_choices,
+    enumerate_valid,
+    load_space,
+    rejection_reasons,
+)
 
 H100 = load_hardware("h100-sxm5-80gb")
 A100 = load_hardware("a100-sxm4-80gb")
@@ -39,9 +48,9 @@ def batch(n_gpus: int, **fields) -> PlanBatch:
     return PlanBatch.from_columns(n_gpus, {k: [values[k]] for k in PLAN_KEYS})
 
 
-def failing_rules(model, cluster, workload, plans, rules) -> set[int]:
+def failing_rules(model, cluster, workload, plans, rules, framework=None) -> set[int]:
     """All rules a single plan breaks (rejection_reasons reports only the first)."""
-    checks = space_mod._checks(model, cluster, workload, plans, rules, False)
+    checks = space_mod._checks(model, cluster, workload, plans, rules, False, framework or load_framework())
     return {c for c, hit in checks.items() if bool(np.asarray(hit)[0])}
 
 
@@ -92,17 +101,34 @@ CASES = [
      "optimizer offload needs zero >= 1", set()),
     ("sp-with-tp", LLAMA8, 16, 8, H100, WL, Rules(), dict(tp=2, sp=False), dict(tp=2, sp=True),
      "sp=false with tp > 1 (space rule sp_with_tp)", set()),
+    # The framework's rules (profiles/frameworks): what the software can run.
+    ("fw-parallelism", LLAMA8, 16, 8, H100, WL, Rules(), dict(tp=2, zero=3), dict(tp=1, zero=3),
+     "parallelism the framework does not offer", set(), "llm-foundry"),
+    ("fw-zero", LLAMA8, 16, 8, H100, WL, Rules(), dict(zero=1), dict(zero=0),
+     "ZeRO stage the framework does not offer (with this pipeline)", set(), "megatron-lm@2021-04"),
+    ("fw-zero-with-pp", LLAMA8, 16, 8, H100, WL, Rules(), dict(pp=2, zero=3), dict(pp=1, zero=3),
+     "ZeRO stage the framework does not offer (with this pipeline)", set(), "deepspeed"),
+    ("fw-selective", LLAMA8, 16, 8, H100, WL, Rules(), dict(zero=3, recompute="selective"),
+     dict(zero=3, recompute="full"), "selective recompute the framework does not offer", set(), "llm-foundry"),
+    ("fw-interleave-pp", LLAMA8, 16, 8, H100, WL, Rules(), dict(pp=2, vp=2, zero=0), dict(pp=4, vp=2, zero=0),
+     "interleaved schedule the framework does not offer for this pp", set(), "megatron-lm@2021-04"),
+    # 24 sequences over dp=4 at micro-batch 1: 6 micro-batches, not a multiple of pp=4 (Megatron-Core refuses).
+    ("fw-interleave-microbatches", LLAMA8, 16, 8, H100, TrainWorkload(8192, 24), Rules(), dict(pp=4, vp=2),
+     dict(pp=4, vp=1), "interleaved schedule needs the micro-batches to be a multiple of pp", set()),
+    ("fw-fp8", LLAMA8, 16, 8, H100, WL, Rules(), dict(precision="fp8", zero=0), dict(precision="bf16", zero=0),
+     "fp8 the framework does not offer", set(), "megatron-lm@2021-04"),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_rule_broken_alone(case):
-    _, model, n, gpn, hw, workload, rules, bad, good, reason, also = case
+    _, model, n, gpn, hw, workload, rules, bad, good, reason, also, *named = case
+    fw = load_framework(named[0] if named else None)
     cluster = Cluster(hw, n, gpn)
     bad_plan, good_plan = batch(n, **bad), batch(n, **good)
-    assert REASONS[int(rejection_reasons(model, cluster, workload, bad_plan, rules)[0])] == reason
-    assert failing_rules(model, cluster, workload, bad_plan, rules) == {code(reason)} | also
-    assert int(rejection_reasons(model, cluster, workload, good_plan, rules)[0]) == 0
+    assert REASONS[int(rejection_reasons(model, cluster, workload, bad_plan, rules, framework=fw)[0])] == reason
+    assert failing_rules(model, cluster, workload, bad_plan, rules, fw) == {code(reason)} | also
+    assert int(rejection_reasons(model, cluster, workload, good_plan, rules, framework=fw)[0]) == 0
 
 
 def test_every_reason_is_covered_by_a_case():
@@ -132,6 +158,22 @@ def test_space_rules_can_be_relaxed():
     assert int(rejection_reasons(LLAMA8, cluster24, WL, batch(24, pp=3), Rules(uneven_pipeline=True))[0]) == 0
 
 
+def test_bloom_pp12_on_384_gpus_is_a_valid_plan_where_the_framework_splits_unevenly():
+    # BLOOM-176B (70 layers): TP4 PP12 DP8 on 384 A100s with Megatron-DeepSpeed's ZeRO-1 (HF blog,
+    # bloom-megatron-deepspeed); DeepSpeed's PipelineModule balances 70 layers over 12 stages.
+    bloom = ModelSpec(name="bloom", n_layers=70, hidden_size=14336, ffn_hidden_size=57344, n_heads=112,
+                      n_kv_heads=112, head_dim=128, vocab_size=250880, mlp="gelu")
+    cluster = Cluster(A100, 384, 8)
+    plan = batch(384, tp=4, pp=12, zero=1, sp=False, recompute="full")
+    workload = TrainWorkload(2048, 2048)
+    assert int(rejection_reasons(bloom, cluster, workload, plan, Rules(sp_with_tp=False),
+                                 framework=load_framework("megatron-deepspeed@2022-07"))[0]) == 0
+    # Megatron-LM of 2022 needs the layers to divide by the stages.
+    assert REASONS[int(rejection_reasons(bloom, cluster, workload, plan, Rules(sp_with_tp=False),
+                                         framework=load_framework("megatron-lm@2022-07"))[0])] == \
+        "layers not divisible by pp*vp"
+
+
 def test_first_failing_rule_wins():
     # tp=3 on 16 GPUs breaks the GPU-count rule and the head rules; the GPU-count rule is reported.
     cluster = Cluster(H100, 16, 8)
@@ -156,7 +198,10 @@ def test_axis_choices_drop_fp8_on_a100_and_tp_beyond_node_and_ep_on_dense():
     assert choices["ep"] == (1,)
     assert max(choices["tp"]) <= 8
     h100 = axis_choices(space, LLAMA8, Cluster(H100, 16, 8), WL)
-    assert "fp8" in h100["precision"]
+    assert h100["precision"] == ("bf16",)  # fp8 is searched only when asked
+    asked = axis_choices(space.with_precisions(("bf16", "fp8")), LLAMA8, Cluster(H100, 16, 8), WL)
+    assert asked["precision"] == ("bf16", "fp8")
+    assert axis_choices(space.with_precisions(("bf16", "fp8")), LLAMA8, Cluster(A100, 16, 8), WL)["precision"] == ("bf16",)
 
 
 def test_fp8_only_space_on_a100_is_kept_so_the_rejection_names_it():
@@ -173,8 +218,12 @@ def test_auto_axes():
     space = load_space(None)
     choices = axis_choices(space, MIXTRAL, Cluster(H100, 64, 8), WL)
     assert choices["ep"] == (1, 2, 4, 8)
-    # pp: powers of two and divisors of 32 layers, dividing 64 GPUs
+    # pp: every stage count that divides 64 GPUs, up to the 32 layers
     assert choices["pp"] == (1, 2, 4, 8, 16, 32)
+    # ... including counts that do not divide the layers: BLOOM's PP12 on 384 GPUs (70 layers)
+    bloom = ModelSpec(name="bloom", n_layers=70, hidden_size=14336, ffn_hidden_size=57344, n_heads=112, n_kv_heads=112,
+                      head_dim=128, vocab_size=250880)
+    assert 12 in axis_choices(space, bloom, Cluster(A100, 384, 8), TrainWorkload(2048, 2048))["pp"]
 
 
 def test_enumerated_plans_pass_every_rule():

@@ -11,11 +11,16 @@ import pytest
 from autotune.errors import InputError
 from autotune.inputs.hardware import Cluster, load_hardware
 from autotune.inputs.modelspec import load_model
+from autotune.inputs.workload import TrainWorkload
+from autotune.search.fingerprint import (
+    differences,
+    fingerprint,
+    parse_storage_url,
+    problem_from_fingerprint,
+)
+from autotune.search.tune import parse_command, run_benchmark
 from autotune.training.problem import OBJECTIVES, TrainingProblem
 from autotune.training.space import load_space
-from autotune.search.fingerprint import differences, fingerprint, parse_storage_url, problem_from_fingerprint
-from autotune.search.tune import parse_command, run_benchmark
-from autotune.inputs.workload import TrainWorkload
 
 HERE = Path(__file__).parent
 BENCH = HERE / "bench_scripts" / "fake_bench.py"
@@ -136,6 +141,6 @@ def test_search_study_resumes_and_refuses_a_changed_problem(tmp_path):
     changed = cli(*base, "--gpus", "16", "--trials", "25")
     assert changed.returncode == 2 and "cluster.n_gpus: study has 8, this run 16" in changed.stderr
     assert "--new" in changed.stderr
-    replaced = cli(*base, "--gpus", "16", "--trials", "5", "--new")
+    replaced = cli(*base, "--gpus", "16", "--trials", "8", "--new")
     assert replaced.returncode == 0, replaced.stderr
-    assert len(load_records(url, "s")) == 5
+    assert len(load_records(url, "s")) == 8

@@ -85,11 +85,11 @@ def make_table(tmp_path):
     """Throughput of every plan: the cost model's prediction, distorted; some plans fail."""
     from autotune.inputs.hardware import Cluster, load_hardware
     from autotune.inputs.modelspec import load_model
+    from autotune.inputs.workload import TrainWorkload
     from autotune.search.exact import exact_search
+    from autotune.search.tune import prior_plans
     from autotune.training.problem import TrainingProblem
     from autotune.training.space import load_space
-    from autotune.search.tune import prior_plans
-    from autotune.inputs.workload import TrainWorkload
 
     hw = load_hardware("h100-sxm5-80gb")
     problem = TrainingProblem.build(load_model("llama3-8b"), Cluster(hw, 8, 8), TrainWorkload(4096, 32),

@@ -17,11 +17,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.inputs.calibration import apply_calibration, calibration_from_mapping, load_calibration
-from autotune.training.calibration import fit
 from autotune.errors import InputError
+from autotune.inputs.calibration import (
+    apply_calibration,
+    calibration_from_mapping,
+    load_calibration,
+)
+from autotune.inputs.framework import load_framework
 from autotune.inputs.hardware import load_hardware
-from autotune.training.runs import POWER_LIMITED, MeasuredRun, SkippedRow, infer_attention_kernel, publication_year, read_runs
+from autotune.training.calibration import fit
+from autotune.training.runs import MeasuredRun, SkippedRow, read_runs
 from autotune.training.validation import prepare, validate_runs
 
 FIXTURE = Path(__file__).parent / "data" / "training_runs_small.csv"
@@ -136,36 +141,56 @@ def test_rows_on_a_gpu_without_profile_or_that_cannot_be_expressed_are_skipped(t
     assert reasons["X-LAYOUT"].startswith("cannot be expressed: no valid plan for tp=3")
 
 
-# --- attention kernel, dropout and hardware variants -----------------------------------------------
+# --- one path: the framework is the software input; nothing is read from provenance -------------
 
 
-def test_attention_kernel_is_inferred_from_the_publication_year_and_recorded(runs, report):
+def test_each_row_runs_on_its_stated_framework(runs, report):
     by_id = {r.id: r for r in runs if isinstance(r, MeasuredRun)}
-    assert by_id["NAR21-T1-01"].attention_kernel == "unfused"  # Narayanan et al. 2021
-    assert by_id["KOR22-04"].attention_kernel == "unfused"  # 2022 (MLSys 2023 later in the text)
-    assert by_id["MPT-H100-021"].attention_kernel == "flash"  # llm-foundry tables, 2024
-    assert "publication year 2021" in by_id["NAR21-T1-01"].inferred["attention_kernel"]
-    assert by_id["NAR21-T1-01"].model.dropout and not by_id["MPT-H100-021"].model.dropout
-    assert report.row("KOR22-04").inferred["attention_kernel"].startswith("inferred from publication year 2022")
-    assert publication_year("Smith et al. (arXiv:2104.04473) @f2e5db40, 2024-07-15") == 2024
-    assert publication_year("no year here") is None
+    assert by_id["NAR21-T1-01"].framework == load_framework("megatron-lm@2021-04")
+    assert by_id["NAR21-T1-01"].framework.attention == "unfused" and by_id["NAR21-T1-01"].model.dropout
+    assert by_id["MPT-H100-021"].framework.name == "llm-foundry" and not by_id["MPT-H100-021"].model.dropout
+    assert by_id["NEMO2407-07"].framework.attention == "cudnn"
+    assert by_id["TT24-T3-1"].gpu == "h100-sxm5-96gb-500w"
+    assert report.row("KOR22-04").framework == "megatron-lm@2022-05"
+    assert "megatron-lm@2021-04 default" in by_id["NAR21-T1-01"].inferred["dropout"]
 
 
-def test_an_attention_kernel_column_wins_and_is_checked():
-    row = {"id": "r", "source": "Narayanan et al. 2021", "attention_kernel": "flash"}
-    assert infer_attention_kernel(row) == ("flash", None)
-    with pytest.raises(InputError, match="attention_kernel"):
-        infer_attention_kernel({**row, "attention_kernel": "fused"})
+def test_blanking_provenance_changes_no_prediction(tmp_path):
+    """source, source_group and notes never enter a prediction (docs/validation.md; issue 11)."""
+    path = Path(__file__).resolve().parent.parent / "autotune" / "data" / "training_runs.csv"
+    fields, rows = _rows(path)
+    blank = _write(tmp_path / "blank.csv", fields,
+                   [{**r, "source": "", "source_group": "", "notes": ""} for r in rows])
+    full = validate_runs(read_runs(path), load_hardware)
+    blanked = validate_runs(read_runs(blank), load_hardware)
+    assert [r.id for r in full.rows] == [r.id for r in blanked.rows] and len(full.rows) > 200
+    for a, b in zip(full.rows, blanked.rows):
+        assert (a.predicted_tokens_per_s_per_gpu, a.predicted_memory_gib_per_gpu, a.plan, a.fits) == \
+               (b.predicted_tokens_per_s_per_gpu, b.predicted_memory_gib_per_gpu, b.plan, b.fits), a.id
+    assert [s.id for s in full.skipped] == [s.id for s in blanked.skipped]
 
 
-def test_power_limited_rows_run_on_a_physical_variant(runs):
-    run = next(r for r in runs if isinstance(r, MeasuredRun) and r.id == "TT24-T3-1")
-    assert run.hardware_variant == POWER_LIMITED
-    base = load_hardware("h100-sxm5-80gb")
-    hw = run.hardware(base)
-    assert hw.memory_gib == 96 and hw.memory_bandwidth_gb_per_s == 2400 and hw.tdp_w == 500
-    assert 835.5 < hw.peak_tflops["bf16"] < base.peak_tflops["bf16"]
-    assert hw.efficiency == base.efficiency and hw.intra_node == base.intra_node
+def test_validate_and_predict_call_the_same_function():
+    """A row's prediction is estimate_training(model, cluster, workload, plan, framework), as `predict` gives it."""
+    from autotune.training.estimate import estimate_training
+    from autotune.training.plan import PlanBatch
+
+    run = next(r for r in read_runs(FIXTURE) if isinstance(r, MeasuredRun) and r.id == "MPT-H100-021")
+    row = validate_runs([run], load_hardware).rows[0]
+    hw = load_hardware(run.gpu)
+    from autotune.training.plan import Plan
+
+    plan = Plan(n_gpus=run.n_gpus, **{k: v for k, v in row.plan.items() if k != "dp"})
+    est = estimate_training(run.model, run.cluster(hw), run.workload, PlanBatch.from_plans([plan]),
+                            load_framework("llm-foundry@2024-01"))
+    assert float(est.tokens_per_s_per_gpu[0]) == row.predicted_tokens_per_s_per_gpu
+
+
+def test_an_unknown_framework_in_the_csv_is_an_input_error(tmp_path):
+    fields, rows = _rows(FIXTURE)
+    bad = _write(tmp_path / "bad.csv", fields, [{**rows[0], "framework": "jax"}])
+    with pytest.raises(InputError, match="unknown framework 'jax'"):
+        read_runs(bad)
 
 
 # --- malformed input -------------------------------------------------------------------------------
@@ -210,9 +235,10 @@ def fitted(runs, detuned_loader):
 def test_calibration_improves_the_fixture_mape(fitted):
     assert fitted.after.mape_pct <= fitted.before.mape_pct
     assert fitted.after.mape_pct < 0.6 * fitted.before.mape_pct
-    assert set(fitted.fitted) == {"a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb"}
-    # The A100s share their silicon's compute parameters.
+    assert set(fitted.fitted) == {"a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h100-sxm5-96gb-500w"}
+    # Profiles on the same silicon share their compute parameters.
     assert fitted.fitted["a100-sxm4-40gb"]["gemm"] == fitted.fitted["a100-sxm4-80gb"]["gemm"]
+    assert fitted.fitted["h100-sxm5-80gb"]["gemm"] == fitted.fitted["h100-sxm5-96gb-500w"]["gemm"]
     for values in fitted.fitted.values():
         assert 0.05 <= values["gemm"] <= 1.0 and 0.05 <= values["attention"] <= 1.0
 
@@ -274,16 +300,3 @@ def test_fit_rejects_unknown_parameters(runs):
 def test_skipped_rows_pass_through_unchanged(runs):
     skipped = [r for r in runs if isinstance(r, SkippedRow)]
     assert [s.id for s in skipped] == ["NAR21-T2-07", "KOR22-10", "NEMO-LS-B200-16K"]
-
-
-def test_zero3_collective_granularity_is_inferred_from_the_software_and_year():
-    from autotune.training.runs import infer_zero3_collectives
-
-    row = {"id": "x", "zero": "3", "notes": "ZeRO-3 (DeepSpeed) without model parallelism",
-           "source": "Narayanan et al. 2021 (SC21)"}
-    kind, how = infer_zero3_collectives(row)
-    assert kind == "submodule" and "2021" in how
-    assert infer_zero3_collectives({**row, "source": "DeepSpeed blog 2023"})[0] == "block"
-    assert infer_zero3_collectives({**row, "notes": "FSDP full shard"})[0] == "block"
-    assert infer_zero3_collectives({**row, "zero": "1"})[0] == "block"
-    assert infer_zero3_collectives({**row, "zero3_collectives": "block"}) == ("block", None)

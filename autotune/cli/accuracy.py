@@ -82,6 +82,11 @@ def validate(
         stdout.print(f"[bold]Throughput MAPE {report.mape_pct:.1f}%[/] over {len(report.rows)} rows{memory}; "
                      f"{len(report.skipped)} rows skipped. Point prediction: {report.point_prediction}.",
                      highlight=False, soft_wrap=True)
+        fitting = len(report.rows) - len(report.not_fitting)
+        stdout.print(f"Predicted to fit in memory with their own layout: {fitting} of {len(report.rows)} runs "
+                     f"({report.fit_fraction:.1%})" + (f"; not fitting although they ran: "
+                                                       f"{', '.join(report.not_fitting)}" if report.not_fitting else "")
+                     + ".", highlight=False, soft_wrap=True)
         for skipped in report.skipped:
             stderr.print(f"[dim]skipped {skipped.id}: {skipped.reason}[/]", highlight=False, soft_wrap=True)
 

@@ -109,6 +109,7 @@ OptGlobalBatch = Annotated[Optional[int], typer.Option("--global-batch", "-b", h
 Tokens = Annotated[Optional[float], typer.Option("--tokens", help="Training budget in tokens (e.g. 15e12): adds total time, GPU-hours and cost.")]
 Price = Annotated[Optional[float], typer.Option("--price", help="USD per GPU-hour [default: the profile's].")]
 Calibration = Annotated[Optional[str], typer.Option("--calibration", help="Calibration overlay YAML from `autotune calibrate`.")]
+FrameworkOpt = Annotated[Optional[str], typer.Option("--framework", help="Training software NAME[@VERSION] (e.g. megatron-lm@2024-07, torchtitan, nemo@24.07; see profiles/frameworks/); version = a release or YYYY-MM [default: the --emit target, else megatron-lm, newest profiled].")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout (nothing else).")]
 Space = Annotated[Optional[str], typer.Option("--space", help="Search-space YAML [default: the bundled train.yaml or serve.yaml].")]
 Fix = Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis, repeatable: --fix tp=8 --fix recompute=full.")]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -13,19 +14,24 @@ from ..inputs.hardware import load_hardware
 from ..inputs.modelspec import load_model
 from ..inputs.request import TrainingRequest
 from ..outputs.emit import (
-    DEFAULT_FRAMEWORK,
     EMITTERS,
     FORMATS,
     FRAMEWORKS,
     EmitContext,
     render,
 )
-from ..outputs.emit.formats import SERVING_FORMATS, context_from_plans, serving_files
+from ..outputs.emit.formats import (
+    FORMAT_FRAMEWORKS,
+    FRAMEWORK_FORMATS,
+    SERVING_FORMATS,
+    context_from_plans,
+    serving_files,
+)
 from ..outputs.files import plans_path, read_plans, write_files
 from ..serving.plan import parse_serve_fields, serve_plan_from_fields
 from ..training.estimate import estimate_training
 from ..training.plan import PlanBatch, parse_plan
-from ..training.space import PERMISSIVE_RULES, REASONS, rejection_reasons
+from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
 from .app import (
     Calibration,
     Gpus,
@@ -60,7 +66,7 @@ def emit(
     format: Annotated[str, typer.Option("--format", "-f", help="megatron | deepspeed | torchtitan | slurm; serving: vllm | sglang.")] = "megatron",
     plan: Annotated[Optional[str], typer.Option("--plan", "-p", help="A plan string (instead of PLAN).")] = None,
     rank: Annotated[int, typer.Option("--rank", "-r", help="Which plan of a plans.json (1 = the best).")] = 1,
-    framework: Annotated[str, typer.Option("--framework", help="What a Slurm script runs: megatron | deepspeed | torchtitan.")] = DEFAULT_FRAMEWORK,
+    framework: Annotated[Optional[str], typer.Option("--framework", help="Training software NAME[@VERSION] as for `search` (megatron-lm, deepspeed, torchtitan, ...): what a Slurm script runs, and what the plan's estimate assumes [default: the format's own; slurm: megatron-lm].")] = None,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model spec (needed with a plan string).")] = None,
     hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Hardware profile (needed with a plan string).")] = None,
     gpus: Gpus = None,
@@ -88,10 +94,9 @@ def emit(
                                  field="--format")
             given = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                                     seq_len=seq_len, global_batch=global_batch, tokens=tokens, calibration=calibration)
-            if framework not in FRAMEWORKS:
-                raise InputError(f"unknown framework {framework!r}; choose from {', '.join(FRAMEWORKS)}",
-                                 field="--framework")
-            options = dict(data_path=data_path, tokenizer=tokenizer, framework=framework)
+            software, runs = _software(framework, format)
+            given = dataclasses.replace(given, framework=software)
+            options = dict(data_path=data_path, tokenizer=tokenizer, framework=runs)
             context = _context(plan_source, plan, rank, given, options)
             files, estimate = render(format, context), context.estimate
         if out is not None:
@@ -109,6 +114,26 @@ def emit(
         if estimate and estimate.get("fits") is False:
             stderr.print(f"[bold yellow]warning:[/] the cost model predicts this plan does not fit "
                          f"({estimate.get('infeasible_reason', 'out of memory')}).", soft_wrap=True)
+
+
+# Names the launch formats go by, accepted for the framework they run.
+_ALIASES = {"megatron": "megatron-lm"}
+
+
+def _software(framework: str | None, format: str) -> tuple[str, str]:
+    """``(framework profile NAME[@VERSION], emitter it runs)`` for ``--framework`` and ``--format``."""
+    spec = _ALIASES.get(framework, framework) if framework else None
+    name = spec.partition("@")[0] if spec else None
+    if format == "slurm":
+        runs = FRAMEWORK_FORMATS.get(name or "megatron-lm")
+        if runs is None:
+            raise InputError(f"a Slurm script can run {', '.join(sorted(FRAMEWORK_FORMATS))}, but got {framework!r}",
+                             field="--framework")
+        return spec or FORMAT_FRAMEWORKS[runs], runs
+    if name is not None and FRAMEWORK_FORMATS.get(name) != format:
+        raise InputError(f"--format {format} writes {FORMAT_FRAMEWORKS[format]} launch configs, but --framework is "
+                         f"{framework!r}; drop --framework or choose the format of that framework", field="--framework")
+    return spec or FORMAT_FRAMEWORKS[format], format
 
 
 def _context(plan_source: str | None, plan_text: str | None, rank: int, given: TrainingRequest,
@@ -149,10 +174,12 @@ def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[s
     except ValueError as exc:
         raise InputError(str(exc), field="--plan") from None
     batch = PlanBatch.from_plans([chosen])
-    reason = int(rejection_reasons(inputs.model, inputs.cluster, inputs.workload, batch, PERMISSIVE_RULES)[0])
+    reason = int(rejection_reasons(inputs.model, inputs.cluster, inputs.workload, batch, PERMISSIVE_RULES,
+                                   framework=inputs.framework)[0])
     if reason:
-        raise InputError(f"this plan cannot run: {REASONS[reason]}; fix the plan (see `autotune predict`)", field="--plan")
-    estimate = estimate_training(inputs.model, inputs.cluster, inputs.workload, batch).row(0)
+        raise InputError(f"this plan cannot run: {reason_text(reason, chosen, inputs.framework)}; fix the plan "
+                         "(see `autotune predict`)", field="--plan")
+    estimate = estimate_training(inputs.model, inputs.cluster, inputs.workload, batch, inputs.framework).row(0)
     return EmitContext(
         plan=chosen, model=inputs.model, hardware=inputs.cluster.hardware.name,
         gpus_per_node=inputs.cluster.gpus_per_node, seq_len=inputs.workload.seq_len,

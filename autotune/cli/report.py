@@ -10,7 +10,7 @@ import typer
 from ..errors import InputError
 from ..outputs.files import check_out_dir
 from ..outputs.report import StudySource, build_report, require_matplotlib
-from .app import app, progress, stdout, user_errors
+from .app import FrameworkOpt, app, progress, stdout, user_errors
 
 
 @app.command(
@@ -29,6 +29,7 @@ def report_command(
     storage: Annotated[Optional[str], typer.Option("--storage", help="Optuna storage URL of a stored study (instead of RESULT).")] = None,
     study: Annotated[Optional[str], typer.Option("--study", help="Study name in --storage.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder.")] = False,
+    framework: FrameworkOpt = None,
 ) -> None:
     """Write an HTML report (self-contained, works offline) and its figures as PNG files."""
     with user_errors():
@@ -54,6 +55,6 @@ def report_command(
         require_matplotlib()
         check_out_dir(out, force)
         with progress("report") as update:
-            files = build_report(source, out, trials=trials, seed=seed, progress=update)
+            files = build_report(source, out, trials=trials, seed=seed, progress=update, framework=framework)
         stdout.print(f"Wrote {files.html} and {len(files.pngs)} figures: " + ", ".join(p.name for p in files.pngs),
                      highlight=False, soft_wrap=True)

@@ -23,6 +23,7 @@ from ..outputs import tables
 from ..outputs.emit.formats import (
     check_formats,
     express_all,
+    framework_for_formats,
     parse_formats,
     render_formats,
     search_context,
@@ -37,6 +38,7 @@ from ..search.api import (
     StudyOptions,
     TrainingSearch,
     parse_fixes,
+    parse_precisions,
     plan_capacity_search,
     search_serving,
     search_training,
@@ -57,11 +59,12 @@ from ..training.plan import (
     parse_plan,
     plan_from_fields,
 )
-from ..training.space import PERMISSIVE_RULES, REASONS, rejection_reasons
+from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
 from .app import (
     Calibration,
     Concurrency,
     Fix,
+    FrameworkOpt,
     GpusPerNode,
     HardwareOpt,
     Heartbeat,
@@ -140,6 +143,9 @@ def search(
     tpot_ms: TpotMs = None,
     concurrency: Concurrency = None,
     request_rate: RequestRate = None,
+    framework: FrameworkOpt = None,
+    precision: Annotated[Optional[str], typer.Option("--precision", help="Training: GEMM precisions to search, comma-separated: bf16 (default), bf16,fp8 or fp8. fp8 is never searched unless named.")] = None,
+    memory_headroom: Annotated[Optional[float], typer.Option("--memory-headroom", help="Training: fraction of HBM ranked plans must leave free [default: 0.03: plans use at most 97% of the GPU's memory].")] = None,
 ) -> None:
     """Search parallel layouts and settings; print the best plans, ranked."""
     with user_errors():
@@ -148,7 +154,8 @@ def search(
         training_flags = {
             "--seq-len": seq_len, "--global-batch": global_batch, "--tokens": tokens, "--deadline": deadline,
             "--pue": pue, "--grid-intensity": grid_intensity, "--storage": storage, "--study": study,
-            "--emit": emit, "--calibration": calibration,
+            "--emit": emit, "--calibration": calibration, "--framework": framework, "--precision": precision,
+            "--memory-headroom": memory_headroom,
             "--objective": None if objective == "throughput" else objective,
             "--sampler": None if sampler == "auto" else sampler,
         }
@@ -166,11 +173,14 @@ def search(
         reject_flags(serving_flags, "training (add --workload serve for serving)")
         require_training(seq_len, global_batch)
         gpu_count, gpu_range = parse_gpus(gpus)
+        if framework is None and emit is not None:
+            framework = framework_for_formats(parse_formats(emit))
         settings = SearchSettings(space=space, fixes=parse_fixes(fix or []), sampler=sampler, trials=trials,
-                                  seed=seed, objective=objective, top=top)
+                                  seed=seed, objective=objective, top=top, precisions=parse_precisions(precision),
+                                  **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
         request = TrainingRequest(model=model, hardware=hardware, gpus=gpu_count, gpus_per_node=gpus_per_node,
                                   nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                  calibration=calibration)
+                                  calibration=calibration, framework=framework)
         if wants_capacity(gpu_range, hardware, deadline):
             if emit:
                 raise InputError("launch configs are written for one cluster: run the search again with the chosen "
@@ -209,7 +219,7 @@ def search(
         if json_out:
             print_json(document)
         else:
-            _print_training_search(result, inputs)
+            _print_training_search(result, inputs, outcome.problem)
             if written:
                 stdout.print("Wrote " + ", ".join(str(p) for p in written))
         if outcome.diagnosis is not None:
@@ -219,7 +229,7 @@ def search(
             raise typer.Exit(code=1)
 
 
-def _print_training_search(result, inputs) -> None:
+def _print_training_search(result, inputs, problem) -> None:
     hw = inputs.cluster.hardware
     n_nodes = inputs.cluster.n_nodes
     stdout.print(
@@ -227,6 +237,7 @@ def _print_training_search(result, inputs) -> None:
         f"of {inputs.cluster.gpus_per_node}), sequence {inputs.workload.seq_len}, global batch {inputs.workload.global_batch}",
         highlight=False,
     )
+    stdout.print(tables.search_header(problem), highlight=False, soft_wrap=True)
     for note in result.notes:
         stdout.print(f"[dim]{note}[/]", highlight=False)
     if result.ranked:
@@ -365,10 +376,13 @@ def predict(
     tpot_ms: TpotMs = None,
     concurrency: Concurrency = None,
     request_rate: RequestRate = None,
+    framework: FrameworkOpt = None,
 ) -> None:
     """Estimate one plan: step time and its parts, throughput, MFU, memory and its parts."""
     with user_errors():
         if check_workload(workload) == "serve":
+            reject_flags({"--framework": framework, "--calibration": calibration, "--seq-len": seq_len,
+                          "--global-batch": global_batch, "--tokens": tokens}, "--workload serve")
             load = serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
             _predict_serving(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                              workload=load, plan=plan, json_out=json_out, price=price)
@@ -376,7 +390,7 @@ def predict(
         require_training(seq_len, global_batch)
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=single_gpu_count(gpus), gpus_per_node=gpus_per_node,
                                  nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                 calibration=calibration).build()
+                                 calibration=calibration, framework=framework).build()
         note_inputs(inputs)
         try:
             chosen = parse_plan(plan, inputs.cluster.n_gpus)
@@ -384,17 +398,19 @@ def predict(
             raise InputError(str(exc), field="--plan") from None
         batch = PlanBatch.from_plans([chosen])
         # Rules that make a plan impossible to run (not merely outside the default space).
-        reason = int(rejection_reasons(inputs.model, inputs.cluster, inputs.workload, batch, PERMISSIVE_RULES)[0])
+        reason = int(rejection_reasons(inputs.model, inputs.cluster, inputs.workload, batch, PERMISSIVE_RULES,
+                                       framework=inputs.framework)[0])
         if reason:
             # A plan that breaks a validity rule cannot run: no numbers for it (they would be invented).
+            why = reason_text(reason, chosen, inputs.framework)
             if json_out:
-                print_json({"plan": chosen.as_dict(), "estimate": None, "invalid": REASONS[reason]})
+                print_json({"plan": chosen.as_dict(), "estimate": None, "invalid": why})
             else:
-                stderr.print(f"[bold red]invalid plan:[/] {escape(REASONS[reason])} "
+                stderr.print(f"[bold red]invalid plan:[/] {escape(why)} "
                              f"({escape(chosen.as_string())}); see `autotune predict --help` for the rules.",
                              highlight=False, soft_wrap=True)
             raise typer.Exit(code=1)
-        estimate = estimate_training(inputs.model, inputs.cluster, inputs.workload, batch).row(0)
+        estimate = estimate_training(inputs.model, inputs.cluster, inputs.workload, batch, inputs.framework).row(0)
         hw = inputs.cluster.hardware
         estimate = add_training_totals(estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour,
                                        inputs.workload.tokens_per_step)
@@ -402,17 +418,20 @@ def predict(
         if not estimate["fits"]:
             estimate["infeasible_reason"] = "out of memory"
         if json_out:
-            print_json({"plan": chosen.as_dict(), "estimate": estimate})
+            print_json({"plan": chosen.as_dict(), "framework": inputs.framework.label, "estimate": estimate})
             return
         stdout.print(f"[bold]{inputs.model.name}[/] on {inputs.cluster.n_gpus} x {hw.name}: {chosen.layout()} with "
                      f"{tables.settings_text(chosen)}", highlight=False)
+        stdout.print(f"[dim]framework {tables.framework_text(inputs.framework, framework is None)}"
+                     + ("" if hw.calibrated else f"; {hw.name} is uncalibrated (efficiencies derived, docs/cost-model.md)")
+                     + "[/]", highlight=False)
         times, memory = tables.breakdown_tables(estimate, hw.memory_gib)
         stdout.print(times)
         stdout.print(memory)
         verdict = "fits" if estimate["fits"] else f"[bold red]does not fit[/] ({estimate.get('infeasible_reason')})"
         stdout.print(
             f"{estimate['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {estimate['tflops_per_gpu']:.0f} model TFLOP/s/GPU, "
-            f"MFU {estimate['mfu']:.1%}; {verdict}.", highlight=False)
+            f"MFU {estimate['mfu']:.1%} of the {estimate['mfu_peak']} peak; {verdict}.", highlight=False)
         stdout.print(confidence_sentence(estimate.get("confidence")), highlight=False, soft_wrap=True)
         if "training_days" in estimate:
             stdout.print(f"Training {tokens:.3g} tokens: {estimate['training_days']:,.1f} days, "
@@ -476,6 +495,7 @@ def explain_command(
     seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length (with --plan).")] = None,
     global_batch: Annotated[Optional[int], typer.Option("--global-batch", "-b", help="Global batch in sequences (with --plan).")] = None,
     calibration: Calibration = None,
+    framework: FrameworkOpt = None,
     json_out: JsonOut = False,
 ) -> None:
     """Explain one plan: time and memory breakdown, what binds, and what each one-step change does."""
@@ -501,18 +521,18 @@ def explain_command(
         t = TrainingRequest(model=merged["model"], hardware=merged["hardware"], gpus=int(merged["gpus"]),
                             gpus_per_node=gpus_per_node or inputs.get("gpus_per_node"), seq_len=int(merged["seq_len"]),
                             global_batch=int(merged["global_batch"]), price=inputs.get("price_usd_per_gpu_hour"),
-                            calibration=calibration).build()
+                            calibration=calibration, framework=framework or inputs.get("framework")).build()
         try:
             chosen = parse_plan(plan, t.cluster.n_gpus) if plan is not None else plan_from_fields(fields, t.cluster.n_gpus)
         except ValueError as exc:
             raise InputError(str(exc), field="--plan") from None
-        found = explain(t.model, t.cluster, t.workload, chosen)
+        found = explain(t.model, t.cluster, t.workload, chosen, framework=t.framework)
         if json_out:
             print_json(found.to_json())
             return
         hw = t.cluster.hardware
         stdout.print(f"[bold]{t.model.name}[/] on {t.cluster.n_gpus} x {hw.name}: {chosen.layout()} with "
-                     f"{tables.settings_text(chosen)}", highlight=False)
+                     f"{tables.settings_text(chosen)}; framework {t.framework.label}", highlight=False)
         times, memory = tables.breakdown_tables(found.estimate, hw.memory_gib)
         stdout.print(times)
         stdout.print(memory)

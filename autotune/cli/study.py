@@ -31,6 +31,7 @@ from ..training.problem import TrainingProblem, parse_objectives
 from ..training.space import load_space
 from .app import (
     Calibration,
+    FrameworkOpt,
     GlobalBatch,
     Gpus,
     GpusPerNode,
@@ -173,6 +174,7 @@ def tune(
     calibrate: Annotated[Optional[Path], typer.Option("--calibrate", help="At the end, refit the profile's efficiency "
                                                       "parameters to the measured trials and write the overlay here.")] = None,
     heartbeat: Heartbeat = 30,
+    framework: FrameworkOpt = None,
     top: Annotated[int, typer.Option("--top", "-k", help="Measured plans to show.")] = 10,
     json_out: JsonOut = False,
 ) -> None:
@@ -193,10 +195,10 @@ def tune(
             raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                                  seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                 calibration=calibration).build()
+                                 calibration=calibration, framework=framework).build()
         objectives = parse_objectives("throughput", tokens=tokens)
         problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload,
-                                        load_space(space).fixed(parse_fixes(fix or [])))
+                                        load_space(space).fixed(parse_fixes(fix or [])), inputs.framework)
         name = study or f"tune-{inputs.model.name}-{inputs.cluster.n_gpus}x{inputs.cluster.hardware.name}"
         store = make_storage(storage, heartbeat_s=heartbeat or None)
         settings = {"mode": "tune", "sampler": sampler, "margin": None if no_prior else margin,

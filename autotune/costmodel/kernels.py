@@ -31,7 +31,9 @@ FlashAttention-2 overlaps little of it (Dao 2023, §3), so we charge
 ``ATTENTION_SOFTMAX_FLOPS = 64`` tensor-core-FLOP equivalents per score and pass, which
 gives the measured FA2 ratio of head dim 64 to 128 throughput (about 0.85-0.9 forward,
 Dao 2023 Fig. 4).  The backward does 2.5x the forward's matmul FLOPs (it recomputes the
-probabilities; 5 GEMMs instead of 2) and one more softmax pass.  All of it runs at
+probabilities; 5 GEMMs instead of 2) and one more softmax pass.  Like the GEMMs' reduction fill,
+each query block pays a fixed cost whatever the key length, so the rate is times
+``kv / (kv + ATTENTION_KV_FILL)`` for keys ``kv`` long per kernel call (the CP shard in ring attention).  All of it runs at
 ``efficiency.attention`` of the bf16 peak (``efficiency.cudnn_attention`` for cuDNN's fused
 attention, ``attention_kernel="cudnn"``: TransformerEngine in NeMo and Megatron-Core, whose
 Hopper kernels run faster than FlashAttention-2) in every precision (fp8 attention is not
@@ -45,16 +47,25 @@ import numpy as np
 from ..inputs.hardware import Hardware
 
 FLASH_BACKWARD_FACTOR = 2.5  # backward matmul FLOPs / forward (FlashAttention-2)
+# Key/value elements' worth of per-query-block work that does not scale with the sequence (loading the
+# query tile, the softmax bookkeeping at each row's start and end, writing the output and its
+# statistics): a flash kernel's throughput rises with the key length as s / (s + ATTENTION_KV_FILL).
+# FlashAttention-2's own benchmarks (Dao 2023, Fig. 4-6: causal, head dim 128, forward + backward on
+# A100) rise from about half their long-sequence throughput at 512 tokens to ~0.8 at 2K and ~0.94 at 8K,
+# which s / (s + 512) reproduces; the cuDNN and FlashAttention-3 Hopper kernels show the same shape.
+ATTENTION_KV_FILL = 512.0
 GEMM_K_FILL = 256.0  # reduction elements' worth of pipeline fill, drain and epilogue per output tile
 ATTENTION_SOFTMAX_FLOPS = 64.0  # tensor-core FLOP equivalents per score per pass for the online softmax
-FP8_CAST_BYTES = 4.0  # per element cast to fp8: read bf16 (2), write fp8 and its transpose (1 + 1)
+FP8_CAST_BYTES = 4.0  # per element cast to fp8: read bf16 (2), write fp8 and its transpose (1 + 1); frameworks may differ
 
 
 class Kernels:
     """Kernel time model of one GPU for a batch of plans (``fp8`` is a per-plan bool array)."""
 
-    def __init__(self, hardware: Hardware, fp8: np.ndarray, attention_kernel: str = "flash"):
+    def __init__(self, hardware: Hardware, fp8: np.ndarray, attention_kernel: str = "flash",
+                 fp8_cast_bytes: float = FP8_CAST_BYTES):
         eff = hardware.efficiency
+        self.fp8_cast_bytes = fp8_cast_bytes
         self.bf16_rate = hardware.peak_flops("bf16") * eff.gemm
         if hardware.supports("fp8"):
             fp8_rate = hardware.peak_flops("fp8") * eff.fp8_gemm
@@ -89,16 +100,20 @@ class Kernels:
         rate, ob, kf = self.linear_flops_per_s, self.linear_operand_bytes, self.linear_k_fill
         forward = self._gemm(m, n, k, count, rate, ob, kf)
         backward = self._gemm(m, k, n, count, rate, ob, kf) + self._gemm(k, n, m, count, rate, ob, kf)
-        cast = np.where(self.fp8, FP8_CAST_BYTES, 0.0)
+        cast = np.where(self.fp8, self.fp8_cast_bytes, 0.0)
         forward = forward + self.memory_bound_s(cast * count * (m * k + k * n))
         backward = backward + self.memory_bound_s(cast * count * m * n)
         return forward, backward
 
     # --- attention ---------------------------------------------------------------------------
-    def flash_attention_s(self, scores: np.ndarray, head_dim: int) -> tuple[np.ndarray, np.ndarray]:
-        """Forward and backward time of flash attention over ``scores`` (query-key pairs computed)."""
-        forward = scores * (4.0 * head_dim + ATTENTION_SOFTMAX_FLOPS) / self.attention_flops_per_s
-        backward = scores * (FLASH_BACKWARD_FACTOR * 4.0 * head_dim + 2.0 * ATTENTION_SOFTMAX_FLOPS) / self.attention_flops_per_s
+    def flash_attention_s(self, scores: np.ndarray, head_dim: int, kv_len: np.ndarray | float = np.inf
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """Forward and backward time of flash attention over ``scores`` (query-key pairs computed) with
+        keys ``kv_len`` long per call (the sequence, or its CP shard in ring attention)."""
+        fill = 1.0 + ATTENTION_KV_FILL / np.asarray(kv_len, dtype=np.float64)
+        rate = self.attention_flops_per_s / fill
+        forward = scores * (4.0 * head_dim + ATTENTION_SOFTMAX_FLOPS) / rate
+        backward = scores * (FLASH_BACKWARD_FACTOR * 4.0 * head_dim + 2.0 * ATTENTION_SOFTMAX_FLOPS) / rate
         return forward, backward
 
     def attention_forward_s(self, flops: np.ndarray) -> np.ndarray:

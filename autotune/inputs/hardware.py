@@ -32,10 +32,12 @@ class Link:
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Free parameters of the cost model, with documented defaults (docs/cost-model.md).
+    """Free parameters of the cost model that belong to the hardware, with documented defaults.
 
-    Defaults are deliberately generic; each bundled profile sets its own values,
-    calibrated on published runs.
+    What the *software* hides or allocates (communication overlap, logits and workspace memory,
+    allocator overhead) belongs to the framework profile (``autotune/inputs/framework.py``), not here.
+    Defaults are deliberately generic; each bundled profile sets its own values: calibrated on
+    published runs, or derived the documented way for a GPU without runs (docs/cost-model.md).
     """
 
     gemm: float = 0.80  # large bf16 GEMMs, fraction of dense bf16 peak (MAMF-like ceiling)
@@ -48,19 +50,10 @@ class Efficiency:
     memory: float = 0.80  # memory-bound kernels, fraction of HBM bandwidth
     intra_node_bandwidth: float = 0.80  # NCCL bus bandwidth / link bandwidth inside a node
     inter_node_bandwidth: float = 0.80  # NCCL bus bandwidth / NIC bandwidth across nodes
-    tp_overlap: float = 0.0  # fraction of TP communication hidden behind compute
-    cp_overlap: float = 0.8  # fraction of ring-attention KV passing hidden behind attention
-    ep_overlap: float = 0.0  # fraction of MoE all-to-all hidden
-    pp_overlap: float = 0.5  # fraction of pipeline send/recv hidden
-    dp_overlap: float = 0.8  # fraction of gradient reduction hidden behind backward
     step_overhead_s: float = 0.05  # fixed per step: optimizer launch, data loading, logging
-    workspace_gib: float = 2.0  # CUDA context, cuBLAS/NCCL workspaces
-    fragmentation: float = 0.10  # allocator overhead, as a fraction of activation memory
-
 
 
 _FRACTIONS = ("gemm", "fp8_gemm", "attention", "cudnn_attention", "memory", "intra_node_bandwidth", "inter_node_bandwidth")
-_OVERLAPS = ("tp_overlap", "cp_overlap", "ep_overlap", "pp_overlap", "dp_overlap", "fragmentation")
 # (low, high) for every efficiency parameter: what is physically possible.
 EFFICIENCY_BOUNDS: Mapping[str, tuple[float, float]] = MappingProxyType(
     {
@@ -71,10 +64,8 @@ EFFICIENCY_BOUNDS: Mapping[str, tuple[float, float]] = MappingProxyType(
         # Shah et al. 2024: 740 TFLOP/s of 989 on H100 in bf16); a fit must not go beyond that.
         "attention": (0.05, 0.75),
         "cudnn_attention": (0.05, 0.75),
-        **{name: (0.0, 1.0) for name in _OVERLAPS},
         "gemm_overhead_us": (0.0, 100.0),
         "step_overhead_s": (0.0, 10.0),
-        "workspace_gib": (0.0, 16.0),
     }
 )
 EFFICIENCY_FIELDS = tuple(f.name for f in dataclasses.fields(Efficiency))
@@ -99,6 +90,13 @@ class Hardware:
     price_usd_per_gpu_hour: float
     efficiency: Efficiency = field(default_factory=Efficiency)
     sources: Mapping[str, str] = field(default_factory=dict)
+    # Whether the compute efficiencies were fitted to validated runs of this GPU or its silicon family;
+    # a profile without such runs derives them from its measured GEMM ceilings (`reference_efficiency`)
+    # the documented way (calibration.derived_efficiency) and says "uncalibrated" in the output.
+    calibrated: bool = False
+    # Measured microbenchmark ceilings, fractions of the dense peak: `gemm` / `fp8_gemm` = best-shape
+    # matmul throughput (MAMF, data/hardware.md 2a).
+    reference_efficiency: Mapping[str, float] = field(default_factory=dict)
 
     def supports(self, precision: str) -> bool:
         return precision in self.peak_tflops
@@ -144,9 +142,10 @@ _TOP_KEYS = frozenset(
     {
         "name", "description", "peak_tflops", "memory_gib", "memory_bandwidth_gb_per_s", "gpus_per_node",
         "intra_node", "inter_node", "host_link_bandwidth_gb_per_s", "cpu_optimizer_params_per_s", "tdp_w",
-        "average_power_w", "price_usd_per_gpu_hour", "efficiency", "sources",
+        "average_power_w", "price_usd_per_gpu_hour", "efficiency", "sources", "calibrated", "reference_efficiency",
     }
 )
+REFERENCE_KEYS = frozenset({"gemm", "fp8_gemm"})
 _LINK_KEYS = frozenset({"bandwidth_gb_per_s", "latency_us"})
 
 
@@ -189,6 +188,13 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     if not isinstance(eff_raw, dict):
         raise InputError("must be a mapping of parameter names to numbers", source=source, field="efficiency")
     tdp = loading.number(data, "tdp_w", source=source)
+    reference_raw = data.get("reference_efficiency") or {}
+    if not isinstance(reference_raw, dict):
+        raise InputError("must map gemm / fp8_gemm to measured fractions of the peak", source=source,
+                         field="reference_efficiency")
+    check_keys(reference_raw, REFERENCE_KEYS, source=source, section="reference_efficiency")
+    reference = {k: loading.number(reference_raw, k, source=source, section="reference_efficiency", maximum=1.0)
+                 for k in reference_raw}
     return Hardware(
         name=loading.text(data, "name", source=source),
         description=loading.text(data, "description", source=source, default=""),
@@ -205,6 +211,8 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         price_usd_per_gpu_hour=loading.number(data, "price_usd_per_gpu_hour", source=source),
         efficiency=efficiency_from_mapping(eff_raw, source=source),
         sources=MappingProxyType({str(k): str(v) for k, v in sources.items()}),
+        calibrated=loading.boolean(data, "calibrated", source=source, default=False),
+        reference_efficiency=MappingProxyType(reference),
     )
 
 

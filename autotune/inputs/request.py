@@ -6,10 +6,11 @@ Errors are :class:`~autotune.errors.InputError` naming the flag at fault and a f
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import InputError
 from .calibration import apply_calibration, load_calibration
+from .framework import Framework, load_framework
 from .hardware import Cluster, Hardware, load_hardware
 from .modelspec import ModelSpec, load_model
 from .workload import ServeWorkload, TrainWorkload
@@ -102,6 +103,7 @@ class TrainingInputs:
     model: ModelSpec
     cluster: Cluster
     workload: TrainWorkload
+    framework: Framework = field(default_factory=load_framework)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,9 +120,11 @@ class TrainingRequest:
     tokens: float | None = None
     price: float | None = None
     calibration: str | None = None
+    framework: str | None = None  # NAME[@VERSION]; None: autotune.inputs.framework.DEFAULT_FRAMEWORK
 
     def build(self) -> TrainingInputs:
-        """The validated model, cluster and workload; raises :class:`InputError` naming the flag at fault."""
+        """The validated model, cluster, workload and framework; raises :class:`InputError` naming the flag at fault."""
+        framework = load_framework(self.framework)
         spec = load_model(self.model)
         hw = load_hardware(self.hardware)
         if self.calibration:
@@ -137,14 +141,15 @@ class TrainingRequest:
         if self.tokens is not None and not self.tokens > 0:
             raise InputError(f"must be > 0, but got {self.tokens}", field="--tokens")
         workload = TrainWorkload(seq_len=self.seq_len, global_batch=self.global_batch, tokens=self.tokens)
-        return TrainingInputs(spec, cluster, workload)
+        return TrainingInputs(spec, cluster, workload, framework)
 
 
 def training_inputs(
     model: str, hardware: str, gpus: int | None, gpus_per_node: int | None, nodes: int | None,
     seq_len: int, global_batch: int, tokens: float | None, price: float | None, calibration: str | None = None,
+    framework: str | None = None,
 ) -> TrainingInputs:
     """Positional shorthand for ``TrainingRequest(...).build()`` (kept for tests and scripts)."""
     return TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                            seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                           calibration=calibration).build()
+                           calibration=calibration, framework=framework).build()

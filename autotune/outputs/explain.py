@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ..inputs.framework import Framework, load_framework
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
 from ..inputs.workload import TrainWorkload
@@ -90,13 +91,15 @@ def _moves(plan: Plan) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def explain(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plan: Plan,
-            rules: Rules | None = None) -> Explanation:
-    """Breakdowns, the binding constraint and the one-step sensitivity of ``plan`` (rules: the default space's)."""
+            rules: Rules | None = None, framework: Framework | None = None) -> Explanation:
+    """Breakdowns, the binding constraint and the one-step sensitivity of ``plan`` run by ``framework``
+    (rules: the default space's; framework: the default framework)."""
     rules = rules or Rules()
+    fw = framework if framework is not None else load_framework()
     hw = cluster.hardware
     base_batch = PlanBatch.from_plans([plan])
-    base = estimate_training(model, cluster, workload, base_batch).row(0)
-    base_reason = int(rejection_reasons(model, cluster, workload, base_batch, rules)[0])
+    base = estimate_training(model, cluster, workload, base_batch, fw).row(0)
+    base_reason = int(rejection_reasons(model, cluster, workload, base_batch, rules, framework=fw)[0])
 
     candidates: list[tuple[str, str, Plan | None, str]] = []
     for axis, label, fields in _moves(plan):
@@ -110,8 +113,8 @@ def explain(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plan: P
     rows: list[Neighbour] = []
     if valid_plans:
         batch = PlanBatch.from_plans(valid_plans)
-        reasons = rejection_reasons(model, cluster, workload, batch, rules)
-        est = estimate_training(model, cluster, workload, batch)
+        reasons = rejection_reasons(model, cluster, workload, batch, rules, framework=fw)
+        est = estimate_training(model, cluster, workload, batch, fw)
     index = 0
     for axis, label, changed, why in candidates:
         if changed is None:

@@ -6,10 +6,30 @@ from typing import Any
 
 from rich.table import Table
 
+from ..inputs.framework import Framework
 from ..search import capacity as cap
 from ..search.result import SearchResult
 from ..training.confidence import short_text as confidence_short
 from ..training.plan import Plan, plan_from_fields
+
+
+def framework_text(framework: Framework, defaulted: bool) -> str:
+    """``megatron-lm (newest profiled, the default)`` or ``nemo@24.07``."""
+    return framework.label + (" [default]" if defaulted else "")
+
+
+def search_header(problem) -> str:
+    """What was searched: the framework, the precisions and the memory headroom (and whether the GPU is calibrated)."""
+    fw = problem.framework
+    hw = problem.cluster.hardware
+    precisions = ", ".join(problem.choices["precision"])
+    text = (f"framework {fw.label}; precision searched: {precisions}"
+            + ("" if "fp8" in problem.choices["precision"] or not hw.supports("fp8")
+               else " (add --precision bf16,fp8 to search fp8)")
+            + f"; plans keep {problem.memory_headroom:.0%} of HBM free")
+    if not hw.calibrated:
+        text += f"; {hw.name} is uncalibrated (efficiencies derived, docs/cost-model.md)"
+    return text
 
 _PART_LABELS = {
     "compute": "compute", "recompute": "recompute", "tp_comm": "TP comm", "cp_comm": "CP comm",
@@ -35,7 +55,8 @@ def largest_parts(estimate: dict[str, Any], n: int = 3) -> str:
 def winner_sentence(plan: Plan, estimate: dict[str, Any], capacity_gib: float) -> str:
     text = (
         f"Best: {plan.layout()} with {settings_text(plan)}: {estimate['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU "
-        f"(MFU {estimate['mfu']:.0%}), {estimate['memory_gib_per_gpu']:.1f} of {capacity_gib:g} GiB per GPU; "
+        f"(MFU {estimate['mfu']:.0%} of the {estimate.get('mfu_peak', 'bf16')} peak), "
+        f"{estimate['memory_gib_per_gpu']:.1f} of {capacity_gib:g} GiB per GPU; "
         f"step {estimate['step_time_s']:.2f} s ({largest_parts(estimate)})."
     )
     if "training_days" in estimate:
@@ -54,17 +75,20 @@ def settings_short(plan: Plan) -> str:
 def plans_table(result: SearchResult, capacity_gib: float) -> Table:
     title = "Pareto set" if result.pareto else f"Top {len(result.ranked)} plans"
     table = Table(title=title, header_style="bold", caption="settings: ZeRO stage, micro-batch, recompute "
-                  "(norc = none, sel = selective), precision, off = optimizer offload; err band: predicted vs "
+                  "(norc = none, sel = selective), precision, off = optimizer offload; MFU against the dense peak of "
+                  "the plan's precision; (+N same): N other plans with the same estimate (--json lists them); err band: "
+                  "predicted vs "
                   "measured on validated runs like it (! = a feature no validated run used; see --json)", caption_justify="left")
     for name, justify in (("#", "right"), ("layout", "left"), ("settings", "left"), ("step s", "right"),
-                          ("tok/s/GPU", "right"), ("MFU", "right"), ("GiB/GPU (free)", "right"), ("$/Mtok", "right"),
+                          ("tok/s/GPU", "right"), ("MFU (peak)", "right"), ("GiB/GPU (free)", "right"), ("$/Mtok", "right"),
                           ("err band", "right")):
         table.add_column(name, justify=justify, no_wrap=True)
     for ranked in result.ranked:
         p, e = ranked.plan, ranked.estimate
+        same = f" (+{len(ranked.equivalents)} same)" if ranked.equivalents else ""
         table.add_row(
-            str(ranked.rank), p.layout(), settings_short(p), f"{e['step_time_s']:.2f}",
-            f"{e['tokens_per_s_per_gpu']:,.0f}", f"{e['mfu']:.1%}",
+            str(ranked.rank), p.layout() + same, settings_short(p), f"{e['step_time_s']:.2f}",
+            f"{e['tokens_per_s_per_gpu']:,.0f}", f"{e['mfu']:.1%} {e.get('mfu_peak', 'bf16')}",
             f"{e['memory_gib_per_gpu']:.1f} ({capacity_gib - e['memory_gib_per_gpu']:.1f})",
             f"{e['cost_usd_per_million_tokens']:.3f}",
             confidence_short(e.get("confidence")),

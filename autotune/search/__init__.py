@@ -23,7 +23,7 @@ def count_valid_upper_bound(problem: TrainingProblem) -> int:
     layouts_only = {k: problem.choices[k] for k in LAYOUT_KEYS}
     one_setting = {k: problem.choices[k][:1] for k in SETTING_KEYS}
     enumeration = enumerate_valid(problem.model, problem.cluster, problem.workload, {**layouts_only, **one_setting},
-                                  problem.rules)
+                                  problem.rules, problem.framework)
     settings = int(np.prod([len(problem.choices[k]) for k in SETTING_KEYS]))
     # Layouts that passed every rule with the first settings row.
     layouts = enumeration.space_size - sum(enumeration.rejected.values())

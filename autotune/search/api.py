@@ -29,8 +29,12 @@ from ..serving.plan import parse_serve_fields
 from ..serving.space import load_serve_space
 from ..training.confidence import with_confidence
 from ..training.estimate import add_training_totals
-from ..training.plan import PlanBatch, parse_plan_fields
-from ..training.problem import TrainingProblem, parse_objectives
+from ..training.plan import PRECISION, PlanBatch, parse_plan_fields
+from ..training.problem import (
+    DEFAULT_MEMORY_HEADROOM,
+    TrainingProblem,
+    parse_objectives,
+)
 from ..training.space import load_space
 from . import SAMPLER_CHOICES, run_search
 from . import capacity as cap
@@ -44,6 +48,21 @@ SERVE_SPACE = "search_spaces/serve.yaml"
 
 
 # --- settings shared by the searches ---------------------------------------------------------------
+
+# The precisions `search` plans in unless --precision names others: fp8 is never chosen silently.
+DEFAULT_PRECISIONS: tuple[str, ...] = ("bf16",)
+
+
+def parse_precisions(text: str | None) -> tuple[str, ...]:
+    """``--precision bf16,fp8`` -> ("bf16", "fp8"); None -> :data:`DEFAULT_PRECISIONS`."""
+    if text is None:
+        return DEFAULT_PRECISIONS
+    names = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    bad = [n for n in names if n not in PRECISION]
+    if not names or bad:
+        raise InputError(f"must be a comma-separated list of {', '.join(PRECISION)}, but got {text!r}",
+                         field="--precision")
+    return names
 
 
 def parse_fixes(fixes: list[str] | tuple[str, ...]) -> dict[str, Any]:
@@ -74,6 +93,8 @@ class SearchSettings:
     seed: int = 0
     objective: str = "throughput"
     top: int = 10
+    precisions: tuple[str, ...] = DEFAULT_PRECISIONS  # GEMM precisions searched (--precision)
+    memory_headroom: float = DEFAULT_MEMORY_HEADROOM  # fraction of HBM ranked plans leave free (--memory-headroom)
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -83,6 +104,9 @@ class SearchSettings:
         if self.sampler not in SAMPLER_CHOICES:
             raise InputError(f"must be one of {', '.join(SAMPLER_CHOICES)}, but got {self.sampler!r}",
                              field="--sampler")
+        if not 0.0 <= self.memory_headroom < 1.0:
+            raise InputError(f"0 <= headroom < 1 must hold (a fraction of HBM), but got {self.memory_headroom}",
+                             field="--memory-headroom")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,9 +119,13 @@ class StudyOptions:
     heartbeat_s: int | None = 30
 
 
-def inputs_json(inputs: TrainingInputs, space: str | None) -> dict[str, Any]:
+def inputs_json(inputs: TrainingInputs, space: str | None, problem: TrainingProblem | None = None) -> dict[str, Any]:
     """The ``inputs`` block of a training ``plans.json``: enough to rebuild the problem."""
+    searched = {} if problem is None else {"precisions": list(problem.choices["precision"]),
+                                           "memory_headroom": problem.memory_headroom}
     return {
+        "framework": inputs.framework.label if inputs.framework.version else inputs.framework.name,
+        **searched,
         "model": inputs.model.name,
         "hardware": inputs.cluster.hardware.name,
         "gpus": inputs.cluster.n_gpus,
@@ -147,15 +175,16 @@ class TrainingSearchOutcome:
 
     def to_json(self) -> dict[str, Any]:
         document = self.result.to_json()
-        document["inputs"] = inputs_json(self.request.inputs, self.request.settings.space)
+        document["inputs"] = inputs_json(self.request.inputs, self.request.settings.space, self.problem)
         if self.diagnosis is not None:
             document["diagnosis"] = {"binding": self.diagnosis.binding, "fixes": list(self.diagnosis.fixes)}
         return document
 
 
 def training_problem(inputs: TrainingInputs, settings: SearchSettings) -> TrainingProblem:
-    search_space = load_space(settings.space).fixed(settings.fixes)
-    return TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space)
+    search_space = load_space(settings.space).with_precisions(settings.precisions).fixed(settings.fixes)
+    return TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space, inputs.framework,
+                                 memory_headroom=settings.memory_headroom)
 
 
 def search_training(request: TrainingSearch, progress: Progress | None = None) -> TrainingSearchOutcome:
@@ -201,11 +230,12 @@ class CapacityOutcome:
     found: cap.CapacityResult
     chosen_inputs: TrainingInputs | None
     chosen_result: SearchResult | None
+    chosen_problem: TrainingProblem | None = None
 
     def to_json(self) -> dict[str, Any]:
         if self.chosen_result is not None and self.chosen_inputs is not None:
             document = self.chosen_result.to_json()
-            document["inputs"] = inputs_json(self.chosen_inputs, self.request.settings.space)
+            document["inputs"] = inputs_json(self.chosen_inputs, self.request.settings.space, self.chosen_problem)
         else:
             document = {"plans": [], "search": {}, "inputs": {}}
         document["capacity"] = self.found.to_json()
@@ -233,7 +263,7 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
     if len(objectives) > 1:
         raise InputError("capacity planning ranks by one objective (cost, time, throughput or memory); "
                          "drop the comma-separated list", field="--objective")
-    search_space = load_space(settings.space).fixed(settings.fixes)
+    search_space = load_space(settings.space).with_precisions(settings.precisions).fixed(settings.fixes)
     node_sizes: dict[str, int] = {}
 
     def node_size(name: str) -> int:
@@ -245,7 +275,8 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
         return dataclasses.replace(given, hardware=name, gpus=n).build()
 
     def search_one(inputs: TrainingInputs) -> SearchResult:
-        problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space)
+        problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space, inputs.framework,
+                                        memory_headroom=settings.memory_headroom)
         return run_search(problem, objectives, sampler=settings.sampler, trials=settings.trials, seed=settings.seed,
                           top=settings.top)
 
@@ -266,7 +297,9 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
 
     result = dataclasses.replace(
         result, ranked=[dataclasses.replace(r, estimate=with_footprint(r.estimate)) for r in result.ranked])
-    return CapacityOutcome(request, names, found, inputs, result)
+    problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space, inputs.framework,
+                                    memory_headroom=settings.memory_headroom)
+    return CapacityOutcome(request, names, found, inputs, result, problem)
 
 
 # --- serving search ----------------------------------------------------------------------------------
@@ -346,7 +379,7 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
 
 
 __all__ = [
-    "CapacityOutcome", "CapacitySearch", "SearchSettings", "ServingSearch", "ServingSearchOutcome", "StudyOptions",
+    "DEFAULT_PRECISIONS", "parse_precisions", "CapacityOutcome", "CapacitySearch", "SearchSettings", "ServingSearch", "ServingSearchOutcome", "StudyOptions",
     "TrainingSearch", "TrainingSearchOutcome", "inputs_json", "parse_fixes", "plan_capacity_search",
     "search_serving", "search_training", "training_problem", "wants_capacity",
 ]

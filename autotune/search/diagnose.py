@@ -28,14 +28,15 @@ class Diagnosis:
 
 def _best_fit(problem: TrainingProblem) -> tuple[int, float, float]:
     """(valid plans, lowest memory GiB/GPU, best tokens/s/GPU among fitting plans or 0)."""
-    enumeration = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules)
+    enumeration = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules,
+                                  problem.framework)
     plans = enumeration.plans
     if len(plans) == 0:
         return 0, float("inf"), 0.0
     if len(plans) > SAMPLE_LIMIT:
         plans = plans.take(np.random.default_rng(0).choice(len(plans), SAMPLE_LIMIT, replace=False))
     est = problem.evaluate(plans)
-    best = float(np.max(np.where(est.fits, est.tokens_per_s_per_gpu, 0.0)))
+    best = float(np.max(np.where(problem.fits(est), est.tokens_per_s_per_gpu, 0.0)))
     return len(enumeration.plans), float(np.min(est.memory_gib_per_gpu)), best
 
 

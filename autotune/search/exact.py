@@ -14,7 +14,8 @@ CHUNK = 200_000  # plans per cost-model call: bounds memory on very large spaces
 
 
 def exact_search(problem: TrainingProblem, progress: Callable[[int, int], None] | None = None) -> Evaluated:
-    enumeration = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules)
+    enumeration = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules,
+                                  problem.framework)
     plans = enumeration.plans
     rejected = dict(enumeration.rejected)
     if problem.express is not None and len(plans):

@@ -15,13 +15,14 @@ import json
 from typing import Any, Mapping, Sequence
 
 from ..errors import InputError
+from ..inputs.framework import Framework
 from ..inputs.hardware import Cluster, Efficiency, Hardware, Link
 from ..inputs.modelspec import ModelSpec, MoESpec
 from ..inputs.workload import TrainWorkload
 from ..training.problem import OBJECTIVES, Objective, TrainingProblem
 from ..training.space import Rules, Space
 
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 2  # 2: the framework is part of the problem
 
 
 def parse_storage_url(url: str) -> tuple[str, str]:
@@ -96,6 +97,9 @@ def fingerprint(problem: TrainingProblem, objectives: Sequence[Objective]) -> di
         "space": {"name": problem.space.name, "choices": {k: list(v) for k, v in problem.choices.items()},
                   "rules": dataclasses.asdict(problem.rules)},
         "objectives": [o.name for o in objectives],
+        "framework": {f.name: getattr(problem.framework, f.name) for f in dataclasses.fields(problem.framework)
+                      if f.name not in ("sources", "description")},
+        "memory_headroom": problem.memory_headroom,
     })
 
 
@@ -119,9 +123,13 @@ def problem_from_fingerprint(data: Mapping[str, Any], *, study: str = "") -> tup
         choices = {k: tuple(v) for k, v in data["space"]["choices"].items()}
         space = Space(name=data["space"]["name"], axes=choices, rules=rules, source=f"{where} (stored)")
         objectives = tuple(OBJECTIVES[n] for n in data["objectives"])
+        traits = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data["framework"].items()}
+        framework = Framework(**traits, description="")
+        headroom = float(data["memory_headroom"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{where}: its stored problem cannot be read ({exc}); start a new study", field="--study") from None
-    return TrainingProblem(model, cluster, workload, choices, rules, space), objectives
+    return TrainingProblem(model, cluster, workload, choices, rules, space, framework=framework,
+                           memory_headroom=headroom), objectives
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:

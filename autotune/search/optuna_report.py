@@ -50,7 +50,7 @@ def run_and_record(problem: TrainingProblem, objective: Objective, sampler: str,
             values.append(None)
             return _WORST[objective.direction]
         est = problem.evaluate(batch)
-        overshoot = float(est.memory_gib_per_gpu[0] - est.memory_capacity_gib)
+        overshoot = float(est.memory_gib_per_gpu[0] - est.memory_capacity_gib * (1.0 - problem.memory_headroom))
         trial.set_constraint("invalid", 0.0)
         trial.set_constraint("memory_overshoot_gib", overshoot)
         value = float(objective.value(est, problem)[0])

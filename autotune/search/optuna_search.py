@@ -79,7 +79,7 @@ def optuna_search(
             else:
                 est = problem.evaluate(batch)
                 values = [float(o.value(est, problem)[0]) for o in objectives]
-                overshoot = float(est.memory_gib_per_gpu[0] - est.memory_capacity_gib)
+                overshoot = float(est.memory_gib_per_gpu[0] - est.memory_capacity_gib * (1.0 - problem.memory_headroom))
                 cache[key] = (values, (0.0, overshoot), 0)
                 valid_plans.append(fields)
         values, constraints, reason = cache[key]

@@ -338,7 +338,7 @@ def run_study(
             raise _TrialFailed(f"plan already taken by trial {owner.number}")
         est = problem.evaluate(batch)
         row = _jsonable(est.row(0))
-        overshoot = float(est.memory_gib_per_gpu[0] - est.memory_capacity_gib)
+        overshoot = float(est.memory_gib_per_gpu[0] - est.memory_capacity_gib * (1.0 - problem.memory_headroom))
         if not measured:
             values = [float(o.value(est, problem)[0]) for o in objectives]
             return finish(trial, "evaluated", values, (0.0, overshoot), {"estimate": row})

@@ -12,6 +12,18 @@ from ..training.plan import Plan, PlanBatch
 from ..training.problem import Objective, TrainingProblem
 
 OUT_OF_MEMORY = "out of memory"
+# Plans whose estimates agree in step time and memory to 9 significant digits (round_rel) are the same
+# answer (e.g. TP8 DP8 and TP8 CP2 DP4 at twice the micro-batch, when the CP exchange hides behind
+# attention): they collapse into one row that names the others.
+MAX_EQUIVALENTS = 20  # named per row, at most
+
+
+def simplicity(plan: Plan) -> tuple:
+    """Sort key, simplest first: fewer parallel dimensions, lower ZeRO stage, no offload, no
+    interleaving, no recompute, then smaller degrees and micro-batches."""
+    dims = sum(d > 1 for d in (plan.tp, plan.pp, plan.cp, plan.ep)) + (plan.vp > 1)
+    return (dims, plan.zero, plan.offload != "none", plan.vp, plan.recompute != "none", plan.cp, plan.ep, plan.pp,
+            plan.tp, plan.sp, plan.mbs, plan.as_string())
 
 
 @dataclass
@@ -30,9 +42,11 @@ class RankedPlan:
     plan: Plan
     estimate: dict[str, Any]
     objective_values: dict[str, float]
+    equivalents: tuple[Plan, ...] = ()  # other plans with the same estimate (simplest first)
 
     def to_json(self) -> dict[str, Any]:
-        return {"rank": self.rank, "plan": self.plan.as_dict(), "estimate": self.estimate}
+        return {"rank": self.rank, "plan": self.plan.as_dict(), "estimate": self.estimate,
+                "equivalents": [p.as_dict() for p in self.equivalents]}
 
 
 @dataclass(frozen=True)
@@ -83,7 +97,7 @@ def rank(evaluated: Evaluated, problem: TrainingProblem, objectives: Sequence[Ob
     candidates = []  # (batch, estimate, index array, scores)
     feasible_total = 0
     for batch, est in evaluated.estimates:
-        fits = np.flatnonzero(est.fits)
+        fits = np.flatnonzero(problem.fits(est))
         oom = len(batch) - len(fits)
         if oom:
             rejected[OUT_OF_MEMORY] = rejected.get(OUT_OF_MEMORY, 0) + oom
@@ -95,9 +109,10 @@ def rank(evaluated: Evaluated, problem: TrainingProblem, objectives: Sequence[Ob
         return [], 0, rejected
     picked = []
     for batch, est, fits, scores in candidates:
-        # Keep each chunk's best few (or its Pareto set) before the global ranking.
+        # Keep each chunk's best few (or its Pareto set) before the global ranking; with ties, keep
+        # enough to fill `top` distinct estimates and to name their equivalents.
         if len(objectives) == 1:
-            order = np.argsort(-scores[:, 0], kind="stable")[:top]
+            order = np.argsort(-scores[:, 0], kind="stable")[: top * (MAX_EQUIVALENTS + 1)]
         else:
             order = np.flatnonzero(pareto_mask(scores))
         for i in order:
@@ -106,11 +121,30 @@ def rank(evaluated: Evaluated, problem: TrainingProblem, objectives: Sequence[Ob
         all_scores = np.array([p[0] for p in picked])
         mask = pareto_mask(all_scores)
         picked = [p for p, keep in zip(picked, mask) if keep]
-    # Ties go to the plan with more memory headroom, then by the plan string, so that the same
-    # inputs always give the same order.
-    picked.sort(key=lambda p: (tuple(-x for x in p[0]), float(p[2].memory_gib_per_gpu[p[3]]), p[1].plan(p[3]).as_string()))
+    # Identical estimates (step time and memory) form one row, represented by its simplest plan; rows
+    # go best first, ties between different estimates to the one with more memory headroom.
+    groups: dict[tuple, list] = {}
+    for entry in picked:
+        scores, batch, est, i = entry
+        key = (tuple(round_rel(x) for x in scores), round_rel(float(est.step_time_s[i])),
+               round_rel(float(est.memory_gib_per_gpu[i])))
+        groups.setdefault(key, []).append(entry)
+    rows = []
+    for members in groups.values():
+        plans = sorted(((simplicity(b.plan(i)), b.plan(i), (sc, b, e, i)) for sc, b, e, i in members),
+                       key=lambda m: m[0])
+        head = plans[0][2]
+        rows.append((head, tuple(p for _, p, _ in plans[1:MAX_EQUIVALENTS + 1])))
+    rows.sort(key=lambda r: (tuple(-x for x in r[0][0]), float(r[0][2].memory_gib_per_gpu[r[0][3]]),
+                             simplicity(r[0][1].plan(r[0][3]))))
     ranked = []
-    for position, (scores, batch, est, i) in enumerate(picked[:top], start=1):
+    for position, ((scores, batch, est, i), equivalents) in enumerate(rows[:top], start=1):
         values = {o.name: float(o.sign * s) for o, s in zip(objectives, scores)}
-        ranked.append(RankedPlan(rank=position, plan=batch.plan(i), estimate=est.row(i), objective_values=values))
+        ranked.append(RankedPlan(rank=position, plan=batch.plan(i), estimate=est.row(i), objective_values=values,
+                                 equivalents=equivalents))
     return ranked, feasible_total, rejected
+
+
+def round_rel(x: float) -> float:
+    """``x`` to about 9 significant digits: equal estimates compare equal despite float noise."""
+    return float(f"{x:.9g}")

@@ -213,7 +213,7 @@ def prior_plans(problem: TrainingProblem, top: int, margin: float) -> list[dict]
 
 
 def measured_runs(problem: TrainingProblem, records: Sequence[Mapping[str, Any]], study: str):
-    """The study's successful measured trials as :class:`~autotune.runs.MeasuredRun` rows (for calibration)."""
+    """The study's successful measured trials as :class:`~autotune.training.runs.MeasuredRun` rows (for calibration)."""
     from ..training.runs import MeasuredRun
 
     runs = []
@@ -229,7 +229,7 @@ def measured_runs(problem: TrainingProblem, records: Sequence[Mapping[str, Any]]
             id=f"trial-{r['number']}", source_group=study, model=problem.model, gpu=problem.cluster.hardware.name,
             n_gpus=problem.cluster.n_gpus, gpus_per_node=problem.cluster.gpus_per_node, workload=problem.workload,
             known=known, unknown=(), measured_tokens_per_s_per_gpu=float(measured["tokens_per_s_per_gpu"]),
-            measured_memory_gib_per_gpu=measured.get("peak_memory_gib"), source=f"autotune tune study {study}"))
+            measured_memory_gib_per_gpu=measured.get("peak_memory_gib"), framework=problem.framework))
     return runs
 
 

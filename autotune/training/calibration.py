@@ -1,7 +1,7 @@
 """Calibration: fit a few physical efficiency parameters of the hardware profiles to measured runs.
 
 ``fit(runs, hardware_loader, params=...)`` fits the named
-:class:`~autotune.hardware.Efficiency` parameters (within ``EFFICIENCY_BOUNDS``) with
+:class:`~autotune.inputs.hardware.Efficiency` parameters (within ``EFFICIENCY_BOUNDS``) with
 ``scipy.optimize.least_squares`` on the relative error of throughput -- a row's residual
 is ``log(predicted / measured)`` -- and of peak memory where the row measured it
 (weighted by ``memory_weight``).
@@ -13,7 +13,7 @@ is ``log(predicted / measured)`` -- and of peak memory where the row measured it
   alone, then the others on throughput and memory.  Memory parameters change throughput only
   through which candidate plans fit; solving them first keeps the allocator's overhead from
   being traded against GEMM efficiency.
-* Each row is predicted exactly as :mod:`autotune.validation` does (its layout; for fields
+* Each row is predicted exactly as :mod:`autotune.training.validation` does (its layout; for fields
   it leaves empty, the fastest candidate that fits); a table is one vectorised cost-model
   call per (GPU, model, cluster, workload) group, and the Jacobian re-evaluates only the
   groups a parameter touches, so a fit of the whole ``training_runs.csv`` takes ~10 s.
@@ -44,7 +44,7 @@ docs/accuracy.md explains the default parameter set.
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -66,16 +66,59 @@ from .validation import (
 )
 
 # The default subset: what the published runs can identify (docs/accuracy.md explains the choice).
-DEFAULT_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention", "tp_overlap", "fragmentation")
+DEFAULT_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention")
 DEFAULT_SHARED: tuple[str, ...] = ()
 # Profiles built on the same silicon at the same clocks share their compute parameters (the
 # A100 40GB and 80GB differ only in HBM; NVIDIA A100 datasheet, data/hardware.md).  Memory-system
 # parameters (memory, fragmentation, workspace_gib) stay per profile.
-SILICON_FAMILIES: Mapping[str, str] = {"a100-sxm4-40gb": "a100-sxm4", "a100-sxm4-80gb": "a100-sxm4"}
-MEMORY_PARAMS: tuple[str, ...] = ("fragmentation", "workspace_gib")
-COMPUTE_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention", "gemm_overhead_us", "tp_overlap", "cp_overlap",
-                                   "ep_overlap", "pp_overlap", "dp_overlap", "step_overhead_s")
+SILICON_FAMILIES: Mapping[str, str] = {
+    "a100-sxm4-40gb": "a100-sxm4", "a100-sxm4-80gb": "a100-sxm4",
+    # GH100: the H100 SXM, its 96 GB 500 W variant (efficiencies are fractions of each part's own
+    # peak) and the H200 (same die and clocks, more and faster HBM).
+    "h100-sxm5-80gb": "gh100", "h100-sxm5-96gb-500w": "gh100", "h200-sxm-141gb": "gh100",
+}
+MEMORY_PARAMS: tuple[str, ...] = ()
+COMPUTE_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention", "gemm_overhead_us", "step_overhead_s")
+# The profiles whose own validated runs were fitted, one per silicon family: what training reaches of
+# a GPU's measured GEMM ceiling is learnt from them (derived_efficiency).
+CALIBRATION_REFERENCES: tuple[str, ...] = ("a100-sxm4-80gb", "h100-sxm5-80gb")
+DERIVED_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention")
 _MIN_SENSITIVITY = 1e-3  # |d log(pred) / d param| summed over a profile's rows, per unit of the bounds
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs without validated runs
+
+
+def derived_efficiency(reference: Mapping[str, float], calibrated: Sequence[Hardware],
+                       has_fp8: bool = True) -> dict[str, float]:
+    """Compute efficiencies of a GPU without validated runs, the same way for every such GPU.
+
+    What training reaches of the measured GEMM ceiling (MAMF, ``reference_efficiency``) on the
+    calibrated GPUs (:data:`CALIBRATION_REFERENCES`), averaged over them, applied to this GPU's own
+    ceiling; its attention kernels keep the calibrated GPUs' mean ratio to the GEMM efficiency.  A GPU
+    without a measured ceiling takes the calibrated GPUs' mean ceiling.  Rounded to 3 decimals, as the
+    bundled profiles carry them (tests/test_hardware_profiles.py checks they match).
+    """
+    refs = [h for h in calibrated if "gemm" in h.reference_efficiency]
+    if not refs:
+        raise ValueError("derived_efficiency needs calibrated profiles with a reference_efficiency.gemm")
+    mean = lambda xs: float(np.mean(list(xs)))  # noqa: E731
+    ceiling = reference.get("gemm", mean(h.reference_efficiency["gemm"] for h in refs))
+    gemm = ceiling * mean(h.efficiency.gemm / h.reference_efficiency["gemm"] for h in refs)
+    out = {
+        "gemm": gemm,
+        "attention": gemm * mean(h.efficiency.attention / h.efficiency.gemm for h in refs),
+        "cudnn_attention": gemm * mean(h.efficiency.cudnn_attention / h.efficiency.gemm for h in refs),
+    }
+    fp8_refs = [h for h in refs if "fp8_gemm" in h.reference_efficiency]
+    if has_fp8 and fp8_refs:
+        if "fp8_gemm" in reference:
+            out["fp8_gemm"] = reference["fp8_gemm"] * mean(h.efficiency.fp8_gemm / h.reference_efficiency["fp8_gemm"]
+                                                          for h in fp8_refs)
+        else:
+            out["fp8_gemm"] = gemm * mean(h.efficiency.fp8_gemm / h.efficiency.gemm for h in fp8_refs)
+    return {k: round(v, 3) for k, v in out.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,13 +146,16 @@ class CalibrationResult:
     logo_mape_pct: float | None  # over every held-out prediction
     success: bool
     message: str
+    # Row id -> its error (%) when its source group was held out of the fit (empty without logo):
+    # the residuals a new source would see, which the per-plan error bands are built from.
+    held_out: Mapping[str, float] = field(default_factory=dict)
 
     def calibration(self, about: Mapping[str, Any] | None = None) -> Calibration:
         return Calibration(efficiency={k: dict(v) for k, v in self.fitted.items()}, about=dict(about or self.about()))
 
     def about(self) -> dict:
         return {
-            "fitted_by": "autotune.calibration.fit",
+            "fitted_by": "autotune.training.calibration.fit",
             "date": _dt.date.today().isoformat(),
             "rows": self.n_rows,
             "params": list(self.params),
@@ -142,6 +188,7 @@ class CalibrationResult:
             "after": summary(self.after),
             "logo": {g: {"n": v.n, "mape_pct": v.mape_pct} for g, v in self.logo.items()},
             "logo_mape_pct": self.logo_mape_pct,
+            "held_out_error_pct": dict(self.held_out),
             "success": self.success,
             "message": self.message,
         }
@@ -361,6 +408,7 @@ def fit(
 
     logo_summary: dict[str, GroupSummary] = {}
     logo_mape = None
+    held_out: dict[str, float] = {}
     if logo:
         held_errors: list[float] = []
         groups = list(dict.fromkeys(c.run.source_group for c in prepared.cases))
@@ -387,12 +435,14 @@ def fit(
                     for i in test]
             logo_summary[group] = GroupSummary(n=len(test), mape_pct=float(np.mean(np.abs(errs))))
             held_errors.extend(errs)
+            held_out.update({prepared.cases[i].run.id: float(e) for i, e in zip(test, errs)})
         logo_mape = float(np.mean(np.abs(held_errors))) if held_errors else None
 
     return CalibrationResult(
         params=params, shared=shared, fitted=fitted, start=start, n_rows=len(everything),
         n_rows_by_profile={p: sum(1 for c in prepared.cases if c.profile == p) for p in problem.profiles},
         before=before, after=after, logo=logo_summary, logo_mape_pct=logo_mape, success=success, message=message,
+        held_out=held_out,
     )
 
 

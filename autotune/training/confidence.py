@@ -1,24 +1,31 @@
 """How far to trust an estimate: an expected error band per plan, from validated published runs.
 
-The band comes from the validation residuals (``predicted / measured - 1``) of the
-published training runs bundled with the package (``autotune/data/training_runs.csv``,
-a copy of the shared data set with its source columns), predicted with the bundled
-profiles exactly as ``autotune validate`` does.  The residuals are precomputed into
-``autotune/data/validation_residuals.json`` (regenerate with ``python -m autotune.confidence``;
-``tests/test_confidence.py`` fails when the file is stale), so that ``search`` and
-``predict`` need no cost-model run to attach a band.
+The band comes from *held-out* residuals (``predicted / measured - 1``) of the published
+training runs bundled with the package (``autotune/data/training_runs.csv``, a copy of the
+shared data set with its source columns): each source group is predicted on the user's path
+(``estimate_training`` with the row's framework) by a calibration fitted without that group
+(:func:`autotune.training.calibration.fit`, leave-one-source-group-out), so a band says how far off a
+*new* source was, not how well the fit matches its own rows.  ``source_group`` only groups
+rows for that cross-validation; it never enters a prediction.  The residuals are precomputed
+into ``autotune/data/validation_residuals.json`` (regenerate with ``python -m autotune.training.confidence``,
+a few minutes; ``tests/test_confidence.py`` fails when the cost model, the profiles or the
+runs changed since), so that ``search`` and ``predict`` need no cost-model run to attach a band.
+Its ``coverage`` is the share of rows whose held-out error falls inside the band built from the
+*other* groups' residuals -- the honest check that a nominal 80% band holds about 80%.
 
-For a plan on a GPU type, the runs that speak for it are chosen in this order:
+For a plan on a GPU type, the runs that speak for it are chosen in this order, among the runs
+on the same silicon (``silicon``: the A100 40/80 GB, or the H100 SXM, its 96 GB 500 W variant and
+the H200, count as one):
 
-1. runs on the same GPU type with exactly the plan's *features* -- the parallel dimensions
-   and settings in use: TP>1, PP>1, VP>1 (interleaving), CP>1, EP>1, ZeRO-3, fp8, offload;
-2. otherwise runs on that GPU exercising every feature of the plan that some run on it
-   exercised;
-3. otherwise every run on that GPU type;
-4. otherwise every run (no validated run on this GPU type).
+1. runs with exactly the plan's *features* -- the parallel dimensions and settings in use:
+   TP>1, PP>1, VP>1 (interleaving), CP>1, EP>1, ZeRO-3, fp8, offload;
+2. otherwise runs exercising every feature of the plan that some run on that silicon exercised;
+3. otherwise every run on that silicon;
+4. otherwise no band (errors on other silicon say nothing about this GPU).
 
-A basis needs :data:`MIN_RUNS` runs to be used; the band is the 10th-90th percentile of its
-signed errors (the range when it has fewer than :data:`PERCENTILE_MIN_RUNS`).  Features of
+A basis needs :data:`MIN_RUNS` runs from :data:`MIN_SOURCE_GROUPS` source groups to be used; the
+band is the 10th-90th percentile of its signed held-out errors with every source group weighing the
+same (the range when it has fewer than :data:`PERCENTILE_MIN_RUNS` runs).  Features of
 the plan that no validated run on the GPU exercised are listed as ``unvalidated`` (e.g.
 ``"CP>1 on h100-sxm5-80gb"``): the band says nothing about them.
 """
@@ -26,9 +33,10 @@ the plan that no validated run on the GPU exercised are listed as ``unvalidated`
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -36,6 +44,7 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 RUNS_CSV = DATA_DIR / "training_runs.csv"
 RESIDUALS_JSON = DATA_DIR / "validation_residuals.json"
 MIN_RUNS = 3
+MIN_SOURCE_GROUPS = 3
 PERCENTILE_MIN_RUNS = 10
 BAND_PERCENTILES = (10.0, 90.0)
 
@@ -62,28 +71,88 @@ def plan_features(plan: Any) -> tuple[str, ...]:
 # Building the residual table (at development time)
 
 
+_REPO = Path(__file__).resolve().parent.parent  # the package folder
+# What the held-out residuals depend on: the runs, the cost model, the path from a row to a
+# prediction, the calibration, and every bundled profile.
+_DIGEST_GLOBS = ("data/training_runs.csv", "costmodel/*.py", "training/estimate.py", "training/memory.py",
+                 "training/step_time.py", "training/geometry.py", "training/plan.py", "training/space.py",
+                 "training/runs.py", "training/validation.py", "training/calibration.py", "inputs/framework.py",
+                 "inputs/hardware.py", "inputs/modelspec.py")
+
+
+def inputs_digest() -> str:
+    """SHA-256 over the files the residual table depends on (source files and bundled profiles)."""
+    from ..inputs.resources import bundled_dir
+
+    files = sorted(p for g in _DIGEST_GLOBS for p in _REPO.glob(g))
+    files += sorted(bundled_dir("hardware").glob("*.yaml")) + sorted(bundled_dir("frameworks").glob("*.yaml"))
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def build_table(csv_path: Path = RUNS_CSV) -> dict:
-    """Validate the bundled runs with the bundled profiles and keep each row's residual and features."""
+    """Held-out residuals of the bundled runs: each source group predicted by a fit without it."""
     from ..inputs.hardware import load_hardware
+    from .calibration import fit
     from .runs import read_runs
     from .validation import validate_runs
 
-    report = validate_runs(read_runs(csv_path), load_hardware)
+    runs = read_runs(csv_path)
+    report = validate_runs(runs, load_hardware)
+    held = fit(runs, load_hardware, logo=True).held_out
     rows = []
     for r in report.rows:
         rows.append({
             "id": r.id,
             "source_group": r.source_group,
-            "gpu": r.gpu.split(" (")[0],
+            "gpu": r.gpu,
+            "framework": r.framework,
             "features": list(plan_features(r.plan)),
-            "error_pct": round(r.error_pct, 2),
+            "error_pct": round(held[r.id], 2),
+            "in_sample_error_pct": round(r.error_pct, 2),
         })
-    return {
-        "about": ("Validation residuals (predicted/measured - 1, %) of the bundled published training runs "
-                  "(autotune/data/training_runs.csv) with the bundled hardware profiles, no calibration; "
-                  "regenerate with `python -m autotune.confidence`."),
+    table = {
+        "about": ("Held-out validation residuals (predicted/measured - 1, %) of the bundled published training runs "
+                  "(autotune/data/training_runs.csv): each source group predicted with the bundled profiles refitted "
+                  "without it (leave-one-source-group-out); in_sample_error_pct is the bundled profiles' own error. "
+                  "Regenerate with `python -m autotune.training.confidence`."),
+        "inputs_sha256": inputs_digest(),
         "mape_pct": round(report.mape_pct, 2),
+        "held_out_mape_pct": round(float(np.mean([abs(r["error_pct"]) for r in rows])), 2),
         "rows": rows,
+    }
+    table["coverage"] = band_coverage(table)
+    return table
+
+
+def band_coverage(table: Mapping[str, Any]) -> dict:
+    """Share of rows whose held-out error lies inside the band built from the other source groups' rows.
+
+    Each row's band is looked up exactly as for a user's plan (its GPU and features), in the table
+    without the row's own source group -- the position of a run from a new source.
+    """
+    rows = table["rows"]
+    inside = banded = 0
+    by_group: dict[str, list[int]] = {}
+    for r in rows:
+        others = {**table, "rows": [o for o in rows if o["source_group"] != r["source_group"]]}
+        conf = confidence_for(r["features"], r["gpu"], others)
+        lo, hi = conf["error_band_pct"]
+        if lo is None:
+            continue
+        banded += 1
+        hit = int(lo <= r["error_pct"] <= hi)
+        inside += hit
+        by_group.setdefault(r["source_group"], []).append(hit)
+    return {
+        "nominal_pct": BAND_PERCENTILES[1] - BAND_PERCENTILES[0],
+        "rows_with_band": banded,
+        "rows_without_band": len(rows) - banded,
+        "inside_pct": round(100.0 * inside / banded, 1) if banded else None,
+        "by_source_group": {g: round(100.0 * sum(v) / len(v), 1) for g, v in by_group.items()},
     }
 
 
@@ -102,11 +171,19 @@ def load_table() -> dict:
 # Lookup
 
 
-def _band(errors: np.ndarray) -> list[float]:
-    if errors.size >= PERCENTILE_MIN_RUNS:
-        lo, hi = np.percentile(errors, BAND_PERCENTILES)
-    else:
+def _band(errors: np.ndarray, groups: Sequence[str] | None = None) -> list[float]:
+    """10th-90th percentile of ``errors``, each source group weighing the same (its rows share one
+    bias, and a new run comes from a new source); the range when there are few rows."""
+    if errors.size < PERCENTILE_MIN_RUNS:
         lo, hi = errors.min(), errors.max()
+    else:
+        groups = list(groups) if groups is not None else ["?"] * errors.size
+        counts = {g: groups.count(g) for g in set(groups)}
+        weights = np.array([1.0 / counts[g] for g in groups])
+        order = np.argsort(errors, kind="stable")
+        e, w = errors[order], weights[order]
+        quantile = (np.cumsum(w) - 0.5 * w) / w.sum()
+        lo, hi = (np.interp(q / 100.0, quantile, e) for q in BAND_PERCENTILES)
     return [round(float(lo), 1), round(float(hi), 1)]
 
 
@@ -115,12 +192,33 @@ def confidence(plan: Any, gpu: str, table: Mapping[str, Any] | None = None) -> d
 
     Returns ``{"error_band_pct": [lo, hi], "basis": str, "n_runs": k, "unvalidated": [...]}``;
     an error is ``predicted / measured - 1`` in percent, so a band of [-10, 5] means that for
-    validated runs like this one the estimate was between 10 % too low and 5 % too high.
+    validated runs like this one, predicted with their source held out of the calibration, the
+    estimate was between 10 % too low and 5 % too high.
+    """
+    return confidence_for(plan_features(plan), gpu, table)
+
+
+def silicon(gpu: str) -> str:
+    """The silicon family a GPU profile belongs to (its own name without one): runs on the A100 40 GB
+    and 80 GB, or on the H100 SXM, its 96 GB 500 W variant and the H200, speak for each other."""
+    from .calibration import SILICON_FAMILIES
+
+    return SILICON_FAMILIES.get(gpu, gpu)
+
+
+def confidence_for(plan_feature_names: Iterable[str], gpu: str, table: Mapping[str, Any] | None = None) -> dict:
+    """:func:`confidence` for a plan given by its features (keys of :data:`FEATURES`).
+
+    The basis is the narrowest of: runs on the GPU's silicon with the same features, runs using the
+    features some such run used, all runs on that silicon -- that holds :data:`MIN_RUNS` runs from
+    at least :data:`MIN_SOURCE_GROUPS` source groups, because a source's runs share its biases and
+    a band from one source says nothing about the next.
     """
     table = load_table() if table is None else table
     rows = table["rows"]
-    features = set(plan_features(plan))
-    on_gpu = [r for r in rows if r["gpu"] == gpu]
+    features = set(plan_feature_names)
+    family = silicon(gpu)
+    on_gpu = [r for r in rows if silicon(r["gpu"]) == family]
     seen = set().union(*(r["features"] for r in on_gpu)) if on_gpu else set()
     if on_gpu:
         unvalidated = [f"{f} on {gpu}" for f in FEATURES if f in features and f not in seen]
@@ -130,19 +228,25 @@ def confidence(plan: Any, gpu: str, table: Mapping[str, Any] | None = None) -> d
     exact = [r for r in on_gpu if set(r["features"]) == features]
     covered = features & seen
     wider = [r for r in on_gpu if covered <= set(r["features"])]
-    if len(exact) >= MIN_RUNS:
-        basis, how = exact, f"validated runs on {gpu} with the same features ({described})"
-    elif covered and len(wider) >= MIN_RUNS:
+    where = gpu if family == gpu else f"{gpu} ({family} silicon)"
+
+    def enough(basis: list) -> bool:
+        return len(basis) >= MIN_RUNS and len({r["source_group"] for r in basis}) >= MIN_SOURCE_GROUPS
+
+    if enough(exact):
+        basis, how = exact, f"validated runs on {where} with the same features ({described})"
+    elif covered and enough(wider):
         names = ", ".join(sorted(covered, key=list(FEATURES).index))
-        basis, how = wider, f"validated runs on {gpu} that also use {names}"
-    elif len(on_gpu) >= MIN_RUNS:
-        basis, how = on_gpu, f"all validated runs on {gpu}"
+        basis, how = wider, f"validated runs on {where} that also use {names}"
+    elif enough(on_gpu):
+        basis, how = on_gpu, f"all validated runs on {where}"
     else:
         # Errors measured on other GPUs say nothing about this one: no band rather than a borrowed one.
-        basis, how = [], f"no validated runs on {gpu}"
+        basis, how = [], (f"no validated runs on {where}" if not on_gpu else
+                          f"too few sources validated on {where} (fewer than {MIN_SOURCE_GROUPS})")
     errors = np.array([r["error_pct"] for r in basis], dtype=float)
     return {
-        "error_band_pct": _band(errors) if errors.size else [None, None],
+        "error_band_pct": _band(errors, [r["source_group"] for r in basis]) if errors.size else [None, None],
         "basis": how,
         "n_runs": int(errors.size),
         "unvalidated": unvalidated,
@@ -171,7 +275,7 @@ def sentence(conf: Mapping[str, Any] | None) -> str:
     lo, hi = conf["error_band_pct"]
     spread = "10th-90th percentile" if conf["n_runs"] >= PERCENTILE_MIN_RUNS else "range"
     text = (f"Expected error {lo:+.0f}% to {hi:+.0f}% (predicted vs measured, {spread} over "
-            f"{conf['n_runs']} {conf['basis']}).")
+            f"{conf['n_runs']} {conf['basis']}, each predicted with its source held out of the calibration).")
     if conf.get("unvalidated"):
         text += " Not validated: no run with " + "; ".join(conf["unvalidated"]) + "."
     return text
@@ -179,7 +283,10 @@ def sentence(conf: Mapping[str, Any] | None) -> str:
 
 def main(argv: Iterable[str] | None = None) -> None:
     table = write_table()
-    print(f"wrote {RESIDUALS_JSON.name}: {len(table['rows'])} rows, MAPE {table['mape_pct']:.2f}%")
+    cov = table["coverage"]
+    print(f"wrote {RESIDUALS_JSON.name}: {len(table['rows'])} rows, MAPE {table['mape_pct']:.2f}% in sample, "
+          f"{table['held_out_mape_pct']:.2f}% held out; band coverage {cov['inside_pct']}% of "
+          f"{cov['rows_with_band']} rows (nominal {cov['nominal_pct']:.0f}%)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The training cost model's entry point: ``estimate_training(model, cluster, workload, plans)``.
 
-A pure function, vectorised over a :class:`~autotune.plan.PlanBatch`.  It holds no
-state; invalid plans must be filtered out before (``autotune.space``); plans
+A pure function, vectorised over a :class:`~autotune.training.plan.PlanBatch`.  It holds no
+state; invalid plans must be filtered out before (``autotune.training.space``); plans
 that are valid but do not fit in memory come back with ``fits == False``.
 """
 
@@ -13,15 +13,14 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..costmodel.flops import training_flops_per_token
+from ..inputs.framework import Framework, load_framework
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
 from ..inputs.workload import TrainWorkload
 from .geometry import Geometry, plan_geometry
-from .memory import GIB, MEMORY_PARTS, PIPELINE_RUNTIMES, memory_parts
-from .plan import PlanBatch
-from .step_time import TIME_PARTS, ZERO3_COLLECTIVES, step_time_parts
-
-ATTENTION_KERNELS = ("flash", "unfused", "cudnn")
+from .memory import GIB, MEMORY_PARTS, memory_parts
+from .plan import PRECISION, PlanBatch
+from .step_time import TIME_PARTS, step_time_parts
 
 
 @dataclass(frozen=True)
@@ -32,7 +31,8 @@ class TrainingEstimate:
     time_breakdown_s: Mapping[str, np.ndarray]
     tokens_per_s_per_gpu: np.ndarray
     tflops_per_gpu: np.ndarray  # model FLOPs (no recomputation)
-    mfu: np.ndarray  # model FLOPs / dense bf16 peak
+    mfu: np.ndarray  # model FLOPs / dense peak of the plan's GEMM precision (bf16 or fp8)
+    mfu_precision: np.ndarray  # the precision whose peak `mfu` is measured against, per plan
     memory_gib_per_gpu: np.ndarray
     memory_breakdown_gib: Mapping[str, np.ndarray]
     memory_capacity_gib: float
@@ -51,6 +51,7 @@ class TrainingEstimate:
             "tokens_per_s_per_gpu": float(self.tokens_per_s_per_gpu[i]),
             "tflops_per_gpu": float(self.tflops_per_gpu[i]),
             "mfu": float(self.mfu[i]),
+            "mfu_peak": str(self.mfu_precision[i]),
             "memory_gib_per_gpu": float(self.memory_gib_per_gpu[i]),
             "memory_headroom_gib": headroom,
             "fits": bool(self.fits[i]),
@@ -61,45 +62,40 @@ class TrainingEstimate:
 
 
 def estimate_training(
-    model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: PlanBatch, *, attention_kernel: str = "flash",
-    zero3_collectives: str = "block", pipeline_runtime: str = "megatron",
+    model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: PlanBatch, framework: Framework | None = None,
 ) -> TrainingEstimate:
-    """Estimate every plan of ``plans``.
+    """Estimate every plan of ``plans`` run by ``framework`` (default: :func:`autotune.inputs.framework.load_framework`'s).
 
-    ``attention_kernel`` is the software's attention: ``flash`` (FlashAttention-2 / PyTorch SDPA:
-    torchtitan, llm-foundry, Hugging Face; the default, what a plan run on plain PyTorch gets),
-    ``cudnn`` (cuDNN fused attention through TransformerEngine: NeMo, Megatron-Core; rate
-    ``efficiency.cudnn_attention``) or ``unfused`` (Megatron-LM before FlashAttention, 2021-2022:
-    scores through HBM).
-    ``zero3_collectives`` is the granularity of ZeRO-3 parameter collectives: ``block`` (FSDP,
-    one per transformer block) or ``submodule`` (DeepSpeed ZeRO-3 of 2021, one per linear or norm).
-    ``pipeline_runtime`` is what the pipeline schedule keeps in memory: ``megatron`` (Megatron-LM,
-    NeMo, DeepSpeed) or ``torch`` (torch.distributed.pipelining as in torchtitan 2024: every
-    micro-batch's output and receive buffers are kept for the whole step; memory.py).
+    The framework decides what the software does with a plan: its attention kernel, what
+    ``selective`` recompute re-runs and keeps, ZeRO's collectives and buffers, the pipeline
+    runtime, how much of each collective it hides on which link, its fp8 casts and its own
+    memory (``profiles/frameworks/*.yaml``).  ``autotune validate`` calls this same function
+    with each measured run's framework, so a validated figure is one a user can reproduce.
     """
-    if attention_kernel not in ATTENTION_KERNELS:
-        raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, but got ({attention_kernel!r})")
-    if zero3_collectives not in ZERO3_COLLECTIVES:
-        raise ValueError(f"zero3_collectives must be one of {ZERO3_COLLECTIVES}, but got ({zero3_collectives!r})")
-    if pipeline_runtime not in PIPELINE_RUNTIMES:
-        raise ValueError(f"pipeline_runtime must be one of {PIPELINE_RUNTIMES}, but got ({pipeline_runtime!r})")
+    fw = framework if framework is not None else load_framework()
     hw = cluster.hardware
     geo = plan_geometry(model, cluster, workload, plans)
-    time_parts = step_time_parts(model, cluster, workload, plans, geo, attention_kernel, zero3_collectives)
+    time_parts = step_time_parts(model, cluster, workload, plans, geo, fw)
     step_time_s = sum(time_parts[k] for k in TIME_PARTS)
     tokens_per_s_per_gpu = workload.tokens_per_step / (step_time_s * cluster.n_gpus)
     model_flops = training_flops_per_token(model, workload.seq_len, "none")
     tflops = tokens_per_s_per_gpu * model_flops / 1e12
-    mem_parts = memory_parts(model, geo, workload, plans, hw.efficiency, attention_kernel, pipeline_runtime)
+    mem_parts = memory_parts(model, geo, workload, plans, fw)
     memory_bytes = sum(mem_parts[k] for k in MEMORY_PARTS)
     memory_gib = memory_bytes / GIB
     price_per_gpu_s = hw.price_usd_per_gpu_hour / 3600.0
+    # MFU against the dense peak of the precision the plan's GEMMs run in: an fp8 plan is measured
+    # against the fp8 peak (PaLM appendix B's definition with the achievable peak of that precision).
+    fp8 = np.asarray(plans.precision) == PRECISION.index("fp8")
+    fp8_peak = hw.peak_flops("fp8") if hw.supports("fp8") else hw.peak_flops("bf16")
+    peak = np.where(fp8, fp8_peak, hw.peak_flops("bf16"))
     return TrainingEstimate(
         step_time_s=step_time_s,
         time_breakdown_s=time_parts,
         tokens_per_s_per_gpu=tokens_per_s_per_gpu,
         tflops_per_gpu=tflops,
-        mfu=tflops * 1e12 / hw.peak_flops("bf16"),
+        mfu=tflops * 1e12 / peak,
+        mfu_precision=np.where(fp8, "fp8", "bf16"),
         memory_gib_per_gpu=memory_gib,
         memory_breakdown_gib={k: v / GIB for k, v in mem_parts.items()},
         memory_capacity_gib=hw.memory_gib,

@@ -21,20 +21,24 @@ GeLU, dropout) the terms add up to the paper's ``s*b*h*(34 + 5*a*s/h)``:
   attention (Megatron-LM before FlashAttention) and no selective recomputation.
   Flash attention never stores them.
 
-With flash attention, ``selective`` means PyTorch's op-level selective checkpointing
-(torchtitan): the layer input, the attention output and every second matmul output
-are kept (:func:`op_selective_bytes_per_layer`).  fp8 plans keep the fp8 copies of
-the GEMM inputs (1 byte).  Besides: the logits and loss buffer (``LOGITS_BYTES``),
-the gather buffers of ZeRO-3 and the unsharded gradient accumulation of ZeRO-2 (none
-when the shard group has one rank), a fixed ``workspace_gib`` and the allocator's
-``fragmentation`` on everything allocated during the step (activations, logits and
-those buffers).
+What ``selective`` keeps is the framework's (``Framework.selective_recompute``):
+Megatron's attention-core recompute drops the stored scores of unfused attention and
+saves nothing under flash attention (the kernel never stores scores); PyTorch's op-level
+selective checkpointing (torchtitan) keeps the layer input, the attention output and
+every second matmul output (:func:`op_selective_bytes_per_layer`).  fp8 plans keep the
+fp8 copies of the GEMM inputs (1 byte).  Besides, per framework: the logits and loss
+buffer (``logits_bytes`` per logit), how the weights and master copy are held
+(``master_weights``: FSDP's fp32 shard *is* the master copy), the gather buffers of
+ZeRO-3 and the unsharded gradient accumulation of FSDP's ZeRO-2 (none when the shard
+group has one rank), ``workspace_gib`` and the allocator's overhead on everything
+allocated during the step (activations, logits and those buffers).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..inputs.framework import Framework
 from ..inputs.modelspec import ModelSpec
 
 GIB = float(2**30)
@@ -43,10 +47,8 @@ GRAD_BYTES = 4.0  # fp32 gradients
 OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam moments
 # Logits and loss, per logit element at the peak of the loss backward, for PyTorch's
 # cross_entropy on upcast logits (torchtitan): during log_softmax's backward, the fp32
-# log-probabilities it kept (4), the fp32 gradient flowing in (4) and the one it writes (4);
-# the forward peak (bf16 logits 2 + fp32 copy 4 + log-probabilities 4) is lower.  Megatron's
-# fused vocab-parallel loss and llm-foundry's fused cross-entropy need less; no row of theirs
-# measures memory, so the larger figure stands (it errs towards plans that fit).
+# log-probabilities it kept (4), the fp32 gradient flowing in (4) and the one it writes (4).
+# Each framework states its own figure (`logits_bytes`); this is the reference value.
 LOGITS_BYTES = 12.0
 # ZeRO-2 with several micro-batches accumulates the unsharded gradients in the reduction's
 # precision: FSDP2 with torchtitan's default reduce dtype (fp32) upcasts each bf16 gradient into
@@ -58,7 +60,6 @@ ACCUMULATED_GRAD_BYTES = 4.0
 # pre-allocates a receive buffer per micro-batch for the activations it receives and for the
 # gradients it receives, each the size of the stage boundary tensor.
 PIPELINE_OUTPUT_BYTES = 4.0
-PIPELINE_RUNTIMES = ("megatron", "torch")
 
 
 def model_state_bytes(
@@ -70,18 +71,30 @@ def model_state_bytes(
     weight_bytes: float = WEIGHT_BYTES,
     grad_bytes: float = GRAD_BYTES,
     optimizer_bytes: float = OPTIMIZER_BYTES,
+    master_weights: str = "separate",
 ) -> dict[str, np.ndarray]:
     """Weights, gradients and optimizer state on one GPU holding ``params`` (before DP sharding).
 
     ``shard`` is the size of the group that ZeRO shards over (dp*cp); optimizer
-    offload moves the optimizer state to host memory.
+    offload moves the optimizer state to host memory.  ``master_weights``:
+    ``separate`` -- 16-bit weights plus an fp32 master copy inside the optimizer state
+    (Megatron, DeepSpeed); ``sharded_param`` -- PyTorch FSDP keeps the parameter itself
+    in fp32 (sharded from ZeRO-1 on) and it is the master copy, so the optimizer holds
+    only the two moments, and the 16-bit copy exists whole only for ZeRO-2 (parameters
+    stay gathered between forward and backward: reshard_after_forward=False) -- for
+    ZeRO-3 it lives in the per-unit gather buffers.
     """
     params = np.asarray(params, dtype=np.float64)
     shard = np.asarray(shard, dtype=np.float64)
     zero = np.asarray(zero)
-    weights = weight_bytes * params / np.where(zero >= 3, shard, 1.0)
     grads = grad_bytes * params / np.where(zero >= 2, shard, 1.0)
-    optimizer = optimizer_bytes * params / np.where(zero >= 1, shard, 1.0)
+    if master_weights == "sharded_param":
+        master = (WEIGHT_BYTES + 2.0) * params / np.where(zero >= 1, shard, 1.0)  # the fp32 parameter
+        weights = master + np.where(zero == 2, weight_bytes * params, 0.0)
+        optimizer = (optimizer_bytes - 4.0) * params / np.where(zero >= 1, shard, 1.0)  # the moments
+    else:
+        weights = weight_bytes * params / np.where(zero >= 3, shard, 1.0)
+        optimizer = optimizer_bytes * params / np.where(zero >= 1, shard, 1.0)
     optimizer = np.where(np.asarray(offload, dtype=bool), 0.0, optimizer)
     return {"weights": weights, "gradients": grads, "optimizer": optimizer}
 
@@ -170,42 +183,46 @@ def korthikanti_activation_bytes(s: float, b: float, h: float, a: float, t: floa
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "zero3_buffers", "workspace")
 
 
-def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_kernel: str = "flash",
-                 pipeline_runtime: str = "megatron") -> dict[str, np.ndarray]:
+def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -> dict[str, np.ndarray]:
     """Peak bytes per GPU by part, on the fuller of the first and last pipeline stages.
 
     The first stage holds the most micro-batches in flight under 1F1B (``min(m, p)``,
     times ``1 + (p-1)/(p*v)`` when interleaved, Korthikanti et al. 2022 §4.2.3) and the
     input embedding; the last stage holds one micro-batch, the output layer and the logits.
-    ``pipeline_runtime``: ``megatron`` (Megatron-LM, NeMo, DeepSpeed: a micro-batch's output and
-    buffers are freed after its backward) or ``torch`` (torch.distributed.pipelining as torchtitan
-    used it in 2024: the last stage keeps every micro-batch's fp32 logits until the step ends, and
-    each stage pre-allocates receive buffers for every micro-batch; ``PIPELINE_OUTPUT_BYTES``).
+    The framework's ``pipeline_runtime``: ``megatron`` (Megatron-LM, NeMo, DeepSpeed: a
+    micro-batch's output and buffers are freed after its backward) or ``torch``
+    (torch.distributed.pipelining as torchtitan used it in 2024: the last stage keeps every
+    micro-batch's fp32 logits until the step ends, and each stage pre-allocates receive
+    buffers for every micro-batch; ``PIPELINE_OUTPUT_BYTES``).
     """
-    from .step_time import FULL  # local import: step_time imports nothing from here
+    from .step_time import (  # local import: step_time imports nothing from here
+        FP8,
+        FULL,
+        SELECTIVE,
+    )
 
+    fw = framework
     recompute_full = np.asarray(plans.recompute) == FULL
     zero = np.asarray(plans.zero)
     offload = np.asarray(plans.offload) == 1
     layers = geo.layers_per_stage
-
-    from .step_time import FP8, SELECTIVE
-
-    # Unfused attention stores the score matrices unless selective recomputation drops them.
-    scores = (attention_kernel == "unfused") & (np.asarray(plans.recompute) != SELECTIVE)
+    unfused = fw.attention == "unfused"
 
     fp8 = np.asarray(plans.precision) == FP8
     selective = np.asarray(plans.recompute) == SELECTIVE
 
     def per_layer(moe_layer: bool) -> np.ndarray:
         plain = activation_bytes_per_layer(model, geo.tokens, workload.seq_len, geo.tp, geo.sp, moe_layer, fp8=fp8)
-        if attention_kernel != "unfused":
-            # Flash attention: `selective` is PyTorch's op-level policy (see step_time).
+        if fw.selective_recompute == "op_sac":
             sac = op_selective_bytes_per_layer(model, geo.tokens, geo.tp, geo.sp, moe_layer)
-            return np.where(selective, sac, plain)
+            plain = np.where(selective, sac, plain)
+        if not unfused:
+            return plain  # flash attention never stores the scores; core-attention recompute saves nothing more
+        # Unfused attention stores the score matrices unless the attention core is recomputed.
         stored = activation_bytes_per_layer(model, geo.tokens, workload.seq_len, geo.tp, geo.sp, moe_layer,
                                             attention_scores_stored=True, fp8=fp8)
-        return np.where(scores, stored, plain)
+        drops_scores = selective & (fw.selective_recompute == "core_attention")
+        return np.where(drops_scores, plain, stored)
 
     full_layer = (1.0 - geo.moe_fraction) * per_layer(False) if geo.moe_fraction < 1 else 0.0
     if geo.moe_fraction > 0:
@@ -219,8 +236,8 @@ def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_k
     in_flight = np.minimum(m, p) * np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
     first_acts = layers * kept_per_layer * in_flight + working_set
     last_acts = layers * kept_per_layer + working_set
-    logits = LOGITS_BYTES * geo.tokens * model.vocab_size / geo.tp
-    torch_pipeline = (pipeline_runtime == "torch") & (p > 1)
+    logits = fw.logits_bytes * geo.tokens * model.vocab_size / geo.tp
+    torch_pipeline = (fw.pipeline_runtime == "torch") & (p > 1)
     # Outputs kept for the whole step (the current micro-batch's included) on the last stage.
     kept_outputs = np.where(torch_pipeline, PIPELINE_OUTPUT_BYTES * m * geo.tokens * model.vocab_size / geo.tp, 0.0)
     # Receive buffers, one per micro-batch and direction at each of the rank's v stage boundaries
@@ -236,21 +253,22 @@ def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_k
     single_stage = p == 1
 
     def states(extra_params):
-        dense = model_state_bytes(dense_layers + extra_params, geo.dense_shard, zero, offload)
-        expert = model_state_bytes(expert_layers, geo.expert_shard, zero, offload)
+        kw = {"grad_bytes": fw.grad_bytes, "master_weights": fw.master_weights}
+        dense = model_state_bytes(dense_layers + extra_params, geo.dense_shard, zero, offload, **kw)
+        expert = model_state_bytes(expert_layers, geo.expert_shard, zero, offload, **kw)
         return {k: dense[k] + expert[k] for k in dense}
 
     first = states(geo.embedding_params + np.where(single_stage, geo.output_params, 0.0))
     last = states(geo.output_params + np.where(single_stage, geo.embedding_params, 0.0))
-    # ZeRO-2 with several micro-batches accumulates the gradients unsharded (in fp32,
-    # ACCUMULATED_GRAD_BYTES) until the step's reduce-scatter (FSDP2 under torch.distributed.pipelining, FSDP no_sync).
-    # (Allocated during the step, so the allocator's overhead applies to them: below.)
-    frag = 1.0 + efficiency.fragmentation
+    frag = 1.0 + fw.allocator_overhead
     # Over a single rank nothing is sharded (FSDP falls back to NO_SHARD, a distributed
     # optimizer over one rank is DDP), so neither buffer exists.
     sharded_dense = geo.dense_shard > 1
     sharded_expert = geo.expert_shard > 1
-    accumulate = (zero == 2) & (geo.microbatches > 1)
+    # FSDP's ZeRO-2 with several micro-batches accumulates the unsharded gradients (in fp32,
+    # ACCUMULATED_GRAD_BYTES) until the step's reduce-scatter (FSDP2 under torch.distributed.pipelining,
+    # FSDP no_sync); DeepSpeed-style ZeRO-2 reduces every micro-batch into the shard instead.
+    accumulate = (zero == 2) & (geo.microbatches > 1) & (fw.zero2 == "accumulate_unsharded")
     for st, extra in ((first, geo.embedding_params), (last, geo.output_params)):
         unsharded = ACCUMULATED_GRAD_BYTES * (np.where(sharded_dense, dense_layers + extra, 0.0) + np.where(sharded_expert, expert_layers, 0.0))
         # The fp32 accumulation buffer holds the gradients until the step's reduce-scatter, whose
@@ -274,5 +292,5 @@ def memory_parts(model: ModelSpec, geo, workload, plans, efficiency, attention_k
         "activations": frag * pick(first_acts, last_acts),
         "logits": frag * pick(np.where(single_stage, logits, 0.0), last_logits),
         "zero3_buffers": zero3_buffers,
-        "workspace": np.full_like(first_total, efficiency.workspace_gib * GIB),
+        "workspace": np.full_like(first_total, fw.workspace_gib * GIB),
     }

@@ -8,6 +8,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from ..inputs.framework import Framework, load_framework
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
 from ..inputs.workload import TrainWorkload
@@ -56,6 +57,13 @@ def parse_objectives(text: str, *, tokens: float | None) -> tuple[Objective, ...
     return tuple(OBJECTIVES[n] for n in names)
 
 
+# Ranked plans leave this fraction of HBM free (`search --memory-headroom`): an estimate within the
+# last few percent of capacity is within the model's memory error (docs/accuracy.md) of not fitting,
+# and the CUDA context of other processes, NCCL's lazily allocated buffers and allocator growth
+# live there.
+DEFAULT_MEMORY_HEADROOM = 0.03
+
+
 @dataclass(frozen=True)
 class TrainingProblem:
     """Everything a search needs besides the sampler: the three cost-model inputs and the space."""
@@ -68,21 +76,40 @@ class TrainingProblem:
     space: Space
     # Plans a launch-config format can express (``search --emit``); None: every plan.
     express: Callable[[PlanBatch], np.ndarray] | None = None
+    # The software the plans run on (default: autotune.inputs.framework.DEFAULT_FRAMEWORK, newest).
+    framework: Framework | None = None
+    # Ranked plans keep this fraction of HBM free (--memory-headroom): a plan needing more than
+    # (1 - memory_headroom) x capacity is counted as out of memory.
+    memory_headroom: float = DEFAULT_MEMORY_HEADROOM
+
+    def __post_init__(self) -> None:
+        if self.framework is None:
+            object.__setattr__(self, "framework", load_framework())
+        if not 0.0 <= self.memory_headroom < 1.0:
+            raise ValueError(f"0 <= memory_headroom < 1 must hold, but got (memory_headroom={self.memory_headroom})")
 
     @classmethod
-    def build(cls, model: ModelSpec, cluster: Cluster, workload: TrainWorkload, space: Space) -> "TrainingProblem":
-        return cls(model, cluster, workload, axis_choices(space, model, cluster, workload), space.rules, space)
+    def build(cls, model: ModelSpec, cluster: Cluster, workload: TrainWorkload, space: Space,
+              framework: Framework | None = None,
+              memory_headroom: float = DEFAULT_MEMORY_HEADROOM) -> "TrainingProblem":
+        return cls(model, cluster, workload, axis_choices(space, model, cluster, workload), space.rules, space,
+                   framework=framework, memory_headroom=memory_headroom)
 
     def with_inputs(self, *, cluster: Cluster | None = None, workload: TrainWorkload | None = None) -> "TrainingProblem":
         """The same space on another cluster or workload (choices such as pp depend on them)."""
-        rebuilt = TrainingProblem.build(self.model, cluster or self.cluster, workload or self.workload, self.space)
+        rebuilt = TrainingProblem.build(self.model, cluster or self.cluster, workload or self.workload, self.space,
+                                        self.framework, self.memory_headroom)
         return dataclasses.replace(rebuilt, express=self.express)
 
     def reasons(self, plans: PlanBatch) -> np.ndarray:
-        reasons = rejection_reasons(self.model, self.cluster, self.workload, plans, self.rules)
+        reasons = rejection_reasons(self.model, self.cluster, self.workload, plans, self.rules, framework=self.framework)
         if self.express is not None:
             reasons = np.where((reasons == 0) & ~self.express(plans), NOT_EXPRESSIBLE, reasons)
         return reasons
 
     def evaluate(self, plans: PlanBatch) -> TrainingEstimate:
-        return estimate_training(self.model, self.cluster, self.workload, plans)
+        return estimate_training(self.model, self.cluster, self.workload, plans, self.framework)
+
+    def fits(self, est: TrainingEstimate) -> np.ndarray:
+        """Plans that fit with the headroom kept free."""
+        return est.memory_gib_per_gpu <= est.memory_capacity_gib * (1.0 - self.memory_headroom)

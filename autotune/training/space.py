@@ -16,11 +16,12 @@ import numpy as np
 
 from ..errors import InputError, check_keys
 from ..inputs import loading
+from ..inputs.framework import Framework, load_framework
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
 from ..inputs.resources import bundled_dir
 from ..inputs.workload import TrainWorkload
-from .plan import CATEGORIES, PLAN_KEYS, PlanBatch, parse_plan_fields
+from .plan import CATEGORIES, PLAN_KEYS, Plan, PlanBatch, parse_plan_fields
 
 # Reason codes, in the order rules are checked; 0 means valid.
 REASONS: tuple[str, ...] = (
@@ -41,10 +42,23 @@ REASONS: tuple[str, ...] = (
     "precision not supported by the GPU",
     "optimizer offload needs zero >= 1",
     "sp=false with tp > 1 (space rule sp_with_tp)",
+    "parallelism the framework does not offer",
+    "ZeRO stage the framework does not offer (with this pipeline)",
+    "selective recompute the framework does not offer",
+    "interleaved schedule the framework does not offer for this pp",
+    "interleaved schedule needs the micro-batches to be a multiple of pp",
+    "fp8 the framework does not offer",
     "not expressible in the --emit format(s)",
 )
 NOT_EXPRESSIBLE = len(REASONS) - 1
 VALID = 0
+# The framework's rules (codes into REASONS).
+FW_PARALLELISM = REASONS.index("parallelism the framework does not offer")
+FW_ZERO = REASONS.index("ZeRO stage the framework does not offer (with this pipeline)")
+FW_SELECTIVE = REASONS.index("selective recompute the framework does not offer")
+FW_INTERLEAVED = REASONS.index("interleaved schedule the framework does not offer for this pp")
+FW_INTERLEAVE_MICROBATCHES = REASONS.index("interleaved schedule needs the micro-batches to be a multiple of pp")
+FW_FP8 = REASONS.index("fp8 the framework does not offer")
 
 
 @dataclass(frozen=True)
@@ -65,6 +79,10 @@ class Space:
     axes: Mapping[str, Any]
     rules: Rules = field(default_factory=Rules)
     source: str = ""
+
+    def with_precisions(self, precisions: tuple[str, ...]) -> "Space":
+        """The space searching exactly these GEMM precisions (``search --precision``)."""
+        return replace(self, axes={**self.axes, "precision": tuple(precisions)})
 
     def fixed(self, fixes: Mapping[str, Any]) -> "Space":
         """The space narrowed to single values (``--fix tp=8``)."""
@@ -122,24 +140,22 @@ def load_space(path: str | None) -> Space:
     return space_from_mapping(loading.read_mapping(Path(path)), source=path)
 
 
-def _powers_of_two_upto(limit: int) -> list[int]:
-    return [2**i for i in range(int(np.log2(max(limit, 1))) + 1)]
-
-
 def axis_choices(space: Space, model: ModelSpec, cluster: Cluster, workload: TrainWorkload) -> dict[str, tuple]:
     """Concrete choices per axis for this model and cluster.
 
     Choices that can never be valid on their own (fp8 on a GPU without it, ep > 1
     on a dense model, tp beyond a node) are dropped here, so the Optuna
-    categoricals are the same in every trial of a study.
+    categoricals are the same in every trial of a study.  ``pp: auto`` is every
+    feasible stage count: each divisor of the GPU count up to the layer count (stages
+    need not divide the layers where the framework splits them unevenly, e.g. BLOOM's
+    70 layers on 12 stages; the validity rules decide per framework).
     """
     n = cluster.n_gpus
     choices: dict[str, tuple] = {}
     for key in PLAN_KEYS:
         axis = space.axes[key]
         if axis == "auto" and key == "pp":
-            values = sorted(set(_powers_of_two_upto(model.n_layers)) | {d for d in range(1, model.n_layers + 1) if model.n_layers % d == 0})
-            values = [v for v in values if v <= n and n % v == 0]
+            values = [d for d in range(1, min(model.n_layers, n) + 1) if n % d == 0]
         elif axis == "auto" and key == "ep":
             experts = model.moe.n_experts if model.moe else 1
             values = [d for d in range(1, experts + 1) if experts % d == 0 and d <= n]
@@ -157,46 +173,79 @@ def axis_choices(space: Space, model: ModelSpec, cluster: Cluster, workload: Tra
 
 
 def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: PlanBatch, rules: Rules,
-            layout_only: bool) -> dict[int, np.ndarray]:
+            layout_only: bool, framework: Framework) -> dict[int, np.ndarray]:
     n = cluster.n_gpus
+    fw = framework
     tp, pp, cp, ep, vp = plans.tp, plans.pp, plans.cp, plans.ep, plans.vp
     none = np.zeros(len(tp), dtype=bool)
     model_parallel = tp * pp * cp
     dp = np.where(n % model_parallel == 0, n // model_parallel, 0)
     experts = model.moe.n_experts if model.moe else 1
+    dims = set(fw.parallel_dims)
+    uneven_ok = rules.uneven_pipeline and fw.uneven_stages
+    interleaved = (vp > 1) & (pp > 1)  # vp > 1 without pp is rule 7
     checks = {
         1: n % model_parallel != 0,
         2: model.n_heads % tp != 0,
         3: model.n_kv_heads % tp != 0,
         4: (tp > cluster.gpus_per_node) if rules.tp_within_node else none,
         5: pp * vp > model.n_layers,
-        6: none if rules.uneven_pipeline else model.n_layers % (pp * vp) != 0,
+        6: none if uneven_ok else model.n_layers % (pp * vp) != 0,
         7: (vp > 1) & (pp == 1),
         8: plans.sp & (tp == 1),
         9: (cp > 1) & (workload.seq_len % (2 * cp) != 0),
         10: (model.moe is not None) & (experts % ep != 0),
         11: (model.moe is not None) & ((dp * cp) % ep != 0),
         12: (ep > 1) & (model.moe is None),
-        16: (~plans.sp & (tp > 1)) if rules.sp_with_tp else none,
+        16: (~plans.sp & (tp > 1)) if (rules.sp_with_tp and "sp" in dims) else none,
+        # The framework: the parallelism it offers, and its schedules' constraints.
+        FW_PARALLELISM: (((tp > 1) & ("tp" not in dims)) | (plans.sp & ("sp" not in dims)) | ((pp > 1) & ("pp" not in dims))
+             | ((cp > 1) & ("cp" not in dims)) | ((ep > 1) & ("ep" not in dims))),
+        FW_INTERLEAVED: interleaved & (("interleaved" not in fw.pipeline_schedules) | (pp < fw.interleave_min_pp)),
     }
     if not layout_only:
         supported = [CATEGORIES["precision"].index(p) for p in cluster.hardware.peak_tflops if p in CATEGORIES["precision"]]
         checks[13] = (dp == 0) | (workload.global_batch % np.maximum(dp * plans.mbs, 1) != 0)
         checks[14] = ~np.isin(plans.precision, supported)
         checks[15] = (plans.offload == 1) & (plans.zero == 0)
+        zero_ok = np.where(pp > 1, np.isin(plans.zero, fw.zero_stages_with_pp), np.isin(plans.zero, fw.zero_stages))
+        checks[FW_ZERO] = ~zero_ok
+        checks[FW_SELECTIVE] = (plans.recompute == CATEGORIES["recompute"].index("selective")) & (fw.selective_recompute == "none")
+        # Megatron-Core and torch.distributed.pipelining refuse an interleaved schedule whose
+        # micro-batch count is not a multiple of pp (framework.interleave_microbatches_multiple_of_pp).
+        microbatches = workload.global_batch // np.maximum(dp * plans.mbs, 1)
+        checks[FW_INTERLEAVE_MICROBATCHES] = interleaved & fw.interleave_microbatches_multiple_of_pp & (microbatches % np.maximum(pp, 1) != 0)
+        checks[FW_FP8] = (plans.precision == CATEGORIES["precision"].index("fp8")) & (not fw.supports_fp8())
     return checks
+
+
+def reason_text(reason: int, plan: Plan, framework: Framework | None = None) -> str:
+    """The rule a plan breaks, in words, naming the plan's values where the rule is the framework's."""
+    text = REASONS[reason]
+    fw = framework if framework is not None else load_framework()
+    if reason == FW_PARALLELISM:
+        used = {"tp": plan.tp > 1, "sp": plan.sp, "pp": plan.pp > 1, "cp": plan.cp > 1, "ep": plan.ep > 1}
+        missing = [f"{d}={getattr(plan, d)}" for d, on in used.items() if on and d not in fw.parallel_dims]
+        text = (f"{fw.label} does not offer {', '.join(missing)} (it offers "
+                f"{', '.join(fw.parallel_dims) or 'data parallelism only'})")
+    elif reason == FW_ZERO:
+        text = f"{fw.label} does not offer ZeRO-{plan.zero}" + (" with pipeline parallelism" if plan.pp > 1 else "")
+    return text
 
 
 def rejection_reasons(
     model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: PlanBatch, rules: Rules,
-    *, layout_only: bool = False,
+    *, layout_only: bool = False, framework: Framework | None = None,
 ) -> np.ndarray:
     """Reason code per plan (index into :data:`REASONS`); 0 for a valid plan.
 
     The first failing rule in :data:`REASONS` order is reported.  ``layout_only``
-    checks only the rules on tp, pp, vp, cp, ep and sp.
+    checks only the rules on tp, pp, vp, cp, ep and sp.  ``framework`` (default: the
+    default framework) adds what the software can run: the parallelism, ZeRO stages,
+    recompute modes, schedules and precisions it offers.
     """
-    checks = _checks(model, cluster, workload, plans, rules, layout_only)
+    fw = framework if framework is not None else load_framework()
+    checks = _checks(model, cluster, workload, plans, rules, layout_only, fw)
     reasons = np.zeros(len(plans), dtype=np.int16)
     for code in sorted(checks, reverse=True):  # the first failing rule wins
         reasons[np.asarray(checks[code], dtype=bool)] = code
@@ -233,7 +282,8 @@ def space_size(choices: Mapping[str, tuple]) -> int:
 
 
 def enumerate_valid(
-    model: ModelSpec, cluster: Cluster, workload: TrainWorkload, choices: Mapping[str, tuple], rules: Rules
+    model: ModelSpec, cluster: Cluster, workload: TrainWorkload, choices: Mapping[str, tuple], rules: Rules,
+    framework: Framework | None = None,
 ) -> Enumeration:
     """All valid plans: the layout axes first (few), then their product with the settings."""
     layout = _product({k: choices[k] for k in LAYOUT_KEYS})
@@ -243,7 +293,8 @@ def enumerate_valid(
     probe = PlanBatch.from_columns(
         cluster.n_gpus, {**layout, **{k: np.repeat(settings[k][:1], n_layout) for k in SETTING_KEYS}}
     )
-    layout_reasons = rejection_reasons(model, cluster, workload, probe, rules, layout_only=True)
+    fw = framework if framework is not None else load_framework()
+    layout_reasons = rejection_reasons(model, cluster, workload, probe, rules, layout_only=True, framework=fw)
     counts: dict[str, int] = {}
     for code, count in zip(*np.unique(layout_reasons[layout_reasons > 0], return_counts=True)):
         counts[REASONS[code]] = counts.get(REASONS[code], 0) + int(count) * n_settings
@@ -251,7 +302,7 @@ def enumerate_valid(
     columns = {k: np.repeat(layout[k][keep], n_settings) for k in LAYOUT_KEYS}
     columns.update({k: np.tile(settings[k], len(keep)) for k in SETTING_KEYS})
     batch = PlanBatch.from_columns(cluster.n_gpus, columns)
-    reasons = rejection_reasons(model, cluster, workload, batch, rules)
+    reasons = rejection_reasons(model, cluster, workload, batch, rules, framework=fw)
     for code, count in zip(*np.unique(reasons[reasons > 0], return_counts=True)):
         counts[REASONS[code]] = counts.get(REASONS[code], 0) + int(count)
     return Enumeration(plans=batch.take(np.flatnonzero(reasons == 0)), space_size=n_layout * n_settings, rejected=counts)

@@ -1,26 +1,30 @@
 """Validation: predict published training runs with their exact layout and compare.
 
 ``validate_runs(runs, hardware_loader, calibration=None)`` predicts every usable row
-of a ``training_runs.csv``-style table (see :mod:`autotune.runs`) with exactly the
+of a ``training_runs.csv``-style table (see :mod:`autotune.training.runs`) with exactly the
 layout and settings the row states -- there is no search -- and compares the
 predicted tokens/s per GPU (and peak memory, where the row measured it) with the
 measurement.
 
 Settings a row leaves empty are never filled silently.  Every value they could
-take is evaluated (:func:`autotune.runs.candidate_plans`); the report gives the
+take is evaluated (:func:`autotune.training.runs.candidate_plans`); the report gives the
 range ``[min, max]`` of the predictions over those candidates and names the
 unknown fields.  The *point* prediction is the fastest candidate that fits in
 memory: published runs are tuned configurations, so among the settings the source
 leaves open, the one its authors ran is most likely the fastest that fits.  If no
 candidate fits (the model over-estimates the memory of a run that did fit), it is the
-candidate needing the least memory, flagged ``fits: false``.  The attention
-kernel of each row is stated (an ``attention_kernel`` column) or inferred from the
-publication year (:func:`autotune.runs.infer_attention_kernel`); the report shows
-which, as it shows every other inferred value.
+candidate needing the least memory, flagged ``fits: false``.
 
-Rows are grouped by (GPU, model, cluster, workload, attention kernel) and each
-group's candidate plans are evaluated in one vectorised call of the cost model,
-so a whole table takes well under a second; calibration reuses the same engine.
+Every row is predicted by :func:`autotune.training.estimate.estimate_training` with the inputs
+``autotune predict`` takes -- model, cluster, workload, framework (its ``framework`` and
+``framework_version`` cells) and plan -- and nothing else: ``source``, ``source_group``
+and ``notes`` never enter a prediction (``source_group`` groups rows in the report).
+Candidates the framework cannot run (space.py's framework rules: an interleaved schedule
+whose micro-batches do not divide by pp, a ZeRO stage it does not offer, ...) are dropped.
+
+Rows are grouped by (GPU, model, cluster, workload, framework) and each group's
+candidate plans are evaluated in one vectorised call of the cost model, so a whole
+table takes well under a second; calibration reuses the same engine.
 """
 
 from __future__ import annotations
@@ -41,12 +45,13 @@ from ..inputs.hardware import Hardware
 from .estimate import estimate_training
 from .plan import Plan, PlanBatch
 from .runs import MeasuredRun, SkippedRow, candidate_plans, preferred_candidates
+from .space import PERMISSIVE_RULES, REASONS, rejection_reasons
 
 HardwareLoader = Callable[[str], Hardware]
 
 
 # ---------------------------------------------------------------------------------------------
-# Engine: prepared rows, grouped for vectorised evaluation (shared with autotune.calibration)
+# Engine: prepared rows, grouped for vectorised evaluation (shared with autotune.training.calibration)
 
 
 @dataclass(frozen=True)
@@ -64,10 +69,10 @@ class Case:
 
 @dataclass(frozen=True)
 class Group:
-    """Rows sharing GPU, model, cluster, workload and attention kernel: one call of the cost model."""
+    """Rows sharing GPU, model, cluster, workload and framework: one call of the cost model."""
 
     profile: str
-    run: MeasuredRun  # a representative row (model, cluster, workload, variant, kernel)
+    run: MeasuredRun  # a representative row (model, cluster, workload, framework)
     plans: PlanBatch
 
 
@@ -100,8 +105,16 @@ class Evaluation:
 
 
 def _group_key(run: MeasuredRun, profile: str) -> tuple:
-    return (profile, run.hardware_variant, run.model, run.n_gpus, run.gpus_per_node, run.workload, run.attention_kernel,
-            run.zero3_collectives, run.pipeline_runtime)
+    return (profile, run.model, run.n_gpus, run.gpus_per_node, run.workload, run.framework)
+
+
+def runnable(run: MeasuredRun, hardware: Hardware, plans: list[Plan]) -> tuple[list[Plan], str | None]:
+    """The candidates the run's framework can execute, and the first reason if none can."""
+    batch = PlanBatch.from_plans(plans)
+    reasons = rejection_reasons(run.model, run.cluster(hardware), run.workload, batch, PERMISSIVE_RULES,
+                                framework=run.framework)
+    kept = [p for p, r in zip(plans, reasons) if r == 0]
+    return kept, (None if kept else REASONS[int(reasons[0])])
 
 
 def prepare(runs: Iterable[MeasuredRun | SkippedRow], hardware_loader: HardwareLoader) -> Prepared:
@@ -122,12 +135,7 @@ def prepare(runs: Iterable[MeasuredRun | SkippedRow], hardware_loader: HardwareL
         if run.gpu in failed:
             skipped.append(SkippedRow(run.id, f"no bundled hardware profile for gpu {run.gpu!r}"))
             continue
-        profile = profiles[run.gpu]
-        try:
-            hardware = run.hardware(profile)
-        except KeyError as exc:
-            skipped.append(SkippedRow(run.id, f"cannot be expressed: {exc.args[0]}"))
-            continue
+        hardware = profiles[run.gpu]
         precision = run.known.get("precision")
         if precision and precision != "fp16" and not hardware.supports(precision):
             skipped.append(SkippedRow(run.id, f"cannot be expressed: {run.gpu} has no {precision} tensor cores"))
@@ -142,6 +150,10 @@ def prepare(runs: Iterable[MeasuredRun | SkippedRow], hardware_loader: HardwareL
             tp, pp, cp = (run.known.get(k, 1) for k in ("tp", "pp", "cp"))
             skipped.append(SkippedRow(
                 run.id, f"cannot be expressed: no valid plan for tp={tp}, pp={pp}, cp={cp} on {run.n_gpus} GPUs"))
+            continue
+        plans, why = runnable(run, hardware, plans)
+        if not plans:
+            skipped.append(SkippedRow(run.id, f"cannot be expressed: {run.framework.label} cannot run it ({why})"))
             continue
         pending.append((run, run.gpu, plans))
 
@@ -189,11 +201,9 @@ def evaluate(prepared: Prepared, hardware: Mapping[str, Hardware] | None = None,
     estimates = {}
     for g in wanted:
         group = prepared.groups[g]
-        hw = group.run.hardware(hardware[group.profile])
-        estimates[g] = estimate_training(group.run.model, group.run.cluster(hw), group.run.workload, group.plans,
-                                         attention_kernel=group.run.attention_kernel,
-                                         zero3_collectives=group.run.zero3_collectives,
-                                         pipeline_runtime=group.run.pipeline_runtime)
+        hw = hardware[group.profile]
+        fw = group.run.framework
+        estimates[g] = estimate_training(group.run.model, group.run.cluster(hw), group.run.workload, group.plans, fw)
     tputs, mems, fits, chosen, rows = [], [], [], [], []
     empty = np.zeros(0)
     for case in prepared.cases:
@@ -239,8 +249,8 @@ class RowResult:
     n_candidates: int
     plan: Mapping[str, Any]  # the candidate behind the point prediction
     fits: bool
-    attention_kernel: str
-    inferred: Mapping[str, str]  # field -> how it was inferred (attention kernel, dropout, hardware variant)
+    framework: str  # NAME@VERSION the row ran on
+    inferred: Mapping[str, str]  # field -> which framework default filled it (dropout, micro-batches)
     time_breakdown_s: Mapping[str, float] = field(default_factory=dict)
     memory_breakdown_gib: Mapping[str, float] = field(default_factory=dict)
 
@@ -261,7 +271,7 @@ class RowResult:
             "n_candidates": self.n_candidates,
             "plan": dict(self.plan),
             "fits": self.fits,
-            "attention_kernel": self.attention_kernel,
+            "framework": self.framework,
             "inferred": dict(self.inferred),
         }
 
@@ -283,6 +293,16 @@ class ValidationReport:
     point_prediction: str = ("fastest candidate that fits in memory (the one needing the least memory if none "
                              "fits) among the values of the fields a row leaves empty")
 
+    @property
+    def fit_fraction(self) -> float | None:
+        """Share of the compared runs predicted to fit in memory with their own layout (they all ran)."""
+        return sum(r.fits for r in self.rows) / len(self.rows) if self.rows else None
+
+    @property
+    def not_fitting(self) -> tuple[str, ...]:
+        """Ids of the runs predicted not to fit although they ran."""
+        return tuple(r.id for r in self.rows if not r.fits)
+
     def row(self, run_id: str) -> RowResult:
         for r in self.rows:
             if r.id == run_id:
@@ -296,6 +316,8 @@ class ValidationReport:
             "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
             "mape_pct": self.mape_pct,
             "memory_mape_pct": self.memory_mape_pct,
+            "fit_fraction": self.fit_fraction,
+            "not_fitting": list(self.not_fitting),
             "by_source_group": {g: {"n": s.n, "mape_pct": s.mape_pct} for g, s in self.by_source_group.items()},
             "calibration": self.calibration,
             "point_prediction": self.point_prediction,
@@ -321,7 +343,7 @@ def report_from(prepared: Prepared, evaluation: Evaluation, *, calibration: str 
         rows.append(RowResult(
             id=run.id,
             source_group=run.source_group,
-            gpu=run.gpu if not run.hardware_variant else f"{run.gpu} ({run.hardware_variant})",
+            gpu=run.gpu,
             measured_tokens_per_s_per_gpu=run.measured_tokens_per_s_per_gpu,
             predicted_tokens_per_s_per_gpu=pred_t,
             error_pct=_pct_error(pred_t, run.measured_tokens_per_s_per_gpu),
@@ -334,7 +356,7 @@ def report_from(prepared: Prepared, evaluation: Evaluation, *, calibration: str 
             n_candidates=len(case.plans),
             plan=case.plans[best].as_dict(),
             fits=bool(f[best]),
-            attention_kernel=run.attention_kernel,
+            framework=run.framework.label,
             inferred=dict(run.inferred),
             time_breakdown_s=dict(detail["time_breakdown_s"]) if detail else {},
             memory_breakdown_gib=dict(detail["memory_breakdown_gib"]) if detail else {},
@@ -358,10 +380,10 @@ def validate_runs(
 ) -> ValidationReport:
     """Predict each usable row with exactly its layout and compare with the measurement.
 
-    ``runs``: the output of :func:`autotune.runs.read_runs` (skipped rows pass through to
+    ``runs``: the output of :func:`autotune.training.runs.read_runs` (skipped rows pass through to
     the report with their reasons).  ``hardware_loader``: GPU name -> :class:`Hardware`
-    (e.g. :func:`autotune.hardware.load_hardware`); a name it cannot load skips the row.
-    ``calibration``: an overlay from :func:`autotune.calibration.load_calibration`, applied
+    (e.g. :func:`autotune.inputs.hardware.load_hardware`); a name it cannot load skips the row.
+    ``calibration``: an overlay from :func:`autotune.training.calibration.load_calibration`, applied
     to every profile it names.
     """
     prepared = prepare(runs, hardware_loader)

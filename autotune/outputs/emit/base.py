@@ -3,7 +3,7 @@
 Rendering is pure: an emitter turns an :class:`EmitContext` into a mapping of file
 names to file text, and never touches the disk (``autotune/cli/emit.py`` writes).
 An emitter declares what it cannot express as :class:`Limit` values, each a
-vectorised test over a :class:`~autotune.plan.PlanBatch` with a message that
+vectorised test over a :class:`~autotune.training.plan.PlanBatch` with a message that
 names the plan field and the alternatives; ``can_express`` (one plan) and
 ``expressible`` (a whole search batch) read the same limits, so they agree.
 """

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...errors import InputError
+from ...inputs.framework import DEFAULT_FRAMEWORK as DEFAULT_SOFTWARE
 from ...inputs.modelspec import ModelSpec, load_model
 from ...serving.plan import ServePlan
 from ...training.plan import PlanBatch, plan_from_fields
@@ -28,6 +29,21 @@ from . import (
 from .vllm import ServeContext
 
 SERVING_FORMATS = tuple(SERVING_EMITTERS)
+# The framework profile (profiles/frameworks/) each launch-config format targets, and back: the
+# format a Slurm script runs for a framework profile.
+FORMAT_FRAMEWORKS: Mapping[str, str] = {"megatron": "megatron-lm", "deepspeed": "deepspeed", "torchtitan": "torchtitan"}
+FRAMEWORK_FORMATS: Mapping[str, str] = {"megatron-lm": "megatron", "megatron-deepspeed": "deepspeed",
+                                        "deepspeed": "deepspeed", "torchtitan": "torchtitan"}
+
+
+def framework_for_formats(formats: list[str]) -> str:
+    """The framework a search for these --emit formats plans for: the first format's (slurm: the one it runs)."""
+    for name in formats:
+        base, _, runs = name.partition(":")
+        target = FORMAT_FRAMEWORKS.get(base) or FORMAT_FRAMEWORKS.get(runs)
+        if target:
+            return target
+    return DEFAULT_SOFTWARE
 
 
 def parse_formats(text: str | list[str]) -> list[str]:
@@ -176,5 +192,5 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware: str,
     return SERVING_EMITTERS[format](ctx)
 
 
-__all__ = ["SERVING_FORMATS", "check_formats", "context_from_plans", "express_all", "expressible_mask",
+__all__ = ["FORMAT_FRAMEWORKS", "FRAMEWORK_FORMATS", "SERVING_FORMATS", "framework_for_formats", "check_formats", "context_from_plans", "express_all", "expressible_mask",
            "parse_formats", "render_formats", "search_context", "serving_files"]

@@ -34,13 +34,13 @@ class ReportFiles:
 
 
 def build_report(source: Path | StudySource, out_dir: Path, *, trials: int = 100, seed: int = 0,
-                 progress: Callable[[str, int, int], None] | None = None) -> ReportFiles:
+                 progress: Callable[[str, int, int], None] | None = None, framework: str | None = None) -> ReportFiles:
     require_matplotlib()
     from .data import gather
     from .figures import all_figures
     from .html import render
 
-    data = gather(source, trials=trials, seed=seed, progress=progress)
+    data = gather(source, trials=trials, seed=seed, progress=progress, framework=framework)
     figures = all_figures(data)
     out_dir.mkdir(parents=True, exist_ok=True)
     pngs = []

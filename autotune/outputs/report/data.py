@@ -103,14 +103,19 @@ def rebuild_problem(inputs: dict[str, Any], source: str) -> TrainingProblem:
     t = TrainingRequest(model=inputs["model"], hardware=inputs["hardware"], gpus=int(inputs["gpus"]),
                         gpus_per_node=inputs.get("gpus_per_node"), seq_len=int(inputs["seq_len"]),
                         global_batch=int(inputs["global_batch"]), tokens=inputs.get("tokens"),
-                        price=inputs.get("price_usd_per_gpu_hour")).build()
-    return TrainingProblem.build(t.model, t.cluster, t.workload, load_space(space))
+                        price=inputs.get("price_usd_per_gpu_hour"), framework=inputs.get("framework")).build()
+    loaded = load_space(space)
+    if inputs.get("precisions"):
+        loaded = loaded.with_precisions(tuple(inputs["precisions"]))
+    extra = {} if inputs.get("memory_headroom") is None else {"memory_headroom": float(inputs["memory_headroom"])}
+    return TrainingProblem.build(t.model, t.cluster, t.workload, loaded, t.framework, **extra)
 
 
 def evaluate_cloud(problem: TrainingProblem, seed: int = 0) -> Cloud:
     from ...training.space import enumerate_valid
 
-    plans = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules).plans
+    plans = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules,
+                            problem.framework).plans
     total = len(plans)
     if total > CLOUD_LIMIT:
         plans = plans.take(np.sort(np.random.default_rng(seed).choice(total, CLOUD_LIMIT, replace=False)))
@@ -157,7 +162,8 @@ def importance(problem: TrainingProblem, objective_name: str, seed: int) -> tupl
     from ...search import optuna_report as studies
     from ...training.space import enumerate_valid
 
-    plans = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules).plans
+    plans = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules,
+                            problem.framework).plans
     if len(plans) == 0:
         return {}, ""
     rng = np.random.default_rng(seed)
@@ -186,13 +192,27 @@ def _plain(value: Any, key: str) -> Any:
 
 
 def gather(source: Path | StudySource, *, trials: int = 100, seed: int = 0,
-           progress: Callable[[str, int, int], None] | None = None) -> ReportData:
-    """Everything the figures need, from a plans.json or a stored study."""
+           progress: Callable[[str, int, int], None] | None = None, framework: str | None = None) -> ReportData:
+    """Everything the figures need, from a plans.json or a stored study.
+
+    ``framework`` (``report --framework``) must name the framework the plans were searched for; a
+    plans.json written before the framework was recorded takes it from there.
+    """
     if isinstance(source, StudySource):
+        if framework is not None:
+            raise InputError("a stored study holds its own framework; leave --framework out", field="--framework")
         return gather_study(source, trials=trials, seed=seed, progress=progress)
     path = source
     doc = load_plans_json(path)
     inputs = doc.get("inputs") or {}
+    if framework is not None:
+        from ...inputs.framework import load_framework
+
+        given = load_framework(framework)
+        if inputs.get("framework") and load_framework(inputs["framework"]).label != given.label:
+            raise InputError(f"{path} was searched for framework {inputs['framework']!r}, but --framework gives "
+                             f"{framework!r}; leave --framework out", field="--framework")
+        inputs = {**inputs, "framework": inputs.get("framework") or framework}
     search = doc["search"]
     objective = (search.get("objectives") or ["throughput"])[0]
     if objective not in OBJECTIVES:

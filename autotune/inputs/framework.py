@@ -1,0 +1,327 @@
+"""Training software profiles (the *software* input of the cost model): ``NAME[@VERSION]``.
+
+Real runs differ by the software that ran them as much as by their layout: the attention
+kernel, what ``selective`` recompute keeps, how ZeRO shards and communicates, which pipeline
+schedules exist and what they demand, which communication is overlapped and on which link,
+the fp8 recipe, and the framework's own memory.  A profile states these *traits*, each with
+its source, for one framework; behaviour that changed between releases is a ``changes``
+entry that applies from its date on.
+
+A profile is a YAML file in ``profiles/frameworks/``::
+
+    name: megatron-lm
+    description: ...
+    releases: {core_r0.7.0: 2024-06}     # release name -> YYYY-MM, so NAME@RELEASE resolves to a date
+    traits: {attention: unfused, ...}    # as of the earliest version the profile covers
+    sources: {attention: "...", ...}     # one source per trait
+    changes:
+      - since: 2023-01
+        traits: {attention: flash}
+        source: "..."
+
+``load_framework("megatron-lm@2021-04")`` returns a frozen :class:`Framework` with every
+trait resolved for that version; without ``@VERSION`` it is the newest behaviour the profile
+knows.  A version is a release named in the profile or a date ``YYYY-MM`` (the date of the
+run, as ``training_runs.csv`` gives it).  Unknown keys, a missing source or a value out of
+range are an :class:`~autotune.errors.InputError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..errors import InputError, check_keys
+from . import loading
+from .resources import bundled_names, read_named
+
+# The framework `search`, `predict`, `explain` and `validate` use when none is named
+# (`--framework`, or an empty `framework` cell): Megatron-LM at its newest profiled behaviour,
+# the software whose rank order and semantics the cost model follows (docs/cost-model.md).
+DEFAULT_FRAMEWORK = "megatron-lm"
+
+ATTENTION = ("unfused", "flash", "cudnn")
+SELECTIVE = ("core_attention", "op_sac", "none")
+ZERO2 = ("accumulate_unsharded", "reduce_per_microbatch")
+ZERO3_COLLECTIVES = ("block", "submodule")
+MASTER_WEIGHTS = ("separate", "sharded_param")
+PIPELINE_RUNTIMES = ("megatron", "torch")
+SCHEDULES = ("1f1b", "interleaved")
+PARALLEL_DIMS = ("tp", "sp", "pp", "cp", "ep")
+MICROBATCH_DEFAULTS = ("unknown", "stages")
+FP8_RECIPES = ("none", "delayed", "tensorwise", "blockwise", "mxfp8")
+
+_DATE = re.compile(r"^(\d{4})-(\d{2})$")
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework at one version: every trait the cost model reads (see ``profiles/frameworks``).
+
+    Overlap traits come in two kinds.  TP and EP overlap (``*_nvlink`` inside the NVLink domain,
+    ``*_network`` for a group that crosses nodes) are the share of a collective the framework's
+    chunked overlap hides (TE userbuffers, async TP, batch-level EP overlap), never more than the
+    compute beside it.  DP, ZeRO-3 and CP overlap are the share of the compute window a collective
+    on its own stream can hide behind (bucketed reduction, prefetch, ring attention); the rest of
+    the collective is exposed.  ``step_time.exposed`` and ``exposed_behind`` apply them.
+    """
+
+    name: str
+    version: str  # as asked ("" = newest)
+    date: str  # YYYY-MM the version resolves to ("" = newest)
+    description: str
+    # -- kernels --
+    attention: str  # unfused (scores through HBM) | flash (FlashAttention-2 / SDPA) | cudnn (TransformerEngine fused)
+    dropout: bool  # the framework's default dropout, for a model that does not state its own
+    parallel_dims: tuple[str, ...]  # model-parallel dimensions offered: tp, sp (sequence parallel), pp, cp (ring), ep
+    # -- recompute --
+    selective_recompute: str  # core_attention (Megatron) | op_sac (PyTorch op-level SAC) | none (not offered)
+    # -- ZeRO / data parallel --
+    zero_stages: tuple[int, ...]  # ZeRO stages offered (0 = DDP)
+    zero_stages_with_pp: tuple[int, ...]  # of those, the ones usable with pipeline parallelism
+    zero2: str  # accumulate_unsharded (FSDP SHARD_GRAD_OP) | reduce_per_microbatch (DeepSpeed ZeRO-2)
+    zero3_collectives: str  # block (one gather per transformer block) | submodule (one per linear/norm)
+    master_weights: str  # separate (bf16 weights + fp32 master) | sharded_param (FSDP: the fp32 shard is the master)
+    grad_bytes: float  # bytes per parameter of the gradient buffer
+    # -- pipeline --
+    pipeline_runtime: str  # megatron (frees each micro-batch's output) | torch (torch.distributed.pipelining)
+    pipeline_schedules: tuple[str, ...]
+    interleave_microbatches_multiple_of_pp: bool
+    interleave_min_pp: int
+    uneven_stages: bool  # layers need not divide by pp*vp
+    default_microbatches: str  # unknown | stages (pp*vp) when the micro-batch size is not given
+    # -- overlap (fractions hidden) --
+    tp_overlap_nvlink: float
+    tp_overlap_network: float
+    tp_overlap_needs_sp: bool
+    cp_overlap: float  # share of the attention compute the ring's K/V exchange can hide behind
+    ep_overlap_nvlink: float
+    ep_overlap_network: float
+    dp_overlap: float  # share of the last micro-batch's backward (forward, for the gather) the ZeRO 0-2 reduction hides behind
+    zero3_overlap: float  # share of each micro-batch's compute ZeRO-3 / FSDP gathers and reduce-scatters hide behind
+    pp_overlap: float
+    # -- fp8 --
+    fp8_recipe: str  # none = no fp8 training
+    fp8_cast_bytes: float  # HBM bytes per element cast to fp8 (read bf16, write fp8 and its transpose)
+    # -- memory --
+    logits_bytes: float  # bytes per logit element at the loss's peak
+    workspace_gib: float  # CUDA context, library workspaces, communication buffers
+    allocator_overhead: float  # caching-allocator overhead on memory allocated during the step
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+    changes_applied: tuple[str, ...] = ()  # the `since` dates of the changes this version includes
+
+    @property
+    def label(self) -> str:
+        """``name@version`` as asked, or ``name (newest)``."""
+        return f"{self.name}@{self.version}" if self.version else f"{self.name} (newest profiled)"
+
+    def supports_fp8(self) -> bool:
+        return self.fp8_recipe != "none"
+
+    def with_traits(self, **changes: Any) -> "Framework":
+        return replace(self, **changes)
+
+
+_META = ("name", "version", "date", "description", "sources", "changes_applied")
+TRAITS: tuple[str, ...] = tuple(f.name for f in fields(Framework) if f.name not in _META)
+
+# Kind of every trait: a tuple of choices, "bool", "fraction" (0..1), ("number", low, high),
+# ("subset", choices) or "int".
+_KINDS: Mapping[str, Any] = MappingProxyType({
+    "attention": ATTENTION,
+    "dropout": "bool",
+    "parallel_dims": ("subset", PARALLEL_DIMS),
+    "selective_recompute": SELECTIVE,
+    "zero_stages": ("subset", (0, 1, 2, 3)),
+    "zero_stages_with_pp": ("subset", (0, 1, 2, 3)),
+    "zero2": ZERO2,
+    "zero3_collectives": ZERO3_COLLECTIVES,
+    "master_weights": MASTER_WEIGHTS,
+    "grad_bytes": ("number", 2.0, 4.0),
+    "pipeline_runtime": PIPELINE_RUNTIMES,
+    "pipeline_schedules": ("subset", SCHEDULES),
+    "interleave_microbatches_multiple_of_pp": "bool",
+    "interleave_min_pp": "int",
+    "uneven_stages": "bool",
+    "default_microbatches": MICROBATCH_DEFAULTS,
+    "tp_overlap_nvlink": "fraction",
+    "tp_overlap_network": "fraction",
+    "tp_overlap_needs_sp": "bool",
+    "cp_overlap": "fraction",
+    "ep_overlap_nvlink": "fraction",
+    "ep_overlap_network": "fraction",
+    "dp_overlap": "fraction",
+    "zero3_overlap": "fraction",
+    "pp_overlap": "fraction",
+    "fp8_recipe": FP8_RECIPES,
+    "fp8_cast_bytes": ("number", 0.0, 16.0),
+    "logits_bytes": ("number", 0.0, 32.0),
+    "workspace_gib": ("number", 0.0, 32.0),
+    "allocator_overhead": ("number", 0.0, 1.0),
+})
+
+_TOP_KEYS = frozenset({"name", "description", "releases", "traits", "sources", "changes"})
+_CHANGE_KEYS = frozenset({"since", "traits", "source"})
+
+
+def _trait(value: Any, name: str, *, source: str, where: str) -> Any:
+    kind = _KINDS[name]
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise InputError(f"must be true or false, but got {value!r}", source=source, field=where)
+        return value
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"must be an integer >= 1, but got {value!r}", source=source, field=where)
+        return value
+    if kind == "fraction" or (isinstance(kind, tuple) and kind and kind[0] == "number"):
+        low, high = (0.0, 1.0) if kind == "fraction" else kind[1:]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise InputError(f"must be a number with {low:g} <= value <= {high:g}, but got {value!r}",
+                             source=source, field=where)
+        return float(value)
+    if isinstance(kind, tuple) and kind and kind[0] == "subset":
+        choices = kind[1]
+        if not isinstance(value, list) or any(v not in choices for v in value) or len(set(value)) != len(value):
+            raise InputError(f"must be a list of distinct values from {list(choices)}, but got {value!r}",
+                             source=source, field=where)
+        return tuple(sorted(value, key=list(choices).index))
+    if value not in kind:
+        raise InputError(f"must be one of {', '.join(kind)}, but got {value!r}", source=source, field=where)
+    return value
+
+
+def _date(value: Any, *, source: str, where: str) -> str:
+    text = str(value) if not isinstance(value, str) else value
+    match = _DATE.match(text)
+    if not match or not 1 <= int(match.group(2)) <= 12:
+        raise InputError(f"must be a date YYYY-MM, but got {value!r}", source=source, field=where)
+    return text
+
+
+def _traits(raw: Any, *, source: str, section: str, complete: bool) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise InputError("must be a mapping of trait names to values", source=source, field=section)
+    check_keys(raw, frozenset(TRAITS), source=source, section=section)
+    if complete:
+        missing = [t for t in TRAITS if t not in raw]
+        if missing:
+            raise InputError(f"must state every trait; missing {', '.join(missing)}", source=source, field=section)
+    return {k: _trait(v, k, source=source, where=f"{section}.{k}") for k, v in raw.items()}
+
+
+@dataclass(frozen=True)
+class FrameworkProfile:
+    """A profile as loaded: base traits, dated changes and releases; :meth:`at` resolves a version."""
+
+    name: str
+    description: str
+    base: Mapping[str, Any]
+    changes: tuple[tuple[str, Mapping[str, Any], str], ...]  # (since YYYY-MM, traits, source), by date
+    releases: Mapping[str, str]
+    sources: Mapping[str, str]
+    source: str
+
+    def resolve_date(self, version: str) -> str:
+        """The YYYY-MM date of ``version`` (a release of this profile or a date); InputError otherwise."""
+        if version in self.releases:
+            return self.releases[version]
+        text = version.strip()
+        if _DATE.match(text) and 1 <= int(text[5:7]) <= 12:
+            return text
+        known = ", ".join(self.releases) or "none"
+        raise InputError(f"unknown version {version!r} of {self.name}; give a date YYYY-MM or a release "
+                         f"({known})", source=self.source, field="version")
+
+    def at(self, version: str = "") -> Framework:
+        date = self.resolve_date(version) if version else ""
+        traits = dict(self.base)
+        sources = dict(self.sources)
+        applied = []
+        for since, change, why in self.changes:
+            if not date or since <= date:
+                traits.update(change)
+                sources.update({k: f"{why} (from {since})" for k in change})
+                applied.append(since)
+        return Framework(name=self.name, version=version, date=date, description=self.description,
+                         sources=MappingProxyType(sources), changes_applied=tuple(applied), **traits)
+
+
+def profile_from_mapping(data: dict, *, source: str) -> FrameworkProfile:
+    check_keys(data, _TOP_KEYS, source=source)
+    name = loading.text(data, "name", source=source)
+    base = _traits(data.get("traits"), source=source, section="traits", complete=True)
+    sources_raw = data.get("sources")
+    if not isinstance(sources_raw, dict):
+        raise InputError("must map every trait to its source", source=source, field="sources")
+    check_keys(sources_raw, frozenset(TRAITS), source=source, section="sources")
+    unsourced = [t for t in TRAITS if not str(sources_raw.get(t) or "").strip()]
+    if unsourced:
+        raise InputError(f"every trait needs a source; none for {', '.join(unsourced)}", source=source,
+                         field=f"sources.{unsourced[0]}")
+    releases_raw = data.get("releases") or {}
+    if not isinstance(releases_raw, dict):
+        raise InputError("must map release names to dates YYYY-MM", source=source, field="releases")
+    releases = {str(k): _date(v, source=source, where=f"releases.{k}") for k, v in releases_raw.items()}
+    changes_raw = data.get("changes") or []
+    if not isinstance(changes_raw, list):
+        raise InputError("must be a list of {since, traits, source}", source=source, field="changes")
+    changes = []
+    for i, change in enumerate(changes_raw):
+        where = f"changes[{i}]"
+        if not isinstance(change, dict):
+            raise InputError("must be a mapping {since, traits, source}", source=source, field=where)
+        check_keys(change, _CHANGE_KEYS, source=source, section=where)
+        since = _date(change.get("since"), source=source, where=f"{where}.since")
+        traits = _traits(change.get("traits"), source=source, section=f"{where}.traits", complete=False)
+        why = change.get("source")
+        if not isinstance(why, str) or not why.strip():
+            raise InputError("must name the source of the change", source=source, field=f"{where}.source")
+        changes.append((since, MappingProxyType(traits), why))
+    if [c[0] for c in changes] != sorted(c[0] for c in changes):
+        raise InputError("must be in date order (oldest first)", source=source, field="changes")
+    return FrameworkProfile(name=name, description=loading.text(data, "description", source=source, default=""),
+                            base=MappingProxyType(base), changes=tuple(changes),
+                            releases=MappingProxyType(releases),
+                            sources=MappingProxyType({k: str(v) for k, v in sources_raw.items()}), source=source)
+
+
+def framework_names() -> list[str]:
+    return bundled_names("frameworks")
+
+
+def parse_framework_spec(text: str) -> tuple[str, str]:
+    """``NAME[@VERSION]`` -> (name, version); the version may be empty."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"must read NAME[@VERSION] (e.g. megatron-lm@2024-07), but got {text!r}", field="--framework")
+    name, _, version = text.strip().partition("@")
+    if not name or (_ and not version):
+        raise InputError(f"must read NAME[@VERSION] (e.g. megatron-lm@2024-07), but got {text!r}", field="--framework")
+    return name.strip(), version.strip()
+
+
+def load_profile(name_or_path: str) -> FrameworkProfile:
+    data, source = read_named("frameworks", name_or_path, what="framework", field="--framework",
+                              alternative="or pass a path to a framework profile YAML")
+    return profile_from_mapping(data, source=source)
+
+
+def load_framework(spec: str | None = None) -> Framework:
+    """The framework ``NAME[@VERSION]`` (default :data:`DEFAULT_FRAMEWORK`, newest), traits resolved."""
+    name, version = parse_framework_spec(spec or DEFAULT_FRAMEWORK)
+    return load_profile(name).at(version)
+
+
+def framework_for_run(name: str | None, version: str | None,
+                      profiles: dict[str, FrameworkProfile] | None = None) -> Framework:
+    """A measured run's framework from its ``framework`` and ``framework_version`` cells.
+
+    ``profiles`` is the caller's cache of loaded profiles (name -> profile), filled as it goes.
+    """
+    name = (name or "").strip() or DEFAULT_FRAMEWORK
+    cache = profiles if profiles is not None else {}
+    if name not in cache:
+        cache[name] = load_profile(name)
+    return cache[name].at((version or "").strip())
