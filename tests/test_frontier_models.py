@@ -1,5 +1,5 @@
 """Frontier MoE models from their Hugging Face configs (DeepSeek-V3, Kimi-K2.5, GLM-5, MiniMax-M2.5, gpt-oss,
-Qwen3 MoE, Qwen3.5): parameter counts against the published ones, bundled specs with the same shapes, what
+Qwen3 MoE, Qwen3.5): parameter counts against the published ones, bundled specs with the same shapes, and what
 the converter refuses.
 
 Expected numbers are worked out by hand in the comments from the published shapes (plain integer

@@ -1,4 +1,4 @@
-"""Model specs (the *application* architecture): bundled YAML, a YAML path, or an HF config.json.
+"""Model specs (the *application* architecture): bundled YAML, a YAML path, an HF config.json, or an HF id.
 
 A :class:`ModelSpec` is plain, frozen, validated data plus the arithmetic that follows from the
 shapes alone: parameter counts, attention FLOPs per token, KV-cache bytes and the activations an
@@ -28,7 +28,7 @@ from typing import Mapping
 
 from ..errors import InputError, check_keys
 from . import loading
-from .resources import bundled_names, read_named
+from .resources import bundled_dir, bundled_names, read_named
 
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
@@ -793,7 +793,8 @@ def model_names() -> list[str]:
 
 
 def load_model(name_or_path: str) -> ModelSpec:
-    """A bundled spec by name, a spec YAML by path, or a Hugging Face ``config.json``."""
+    """A bundled spec by name, a spec YAML by path, a Hugging Face ``config.json``, or a Hugging Face
+    id that the bundled catalogue knows (``deepseek-ai/DeepSeek-V3`` -> ``deepseek-v3``)."""
     path = Path(name_or_path)
     if path.suffix == ".json" or (path.is_dir() and (path / "config.json").exists()):
         from .hf_config import spec_mapping_from_hf
@@ -802,6 +803,13 @@ def load_model(name_or_path: str) -> ModelSpec:
             path = path / "config.json"
         data = loading.read_mapping(path)
         return model_from_mapping(spec_mapping_from_hf(data, source=str(path)), source=str(path))
+    if "/" in name_or_path and not path.exists() and not (bundled_dir("models") / f"{name_or_path}.yaml").exists():
+        from .catalogue import resolve_hf_id
+
+        entry = resolve_hf_id(name_or_path)
+        if entry is not None:
+            return load_model(entry.spec)
     data, source = read_named("models", name_or_path, what="model", field="--model",
-                              alternative="or pass a path to a spec YAML or a Hugging Face config.json")
+                              alternative="or a Hugging Face id of profiles/catalogue/hf_models.yaml, "
+                                          "a path to a spec YAML or a Hugging Face config.json")
     return model_from_mapping(data, source=source)
