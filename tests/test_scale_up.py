@@ -3,12 +3,15 @@ group uses, block-scaled precisions, estimated prices, aliases, and the schema's
 
 from __future__ import annotations
 
+import dataclasses
+import json
 
 import pytest
 import yaml
 
 from autotune.errors import InputError
 from autotune.inputs.hardware import Cluster, hardware_aliases, hardware_names, load_hardware, resolve_hardware_name
+from autotune.inputs.modelspec import load_model
 from autotune.inputs.resources import bundled_dir
 
 NEW_PROFILES = ["h800-sxm5-80gb", "b300-sxm-288gb", "gb200-nvl72", "gb300-nvl72", "rtx-pro-6000-blackwell"]
@@ -130,3 +133,21 @@ def test_schema_errors_name_the_field(tmp_path, changes, words):
         load_hardware(_write(tmp_path, **changes))
     for word in words:
         assert word in str(err.value)
+
+
+def test_fingerprint_round_trips_new_spec_and_hardware_fields():
+    # A study stores its whole problem; `autotune worker` rebuilds it from that record alone.
+    from autotune.inputs.workload import TrainWorkload
+    from autotune.search.fingerprint import fingerprint, problem_from_fingerprint
+    from autotune.training.problem import OBJECTIVES, TrainingProblem
+    from autotune.training.space import load_space
+
+    cluster = Cluster(load_hardware("gb200-nvl72"), n_gpus=256, gpus_per_node=4, scale_up_domain_gpus=64)
+    for model in (load_model("deepseek-v3"), load_model("gpt-oss-120b"), load_model("qwen3.5-397b-a17b")):
+        problem = TrainingProblem.build(model, cluster, TrainWorkload(4096, 1024), load_space(None))
+        record = fingerprint(problem, (OBJECTIVES["throughput"],))
+        rebuilt, _ = problem_from_fingerprint(json.loads(json.dumps(record)))
+        assert dataclasses.replace(rebuilt.model, description=model.description, source=model.source) == model
+        assert rebuilt.cluster.hardware.scale_up_link == cluster.hardware.scale_up_link
+        assert rebuilt.cluster.gpus_per_scale_up_domain == 64
+        assert fingerprint(rebuilt, (OBJECTIVES["throughput"],)) == record
