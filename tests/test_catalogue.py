@@ -75,3 +75,42 @@ def test_a_known_id_that_cannot_be_expressed_says_why():
     with pytest.raises(InputError) as err:
         load_model("nvidia/Llama-4-Maverick-17B-128E-Instruct-FP8")
     assert "Llama 4 Maverick" in str(err.value) and err.value.field == "--model"
+
+
+# --- what `autotune models` and `autotune hardware` show of the new fields --------------------------------
+
+def _invoke(*args: str):
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "240"})
+
+
+def test_models_show_by_hf_id_lists_the_attention_blocks():
+    result = _invoke("models", "show", "deepseek-ai/DeepSeek-V3")
+    assert result.exit_code == 0, result.output
+    for text in ("deepseek-v3", "mla.kv_lora_rank", "512", "mtp_layers", "MTP parameters", "70,272 B",
+                 "deepseek-ai/DeepSeek-R1"):
+        assert text in result.stdout
+
+
+def test_models_show_summarises_layer_kinds():
+    result = _invoke("models", "show", "gpt-oss-120b")
+    assert result.exit_code == 0, result.output
+    assert "18 full, 18 sliding" in result.stdout and "attention_sinks" in result.stdout
+
+
+def test_models_list_names_the_attention_kind():
+    result = _invoke("models", "list")
+    assert result.exit_code == 0, result.output
+    assert "MLA+DSA" in result.stdout and "45 linear" in result.stdout and "hf_models.yaml" in result.stdout
+
+
+def test_hardware_show_has_the_scale_up_domain_and_an_estimated_price():
+    result = _invoke("hardware", "show", "gb300")
+    assert result.exit_code == 0, result.output
+    for text in ("scale_up_domain_gpus", "72", "scale_up", "(estimate)", "mxfp8 5000", "nvfp4 15000"):
+        assert text in result.stdout
+    listed = _invoke("hardware", "list")
+    assert listed.exit_code == 0 and "~5.30" in listed.stdout
