@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..inputs.hardware import Cluster, Hardware
-from ..inputs.modelspec import ModelSpec, MoESpec
+from ..inputs.modelspec import ModelSpec, MoESpec, load_model
 from ..inputs.workload import TrainWorkload
 from .plan import Plan
 
@@ -192,6 +192,8 @@ REQUIRED_COLUMNS = (
     "id", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "vocab_size", "seq_len", "gpu", "n_gpus",
     "tp", "pp", "measured_tokens_per_s_per_gpu",
 )
+# Not needed where a row names its architecture with an hf_config cell instead.
+ARCHITECTURE_COLUMNS = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "vocab_size")
 
 
 @dataclass(frozen=True)
@@ -300,11 +302,25 @@ def _model(row: dict, dropout: bool) -> ModelSpec:
     )
 
 
+def _model_from_hf_config(row: dict, dropout: bool) -> ModelSpec:
+    """The architecture of a row that names it with an ``hf_config`` cell: a Hugging Face config.json
+    (absolute, or relative to the CSV's folder: :func:`read_runs` resolves it), used instead of the
+    architecture columns.  A file that cannot be read or converted is an error naming the row."""
+    cell = row["hf_config"].strip()
+    try:
+        spec = load_model(cell)
+    except InputError as exc:
+        raise InputError(f"row {row.get('id')!r}: {exc}", field="hf_config") from None
+    return dataclasses.replace(spec, name=row.get("model_name") or spec.name, dropout=dropout)
+
+
 def parse_row(row: dict) -> MeasuredRun | SkippedRow:
     rid = row["id"]
     if (row.get("usable") or "true").strip().lower() == "false":
         return SkippedRow(rid, "marked unusable in the file: " + (row.get("notes") or "").split(";")[0][:120])
-    missing = [k for k in REQUIRED_COLUMNS if not (row.get(k) or "").strip()]
+    hf_config = (row.get("hf_config") or "").strip()
+    missing = [k for k in REQUIRED_COLUMNS if not (row.get(k) or "").strip()
+               and not (hf_config and k in ARCHITECTURE_COLUMNS)]
     if missing:
         return SkippedRow(rid, f"no value for {', '.join(missing)}")
     global_batch = _int(row, "global_batch")
@@ -334,10 +350,13 @@ def parse_row(row: dict) -> MeasuredRun | SkippedRow:
     variant = POWER_LIMITED if "POWER-LIMITED VARIANT" in (row.get("notes") or "") else None
     if variant:
         inferred["hardware_variant"] = "notes say POWER-LIMITED VARIANT"
-    try:
-        model = _model(row, dropout)
-    except ValueError as exc:
-        return SkippedRow(rid, f"architecture cannot be expressed: {exc}")
+    if hf_config:
+        model = _model_from_hf_config(row, dropout)
+    else:
+        try:
+            model = _model(row, dropout)
+        except ValueError as exc:
+            return SkippedRow(rid, f"architecture cannot be expressed: {exc}")
     known: dict[str, Any] = {}
     unknown: list[str] = []
     for key, column, parse in (
@@ -384,7 +403,8 @@ def read_runs(path: Path) -> list[MeasuredRun | SkippedRow]:
             reader = csv.DictReader(handle)
             if reader.fieldnames is None:
                 raise InputError("empty file; expected a CSV header row", source=source)
-            absent = [c for c in REQUIRED_COLUMNS if c not in reader.fieldnames]
+            absent = [c for c in REQUIRED_COLUMNS if c not in reader.fieldnames
+                      and not ("hf_config" in reader.fieldnames and c in ARCHITECTURE_COLUMNS)]
             if absent:
                 raise InputError(f"missing column(s) {', '.join(absent)}; see docs/validation.md for the schema",
                                  source=source)
@@ -395,6 +415,9 @@ def read_runs(path: Path) -> list[MeasuredRun | SkippedRow]:
         raise InputError(f"malformed CSV: {exc}", source=source) from None
     out = []
     for row in rows:
+        cell = (row.get("hf_config") or "").strip()
+        if cell and not Path(cell).is_absolute():
+            row = {**row, "hf_config": str(path.parent / cell)}  # relative to the CSV, not the working folder
         try:
             out.append(parse_row(row))
         except InputError as exc:
