@@ -108,6 +108,63 @@ def test_flops_per_token_reproduces_narayanan_eq3(spec):
     assert ours == pytest.approx(NARAYANAN_GPT3, rel=1e-9)
 
 
+# DeepSeek-V3 (arXiv 2412.19437 §4.2): h=7168, a=128, r_q=1536, r_kv=512, d_nope=128, d_rope=64, d_v=128,
+# 61 layers (3 dense of f=18432, 58 MoE: 256 experts of f=2048, top-8, 1 shared), V=129280, 1 MTP module; s=4096.
+#   MLA projections  2*(11,010,048 + 37,748,736 + 4,128,768 + 16,777,216 + 117,440,512) = 374,210,560
+#   MLA core         (2*128*192 + 2*128*128) * 4096/2 = 81,920 * 2,048                  = 167,772,160
+#   dense MLP        6*7168*18432                                                        = 792,723,456
+#   MoE MLP          6*7168*2048*(8+1) + router 2*7168*256 = 792,723,456 + 3,670,016     = 796,393,472
+#   logits           2*7168*129280                                                       = 1,853,358,080
+#   layers  61*(374,210,560 + 167,772,160) + 3*792,723,456 + 58*796,393,472              = 81,629,937,664
+#   forward without MTP                                                                   = 83,483,295,744
+#   MTP     2*2*7168^2 + (374,210,560 + 796,393,472 + 167,772,160) + 1,853,358,080        = 3,397,255,168
+#   forward with MTP                                                                      = 86,880,550,912
+#   training = 3 * forward                                                                = 260,641,652,736
+DEEPSEEK_V3_TRAINING = 260_641_652_736
+
+
+def test_deepseek_v3_training_flops_per_token():
+    spec = load_model("deepseek-v3")
+    assert training_flops_per_token(spec, 4096) == pytest.approx(DEEPSEEK_V3_TRAINING, rel=1e-12)
+    assert training_flops_per_token(spec, 4096, mtp=False) == pytest.approx(3 * 83_483_295_744, rel=1e-12)
+    # Megatron-LM num_floating_point_operations (megatron-core 0.19.2, megatron/training/training.py), which
+    # Megatron-Bridge's published TFLOP/s reproduce to 0.2% (research note: implied 259.9-260.6 GFLOP/token):
+    #   6 * [62 * (1536*(7168 + 128*192 + 1) + 512*(7168 + 128*256 + 1) + 7168*64 + 128*128*7168)
+    #        + 7168*(3*18432*3 + 3*2048*8*59 + 3*2048*59) + (3*7168 + 2*7168^2) + 7168*129280*2]
+    #   + 6 * 62 * 4096 * (128*192/2 + 128*128/2)                                   = 259,992,950,784
+    # It leaves out the router (3 * 59 * 2*7168*256 = 649,592,832) and counts the norm weights.
+    router = 3 * 59 * 2 * 7168 * 256
+    assert DEEPSEEK_V3_TRAINING - router == pytest.approx(259_992_950_784, rel=1e-5)
+    # The 6N rule with N = 37B activated, plus the attention core and the MTP module it leaves out:
+    #   6 * 37e9 + 3 * 61 * 167,772,160 + 3 * 3,397,255,168 = 222.0 + 30.7 + 10.2 = 262.9 GFLOP (ours 1% lower:
+    #   "37B" counts the input embedding, a lookup)
+    assert DEEPSEEK_V3_TRAINING == pytest.approx(6 * 37e9 + 3 * 61 * 167_772_160 + 3 * 3_397_255_168, rel=0.015)
+
+
+def test_deepseek_v3_recomputation_counts_the_mtp_block():
+    spec = load_model("deepseek-v3")
+    # Selective: the attention core of 61 layers and the MTP block, 62 * 167,772,160 = 10,401,873,920
+    assert training_flops_per_token(spec, 4096, "selective") == pytest.approx(DEEPSEEK_V3_TRAINING + 10_401_873_920,
+                                                                              rel=1e-12)
+    # Full: one more forward without the logits of the head and of the MTP head: 86,880,550,912 - 2*1,853,358,080
+    assert training_flops_per_token(spec, 4096, "full") == pytest.approx(DEEPSEEK_V3_TRAINING + 83_173_834_752, rel=1e-12)
+
+
+def test_gpt_oss_training_flops_bound_sliding_layers():
+    spec = load_model("gpt-oss-120b")
+    # h=2880, 64 heads of 64, 8 KV heads, 128 experts of 2880 (top-4), V=201088; s=4096:
+    #   projections 2*2880*(4096 + 2*512) + 2*4096*2880 = 29,491,200 + 23,592,960 = 53,084,160 per layer
+    #   MoE 6*2880*2880*4 + router 2*2880*128 = 199,065,600 + 737,280 = 199,802,880 per layer
+    #   core full 33,554,432, sliding 2,064,640 (tests/test_attention_kinds.py)
+    #   forward = 36*(53,084,160 + 199,802,880) + 18*(33,554,432 + 2,064,640) + 2*2880*201088
+    #           = 9,103,933,440 + 641,143,296 + 1,158,266,880 = 10,903,343,616
+    assert training_flops_per_token(spec, 4096) == pytest.approx(3 * 10_903_343_616, rel=1e-12)
+    # As if every layer were full: 18 * (33,554,432 - 2,064,640) more forward core FLOPs.
+    full = dataclasses.replace(spec, layer_types=(), sliding_window=None)
+    assert training_flops_per_token(full, 4096) - training_flops_per_token(spec, 4096) == pytest.approx(
+        3 * 18 * (33_554_432 - 2_064_640), rel=1e-12)
+
+
 # --- activation memory (Korthikanti et al. 2022, Table 2) ------------------------------------
 
 # Their GPT-3 175B setting: s=2048, b=1, h=12288, a=96, t=8.

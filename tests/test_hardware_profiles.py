@@ -104,9 +104,18 @@ def test_a100_has_no_fp8(name):
     assert "fp8_gemm" not in (_raw(name).get("efficiency") or {})
 
 
-def test_only_b200_has_fp4():
-    with_fp4 = [name for name in ALL_NAMES if load_hardware(name).supports("fp4")]
-    assert with_fp4 == ["b200-sxm-180gb"]
+BLACKWELL = ["b200-sxm-180gb", "b300-sxm-288gb", "gb200-nvl72", "gb300-nvl72", "rtx-pro-6000-blackwell"]
+
+
+def test_only_blackwell_has_fp4_and_the_block_scaled_formats():
+    # FP4 tensor cores and hardware block scaling (MXFP8, NVFP4, MXFP4) came with Blackwell; Hopper's
+    # DeepSeek-style blockwise fp8 is plain fp8 scaled in software.
+    for precision in ("fp4", "nvfp4", "mxfp4", "mxfp8"):
+        assert [name for name in ALL_NAMES if load_hardware(name).supports(precision)] == BLACKWELL, precision
+    for name in BLACKWELL:
+        hw = load_hardware(name)
+        assert hw.peak_tflops["mxfp8"] == hw.peak_tflops["fp8"]
+        assert hw.peak_tflops["nvfp4"] == hw.peak_tflops["mxfp4"] == hw.peak_tflops["fp4"]
 
 
 def test_h100_fp8_peak_is_twice_bf16():

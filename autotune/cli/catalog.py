@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ..inputs.catalogue import catalogue
 from ..inputs.hardware import hardware_names, load_hardware
 from ..inputs.modelspec import load_model, model_names
 from .app import app, stdout, user_errors
@@ -23,15 +24,18 @@ def hardware_list() -> None:
     """List the bundled hardware profiles."""
     with user_errors():
         table = Table(header_style="bold")
-        for col in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "memory GiB", "HBM GB/s", "GPUs/node", "NIC GB/s/GPU", "$/GPU-h"):
+        for col in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "memory GiB", "HBM GB/s", "GPUs/node", "domain",
+                    "NIC GB/s/GPU", "$/GPU-h"):
             table.add_column(col, justify="left" if col == "name" else "right")
         for name in hardware_names():
             hw = load_hardware(name)
             fp8 = hw.peak_tflops.get("fp8")
-            table.add_row(name, f"{hw.peak_tflops['bf16']:g}", f"{fp8:g}" if fp8 else "-", f"{hw.memory_gib:g}",
-                          f"{hw.memory_bandwidth_gb_per_s:g}", str(hw.gpus_per_node),
-                          f"{hw.inter_node.bandwidth_gb_per_s:g}", f"{hw.price_usd_per_gpu_hour:.2f}")
+            price = ("~" if hw.price_estimated else "") + f"{hw.price_usd_per_gpu_hour:.2f}"
+            table.add_row(name, f"{hw.peak_tflops['bf16']:g}", f"{fp8:g}" if fp8 else "-",
+                          f"{hw.memory_gib:g}", f"{hw.memory_bandwidth_gb_per_s:g}", str(hw.gpus_per_node),
+                          str(hw.gpus_per_scale_up_domain), f"{hw.inter_node.bandwidth_gb_per_s:g}", price)
         stdout.print(table)
+        stdout.print("domain: GPUs one scale-up fabric joins (the node, or 72 on NVL72 racks of 4-GPU trays); ~: estimated price")
 
 @hardware_app.command("show", epilog="**Example**\n\n    autotune hardware show h100-sxm5-80gb")
 def hardware_show(name: Annotated[str, typer.Argument(help="Profile name or YAML path.")]) -> None:
@@ -48,13 +52,16 @@ def hardware_show(name: Annotated[str, typer.Argument(help="Profile name or YAML
             "memory_gib": f"{hw.memory_gib:g}",
             "memory_bandwidth_gb_per_s": f"{hw.memory_bandwidth_gb_per_s:g}",
             "gpus_per_node": str(hw.gpus_per_node),
+            "scale_up_domain_gpus": str(hw.gpus_per_scale_up_domain),
             "intra_node": f"{hw.intra_node.bandwidth_gb_per_s:g} GB/s, {hw.intra_node.latency_us:g} us",
+            "scale_up": f"{hw.scale_up_link.bandwidth_gb_per_s:g} GB/s, {hw.scale_up_link.latency_us:g} us"
+                        + ("" if hw.scale_up else " (the node link)"),
             "inter_node": f"{hw.inter_node.bandwidth_gb_per_s:g} GB/s, {hw.inter_node.latency_us:g} us",
             "host_link_bandwidth_gb_per_s": f"{hw.host_link_bandwidth_gb_per_s:g}",
             "cpu_optimizer_params_per_s": f"{hw.cpu_optimizer_params_per_s:.3g}",
             "tdp_w": f"{hw.tdp_w:g}",
             "average_power_w": f"{hw.average_power_w:g}",
-            "price_usd_per_gpu_hour": f"{hw.price_usd_per_gpu_hour:g}",
+            "price_usd_per_gpu_hour": f"{hw.price_usd_per_gpu_hour:g}" + (" (estimate)" if hw.price_estimated else ""),
         }
         for key, value in rows.items():
             table.add_row(key, value, hw.sources.get(key, ""))
@@ -67,14 +74,31 @@ def models_list() -> None:
     """List the bundled model specs."""
     with user_errors():
         table = Table(header_style="bold")
-        for col in ("name", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "MoE"):
-            table.add_column(col, justify="left" if col in ("name", "MoE") else "right")
+        for col in ("name", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "attention", "MoE"):
+            table.add_column(col, justify="left" if col in ("name", "attention", "MoE") else "right")
         for name in model_names():
             m = load_model(name)
             moe = f"{m.moe.n_experts} experts, top-{m.moe.top_k}" if m.moe else "-"
+            if m.moe and m.moe.n_shared_experts:
+                moe += f" + {m.moe.n_shared_experts} shared"
             table.add_row(name, f"{m.n_params / 1e9:.1f}B", f"{m.n_active_params / 1e9:.1f}B", str(m.n_layers),
-                          str(m.hidden_size), f"{m.n_heads}/{m.n_kv_heads}", str(m.ffn_hidden_size), str(m.vocab_size), moe)
+                          str(m.hidden_size), f"{m.n_heads}/{m.n_kv_heads}", str(m.ffn_hidden_size), str(m.vocab_size),
+                          _attention_summary(m), moe)
         stdout.print(table)
+        stdout.print("Hugging Face ids of these architectures: profiles/catalogue/hf_models.yaml (--model takes them)")
+
+
+def _attention_summary(m) -> str:
+    """``MLA``, ``MLA+DSA``, ``GQA``; with the layers of other kinds and MTP modules when there are any."""
+    kind = ("MLA+DSA" if m.dsa else "MLA") if m.mla else ("MHA" if m.n_kv_heads == m.n_heads else "GQA")
+    parts = [kind]
+    if m.n_layers_of_kind("sliding"):
+        parts.append(f"{m.n_layers_of_kind('sliding')} sliding ({m.sliding_window})")
+    if m.n_layers_of_kind("linear"):
+        parts.append(f"{m.n_layers_of_kind('linear')} linear")
+    if m.mtp_layers:
+        parts.append(f"MTP {m.mtp_layers}")
+    return ", ".join(parts)
 
 @models_app.command("show", epilog="**Example**\n\n    autotune models show llama3-70b\n\n    autotune models show path/to/config.json")
 def models_show(name: Annotated[str, typer.Argument(help="Spec name, spec YAML or HF config.json.")]) -> None:
@@ -85,14 +109,25 @@ def models_show(name: Annotated[str, typer.Argument(help="Spec name, spec YAML o
         table = Table(title=m.name + (f": {m.description}" if m.description else ""), header_style="bold")
         table.add_column("field")
         table.add_column("value", justify="right")
+        blocks = ("moe", "mla", "dsa", "linear_attention")
         for key, value in dataclasses.asdict(m).items():
-            if key in ("name", "description", "moe"):
+            if key in ("name", "description", *blocks) or (key == "layer_types" and not value):
                 continue
+            if key == "layer_types":
+                value = ", ".join(f"{m.n_layers_of_kind(k)} {k}" for k in ("full", "sliding", "linear")
+                                  if m.n_layers_of_kind(k)) + f" (layers 0-3: {', '.join(value[:4])})"
             table.add_row(key, str(value))
-        if m.moe:
-            for key, value in dataclasses.asdict(m.moe).items():
-                table.add_row(f"moe.{key}", str(value))
+        for block in blocks:
+            if getattr(m, block) is not None:
+                for key, value in dataclasses.asdict(getattr(m, block)).items():
+                    table.add_row(f"{block}.{key}", str(value))
         table.add_row("parameters", f"{m.n_params:,}")
         table.add_row("active parameters", f"{m.n_active_params:,}")
+        if m.mtp_layers:
+            table.add_row("MTP parameters (not in the above)", f"{m.mtp_params:,}")
+        table.add_row("KV cache per token, bf16 (full layers)", f"{m.kv_cache_bytes_per_token():,.0f} B")
+        ids = [e.hf_id for e in catalogue().values() if e.spec == m.name]
+        if ids:
+            table.add_row("Hugging Face ids", ", ".join(sorted(ids)))
         stdout.print(table)
 

@@ -10,16 +10,26 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
 from ..errors import InputError, check_keys
 from . import loading
-from .resources import bundled_names, read_named
+from .resources import bundled_dir, bundled_names, read_named
 
 # Precisions whose dense tensor-core peak a profile may list.  A precision missing
 # from a profile is not supported by that GPU (no fp8 on A100, fp4 only on Blackwell).
-PRECISIONS = ("tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+# The block-scaled formats are listed apart from the plain ones they run on, because a GPU
+# may run a format's arithmetic without its hardware scaling: MXFP8 (OCP microscaling, 32-element
+# blocks with E8M0 scales) needs Blackwell; Hopper's fp8 with DeepSeek-style 128-element block
+# scales is plain "fp8" scaled in software.  NVFP4 (16-element blocks, FP8 scales) and MXFP4 run on
+# the FP4 (E2M1) tensor cores.
+PRECISIONS = ("tf32", "bf16", "fp16", "fp8", "mxfp8", "int8", "fp4", "nvfp4", "mxfp4")
+# A block-scaled format needs the plain format it runs on.
+BLOCK_SCALED_BASE = MappingProxyType({"mxfp8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4"})
+# Which link a process group's traffic crosses, fastest first (see Cluster.link_tier).
+LINK_TIERS = ("none", "intra_node", "scale_up", "inter_node")
 
 
 @dataclass(frozen=True)
@@ -73,7 +83,14 @@ EFFICIENCY_FIELDS = tuple(f.name for f in dataclasses.fields(Efficiency))
 
 @dataclass(frozen=True)
 class Hardware:
-    """One accelerator type and the node it usually comes in."""
+    """One accelerator type, the node it usually comes in, and the scale-up domain nodes form.
+
+    A node (``gpus_per_node``) is the unit of host, NICs and PCIe: 8 GPUs in an HGX board, 4 in a
+    GB200/GB300 compute tray.  A scale-up domain (``scale_up_domain_gpus``) is the set of GPUs one
+    NVLink fabric joins: the node itself on HGX, 72 GPUs across 18 trays in an NVL72 rack.  Traffic
+    between nodes of one domain runs on ``scale_up`` (NVLink through the rack's switch trays), not on
+    the NICs of ``inter_node``.
+    """
 
     name: str
     description: str
@@ -97,8 +114,28 @@ class Hardware:
     # Measured microbenchmark ceilings, fractions of the dense peak: `gemm` / `fp8_gemm` = best-shape
     # matmul throughput (MAMF, data/hardware.md 2a).
     reference_efficiency: Mapping[str, float] = field(default_factory=dict)
+    scale_up_domain_gpus: int | None = None  # GPUs joined by one NVLink fabric; None: the node
+    scale_up: Link | None = None  # per GPU, between nodes of one scale-up domain; None: as intra_node
+    price_estimated: bool = False  # no public price: price_usd_per_gpu_hour is an estimate (see sources)
+
+    def __post_init__(self) -> None:
+        domain = self.scale_up_domain_gpus
+        if domain is not None and (domain < self.gpus_per_node or domain % self.gpus_per_node):
+            raise ValueError("scale_up_domain_gpus must be a multiple of gpus_per_node, but got "
+                             f"(scale_up_domain_gpus={domain}, gpus_per_node={self.gpus_per_node})")
+
+    @property
+    def gpus_per_scale_up_domain(self) -> int:
+        return self.scale_up_domain_gpus or self.gpus_per_node
+
+    @property
+    def scale_up_link(self) -> Link:
+        """The link between nodes of one scale-up domain (the node link where the domain is the node)."""
+        return self.scale_up or self.intra_node
 
     def supports(self, precision: str) -> bool:
+        """Whether the GPU has tensor cores for ``precision``; a block-scaled format (mxfp8, nvfp4,
+        mxfp4) is supported only where the profile lists it, never inferred from fp8 or fp4."""
         return precision in self.peak_tflops
 
     def peak_flops(self, precision: str) -> float:
@@ -116,11 +153,17 @@ class Hardware:
 
 @dataclass(frozen=True)
 class Cluster:
-    """A number of identical GPUs in nodes of ``gpus_per_node``."""
+    """A number of identical GPUs in nodes of ``gpus_per_node``, nodes in scale-up domains.
+
+    ``scale_up_domain_gpus`` overrides the profile's domain (for example 64 of an NVL72 rack's 72
+    GPUs, as jobs that keep spare trays use); left out, the domain is the profile's, or the node
+    where the profile's domain is no larger than the node.
+    """
 
     hardware: Hardware
     n_gpus: int
     gpus_per_node: int
+    scale_up_domain_gpus: int | None = None
 
     def __post_init__(self) -> None:
         if self.n_gpus < 1:
@@ -132,10 +175,67 @@ class Cluster:
                 "n_gpus must be a multiple of gpus_per_node when it spans several nodes, "
                 f"but got (n_gpus={self.n_gpus}, gpus_per_node={self.gpus_per_node})"
             )
+        domain = self.gpus_per_scale_up_domain
+        if domain % self.gpus_per_node:
+            raise ValueError("the scale-up domain must be a whole number of nodes, but got "
+                             f"(scale_up_domain_gpus={domain}, gpus_per_node={self.gpus_per_node})")
 
     @property
     def n_nodes(self) -> int:
         return max(1, self.n_gpus // self.gpus_per_node)
+
+    @property
+    def gpus_per_scale_up_domain(self) -> int:
+        """GPUs one NVLink fabric joins: the override, else the profile's domain, else the node."""
+        if self.scale_up_domain_gpus:
+            return self.scale_up_domain_gpus
+        domain = self.hardware.scale_up_domain_gpus
+        return domain if domain and domain > self.gpus_per_node else self.gpus_per_node
+
+    @property
+    def n_scale_up_domains(self) -> int:
+        return -(-self.n_gpus // self.gpus_per_scale_up_domain)
+
+    def link_tier(self, group_size: int, stride: int = 1) -> str:
+        """The slowest link (``LINK_TIERS``) a process group of ``group_size`` ranks, ``stride`` ranks
+        apart, crosses, with ranks numbered node by node and domain by domain (Megatron's order: TP
+        innermost, so a TP group has stride 1, an EP group over TP ranks stride tp).
+
+        The groups tile the ranks in blocks of ``group_size * stride``.  Inside a node: where that
+        block divides the node, or the whole cluster is one node.  Inside a scale-up domain: where
+        the block is no larger than the domain, or the whole cluster fits in one.  A block that does
+        not divide the domain (64 ranks in a 72-GPU NVL72 rack) is taken as placed inside it with
+        the rest of the domain left out of such groups, as jobs on NVL72 run 64 GPUs per rack; give
+        the cluster ``scale_up_domain_gpus`` to state the domain a job really uses.  ``none``: a
+        group of one rank.
+        """
+        if group_size < 1 or stride < 1:
+            raise ValueError(f"group_size and stride must be >= 1, but got (group_size={group_size}, stride={stride})")
+        if group_size == 1:
+            return "none"
+        block = group_size * stride
+        if self.n_gpus <= self.gpus_per_node or self.gpus_per_node % block == 0:
+            return "intra_node"
+        domain = self.gpus_per_scale_up_domain
+        if domain > self.gpus_per_node and (self.n_gpus <= domain or block <= domain):
+            return "scale_up"
+        return "inter_node"
+
+    def link(self, tier: str) -> Link | None:
+        """The per-GPU link of a tier (None for ``none``)."""
+        hw = self.hardware
+        links = {"none": None, "intra_node": hw.intra_node, "scale_up": hw.scale_up_link, "inter_node": hw.inter_node}
+        if tier not in links:
+            raise ValueError(f"tier must be one of {LINK_TIERS}, but got (tier={tier!r})")
+        return links[tier]
+
+    def group_link(self, group_size: int, stride: int = 1) -> Link | None:
+        """The link a process group's slowest hop runs on (``link(link_tier(...))``)."""
+        return self.link(self.link_tier(group_size, stride))
+
+    def members_per_scale_up_domain(self, group_size: int, stride: int = 1) -> int:
+        """Members of a group in each scale-up domain it touches (as ``comm.Topology.per_node`` per node)."""
+        return max(1, min(group_size, self.gpus_per_scale_up_domain // stride))
 
 
 _TOP_KEYS = frozenset(
@@ -143,6 +243,7 @@ _TOP_KEYS = frozenset(
         "name", "description", "peak_tflops", "memory_gib", "memory_bandwidth_gb_per_s", "gpus_per_node",
         "intra_node", "inter_node", "host_link_bandwidth_gb_per_s", "cpu_optimizer_params_per_s", "tdp_w",
         "average_power_w", "price_usd_per_gpu_hour", "efficiency", "sources", "calibrated", "reference_efficiency",
+        "scale_up_domain_gpus", "scale_up", "price_estimated",
     }
 )
 REFERENCE_KEYS = frozenset({"gemm", "fp8_gemm"})
@@ -181,6 +282,10 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     if "bf16" not in peaks:
         raise InputError("must list bf16 (the reference precision for MFU)", source=source, field="peak_tflops.bf16")
     peaks.setdefault("fp16", peaks["bf16"])
+    for block, base in BLOCK_SCALED_BASE.items():
+        if block in peaks and base not in peaks:
+            raise InputError(f"lists {block} but not {base}, the format it runs on", source=source,
+                             field=f"peak_tflops.{block}")
     sources = data.get("sources", {})
     if not isinstance(sources, dict):
         raise InputError("must map field names to their sources", source=source, field="sources")
@@ -195,13 +300,25 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     check_keys(reference_raw, REFERENCE_KEYS, source=source, section="reference_efficiency")
     reference = {k: loading.number(reference_raw, k, source=source, section="reference_efficiency", maximum=1.0)
                  for k in reference_raw}
+    gpus_per_node = loading.integer(data, "gpus_per_node", source=source)
+    domain = loading.integer(data, "scale_up_domain_gpus", source=source, default=None)
+    if domain is not None and (domain < gpus_per_node or domain % gpus_per_node):
+        raise InputError(f"must be a multiple of gpus_per_node ({gpus_per_node}), but got {domain}", source=source,
+                         field="scale_up_domain_gpus")
+    if "scale_up" in data and (domain is None or domain == gpus_per_node):
+        raise InputError("is the link between the nodes of a scale-up domain; give scale_up_domain_gpus larger "
+                         "than gpus_per_node with it", source=source, field="scale_up")
+    if "price_usd_per_gpu_hour" in data and data["price_usd_per_gpu_hour"] is None:
+        raise InputError("has no value; where no public price exists, give a documented estimate, set "
+                         "price_estimated: true and say how it was made under sources", source=source,
+                         field="price_usd_per_gpu_hour")
     return Hardware(
         name=loading.text(data, "name", source=source),
         description=loading.text(data, "description", source=source, default=""),
         peak_tflops=MappingProxyType(peaks),
         memory_gib=loading.number(data, "memory_gib", source=source),
         memory_bandwidth_gb_per_s=loading.number(data, "memory_bandwidth_gb_per_s", source=source),
-        gpus_per_node=loading.integer(data, "gpus_per_node", source=source),
+        gpus_per_node=gpus_per_node,
         intra_node=_link(data, "intra_node", source),
         inter_node=_link(data, "inter_node", source),
         host_link_bandwidth_gb_per_s=loading.number(data, "host_link_bandwidth_gb_per_s", source=source),
@@ -213,6 +330,9 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         sources=MappingProxyType({str(k): str(v) for k, v in sources.items()}),
         calibrated=loading.boolean(data, "calibrated", source=source, default=False),
         reference_efficiency=MappingProxyType(reference),
+        scale_up_domain_gpus=domain,
+        scale_up=_link(data, "scale_up", source) if "scale_up" in data else None,
+        price_estimated=loading.boolean(data, "price_estimated", source=source, default=False),
     )
 
 
@@ -220,8 +340,35 @@ def hardware_names() -> list[str]:
     return bundled_names("hardware")
 
 
+def hardware_aliases() -> Mapping[str, str]:
+    """Other names of bundled profiles (profiles/catalogue/hardware_aliases.yaml), keyed in lower case."""
+    path = bundled_dir("catalogue") / "hardware_aliases.yaml"
+    source = f"profiles/catalogue/{path.name}"
+    data = loading.read_mapping(path)
+    check_keys(data, frozenset({"aliases"}), source=source)
+    aliases = data.get("aliases")
+    if not isinstance(aliases, dict) or not all(isinstance(v, str) for v in aliases.values()):
+        raise InputError("must map names to bundled profile names", source=source, field="aliases")
+    return MappingProxyType({str(k).lower(): v for k, v in aliases.items()})
+
+
+def resolve_hardware_name(name: str) -> str | None:
+    """The bundled profile an alias names (``b300``, ``gb200``, ``other: b300_sxm``), or None."""
+    key = name.strip().lower()
+    if key.startswith("other:"):
+        key = key[len("other:"):].strip()
+    if key in hardware_names():
+        return key
+    return hardware_aliases().get(key)
+
+
 def load_hardware(name_or_path: str) -> Hardware:
-    """Load a bundled profile by name, or a profile YAML by path."""
+    """Load a bundled profile by name or alias, or a profile YAML by path."""
+    if not Path(name_or_path).exists() and name_or_path not in hardware_names():
+        alias = resolve_hardware_name(name_or_path)
+        if alias is not None:
+            name_or_path = alias
     data, source = read_named("hardware", name_or_path, what="hardware", field="--hardware",
-                              alternative="or pass a path to a profile YAML")
+                              alternative="or an alias of profiles/catalogue/hardware_aliases.yaml, "
+                                          "or pass a path to a profile YAML")
     return hardware_from_mapping(data, source=source)

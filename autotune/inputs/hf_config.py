@@ -1,9 +1,24 @@
 """Turn a Hugging Face ``config.json`` into a model-spec mapping (see profiles/models/*.yaml).
 
-Only families whose layout we know exactly are accepted: a decoder-only transformer with
-RMSNorm, RoPE and a gated (3-matrix) MLP, optionally with Mixtral- or Qwen-style experts.
-Anything else is refused rather than guessed, because a wrong shape gives wrong plans
-silently; the error points to writing a spec YAML by hand.
+Only families whose layout we know exactly are accepted, and each reads exactly the keys that
+fix its shapes (the module shapes of the Hugging Face ``transformers`` implementation of that
+``model_type``):
+
+* dense: llama, mistral, qwen2, qwen3;
+* mixture of experts: mixtral, qwen2_moe, qwen3_moe, gpt_oss (alternating sliding-window and full
+  attention, attention sinks), minimax_m2;
+* multi-head latent attention: deepseek_v2, deepseek_v3 (DeepSeek-V3/R1/V3.1, Moonlight), kimi_k2
+  (Kimi-K2/K2.5, whose multimodal wrapper ``kimi_k25`` keeps it under ``text_config``), glm_moe_dsa
+  (GLM-5: MLA plus DeepSeek sparse attention);
+* hybrid linear attention: qwen3_5_moe (Qwen3.5, under ``text_config``): Gated DeltaNet layers and
+  gated full-attention layers.
+
+Anything else, or a key whose value the spec cannot express (a shared DSA indexer, MiniMax's
+lightning attention, an activation other than SiLU-gated), is refused with an error naming the
+field, rather than guessed: a wrong shape gives wrong plans silently.  Keys that do not change
+shapes or cost (router scoring, rope scaling, token ids, quantization_config) are ignored;
+biases, QK-norm weights and router bias vectors are not counted (well under 0.1% of any model).
+Vision towers of multimodal wrappers (``vision_config``) are not counted either.
 """
 
 from __future__ import annotations
@@ -14,56 +29,70 @@ from ..errors import InputError, require_keys
 from . import loading
 
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")
-SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "minimax_m2")
+MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm_moe_dsa")
+HYBRID_TYPES = ("qwen3_5_moe_text",)
+SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES + MLA_TYPES + HYBRID_TYPES
+# Multimodal wrappers whose language model sits under text_config (listed in errors for users).
+WRAPPER_TYPES = ("kimi_k25", "qwen3_5_moe")
 
-_REQUIRED = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
-_MOE_REQUIRED = {
-    "mixtral": ("num_local_experts", "num_experts_per_tok"),
-    "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
-    "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+_REQUIRED_BY_TYPE = {
+    **{t: ("intermediate_size",) for t in DENSE_TYPES},
+    "mixtral": ("intermediate_size", "num_local_experts", "num_experts_per_tok"),
+    "qwen2_moe": ("intermediate_size", "num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+    "qwen3_moe": ("intermediate_size", "num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+    "gpt_oss": ("intermediate_size", "num_key_value_heads", "head_dim", "num_local_experts", "num_experts_per_tok"),
+    "minimax_m2": ("intermediate_size", "num_key_value_heads", "head_dim", "num_local_experts", "num_experts_per_tok"),
+    **{t: ("intermediate_size", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+       for t in MLA_TYPES},
+    "qwen3_5_moe_text": ("num_key_value_heads", "head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                         "layer_types", "linear_num_key_heads", "linear_key_head_dim", "linear_num_value_heads",
+                         "linear_value_head_dim", "linear_conv_kernel_dim"),
 }
+# The HF names of per-layer attention kinds.
+_HF_LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "linear"}
+_GATED_ACTIVATIONS = ("silu", "swiglu")
 
 
 def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
     """The spec mapping (input of ``model_from_mapping``) for an HF ``config.json`` dict."""
-    # Multimodal wrappers (Llava, Mistral3, ...) keep the language model under text_config.
+    wrapper_type = config.get("model_type")
+    # Multimodal wrappers (Llava, Mistral3, Kimi-K2.5, Qwen3.5, ...) keep the language model under text_config.
     text_config = config.get("text_config")
     if isinstance(text_config, dict):
-        config = {"_name_or_path": config.get("_name_or_path"), **text_config}
+        merged = {"_name_or_path": config.get("_name_or_path"), **text_config}
+        if "tie_word_embeddings" not in text_config and "tie_word_embeddings" in config:
+            merged["tie_word_embeddings"] = config["tie_word_embeddings"]
+        config = merged
 
     require_keys(config, {"model_type"}, source=source)
     model_type = config["model_type"]
     if model_type not in SUPPORTED_TYPES:
         raise InputError(
-            f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_TYPES)}. "
+            f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_TYPES)} "
+            f"(and the wrappers {', '.join(WRAPPER_TYPES)} around them). "
             "Write a model spec YAML instead; see profiles/models/",
             source=source, field="model_type",
         )
-    require_keys(config, set(_REQUIRED) | set(_MOE_REQUIRED.get(model_type, ())), source=source)
+    require_keys(config, set(_REQUIRED) | set(_REQUIRED_BY_TYPE.get(model_type, ())), source=source)
+    if model_type not in DENSE_TYPES + ("mixtral", "qwen2_moe", "qwen3_moe"):
+        _check_gated_activation(config, source)
 
     hidden = loading.integer(config, "hidden_size", source=source)
     n_heads = loading.integer(config, "num_attention_heads", source=source)
-    head_dim = config.get("head_dim")
-    if head_dim is None:  # explicit in Qwen3 and newer Llama/Mistral configs, where it may differ from h/a
-        if hidden % n_heads:
-            raise InputError(f"hidden_size/num_attention_heads is not whole ({hidden}/{n_heads}) and no head_dim is given",
-                             source=source, field="head_dim")
-        head_dim = hidden // n_heads
-
     spec = {
-        "name": _model_name(config, source, model_type),
+        "name": _model_name(config, source, model_type if wrapper_type == model_type else wrapper_type or model_type),
         "description": f"converted from a Hugging Face config.json (model_type {model_type})",
         "source": source,
         "n_layers": config["num_hidden_layers"],
         "hidden_size": hidden,
-        # The width of a dense MLP layer. In Mixtral every layer is MoE and this is also the expert
-        # width; in Qwen MoE it is the width of the dense layers (mlp_only_layers / skipped by
-        # decoder_sparse_step), while the expert width is moe_intermediate_size.
-        "ffn_hidden_size": config["intermediate_size"],
+        # The width of a dense MLP layer. In Mixtral and gpt-oss every layer is MoE and this is also
+        # the expert width; in Qwen MoE and DeepSeek it is the width of the dense layers, while the
+        # expert width is moe_intermediate_size.  Qwen3.5 has no dense layer and no
+        # intermediate_size: the expert width stands in (unused).
+        "ffn_hidden_size": config.get("intermediate_size") or config.get("moe_intermediate_size"),
         "n_heads": n_heads,
-        "n_kv_heads": config.get("num_key_value_heads") or n_heads,  # absent or null means MHA
-        "head_dim": head_dim,
         "vocab_size": config["vocab_size"],
         # All supported families use a gated MLP (gate, up, down); the activation (silu) does not
         # change the matrix count, which is what "swiglu" stands for here.
@@ -75,21 +104,182 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
         # HF configs carry attention_dropout = 0.0 for these models; honour a non-zero one.
         "dropout": bool(config.get("attention_dropout") or 0),
     }
-    if model_type in MOE_TYPES:
+    if model_type in MLA_TYPES:
+        spec.update(_mla_family(config, model_type, source))
+        return spec
+    spec["n_kv_heads"] = config.get("num_key_value_heads") or n_heads  # absent or null means MHA
+    spec["head_dim"] = _head_dim(config, hidden, n_heads, source)
+    spec.update(_attention_layers(config, model_type, source))
+    if model_type == "gpt_oss":
+        spec["attention_sinks"] = True  # GptOssAttention.sinks: one learned logit per head (not in the config)
+    if model_type == "qwen3_5_moe_text":
+        spec.update(_qwen3_5(config, source))
+    if model_type == "minimax_m2":
+        spec.update(_minimax_m2_extras(config, source))
+    if model_type in MOE_TYPES or model_type in HYBRID_TYPES:
         moe = _moe(config, model_type, source)
         if moe is not None:
             spec["moe"] = moe
     return spec
 
 
+def _check_gated_activation(config: dict, source: str) -> None:
+    act = config.get("hidden_act")
+    if act is not None and act not in _GATED_ACTIVATIONS:
+        raise InputError(f"must be a SiLU-gated activation ({', '.join(_GATED_ACTIVATIONS)}) for this family, but got {act!r}",
+                         source=source, field="hidden_act")
+
+
+def _head_dim(config: dict, hidden: int, n_heads: int, source: str) -> int:
+    head_dim = config.get("head_dim")
+    if head_dim is None:  # explicit in Qwen3 and newer Llama/Mistral configs, where it may differ from h/a
+        if hidden % n_heads:
+            raise InputError(f"hidden_size/num_attention_heads is not whole ({hidden}/{n_heads}) and no head_dim is given",
+                             source=source, field="head_dim")
+        head_dim = hidden // n_heads
+    return head_dim
+
+
+def _attention_layers(config: dict, model_type: str, source: str) -> dict:
+    """``layer_types`` and ``sliding_window`` of a GQA family, as its HF implementation builds them.
+
+    An explicit ``layer_types`` list wins.  Otherwise: Mistral and Mixtral slide every layer when
+    ``sliding_window`` is set; Qwen2/Qwen3 (and their MoE) slide the layers from
+    ``max_window_layers`` on when ``use_sliding_window`` is true; the others never slide.
+    """
+    n_layers = loading.integer(config, "num_hidden_layers", source=source)
+    window = config.get("sliding_window")
+    raw = config.get("layer_types")
+    if raw is not None:
+        if not isinstance(raw, list) or len(raw) != n_layers:
+            raise InputError(f"must list one attention type per layer ({n_layers}), but got {raw!r}",
+                             source=source, field="layer_types")
+        unknown = sorted({t for t in raw if t not in _HF_LAYER_TYPES})
+        if unknown:
+            raise InputError(f"attention type(s) {', '.join(map(repr, unknown))} cannot be expressed; known: "
+                             f"{', '.join(_HF_LAYER_TYPES)}. Write a model spec YAML instead; see profiles/models/",
+                             source=source, field="layer_types")
+        kinds = [_HF_LAYER_TYPES[t] for t in raw]
+    elif model_type in ("mistral", "mixtral") and window:
+        kinds = ["sliding"] * n_layers
+    elif model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and config.get("use_sliding_window") and window:
+        first = loading.integer(config, "max_window_layers", source=source, minimum=0, default=n_layers)
+        kinds = ["sliding" if i >= first else "full" for i in range(n_layers)]
+    elif model_type == "gpt_oss" and window:
+        raise InputError("is required: gpt_oss slides only some layers and the config does not say which",
+                         source=source, field="layer_types")
+    else:
+        kinds = ["full"] * n_layers
+    out: dict = {}
+    if set(kinds) != {"full"}:
+        out["layer_types"] = kinds
+    if "sliding" in kinds:
+        out["sliding_window"] = loading.integer(config, "sliding_window", source=source)
+    return out
+
+
+def _mla_family(config: dict, model_type: str, source: str) -> dict:
+    """DeepSeek-V2/V3, Kimi-K2 and GLM-5 (``DeepseekV3ForCausalLM`` and relatives).
+
+    Attention is MLA in every layer (``num_key_value_heads`` is meaningless there and ignored).
+    HF makes layer ``i`` MoE iff ``n_routed_experts`` is set, ``i >= first_k_dense_replace`` and
+    ``i % moe_layer_freq == 0``; the shared experts are ``n_shared_experts`` of width
+    ``moe_intermediate_size``; ``num_nextn_predict_layers`` MTP modules follow the last layer.
+    """
+    src = dict(source=source)
+    n_layers = loading.integer(config, "num_hidden_layers", **src)
+    n_heads = loading.integer(config, "num_attention_heads", **src)
+    mla = {
+        "kv_lora_rank": loading.integer(config, "kv_lora_rank", **src),
+        "qk_nope_head_dim": loading.integer(config, "qk_nope_head_dim", **src),
+        "qk_rope_head_dim": loading.integer(config, "qk_rope_head_dim", **src),
+        "v_head_dim": loading.integer(config, "v_head_dim", **src),
+    }
+    q_lora_rank = loading.integer(config, "q_lora_rank", **src, default=None)  # null: no query compression
+    if q_lora_rank is not None:
+        mla["q_lora_rank"] = q_lora_rank
+    out: dict = {"n_heads": n_heads, "n_kv_heads": n_heads, "mla": mla,
+                 "mtp_layers": loading.integer(config, "num_nextn_predict_layers", **src, minimum=0, default=0)}
+    if model_type == "glm_moe_dsa":
+        require_keys(config, {"index_n_heads", "index_head_dim", "index_topk"}, source=source)
+        for key in ("indexer_types", "index_topk_freq"):
+            value = config.get(key)
+            if value not in (None, 1) and not (isinstance(value, list) and set(value) <= {"full"}):
+                raise InputError(f"layers that reuse another layer's top-k (shared indexers) cannot be expressed, "
+                                 f"but got {value!r}; write a model spec YAML instead; see profiles/models/",
+                                 source=source, field=key)
+        out["dsa"] = {key: loading.integer(config, key, **src) for key in ("index_n_heads", "index_head_dim", "index_topk")}
+    experts = loading.integer(config, "n_routed_experts", **src, minimum=0, default=0)
+    if experts:
+        require_keys(config, {"num_experts_per_tok", "moe_intermediate_size"}, source=source)
+        first = loading.integer(config, "first_k_dense_replace", **src, minimum=0, default=0)
+        freq = loading.integer(config, "moe_layer_freq", **src, default=1)
+        moe_layers = [i for i in range(n_layers) if i >= first and i % freq == 0]
+        if moe_layers:
+            width = loading.integer(config, "moe_intermediate_size", **src)
+            shared = loading.integer(config, "n_shared_experts", **src, minimum=0, default=0)
+            out["moe"] = {
+                "n_experts": experts,
+                "top_k": loading.integer(config, "num_experts_per_tok", **src),
+                "expert_ffn_hidden_size": width,
+                "n_shared_experts": shared,
+                "shared_expert_ffn_hidden_size": shared * width,
+                "layer_interval": freq,
+                "first_dense_layers": moe_layers[0],
+            }
+    return out
+
+
+def _qwen3_5(config: dict, source: str) -> dict:
+    """Qwen3.5 (``Qwen3_5MoeTextConfig``): Gated DeltaNet in the ``linear_attention`` layers, gated
+    full attention (``attn_output_gate``) in the others, one MTP layer (``mtp_num_hidden_layers``)."""
+    src = dict(source=source)
+    dtype = config.get("mamba_ssm_dtype", "float32")
+    state_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}.get(dtype)
+    if state_bytes is None:
+        raise InputError(f"must be float32, bfloat16 or float16, but got {dtype!r}", source=source, field="mamba_ssm_dtype")
+    return {
+        "linear_attention": {
+            "n_key_heads": loading.integer(config, "linear_num_key_heads", **src),
+            "key_head_dim": loading.integer(config, "linear_key_head_dim", **src),
+            "n_value_heads": loading.integer(config, "linear_num_value_heads", **src),
+            "value_head_dim": loading.integer(config, "linear_value_head_dim", **src),
+            "conv_kernel": loading.integer(config, "linear_conv_kernel_dim", **src),
+            "recurrent_state_bytes_per_element": state_bytes,
+        },
+        "attention_output_gate": loading.boolean(config, "attn_output_gate", **src, default=False),
+        "mtp_layers": loading.integer(config, "mtp_num_hidden_layers", **src, minimum=0, default=0),
+    }
+
+
+def _minimax_m2_extras(config: dict, source: str) -> dict:
+    """MiniMax-M2: full softmax GQA in every layer; ``num_mtp_modules`` MTP modules of one layer each."""
+    types = config.get("attn_type_list")
+    if types is not None and any(t != 1 for t in types):
+        raise InputError("lightning (linear) attention layers of MiniMax-01/M1 cannot be expressed; "
+                         "write a model spec YAML instead; see profiles/models/", source=source, field="attn_type_list")
+    out: dict = {}
+    if config.get("use_mtp"):
+        per_module = loading.integer(config, "mtp_transformer_layers", source=source, default=1)
+        if per_module != 1:
+            raise InputError(f"MTP modules of more than one transformer layer cannot be expressed, but got {per_module}",
+                             source=source, field="mtp_transformer_layers")
+        out["mtp_layers"] = loading.integer(config, "num_mtp_modules", source=source, minimum=0)
+    return out
+
+
 def _moe(config: dict, model_type: str, source: str) -> dict | None:
-    if model_type == "mixtral":  # every layer MoE, experts as wide as intermediate_size
-        return {
+    if model_type in ("mixtral", "gpt_oss", "minimax_m2"):  # every layer MoE, experts as wide as intermediate_size
+        moe = {
             "n_experts": config["num_local_experts"],
             "top_k": config["num_experts_per_tok"],
             "expert_ffn_hidden_size": config["intermediate_size"],
         }
-    # Qwen2-MoE / Qwen3-MoE: HF makes layer i sparse iff i is not in mlp_only_layers and
+        shared = config.get("shared_intermediate_size") or 0  # minimax_m2: 0 = no shared expert
+        if model_type == "minimax_m2" and shared:
+            moe.update(n_shared_experts=1, shared_expert_ffn_hidden_size=shared)
+        return moe
+    # Qwen2-MoE / Qwen3-MoE / Qwen3.5: HF makes layer i sparse iff i is not in mlp_only_layers and
     # (i + 1) % decoder_sparse_step == 0. Our MoESpec only knows "dense prefix, then every
     # layer_interval-th layer", so derive that and refuse layouts it cannot express.
     n_layers = loading.integer(config, "num_hidden_layers", source=source)
@@ -109,7 +299,8 @@ def _moe(config: dict, model_type: str, source: str) -> dict | None:
             "'leading dense layers, then every Nth layer'; write a model spec YAML instead; see profiles/models/",
             source=source, field="mlp_only_layers",
         )
-    shared = config.get("shared_expert_intermediate_size") or 0  # qwen2_moe only: one always-on expert
+    # One always-on shared expert (qwen2_moe, Qwen3.5; with a sigmoid gate h -> 1, not counted).
+    shared = config.get("shared_expert_intermediate_size") or 0
     return {
         "n_experts": config["num_experts"],
         "top_k": config["num_experts_per_tok"],
@@ -122,11 +313,15 @@ def _moe(config: dict, model_type: str, source: str) -> dict | None:
 
 
 def _model_name(config: dict, source: str, model_type: str) -> str:
-    """``_name_or_path`` basename, else the folder holding config.json, else the model_type."""
+    """``_name_or_path`` basename, else the folder holding config.json (or the file name of another
+    JSON file, ``org--Name.json`` read as ``name``), else the model_type."""
     name_or_path = config.get("_name_or_path")
     if isinstance(name_or_path, str) and name_or_path.strip("/"):
         return PurePosixPath(name_or_path.rstrip("/")).name.lower()  # "Qwen/Qwen3-8B" -> "qwen3-8b"
-    folder = Path(source).parent
+    path = Path(source)
+    if path.suffix == ".json" and path.name != "config.json":
+        return path.stem.split("--")[-1].lower()  # "deepseek-ai--DeepSeek-V3.json" -> "deepseek-v3"
+    folder = path.parent
     # In the HF cache the folder is a commit hash: models--Qwen--Qwen3-8B/snapshots/<sha>/config.json
     if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
         return folder.parent.parent.name.split("--")[-1].lower()

@@ -23,8 +23,8 @@ def _first_existing(*candidates: Path) -> Path:
 
 
 def bundled_dir(kind: str) -> Path:
-    """Return the folder of a bundled kind: 'hardware', 'models', 'frameworks' or 'search_spaces'."""
-    if kind in ("hardware", "models", "frameworks"):
+    """Return the folder of a bundled kind: 'hardware', 'models', 'frameworks', 'catalogue' or 'search_spaces'."""
+    if kind in ("hardware", "models", "frameworks", "catalogue"):
         return _first_existing(
             _PACKAGE_DIR / "_bundled" / "profiles" / kind,
             _PACKAGE_DIR.parent / "profiles" / kind,
@@ -34,7 +34,7 @@ def bundled_dir(kind: str) -> Path:
             _PACKAGE_DIR / "_bundled" / "search_spaces",
             _PACKAGE_DIR.parent / "search_spaces",
         )
-    raise ValueError(f"kind must be 'hardware', 'models', 'frameworks' or 'search_spaces', but got (kind={kind!r})")
+    raise ValueError(f"kind must be 'hardware', 'models', 'frameworks', 'catalogue' or 'search_spaces', but got (kind={kind!r})")
 
 
 def bundled_names(kind: str) -> list[str]:

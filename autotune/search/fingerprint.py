@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from ..errors import InputError
 from ..inputs.framework import Framework
 from ..inputs.hardware import Cluster, Efficiency, Hardware, Link
-from ..inputs.modelspec import ModelSpec, MoESpec
+from ..inputs.modelspec import ModelSpec, model_from_mapping
 from ..inputs.workload import TrainWorkload
 from ..training.problem import OBJECTIVES, Objective, TrainingProblem
 from ..training.space import Rules, Space
@@ -66,12 +66,21 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} in a study")
 
 
+# Fields added after version 1 of the record, stored only when set, so that a record made before
+# them still matches the same problem.
+_OPTIONAL_HARDWARE = ("scale_up_domain_gpus", "scale_up", "price_estimated")
+_OPTIONAL_MODEL = ("mla", "dsa", "linear_attention", "layer_types", "sliding_window", "attention_output_gate",
+                   "attention_sinks", "mtp_layers")
+
+
 def _hardware_dict(hw: Hardware) -> dict:
     out = {}
     for f in dataclasses.fields(hw):
         if f.name in ("sources", "description"):
             continue
         value = getattr(hw, f.name)
+        if f.name in _OPTIONAL_HARDWARE and value == f.default:
+            continue
         if dataclasses.is_dataclass(value):
             value = dataclasses.asdict(value)
         elif isinstance(value, Mapping):
@@ -81,7 +90,12 @@ def _hardware_dict(hw: Hardware) -> dict:
 
 
 def _model_dict(model: ModelSpec) -> dict:
-    out = {f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.name not in ("description", "source")}
+    out = {}
+    for f in dataclasses.fields(model):
+        value = getattr(model, f.name)
+        if f.name in ("description", "source") or (f.name in _OPTIONAL_MODEL and value == f.default):
+            continue
+        out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
     out["moe"] = dataclasses.asdict(model.moe) if model.moe else None
     return out
 
@@ -92,7 +106,9 @@ def fingerprint(problem: TrainingProblem, objectives: Sequence[Objective]) -> di
         "version": FINGERPRINT_VERSION,
         "model": _model_dict(problem.model),
         "hardware": _hardware_dict(problem.cluster.hardware),
-        "cluster": {"n_gpus": problem.cluster.n_gpus, "gpus_per_node": problem.cluster.gpus_per_node},
+        "cluster": {"n_gpus": problem.cluster.n_gpus, "gpus_per_node": problem.cluster.gpus_per_node,
+                    **({"scale_up_domain_gpus": problem.cluster.scale_up_domain_gpus}
+                       if problem.cluster.scale_up_domain_gpus else {})},
         "workload": dataclasses.asdict(problem.workload),
         "space": {"name": problem.space.name, "choices": {k: list(v) for k, v in problem.choices.items()},
                   "rules": dataclasses.asdict(problem.rules)},
@@ -111,12 +127,11 @@ def problem_from_fingerprint(data: Mapping[str, Any], *, study: str = "") -> tup
                          f"{data.get('version') if isinstance(data, Mapping) else None!r}, expected {FINGERPRINT_VERSION})",
                          field="--study")
     try:
-        m = dict(data["model"])
-        moe = m.pop("moe")
-        model = ModelSpec(**m, moe=MoESpec(**moe) if moe else None)
+        m = {k: v for k, v in data["model"].items() if v is not None}
+        model = model_from_mapping(m, source=where)
         h = dict(data["hardware"])
-        hw = Hardware(**{**h, "intra_node": Link(**h["intra_node"]), "inter_node": Link(**h["inter_node"]),
-                         "efficiency": Efficiency(**h["efficiency"]), "description": "", "sources": {}})
+        links = {k: Link(**h[k]) for k in ("intra_node", "inter_node", "scale_up") if h.get(k)}
+        hw = Hardware(**{**h, **links, "efficiency": Efficiency(**h["efficiency"]), "description": "", "sources": {}})
         cluster = Cluster(hardware=hw, **data["cluster"])
         workload = TrainWorkload(**data["workload"])
         rules = Rules(**data["space"]["rules"])

@@ -76,6 +76,7 @@ SILICON_FAMILIES: Mapping[str, str] = {
     # GH100: the H100 SXM, its 96 GB 500 W variant (efficiencies are fractions of each part's own
     # peak) and the H200 (same die and clocks, more and faster HBM).
     "h100-sxm5-80gb": "gh100", "h100-sxm5-96gb-500w": "gh100", "h200-sxm-141gb": "gh100",
+    "h800-sxm5-80gb": "gh100",  # the GH100 die with NVLink capped (DeepSeek-V3 report, section 3.1)
 }
 MEMORY_PARAMS: tuple[str, ...] = ()
 COMPUTE_PARAMS: tuple[str, ...] = ("gemm", "fp8_gemm", "attention", "cudnn_attention", "gemm_overhead_us", "step_overhead_s")

@@ -13,6 +13,7 @@ reports the range of predictions over them.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 from ..errors import InputError
 from ..inputs.framework import Framework, framework_for_run
 from ..inputs.hardware import Cluster, Hardware
-from ..inputs.modelspec import ModelSpec, MoESpec
+from ..inputs.modelspec import ModelSpec, MoESpec, load_model
 from ..inputs.workload import TrainWorkload
 from .plan import Plan
 
@@ -54,6 +55,8 @@ REQUIRED_COLUMNS = (
     "id", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "vocab_size", "seq_len", "gpu", "n_gpus",
     "tp", "pp", "measured_tokens_per_s_per_gpu",
 )
+# Not needed where a row names its architecture with an hf_config cell instead.
+ARCHITECTURE_COLUMNS = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "vocab_size")
 
 
 @dataclass(frozen=True)
@@ -155,12 +158,26 @@ def _model(row: dict, dropout: bool) -> ModelSpec:
     )
 
 
+def _model_from_hf_config(row: dict, dropout: bool) -> ModelSpec:
+    """The architecture of a row that names it with an ``hf_config`` cell: a Hugging Face config.json
+    (absolute, or relative to the CSV's folder: :func:`read_runs` resolves it), used instead of the
+    architecture columns.  A file that cannot be read or converted is an error naming the row."""
+    cell = row["hf_config"].strip()
+    try:
+        spec = load_model(cell)
+    except InputError as exc:
+        raise InputError(f"row {row.get('id')!r}: {exc}", field="hf_config") from None
+    return dataclasses.replace(spec, name=row.get("model_name") or spec.name, dropout=dropout)
+
+
 def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedRow:
     """One CSV row as a run to predict (or the reason it is skipped); ``profiles`` caches framework profiles."""
     rid = row["id"]
     if (row.get("usable") or "true").strip().lower() == "false":
         return SkippedRow(rid, "marked unusable in the file: " + (row.get("notes") or "").split(";")[0][:120])
-    missing = [k for k in REQUIRED_COLUMNS if not (row.get(k) or "").strip()]
+    hf_config = (row.get("hf_config") or "").strip()
+    missing = [k for k in REQUIRED_COLUMNS if not (row.get(k) or "").strip()
+               and not (hf_config and k in ARCHITECTURE_COLUMNS)]
     if missing:
         return SkippedRow(rid, f"no value for {', '.join(missing)}")
     global_batch = _int(row, "global_batch")
@@ -180,10 +197,13 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
     microbatches, how = microbatches_of(row, framework)
     if how:
         inferred["microbatches"] = how
-    try:
-        model = _model(row, dropout)
-    except ValueError as exc:
-        return SkippedRow(rid, f"architecture cannot be expressed: {exc}")
+    if hf_config:
+        model = _model_from_hf_config(row, dropout)
+    else:
+        try:
+            model = _model(row, dropout)
+        except ValueError as exc:
+            return SkippedRow(rid, f"architecture cannot be expressed: {exc}")
     known: dict[str, Any] = {}
     unknown: list[str] = []
     for key, column, parse in (
@@ -225,7 +245,8 @@ def read_runs(path: Path) -> list[MeasuredRun | SkippedRow]:
             reader = csv.DictReader(handle)
             if reader.fieldnames is None:
                 raise InputError("empty file; expected a CSV header row", source=source)
-            absent = [c for c in REQUIRED_COLUMNS if c not in reader.fieldnames]
+            absent = [c for c in REQUIRED_COLUMNS if c not in reader.fieldnames
+                      and not ("hf_config" in reader.fieldnames and c in ARCHITECTURE_COLUMNS)]
             if absent:
                 raise InputError(f"missing column(s) {', '.join(absent)}; see docs/validation.md for the schema",
                                  source=source)
@@ -237,6 +258,9 @@ def read_runs(path: Path) -> list[MeasuredRun | SkippedRow]:
     out = []
     profiles: dict = {}
     for row in rows:
+        cell = (row.get("hf_config") or "").strip()
+        if cell and not Path(cell).is_absolute():
+            row = {**row, "hf_config": str(path.parent / cell)}  # relative to the CSV, not the working folder
         try:
             out.append(parse_row(row, profiles))
         except InputError as exc:

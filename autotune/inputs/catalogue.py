@@ -1,0 +1,93 @@
+"""The bundled catalogue of Hugging Face model ids (profiles/catalogue/hf_models.yaml).
+
+It maps an id such as ``deepseek-ai/DeepSeek-R1`` or ``nvidia/Llama-3.1-8B-Instruct-FP8`` to the
+bundled spec of its architecture, with the weight format of that repository's checkpoint, so that
+``--model <hf id>`` works and measured serving rows that name only an ``hf_model_id`` can be
+predicted.  Ids are matched without regard to case (the Hub resolves them so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Mapping
+
+from ..errors import InputError, check_keys
+from . import loading
+from .resources import bundled_dir
+
+CHECKPOINT_FORMATS = ("bf16", "fp8", "nvfp4", "mxfp4", "int4")
+_ENTRY_KEYS = frozenset({"spec", "checkpoint", "scope", "source", "reason"})
+
+
+@dataclass(frozen=True)
+class CatalogueEntry:
+    """One Hugging Face id: the bundled spec of its architecture (None if it cannot be expressed)."""
+
+    hf_id: str
+    spec: str | None
+    checkpoint: str | None = None  # weight format of the repository's checkpoint (CHECKPOINT_FORMATS)
+    scope: str = ""  # which weights carry that format, when not all linear layers do
+    source: str = ""
+    reason: str = ""  # why an id without a spec cannot be expressed
+
+
+def _path():
+    return bundled_dir("catalogue") / "hf_models.yaml"
+
+
+@lru_cache(maxsize=1)
+def catalogue() -> Mapping[str, CatalogueEntry]:
+    """Every entry, keyed by its id in lower case."""
+    path = _path()
+    source = f"profiles/catalogue/{path.name}"
+    data = loading.read_mapping(path)
+    check_keys(data, frozenset({"models"}), source=source)
+    models = data.get("models")
+    if not isinstance(models, dict) or not models:
+        raise InputError("must map Hugging Face ids to entries", source=source, field="models")
+    entries: dict[str, CatalogueEntry] = {}
+    for hf_id, raw in models.items():
+        section = f"models.{hf_id}"
+        if not isinstance(raw, dict):
+            raise InputError("must be a mapping (spec, checkpoint, source)", source=source, field=section)
+        check_keys(raw, _ENTRY_KEYS, source=source, section=section)
+        spec = loading.text(raw, "spec", source=source, section=section, default=None)
+        if spec is None:
+            reason = loading.text(raw, "reason", source=source, section=section)
+            entry = CatalogueEntry(hf_id=hf_id, spec=None, reason=reason.strip())
+        else:
+            entry = CatalogueEntry(
+                hf_id=hf_id,
+                spec=spec,
+                checkpoint=loading.text(raw, "checkpoint", source=source, section=section, choices=CHECKPOINT_FORMATS),
+                scope=loading.text(raw, "scope", source=source, section=section, default=""),
+                source=loading.text(raw, "source", source=source, section=section),
+            )
+        if hf_id.lower() in entries:
+            raise InputError(f"lists {hf_id!r} twice (ids are matched without regard to case)", source=source,
+                             field=section)
+        entries[hf_id.lower()] = entry
+    return MappingProxyType(entries)
+
+
+def hf_ids() -> list[str]:
+    """The ids the catalogue knows, as spelled there."""
+    return sorted(entry.hf_id for entry in catalogue().values())
+
+
+def lookup_hf_id(hf_id: str) -> CatalogueEntry | None:
+    """The entry of ``hf_id`` (any case), or None if the catalogue does not list it."""
+    return catalogue().get(hf_id.strip().lower())
+
+
+def resolve_hf_id(hf_id: str) -> CatalogueEntry | None:
+    """The entry of ``hf_id`` if it maps to a bundled spec; None if the catalogue does not list it.
+
+    A listed id that cannot be expressed is an error that says why.
+    """
+    entry = lookup_hf_id(hf_id)
+    if entry is not None and entry.spec is None:
+        raise InputError(f"{hf_id!r} cannot be planned with a bundled spec: {entry.reason}", field="--model")
+    return entry
