@@ -12,6 +12,8 @@ from ..outputs.files import check_out_dir
 from ..outputs.report import StudySource, build_report, require_matplotlib
 from .app import app, progress, stdout, user_errors
 
+MAX_REPORT_TRIALS = 10_000
+
 
 @app.command(
     "report",
@@ -49,8 +51,9 @@ def report_command(
                              "--storage URL --study NAME", field="RESULT")
         else:
             source = result
-        if trials < 0:
-            raise InputError(f"must be >= 0, but got {trials}", field="--trials")
+        if not 0 <= trials <= MAX_REPORT_TRIALS:
+            raise InputError(f"must be between 0 and {MAX_REPORT_TRIALS:,} (each convergence run costs a TPE "
+                             f"trial per evaluation), but got {trials:,}", field="--trials")
         require_matplotlib()
         check_out_dir(out, force)
         with progress("report") as update:

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..errors import InputError
 from ..inputs.request import TrainingRequest
-from ..search.api import inputs_json, parse_fixes
+from ..search.api import check_trials, inputs_json, parse_fixes
 from ..search.optuna_study import (
     count_trials,
     enqueue_plans,
@@ -49,6 +49,7 @@ from .app import (
     user_errors,
 )
 
+MAX_WAIT_S = 7 * 24 * 3600  # worker --wait: a week
 _STATUS_STYLE = {"ok": "green", "failed": "red", "infeasible": "yellow"}
 
 Storage = Annotated[str, typer.Option("--storage", help="Optuna storage URL: sqlite:///study.db, "
@@ -181,8 +182,7 @@ def tune(
         if run is None:
             raise InputError("is required: the benchmark command to run per trial", field="--run")
         command = parse_command(run, shell)
-        if trials < 1:
-            raise InputError(f"must be >= 1, but got {trials}", field="--trials")
+        check_trials(trials)
         if trial_timeout is not None and trial_timeout <= 0:
             raise InputError(f"must be > 0 seconds, but got {trial_timeout}", field="--trial-timeout")
         if not 0 <= margin <= 1:
@@ -248,8 +248,10 @@ def worker(
     """Join a persistent study and evaluate its trials until it holds its target number."""
 
     with user_errors():
-        if trials is not None and trials < 1:
-            raise InputError(f"must be >= 1, but got {trials}", field="--trials")
+        if trials is not None:
+            check_trials(trials)
+        if not 0 <= wait <= MAX_WAIT_S:
+            raise InputError(f"must be between 0 and {MAX_WAIT_S:,} seconds, but got {wait:g}", field="--wait")
         store = make_storage(storage, heartbeat_s=heartbeat or None)
         opened, problem, objectives, settings, target = load_for_worker(store, study, wait)
         target = trials or target

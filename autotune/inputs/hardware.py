@@ -208,6 +208,23 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     )
 
 
+def hardware_to_mapping(hw: Hardware) -> dict:
+    """The profile as plain data (what a profile YAML holds, less description and sources, with any calibration
+    and --price applied): ``hardware_from_mapping`` reads it back.  Studies store it in their problem record and
+    ``plans.json`` embeds it, so a custom profile is read back from anywhere."""
+    out = {}
+    for f in dataclasses.fields(hw):
+        if f.name in ("sources", "description"):
+            continue
+        value = getattr(hw, f.name)
+        if dataclasses.is_dataclass(value):
+            value = dataclasses.asdict(value)
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        out[f.name] = value
+    return out
+
+
 def hardware_names() -> list[str]:
     return bundled_names("hardware")
 

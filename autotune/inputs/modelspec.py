@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +14,9 @@ from .resources import bundled_names, read_named
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "alibi", "none")
+# Beyond these a spec is a typo: the space enumerates pipeline splits per layer, and sizes this large overflow.
+MAX_LAYERS = 100_000
+MAX_SIZE = 10**8
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,16 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "head_dim", "vocab_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, but got ({name}={getattr(self, name)})")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise ValueError(f"{name} must be a whole number, but got ({name}={value!r})")
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, but got ({name}={value})")
+            limit = MAX_LAYERS if name == "n_layers" else MAX_SIZE
+            if value > limit:
+                raise ValueError(f"{name} must be <= {limit:,}, but got ({name}={value})")
+        if self.moe is not None and self.moe.n_experts > MAX_SIZE:
+            raise ValueError(f"moe.n_experts must be <= {MAX_SIZE:,}, but got (n_experts={self.moe.n_experts})")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads must be a multiple of n_kv_heads, but got (n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads})")
         if self.mlp not in MLP_KINDS:
@@ -181,27 +193,41 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
         except ValueError as exc:
             raise InputError(str(exc), source=source, field="moe") from None
     n_kv_heads = num("n_kv_heads", default=n_heads)
+    n_layers = num("n_layers", maximum=MAX_LAYERS)
     if n_heads % n_kv_heads:
         raise InputError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})", source=source, field="n_kv_heads")
-    return ModelSpec(
-        name=loading.text(data, "name", source=source),
-        n_layers=num("n_layers"),
-        hidden_size=hidden,
-        ffn_hidden_size=num("ffn_hidden_size"),
-        n_heads=n_heads,
-        n_kv_heads=n_kv_heads,
-        head_dim=head_dim,
-        vocab_size=num("vocab_size"),
-        mlp=loading.text(data, "mlp", source=source, default="swiglu", choices=MLP_KINDS),
-        tied_embeddings=loading.boolean(data, "tied_embeddings", source=source, default=False),
-        max_seq_len=num("max_seq_len", default=None),
-        norm=loading.text(data, "norm", source=source, default="rmsnorm", choices=NORM_KINDS),
-        position_embedding=loading.text(data, "position_embedding", source=source, default="rope", choices=POSITION_KINDS),
-        dropout=loading.boolean(data, "dropout", source=source, default=False),
-        moe=moe,
-        description=loading.text(data, "description", source=source, default=""),
-        source=loading.text(data, "source", source=source, default=""),
-    )
+    try:
+        return ModelSpec(
+            name=loading.text(data, "name", source=source),
+            n_layers=n_layers,
+            hidden_size=hidden,
+            ffn_hidden_size=num("ffn_hidden_size"),
+            n_heads=n_heads,
+            n_kv_heads=n_kv_heads,
+            head_dim=head_dim,
+            vocab_size=num("vocab_size"),
+            mlp=loading.text(data, "mlp", source=source, default="swiglu", choices=MLP_KINDS),
+            tied_embeddings=loading.boolean(data, "tied_embeddings", source=source, default=False),
+            max_seq_len=num("max_seq_len", default=None, maximum=2**62),
+            norm=loading.text(data, "norm", source=source, default="rmsnorm", choices=NORM_KINDS),
+            position_embedding=loading.text(data, "position_embedding", source=source, default="rope", choices=POSITION_KINDS),
+            dropout=loading.boolean(data, "dropout", source=source, default=False),
+            moe=moe,
+            description=loading.text(data, "description", source=source, default=""),
+            source=loading.text(data, "source", source=source, default=""),
+        )
+    except ValueError as exc:  # the constructor's own checks (sizes in range, heads divide)
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(str(exc), source=source) from None
+
+
+def model_to_mapping(model: ModelSpec) -> dict:
+    """The spec as plain data (what a spec YAML holds, less description and source): ``model_from_mapping`` reads it
+    back.  Studies store it in their problem record and ``plans.json`` embeds it, so either is read from anywhere."""
+    out = {f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.name not in ("description", "source")}
+    out["moe"] = dataclasses.asdict(model.moe) if model.moe else None
+    return out
 
 
 def model_names() -> list[str]:

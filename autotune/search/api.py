@@ -39,6 +39,9 @@ from .result import SearchResult
 from .serving import ServeSearchResult, capacity_search, serve_search
 
 Progress = Callable[[str, int, int], None]
+# More trials than this is a typo: at a few milliseconds each (more with a storage) it would run for hours.
+MAX_TRIALS = 1_000_000
+MAX_SEED = 2**32 - 1  # what numpy's and Optuna's generators take
 TRAIN_SPACE = "search_spaces/train.yaml"
 SERVE_SPACE = "search_spaces/serve.yaml"
 
@@ -63,6 +66,16 @@ def parse_fixes(fixes: list[str] | tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def check_trials(trials: int, flag: str = "--trials") -> int:
+    """A trial budget: at least 1 and at most :data:`MAX_TRIALS`."""
+    if trials < 1:
+        raise InputError(f"must be >= 1, but got {trials}", field=flag)
+    if trials > MAX_TRIALS:
+        raise InputError(f"must be at most {MAX_TRIALS:,} (more would run for hours; for a space that large use "
+                         f"several `autotune worker` processes on one --storage), but got {trials:,}", field=flag)
+    return trials
+
+
 @dataclass(frozen=True, kw_only=True)
 class SearchSettings:
     """How to search: the space and its pinned axes (``fixes``, already parsed), the sampler and what to rank by."""
@@ -76,8 +89,9 @@ class SearchSettings:
     top: int = 10
 
     def __post_init__(self) -> None:
-        if self.trials < 1:
-            raise InputError(f"must be >= 1, but got {self.trials}", field="--trials")
+        check_trials(self.trials)
+        if not 0 <= self.seed <= MAX_SEED:
+            raise InputError(f"must be between 0 and {MAX_SEED}, but got {self.seed}", field="--seed")
         if self.top < 1:
             raise InputError(f"must be >= 1, but got {self.top}", field="--top")
         if self.sampler not in SAMPLER_CHOICES:
@@ -347,6 +361,6 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
 
 __all__ = [
     "CapacityOutcome", "CapacitySearch", "SearchSettings", "ServingSearch", "ServingSearchOutcome", "StudyOptions",
-    "TrainingSearch", "TrainingSearchOutcome", "inputs_json", "parse_fixes", "plan_capacity_search",
+    "TrainingSearch", "TrainingSearchOutcome", "check_trials", "inputs_json", "parse_fixes", "plan_capacity_search",
     "search_serving", "search_training", "training_problem", "wants_capacity",
 ]

@@ -45,7 +45,10 @@ GRID_INTENSITY_SOURCE = ("world average 2019 (IEA), carbontracker's default (lfw
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)(?:e(\d+))?\s*([a-z]*)\s*$", re.IGNORECASE)
 _UNITS_DAYS = {"": 1.0, "d": 1.0, "day": 1.0, "days": 1.0, "h": 1 / 24, "hr": 1 / 24, "hour": 1 / 24, "hours": 1 / 24,
-               "w": 7.0, "wk": 7.0, "week": 7.0, "weeks": 7.0, "m": 30.0, "mo": 30.0, "month": 30.0, "months": 30.0}
+               "min": 1 / 1440, "mins": 1 / 1440, "minute": 1 / 1440, "minutes": 1 / 1440,
+               "w": 7.0, "wk": 7.0, "week": 7.0, "weeks": 7.0, "mo": 30.0, "month": 30.0, "months": 30.0}
+# A deadline longer than this is a typo (a century).
+MAX_DEADLINE_DAYS = 36_500.0
 
 
 def gpu_counts(low: int, high: int, gpus_per_node: int) -> list[int]:
@@ -81,12 +84,16 @@ def parse_duration_days(text: str | None, flag: str = "--deadline") -> float | N
         return None
     match = _DURATION.match(str(text))
     unit = match.group(3).lower() if match else ""
+    if unit == "m":
+        raise InputError(f"'m' is ambiguous in {text!r}: write mo for months (30 days) or min for minutes", field=flag)
     if not match or unit not in _UNITS_DAYS:
         raise InputError(f"must be a duration such as 30d, 720h, 6w or 2mo, but got {text!r}", field=flag)
-    value = float(match.group(1)) * (10 ** int(match.group(2)) if match.group(2) else 1)
-    days = value * _UNITS_DAYS[unit]
+    exponent = int(match.group(2)) if match.group(2) else 0
+    days = float(match.group(1)) * _UNITS_DAYS[unit] * (10.0 ** exponent if exponent < 300 else math.inf)
     if days <= 0:
         raise InputError(f"must be longer than zero, but got {text!r}", field=flag)
+    if not days <= MAX_DEADLINE_DAYS:
+        raise InputError(f"must be at most {MAX_DEADLINE_DAYS:,.0f} days, but got {text!r}", field=flag)
     return days
 
 

@@ -15,8 +15,8 @@ import json
 from typing import Any, Mapping, Sequence
 
 from ..errors import InputError
-from ..inputs.hardware import Cluster, Efficiency, Hardware, Link
-from ..inputs.modelspec import ModelSpec, MoESpec
+from ..inputs.hardware import Cluster, hardware_from_mapping, hardware_to_mapping
+from ..inputs.modelspec import model_from_mapping, model_to_mapping
 from ..inputs.workload import TrainWorkload
 from ..training.problem import OBJECTIVES, Objective, TrainingProblem
 from ..training.space import Rules, Space
@@ -65,32 +65,12 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} in a study")
 
 
-def _hardware_dict(hw: Hardware) -> dict:
-    out = {}
-    for f in dataclasses.fields(hw):
-        if f.name in ("sources", "description"):
-            continue
-        value = getattr(hw, f.name)
-        if dataclasses.is_dataclass(value):
-            value = dataclasses.asdict(value)
-        elif isinstance(value, Mapping):
-            value = dict(value)
-        out[f.name] = value
-    return out
-
-
-def _model_dict(model: ModelSpec) -> dict:
-    out = {f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.name not in ("description", "source")}
-    out["moe"] = dataclasses.asdict(model.moe) if model.moe else None
-    return out
-
-
 def fingerprint(problem: TrainingProblem, objectives: Sequence[Objective]) -> dict:
     """Everything that decides a trial's result, as plain JSON (stored on the study)."""
     return _jsonable({
         "version": FINGERPRINT_VERSION,
-        "model": _model_dict(problem.model),
-        "hardware": _hardware_dict(problem.cluster.hardware),
+        "model": model_to_mapping(problem.model),
+        "hardware": hardware_to_mapping(problem.cluster.hardware),
         "cluster": {"n_gpus": problem.cluster.n_gpus, "gpus_per_node": problem.cluster.gpus_per_node},
         "workload": dataclasses.asdict(problem.workload),
         "space": {"name": problem.space.name, "choices": {k: list(v) for k, v in problem.choices.items()},
@@ -107,12 +87,8 @@ def problem_from_fingerprint(data: Mapping[str, Any], *, study: str = "") -> tup
                          f"{data.get('version') if isinstance(data, Mapping) else None!r}, expected {FINGERPRINT_VERSION})",
                          field="--study")
     try:
-        m = dict(data["model"])
-        moe = m.pop("moe")
-        model = ModelSpec(**m, moe=MoESpec(**moe) if moe else None)
-        h = dict(data["hardware"])
-        hw = Hardware(**{**h, "intra_node": Link(**h["intra_node"]), "inter_node": Link(**h["inter_node"]),
-                         "efficiency": Efficiency(**h["efficiency"]), "description": "", "sources": {}})
+        model = model_from_mapping(dict(data["model"]), source=where)
+        hw = hardware_from_mapping(dict(data["hardware"]), source=where)
         cluster = Cluster(hardware=hw, **data["cluster"])
         workload = TrainWorkload(**data["workload"])
         rules = Rules(**data["space"]["rules"])
