@@ -172,3 +172,125 @@ def test_deadline_in_minutes_and_months():
     assert cap.parse_duration_days("2mo") == pytest.approx(60)
     assert_user_error(invoke("search", *SMALL, "--gpus", "8..16", "--tokens", "1e9", "--deadline", "1e999d"),
                       "--deadline")
+
+
+# --- CSVs of measured runs ---------------------------------------------------------------------------------
+
+TRAINING_CSV = ROOT / "tests" / "data" / "training_runs_small.csv"
+SERVING_CSV = ROOT / "tests" / "data" / "serving_runs_small.csv"
+
+
+def csv_rows(path: Path) -> list[dict]:
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def write_csv(path: Path, rows: list[dict], header: list[str] | None = None) -> Path:
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        columns = header or list(rows[0])
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([row.get(c, "") for c in (header or list(rows[0]))])
+    return path
+
+
+@pytest.fixture(params=[TRAINING_CSV, SERVING_CSV], ids=["training", "serving"])
+def runs_csv(request) -> Path:
+    return request.param
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_a_folder_given_as_the_csv(command, tmp_path):
+    folder = tmp_path / "runs.csv"
+    folder.mkdir()
+    extra = ["--out", tmp_path / "calib.yaml"] if command == "calibrate" else []
+    assert_user_error(invoke(command, folder, *extra), "runs.csv", "folder")
+
+
+@pytest.mark.parametrize("encoding, needle", [("utf-16", "UTF-16"), ("utf-32", "UTF-32")])
+def test_utf16_csv_is_refused_with_the_fix(runs_csv, encoding, needle, tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text(runs_csv.read_text(encoding="utf-8"), encoding=encoding)
+    assert_user_error(invoke("validate", path), "runs.csv", needle, "UTF-8")
+
+
+def test_latin1_bytes_are_refused_with_the_line(runs_csv, tmp_path):
+    path = tmp_path / "runs.csv"
+    lines = runs_csv.read_text(encoding="utf-8").encode("ascii", errors="replace").decode("ascii").splitlines()
+    lines[2] = lines[2].replace(",", ",Müller ", 1)  # one Latin-1 byte (0xfc) on line 3
+    path.write_bytes("\n".join(lines).encode("latin-1"))
+    assert_user_error(invoke("validate", path), "runs.csv", "not UTF-8", "line 3")
+
+
+def test_excel_utf8_bom_is_accepted(runs_csv, tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text(runs_csv.read_text(encoding="utf-8"), encoding="utf-8-sig")
+    plain = invoke("validate", runs_csv, "--json")
+    with_bom = invoke("validate", path, "--json")
+    assert with_bom.exit_code == 0 == plain.exit_code, with_bom.output
+    import json
+
+    assert json.loads(with_bom.stdout)["rows"] == json.loads(plain.stdout)["rows"]
+
+
+def test_duplicate_column_names(runs_csv, tmp_path):
+    rows = csv_rows(runs_csv)
+    header = list(rows[0]) + ["tp"]
+    path = write_csv(tmp_path / "runs.csv", rows, header)
+    assert_user_error(invoke("validate", path), "runs.csv", "'tp' more than once")
+
+
+def test_duplicate_ids(runs_csv, tmp_path):
+    rows = csv_rows(runs_csv)
+    path = write_csv(tmp_path / "runs.csv", rows + [rows[0]])
+    assert_user_error(invoke("validate", path), "runs.csv", f"id {rows[0]['id']!r} appears twice")
+    assert_user_error(invoke("calibrate", write_csv(tmp_path / "t.csv", csv_rows(TRAINING_CSV) * 2),
+                             "--out", tmp_path / "c.yaml"), "t.csv", "appears twice")
+    assert not (tmp_path / "c.yaml").exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-Infinity", "1e400", "1e300"])
+def test_non_finite_cells_name_the_row_and_column(runs_csv, value, tmp_path):
+    rows = csv_rows(runs_csv)
+    column = "n_gpus"
+    rows[0][column] = value
+    path = write_csv(tmp_path / "runs.csv", rows)
+    assert_user_error(invoke("validate", path), "runs.csv", f"row {rows[0]['id']!r}", column)
+    if runs_csv == TRAINING_CSV:
+        assert_user_error(invoke("calibrate", path, "--out", tmp_path / "c.yaml"), "runs.csv", column)
+        assert not (tmp_path / "c.yaml").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_zero_or_negative_parallel_sizes(runs_csv, value, tmp_path):
+    rows = csv_rows(runs_csv)
+    rows[0]["tp"] = value
+    path = write_csv(tmp_path / "runs.csv", rows)
+    assert_user_error(invoke("validate", path), "runs.csv", f"row {rows[0]['id']!r}", "tp", ">= 1")
+
+
+def test_training_layouts_that_do_not_multiply_out_are_skipped_with_the_reason(tmp_path):
+    rows = csv_rows(TRAINING_CSV)
+    bad = {**rows[0], "dp": str(int(rows[0]["dp"]) + 1)}
+    mixed = invoke("validate", write_csv(tmp_path / "mixed.csv", [bad, *rows[1:]]))
+    assert mixed.exit_code == 0, mixed.output
+    assert f"skipped {bad['id']}: layout does not multiply out" in mixed.stderr
+    every = write_csv(tmp_path / "all.csv", [{**r, "tp": "3"} for r in rows if r.get("usable", "true") != "false"])
+    assert_user_error(invoke("validate", every), "all.csv", "no usable rows", "does not multiply out")
+    assert_user_error(invoke("calibrate", every, "--out", tmp_path / "c.yaml"), "all.csv", "no usable rows to fit")
+
+
+def test_serving_layouts_that_do_not_multiply_out_are_skipped_with_the_reason(tmp_path):
+    rows = csv_rows(SERVING_CSV)
+    bad = {**rows[0], "tp": "4", "pp": "1", "n_gpus": "6"}
+    result = invoke("validate", write_csv(tmp_path / "s.csv", [bad, *rows[1:]]), "--json")
+    assert result.exit_code == 0, result.output
+    import json
+
+    skipped = {s["id"]: s["reason"] for s in json.loads(result.stdout)["skipped"]}
+    assert "layout does not multiply out" in skipped[bad["id"]]

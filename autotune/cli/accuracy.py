@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,20 +11,13 @@ from rich.table import Table
 from ..errors import InputError
 from ..inputs.calibration import load_calibration
 from ..inputs.hardware import load_hardware
+from ..inputs.measured_runs import read_columns
 from ..serving.runs import is_serving_schema
 from ..serving.validation import validate_serving_csv
 from ..training.calibration import fit
-from ..training.runs import read_runs
+from ..training.runs import MeasuredRun, SkippedRow, read_runs
 from ..training.validation import validate_runs
 from .app import JsonOut, app, print_json, stderr, stdout, user_errors
-
-
-def _columns(path: Path) -> list[str]:
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            return next(csv.reader(handle), [])
-    except FileNotFoundError:
-        raise InputError("file not found; check the path", source=str(path)) from None
 
 
 @app.command(
@@ -47,7 +39,7 @@ def validate(
 ) -> None:
     """Predict every measured run with its own layout and report the error, per row and per source group."""
     with user_errors():
-        if is_serving_schema(_columns(runs_csv)):  # serving_runs.csv schema
+        if is_serving_schema(read_columns(runs_csv)):  # serving_runs.csv schema
             _validate_serving(runs_csv, json_out=json_out, worst=worst)
             return
         runs = read_runs(runs_csv)
@@ -147,6 +139,12 @@ def calibrate(
         if out.exists() and not force:
             raise InputError("exists; choose another --out or pass --force to overwrite it", source=str(out))
         runs = read_runs(runs_csv)
+        usable = [r for r in runs if isinstance(r, MeasuredRun)]
+        if not usable:
+            skipped = [r for r in runs if isinstance(r, SkippedRow)]
+            reasons = "; ".join(f"{s.id}: {s.reason}" for s in skipped[:3])
+            raise InputError(f"no usable rows to fit ({len(skipped)} skipped: {reasons or 'the file has no rows'})",
+                             source=str(runs_csv))
         with stderr.status("fitting (least squares per GPU type, then leave-one-source-group-out)"):
             result = fit(runs, load_hardware)
         result.write(out)

@@ -8,7 +8,6 @@ taken, and validation reports the range of predictions over them.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import itertools
 import re
@@ -18,6 +17,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..inputs.hardware import Cluster, Hardware
+from ..inputs.measured_runs import layout_reason, number, parse_rows, read_table
 from ..inputs.modelspec import ModelSpec, MoESpec
 from ..inputs.workload import TrainWorkload
 from .plan import Plan
@@ -176,14 +176,14 @@ def infer_microbatches(row: dict, runtime: str) -> tuple[int | str | None, str |
         if stated == "stages":
             return "stages", None
         try:
-            return int(float(stated)), None
-        except ValueError:
+            return _int(row, "n_microbatches"), None
+        except InputError:
             raise InputError(f"row {row.get('id')!r}: must be a number or 'stages', but got {stated!r}",
                              field="n_microbatches") from None
     if (row.get("micro_batch") or "").strip():
         return None, None
-    pp = (row.get("pp") or "").strip()
-    if runtime == "torch" and pp and int(float(pp)) > 1:
+    pp = _int(row, "pp")
+    if runtime == "torch" and pp and pp > 1:
         return "stages", "torchtitan default: as many micro-batches as pipeline stages (pp x vp)"
     return None, None
 
@@ -192,6 +192,12 @@ REQUIRED_COLUMNS = (
     "id", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "vocab_size", "seq_len", "gpu", "n_gpus",
     "tp", "pp", "measured_tokens_per_s_per_gpu",
 )
+
+
+# Columns that hold a size or a parallel degree: a whole number >= 1 when the row gives one.
+SIZE_COLUMNS = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "head_dim", "vocab_size",
+                "seq_len", "n_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "vp", "micro_batch",
+                "global_batch", "moe_topk", "moe_ffn_hidden_size")
 
 
 @dataclass(frozen=True)
@@ -235,23 +241,11 @@ class SkippedRow:
 
 
 def _int(row: dict, key: str) -> int | None:
-    value = (row.get(key) or "").strip()
-    if not value:
-        return None
-    try:
-        return int(float(value))
-    except ValueError:
-        raise InputError(f"row {row.get('id')!r}: must be a number, but got {value!r}", field=key) from None
+    return number(row, key, whole=True)  # type: ignore[return-value]
 
 
 def _float(row: dict, key: str) -> float | None:
-    value = (row.get(key) or "").strip()
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        raise InputError(f"row {row.get('id')!r}: must be a number, but got {value!r}", field=key) from None
+    return number(row, key)
 
 
 def _positive(row: dict, key: str) -> float | None:
@@ -307,6 +301,11 @@ def parse_row(row: dict) -> MeasuredRun | SkippedRow:
     missing = [k for k in REQUIRED_COLUMNS if not (row.get(k) or "").strip()]
     if missing:
         return SkippedRow(rid, f"no value for {', '.join(missing)}")
+    for key in SIZE_COLUMNS:  # sizes and parallel degrees: whole numbers >= 1 when given
+        number(row, key, whole=True, minimum=1)
+    layout = layout_reason(_int(row, "n_gpus"), [(k, _int(row, k)) for k in ("tp", "pp", "cp")], _int(row, "dp"))
+    if layout:
+        return SkippedRow(rid, layout)
     global_batch = _int(row, "global_batch")
     if global_batch is None:
         return SkippedRow(rid, "no global_batch: the number of micro-batches (and so the bubble) is unknown")
@@ -378,28 +377,9 @@ def parse_row(row: dict) -> MeasuredRun | SkippedRow:
 
 
 def read_runs(path: Path) -> list[MeasuredRun | SkippedRow]:
-    source = str(path)
-    try:
-        with open(path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            if reader.fieldnames is None:
-                raise InputError("empty file; expected a CSV header row", source=source)
-            absent = [c for c in REQUIRED_COLUMNS if c not in reader.fieldnames]
-            if absent:
-                raise InputError(f"missing column(s) {', '.join(absent)}; see docs/validation.md for the schema",
-                                 source=source)
-            rows = list(reader)
-    except FileNotFoundError:
-        raise InputError("file not found; check the path", source=source) from None
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise InputError(f"malformed CSV: {exc}", source=source) from None
-    out = []
-    for row in rows:
-        try:
-            out.append(parse_row(row))
-        except InputError as exc:
-            raise InputError(str(exc), source=source) from None
-    return out
+    """Every row of a training-runs CSV: a :class:`MeasuredRun`, or a :class:`SkippedRow` with the reason."""
+    table = read_table(Path(path), required=REQUIRED_COLUMNS, schema="docs/validation.md")
+    return parse_rows(table, parse_row, lambda row, reason: SkippedRow(row["id"], reason))
 
 
 def preferred_candidates(run: MeasuredRun, plans: list[Plan]) -> list[int]:
