@@ -294,3 +294,196 @@ def test_serving_layouts_that_do_not_multiply_out_are_skipped_with_the_reason(tm
 
     skipped = {s["id"]: s["reason"] for s in json.loads(result.stdout)["skipped"]}
     assert "layout does not multiply out" in skipped[bad["id"]]
+
+
+# --- malformed plans.json entries, for explain, emit and report ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def good_docs(tmp_path_factory) -> dict[str, dict]:
+    import json
+
+    base = tmp_path_factory.mktemp("docs")
+    train = invoke("search", *SMALL, "--out", base / "train")
+    serve = invoke("search", *SERVE, "--out", base / "serve")
+    assert train.exit_code == 0 and serve.exit_code == 0, (train.output, serve.output)
+    return {kind: json.loads((base / kind / "plans.json").read_text()) for kind in ("train", "serve")}
+
+
+def _set(doc: dict, path: str, value) -> dict:
+    import copy
+
+    doc = copy.deepcopy(doc)
+    *parents, last = path.split(".")
+    node = doc
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if value is _DELETE:
+        del node[last]
+    else:
+        node[int(last) if isinstance(node, list) else last] = value
+    return doc
+
+
+_DELETE = object()
+ALL = ("explain", "emit", "report")
+MALFORMED = [
+    ("plans", "a list"),
+    ("plans", []),
+    ("plans.0.plan", None),
+    ("plans.0.plan", {"tp": "eight"}),
+    ("plans.0.plan", {"tp": 3}),
+    ("plans.0.plan", {"tp": [1, 2]}),
+    ("inputs", ["not", "a", "mapping"]),
+    ("inputs.gpus", -8),
+    ("inputs.gpus", "8"),
+    ("inputs.gpus", 10**40),
+    ("inputs.gpus_per_node", 0),
+    ("inputs.model_spec", "llama"),
+    ("inputs.model_spec.n_layers", "x"),
+    ("inputs.model_spec.n_layers", 10**12),
+    ("inputs.model_spec.n_heads", 0),
+    ("inputs.hardware_profile.memory_gib", 1e300),
+    ("inputs.hardware_profile.memory_gib", -80),
+    ("inputs.hardware_profile.intra_node", None),
+]
+# Fields only some commands read: explain and emit estimate the plan again; explain takes plans by position.
+PARTLY = [
+    ("inputs.space_spec.axes", {"tp": "all"}, ("report",)),
+]
+TRAIN_ONLY = [
+    ("inputs.seq_len", 0),
+    ("inputs.global_batch", 1.5),
+    ("inputs.tokens", -1),
+]
+TRAIN_ONLY_PARTLY = [
+    ("plans.0.rank", _DELETE, ("emit", "report")),
+    ("plans.0.estimate", None, ("report",)),
+    ("plans.0.estimate.tokens_per_s_per_gpu", "fast", ("report",)),
+    ("plans.0.estimate.time_breakdown_s", {"compute": "x"}, ("report",)),
+    ("capacity", {"candidates": "x"}, ("report",)),
+]
+SERVE_ONLY = [
+    ("inputs.input_len", _DELETE),
+    ("inputs.output_len", 0),
+    ("inputs.ttft_ms", -5),
+    ("inputs.concurrency", 2.5),
+    ("plans.0.plan", {"tp": 1, "weights": "fp3"}),
+    ("plans.0.plan", {"tp": 1, "replicas": 99}),
+]
+
+
+def _commands(path: Path, tmp_path: Path, kind: str, which=ALL) -> list[list]:
+    emit_format = "vllm" if kind == "serve" else "megatron"
+    every = {"explain": ["explain", path], "emit": ["emit", path, "--format", emit_format],
+             "report": ["report", path, "--out", tmp_path / "rep", "--trials", "0"]}
+    return [every[name] for name in which]
+
+
+@pytest.mark.parametrize("kind, path, value, which",
+                         [("train", p, v, ALL) for p, v in MALFORMED + TRAIN_ONLY]
+                         + [("train", *case) for case in PARTLY + TRAIN_ONLY_PARTLY]
+                         + [("serve", p, v, ALL) for p, v in MALFORMED + SERVE_ONLY]
+                         + [("serve", *case) for case in PARTLY],
+                         ids=lambda x: str(x)[:30])
+def test_malformed_plans_json_is_one_error_for_explain_emit_and_report(good_docs, kind, path, value, which, tmp_path):
+    """Each command that reads the broken field refuses the file in one line naming it; none crashes."""
+    import json
+
+    doc = _set(good_docs[kind], path, value)
+    target = tmp_path / "plans.json"
+    target.write_text(json.dumps(doc))
+    for args in _commands(target, tmp_path, kind, which):
+        assert_user_error(invoke(*args), "plans.json")
+        assert not (tmp_path / "rep").exists()
+    for args in _commands(target, tmp_path, kind, [c for c in ALL if c not in which]):
+        result = invoke(*args)
+        assert result.exit_code in (0, 2) and isinstance(result.exception, (SystemExit, type(None))), result.output
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('{"plans": [], "inputs": {"gpus": NaN}}', "NaN"),
+    ('{"plans": [], "inputs": {"gpus": 1e999}}', "overflows"),
+    ('{"plans": [' + "[" * 50_000 + "]" * 50_000 + '], "inputs": {}}', "nested too deeply"),
+    ("not json at all", "is not JSON"),
+    ("[1, 2, 3]", "'plans' list"),
+])
+def test_unreadable_plans_json(text, needle, tmp_path):
+    target = tmp_path / "plans.json"
+    target.write_text(text)
+    for args in _commands(target, tmp_path, "train"):
+        assert_user_error(invoke(*args), "plans.json", needle)
+
+
+def test_plans_json_in_utf16_or_a_folder_without_one(tmp_path):
+    target = tmp_path / "plans.json"
+    target.write_text('{"plans": [], "inputs": {}}', encoding="utf-16")
+    assert_user_error(invoke("explain", target), "plans.json", "not JSON")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args in (["explain", empty], ["emit", empty], ["report", empty, "--out", tmp_path / "r"]):
+        assert_user_error(invoke(*args), "plans.json", "no such file")
+
+
+# --- --out: under a file, not writable, under a missing parent; checked before the work ----------------------
+
+def _blockers(tmp_path: Path) -> dict[str, Path]:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep me\n")
+    return {"under a file": a_file / "out", "is a file": a_file, "unwritable": Path("/proc/autotune-cannot-write/out")}
+
+
+@pytest.mark.parametrize("case", ["under a file", "is a file", "unwritable"])
+def test_out_that_cannot_be_written_is_refused_before_any_work(case, tmp_path, good_docs):
+    import json
+
+    out = _blockers(tmp_path)[case]
+    plans = tmp_path / "plans.json"
+    plans.write_text(json.dumps(good_docs["train"]))
+    calls = [
+        ["search", *SMALL, "--out", out],
+        ["search", *SERVE, "--out", out],
+        ["search", *SMALL, "--gpus", "8..16", "--tokens", "1e12", "--out", out],
+        ["report", plans, "--out", out],
+        ["emit", plans, "--out", out],
+        ["calibrate", TRAINING_CSV, "--out", out],
+    ]
+    for args in calls:
+        assert_user_error(invoke(*args), "out" if case != "unwritable" else "autotune-cannot-write")
+    assert (tmp_path / "a-file").read_text() == "keep me\n"
+
+
+def test_tune_checks_calibrate_destination_before_running_a_benchmark(tmp_path):
+    marker = tmp_path / "ran"
+    blocked = _blockers(tmp_path)["under a file"]
+    result = invoke("tune", *SMALL, "--run", f"touch {marker}", "--storage", f"sqlite:///{tmp_path}/t.db",
+                    "--trials", "1", "--calibrate", blocked)
+    assert_user_error(result, "--calibrate")
+    assert not marker.exists()
+
+
+def test_out_under_missing_parents_is_created(tmp_path, good_docs):
+    import json
+
+    plans = tmp_path / "plans.json"
+    plans.write_text(json.dumps(good_docs["serve"]))
+    assert invoke("calibrate", TRAINING_CSV, "--out", tmp_path / "a" / "b" / "calib.yaml").exit_code == 0
+    assert (tmp_path / "a" / "b" / "calib.yaml").is_file()
+    assert invoke("emit", plans, "--format", "vllm", "--out", tmp_path / "c" / "d").exit_code == 0
+    assert (tmp_path / "c" / "d" / "serve_vllm.sh").is_file()
+
+
+def test_calibrate_refuses_a_folder_and_an_existing_file_without_force(tmp_path):
+    existing = tmp_path / "calib.yaml"
+    existing.write_text("mine\n")
+    assert_user_error(invoke("calibrate", TRAINING_CSV, "--out", existing), "calib.yaml", "--force")
+    assert existing.read_text() == "mine\n"
+    assert_user_error(invoke("calibrate", TRAINING_CSV, "--out", tmp_path), "is a folder")
+
+
+def test_serving_search_does_not_overwrite_a_folder_without_force(tmp_path):
+    out = tmp_path / "srv"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    assert_user_error(invoke("search", *SERVE, "--out", out), "not empty", "--force")
+    assert invoke("search", *SERVE, "--out", out, "--force").exit_code == 0
+    assert (out / "notes.txt").read_text() == "mine\n"

@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..inputs.calibration import load_calibration
 from ..inputs.hardware import load_hardware
 from ..inputs.measured_runs import read_columns
+from ..outputs.files import check_out_file
 from ..serving.runs import is_serving_schema
 from ..serving.validation import validate_serving_csv
 from ..training.calibration import fit
@@ -136,8 +137,7 @@ def calibrate(
 ) -> None:
     """Fit the profiles' efficiency parameters to measured runs; report MAPE before, after and held out."""
     with user_errors():
-        if out.exists() and not force:
-            raise InputError("exists; choose another --out or pass --force to overwrite it", source=str(out))
+        check_out_file(out, force)
         runs = read_runs(runs_csv)
         usable = [r for r in runs if isinstance(r, MeasuredRun)]
         if not usable:
@@ -147,6 +147,7 @@ def calibrate(
                              source=str(runs_csv))
         with stderr.status("fitting (least squares per GPU type, then leave-one-source-group-out)"):
             result = fit(runs, load_hardware)
+        out.parent.mkdir(parents=True, exist_ok=True)
         result.write(out)
         if json_out:
             print_json(result.to_json())

@@ -78,6 +78,11 @@ def user_errors() -> Iterator[None]:
     except RecursionError:
         stderr.print("[bold red]error:[/] an input is nested too deeply to read; give a flat file", highlight=False)
         raise typer.Exit(code=2) from None
+    except OSError as exc:  # the file system refused (permissions, a full disk) after the checks passed
+        where = f"{exc.filename}: " if exc.filename else ""
+        stderr.print(f"[bold red]error:[/] {escape(where)}{escape(exc.strerror or str(exc))}; check the path, its "
+                     "permissions and free space", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=2) from None
     except (InputError, ValueError) as exc:
         stderr.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None

@@ -21,14 +21,16 @@ from ..inputs.request import (
 )
 from ..outputs import tables
 from ..outputs.emit.formats import (
+    SERVING_FORMATS,
     check_formats,
     express_all,
     parse_formats,
     render_formats,
     search_context,
+    serving_files,
 )
-from ..outputs.explain import explain
-from ..outputs.files import check_out_dir, read_plans, write_files, write_plans
+from ..outputs.explain import explain, explain_serving
+from ..outputs.files import check_out_dir, plan_entry, plans_path, read_plans, write_files, write_plans
 from ..search import capacity as cap
 from ..search.api import (
     CapacitySearch,
@@ -42,6 +44,7 @@ from ..search.api import (
     search_training,
     wants_capacity,
 )
+from ..search.plans_file import serving_inputs_from_plans, training_inputs_from_plans
 from ..serving.calibrated import params_for_gpu
 from ..serving.estimate import estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
@@ -91,6 +94,19 @@ from .app import (
 )
 
 # --- search --------------------------------------------------------------------------------------------
+
+
+def parse_serving_formats(text: str) -> list[str]:
+    """``--emit vllm,sglang`` for a serving search: the serving launch formats, each once."""
+    names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    if not names:
+        raise InputError(f"name at least one serving format: {', '.join(SERVING_FORMATS)}", field="--emit")
+    unknown = [n for n in names if n not in SERVING_FORMATS]
+    if unknown:
+        raise InputError(f"a serving search writes {', '.join(SERVING_FORMATS)} launch files, but got "
+                         f"{', '.join(unknown)}", field="--emit")
+    return names
+
 
 
 @app.command(
@@ -157,12 +173,17 @@ def search(
                 raise InputError(f"must be >= 1, but got {trials}", field="--trials")
             if top < 1:
                 raise InputError(f"must be >= 1, but got {top}", field="--top")
-            reject_flags(training_flags, "--workload serve")
+            reject_flags({k: v for k, v in training_flags.items() if k != "--emit"}, "--workload serve")
+            serving_formats = parse_serving_formats(emit) if emit is not None else None
+            if serving_formats and out is None:
+                raise InputError("needs --out DIR, the folder the launch files are written to (next to plans.json)",
+                                 field="--emit")
             request = ServingSearch(
                 model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                 workload=serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate),
                 space=space, fixes=tuple(fix or ()), top=top, price=price)
-            raise typer.Exit(code=_search_serving(request, json_out=json_out, out=out, gpus_text=gpus))
+            raise typer.Exit(code=_search_serving(request, json_out=json_out, out=out, gpus_text=gpus, force=force,
+                                                  formats=serving_formats))
         reject_flags(serving_flags, "training (add --workload serve for serving)")
         require_training(seq_len, global_batch)
         gpu_count, gpu_range = parse_gpus(gpus)
@@ -279,15 +300,24 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
         raise typer.Exit(code=1)
 
 
-def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None, gpus_text: str | None) -> int:
-    """Run the serving search and print it; returns the exit status."""
+def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None, gpus_text: str | None,
+                    force: bool = False, formats: list[str] | None = None) -> int:
+    """Run the serving search and print it (with ``formats``, write the best plan's launch files); the exit status."""
     if out is not None:
-        check_out_dir(out, True)
+        check_out_dir(out, force)
     outcome = search_serving(request)
     document = outcome.to_json()
-    if out is not None:
-        write_plans(out, document)
+    written: list[Path] = []
     result, workload, hw = outcome.result, request.workload, outcome.hardware
+    if out is not None:
+        written = write_plans(out, document)
+        if formats and result is not None and result.ranked:
+            best = result.ranked[0]
+            files: dict[str, str] = {}
+            for name in formats:
+                files.update(serving_files(name, best.plan, outcome.model, hw.name, workload.max_len, best.estimate))
+            written += write_files(out, files, force)
+
     if json_out:
         print_json(document)
         return 0 if result and result.ranked else 1
@@ -322,6 +352,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                  f"Rejected: {rejected or 'none'}.[/]", highlight=False, soft_wrap=True)
     stdout.print("[dim]Estimates come from an analytic serving model; see `autotune validate` on serving runs for "
                  "its measured error.[/]")
+    if written:
+        stdout.print("Wrote " + ", ".join(str(p) for p in written), highlight=False, soft_wrap=True)
     if not result.ranked:
         stderr.print("[bold red]no serving plan fits.[/] Try more GPUs, a lower weight precision (fp8, int4) or a "
                      "shorter --input-len/--output-len.", soft_wrap=True)
@@ -466,11 +498,11 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
             "--plan \"tp=8,pp=4,zero=1,mbs=1,recompute=selective\""),
 )
 def explain_command(
-    plans: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR`.")] = None,
+    plans: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR` (or its folder), training or serving.")] = None,
     rank: Annotated[int, typer.Option("--rank", "-r", help="Which plan of PLANS to explain (1 = best).")] = 1,
-    plan: Annotated[Optional[str], typer.Option("--plan", "-p", help="A plan as key=value pairs (instead of PLANS).")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model (with --plan; overrides PLANS' inputs).")] = None,
-    hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Hardware profile (with --plan).")] = None,
+    plan: Annotated[Optional[str], typer.Option("--plan", "-p", help="A training plan as key=value pairs (instead of PLANS).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model (with --plan; with PLANS it replaces the spec the file embeds).")] = None,
+    hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Hardware profile (with --plan; training PLANS: replaces the file's).")] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", "-n", help="Number of GPUs (with --plan).")] = None,
     gpus_per_node: GpusPerNode = None,
     seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length (with --plan).")] = None,
@@ -478,34 +510,41 @@ def explain_command(
     calibration: Calibration = None,
     json_out: JsonOut = False,
 ) -> None:
-    """Explain one plan: time and memory breakdown, what binds, and what each one-step change does."""
+    """Explain one plan: time (or latency) and memory breakdown, what binds, and what each one-step change does."""
     with user_errors():
         if (plans is None) == (plan is None):
             raise InputError("give a plans.json (with --rank K) or --plan with --model, --hardware, --gpus, "
                              "--seq-len and --global-batch", field="PLANS")
-        inputs: dict[str, Any] = {}
         fields = None
         if plans is not None:
-            document = read_plans(plans)
+            path = plans_path(plans) or plans
+            source = str(path)
+            document = read_plans(path)
+            fields = plan_entry(document, rank, source)["plan"]
             inputs = document["inputs"]
-            entries = document["plans"]
-            if not 1 <= rank <= len(entries):
-                raise InputError(f"must be between 1 and {len(entries)} (the plans in {plans}), but got {rank}",
-                                 field="--rank")
-            fields = entries[rank - 1]["plan"]
-        given = {"model": model, "hardware": hardware, "gpus": gpus, "seq_len": seq_len, "global_batch": global_batch}
-        merged = {**{k: inputs.get(k) for k in given}, **{k: v for k, v in given.items() if v is not None}}
-        missing = [k for k, v in merged.items() if v is None]
-        if missing:
-            raise InputError(f"missing {', '.join('--' + m.replace('_', '-') for m in missing)}", field="--plan")
-        t = TrainingRequest(model=merged["model"], hardware=merged["hardware"], gpus=int(merged["gpus"]),
-                            gpus_per_node=gpus_per_node or inputs.get("gpus_per_node"), seq_len=int(merged["seq_len"]),
-                            global_batch=int(merged["global_batch"]), price=inputs.get("price_usd_per_gpu_hour"),
-                            calibration=calibration).build()
+            if inputs.get("workload") == "serve":
+                reject_flags({"--hardware": hardware, "--gpus": gpus, "--gpus-per-node": gpus_per_node,
+                              "--seq-len": seq_len, "--global-batch": global_batch, "--calibration": calibration},
+                             f"a serving plans.json ({source} holds them)")
+                _explain_serving(source, inputs, fields, model=model, json_out=json_out)
+                return
+            t = training_inputs_from_plans(inputs, source, model=model, hardware=hardware, gpus=gpus,
+                                           gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
+                                           calibration=calibration)
+        else:
+            given = {"model": model, "hardware": hardware, "gpus": gpus, "seq_len": seq_len, "global_batch": global_batch}
+            missing = [k for k, v in given.items() if v is None]
+            if missing:
+                raise InputError(f"missing {', '.join('--' + m.replace('_', '-') for m in missing)}", field="--plan")
+            t = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, seq_len=seq_len,
+                                global_batch=global_batch, calibration=calibration).build()
         try:
             chosen = parse_plan(plan, t.cluster.n_gpus) if plan is not None else plan_from_fields(fields, t.cluster.n_gpus)
-        except ValueError as exc:
-            raise InputError(str(exc), field="--plan") from None
+        except (TypeError, ValueError) as exc:
+            if plan is not None:
+                raise InputError(str(exc), field="--plan") from None
+            raise InputError(f"plan of rank {rank} is malformed: {exc}; rerun `autotune search --out DIR`",
+                             source=source, field="plans.plan") from None
         found = explain(t.model, t.cluster, t.workload, chosen)
         if json_out:
             print_json(found.to_json())
@@ -518,3 +557,29 @@ def explain_command(
         stdout.print(memory)
         stdout.print(f"[bold]What binds:[/] {found.binding}.", highlight=False, soft_wrap=True)
         stdout.print(tables.sensitivity_table(found))
+
+
+def _explain_serving(source: str, inputs: dict, fields: Any, *, model: str | None, json_out: bool) -> None:
+    """Explain a serve plan of a serving plans.json."""
+    found_inputs = serving_inputs_from_plans(inputs, source, model=model)
+    cluster, workload = found_inputs.cluster, found_inputs.workload
+    try:
+        chosen = serve_plan_from_fields(fields, cluster.n_gpus)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"the plan is malformed ({exc}); rerun `autotune search --workload serve --out DIR`",
+                         source=source, field="plans.plan") from None
+    hw = cluster.hardware
+    params, note = params_for_gpu(hw.name)
+    found = explain_serving(found_inputs.model, cluster, workload, chosen, params)
+    if json_out:
+        print_json(found.to_json())
+        return
+    stdout.print(f"[bold]{found_inputs.model.name}[/] serving on {cluster.n_gpus} x {hw.name}: {chosen.layout()} "
+                 f"({chosen.as_string()}); input {workload.input_len}, output {workload.output_len} tokens",
+                 highlight=False)
+    stdout.print(f"[dim]{note}[/]", highlight=False)
+    numbers, memory = tables.serving_estimate_tables(found.estimate, hw.memory_gib)
+    stdout.print(numbers)
+    stdout.print(memory)
+    stdout.print(f"[bold]What binds:[/] {escape(found.binding)}.", highlight=False, soft_wrap=True)
+    stdout.print(tables.serving_sensitivity_table(found))

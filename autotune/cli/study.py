@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..errors import InputError
 from ..inputs.request import TrainingRequest
+from ..outputs.files import check_out_file
 from ..search.api import check_trials, inputs_json, parse_fixes
 from ..search.optuna_study import (
     count_trials,
@@ -191,6 +192,8 @@ def tune(
             raise InputError(f"must be tpe or random, but got {sampler!r}", field="--sampler")
         if heartbeat < 0:
             raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
+        if calibrate is not None:  # before any benchmark runs
+            check_out_file(calibrate, True, "--calibrate")
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                                  seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
                                  calibration=calibration).build()
@@ -219,6 +222,7 @@ def tune(
         calibrated = None
         if calibrate is not None:
             with stderr.status("refitting the hardware profile to the measured trials"):
+                calibrate.parent.mkdir(parents=True, exist_ok=True)
                 calibrated = calibrate_from_trials(problem, records, name, calibrate)
             notes.append(f"wrote {calibrate}; apply it with --calibration {calibrate}")
         show_tune(records, name, json_out=json_out, top=top, calibrated=calibrated, notes=notes + result.notes)

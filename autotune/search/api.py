@@ -26,15 +26,16 @@ from ..inputs.request import (
 from ..inputs.workload import ServeWorkload
 from ..serving.calibrated import params_for_gpu
 from ..serving.plan import parse_serve_fields
-from ..serving.space import load_serve_space
+from ..serving.space import ServeSpace, load_serve_space
 from ..training.confidence import with_confidence
 from ..training.estimate import add_training_totals
 from ..training.plan import PlanBatch, parse_plan_fields
 from ..training.problem import TrainingProblem, parse_objectives
-from ..training.space import load_space
+from ..training.space import Space, load_space
 from . import SAMPLER_CHOICES, run_search
 from . import capacity as cap
 from .diagnose import Diagnosis, diagnose
+from .plans_file import SERVE_SPACE, serving_inputs_json, training_inputs_json
 from .result import SearchResult
 from .serving import ServeSearchResult, capacity_search, serve_search
 
@@ -42,8 +43,6 @@ Progress = Callable[[str, int, int], None]
 # More trials than this is a typo: at a few milliseconds each (more with a storage) it would run for hours.
 MAX_TRIALS = 1_000_000
 MAX_SEED = 2**32 - 1  # what numpy's and Optuna's generators take
-TRAIN_SPACE = "search_spaces/train.yaml"
-SERVE_SPACE = "search_spaces/serve.yaml"
 
 
 # --- settings shared by the searches ---------------------------------------------------------------
@@ -109,19 +108,10 @@ class StudyOptions:
     heartbeat_s: int | None = 30
 
 
-def inputs_json(inputs: TrainingInputs, space: str | None) -> dict[str, Any]:
-    """The ``inputs`` block of a training ``plans.json``: enough to rebuild the problem."""
-    return {
-        "model": inputs.model.name,
-        "hardware": inputs.cluster.hardware.name,
-        "gpus": inputs.cluster.n_gpus,
-        "gpus_per_node": inputs.cluster.gpus_per_node,
-        "seq_len": inputs.workload.seq_len,
-        "global_batch": inputs.workload.global_batch,
-        "tokens": inputs.workload.tokens,
-        "price_usd_per_gpu_hour": inputs.cluster.hardware.price_usd_per_gpu_hour,
-        "space": space or TRAIN_SPACE,
-    }
+def inputs_json(inputs: TrainingInputs, space: str | None, space_spec: Space | None = None) -> dict[str, Any]:
+    """The ``inputs`` block of a training ``plans.json``: enough to rebuild the problem from anywhere
+    (the spec, profile and space embedded; see :mod:`autotune.search.plans_file`)."""
+    return training_inputs_json(inputs, space, space_spec)
 
 
 def _annotate(result: SearchResult, inputs: TrainingInputs) -> SearchResult:
@@ -161,7 +151,7 @@ class TrainingSearchOutcome:
 
     def to_json(self) -> dict[str, Any]:
         document = self.result.to_json()
-        document["inputs"] = inputs_json(self.request.inputs, self.request.settings.space)
+        document["inputs"] = inputs_json(self.request.inputs, self.request.settings.space, self.problem.space)
         if self.diagnosis is not None:
             document["diagnosis"] = {"binding": self.diagnosis.binding, "fixes": list(self.diagnosis.fixes)}
         return document
@@ -219,7 +209,9 @@ class CapacityOutcome:
     def to_json(self) -> dict[str, Any]:
         if self.chosen_result is not None and self.chosen_inputs is not None:
             document = self.chosen_result.to_json()
-            document["inputs"] = inputs_json(self.chosen_inputs, self.request.settings.space)
+            settings = self.request.settings
+            document["inputs"] = inputs_json(self.chosen_inputs, settings.space,
+                                             load_space(settings.space).fixed(settings.fixes))
         else:
             document = {"plans": [], "search": {}, "inputs": {}}
         document["capacity"] = self.found.to_json()
@@ -312,6 +304,7 @@ class ServingSearchOutcome:
     result: ServeSearchResult | None
     parameters_note: str
     capacity: Any = None  # search.serving.CapacityResult when --gpus is a range
+    space: ServeSpace | None = None  # the space searched (after --fix)
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = self.result.to_json() if self.result else {"plans": [], "search": {}}
@@ -322,6 +315,7 @@ class ServingSearchOutcome:
             "gpus_per_node": min(gpn, self.n_gpus or gpn), "input_len": w.input_len, "output_len": w.output_len,
             "ttft_ms": w.ttft_ms, "tpot_ms": w.tpot_ms, "concurrency": w.concurrency, "request_rate": w.request_rate,
             "mode": w.mode, "space": self.request.space or SERVE_SPACE, "parameters": self.parameters_note,
+            **serving_inputs_json(self.model, self.hardware, self.space),
         }
         if self.capacity is not None:
             document["capacity"] = {"gpus": self.capacity.n_gpus,
@@ -353,10 +347,12 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
                              field="--gpus")
         capacity = capacity_search(spec, hw, gpn, bounds[0], bounds[1], request.workload, search_space, params,
                                    top=request.top)
-        return ServingSearchOutcome(request, spec, hw, capacity.n_gpus, gpn, capacity.result, note, capacity)
+        return ServingSearchOutcome(request, spec, hw, capacity.n_gpus, gpn, capacity.result, note, capacity,
+                                    search_space)
     cluster = cluster_from_options(hw, count if bounds is None else bounds[0], request.gpus_per_node, request.nodes)
     result = serve_search(spec, cluster, request.workload, search_space, params, top=request.top)
-    return ServingSearchOutcome(request, spec, hw, cluster.n_gpus, cluster.gpus_per_node, result, note)
+    return ServingSearchOutcome(request, spec, hw, cluster.n_gpus, cluster.gpus_per_node, result, note,
+                                space=search_space)
 
 
 __all__ = [
