@@ -13,6 +13,7 @@ from ..inputs.request import TrainingRequest
 from ..outputs.files import check_out_file
 from ..search.api import check_trials, inputs_json, parse_fixes
 from ..search.optuna_study import (
+    EXACT_ATTR,
     count_trials,
     enqueue_plans,
     load_for_worker,
@@ -81,6 +82,20 @@ def measure_with(command, shell: bool, timeout: float | None, inputs: dict):
         return run_benchmark(command, plan, estimate=estimate, inputs=inputs, trial=number, timeout_s=timeout,
                              shell=shell)
     return measure
+
+def no_success(document: dict, study: str) -> None:
+    """No benchmark run of the study succeeded: say why (the commonest failure reasons) and exit 1."""
+    from collections import Counter
+
+    trials = document["trials"]
+    reasons = Counter((t.get("failure_reason") or t.get("outcome") or "unknown").splitlines()[0][:160] for t in trials)
+    why = "; ".join(f"{reason} ({count}x)" for reason, count in reasons.most_common(3)) or "no benchmark ran"
+    stderr.print(f"[bold red]no benchmark run succeeded[/] in study {study!r} ({len(trials)} runs): {why}. Run the "
+                 "--run command by hand with the AUTOTUNE_* variables of a failed trial (autotune tune --json shows "
+                 "them with stderr_tail) and fix it, then run the same tune command again.",
+                 highlight=False, soft_wrap=True)
+    raise typer.Exit(code=1)
+
 
 def interrupted(study: str) -> None:
     stderr.print(f"[bold]interrupted.[/] Finished trials are saved in study {study!r}; run the same command "
@@ -220,12 +235,16 @@ def tune(
             interrupted(name)
         records = trial_records(opened)
         calibrated = None
-        if calibrate is not None:
+        succeeded = any(r["user_attrs"].get("outcome") == "ok" and r["state"] == "COMPLETE" for r in records)
+        if calibrate is not None and succeeded:
             with stderr.status("refitting the hardware profile to the measured trials"):
                 calibrate.parent.mkdir(parents=True, exist_ok=True)
                 calibrated = calibrate_from_trials(problem, records, name, calibrate)
             notes.append(f"wrote {calibrate}; apply it with --calibration {calibrate}")
-        show_tune(records, name, json_out=json_out, top=top, calibrated=calibrated, notes=notes + result.notes)
+        document = show_tune(records, name, json_out=json_out, top=top, calibrated=calibrated,
+                             notes=notes + result.notes)
+        if document["best"] is None:
+            no_success(document, name)
 
 @app.command(
     epilog=(
@@ -259,6 +278,17 @@ def worker(
         store = make_storage(storage, heartbeat_s=heartbeat or None)
         opened, problem, objectives, settings, target = load_for_worker(store, study, wait)
         target = trials or target
+        if settings.get("sampler") == "exact":
+            exact = opened.user_attrs.get(EXACT_ATTR) or {}
+            message = (f"study {study!r} was searched exactly: all {exact.get('evaluations', 0):,} valid plans were "
+                       "evaluated, so there is nothing for a worker to do; `autotune report --storage ... --study "
+                       f"{study}` shows it")
+            if json_out:
+                print_json({"study": study, "done_here": 0, "not_counted_here": 0, "study_trials": len(opened.trials),
+                            "target": target, "notes": [message]})
+            else:
+                stdout.print(message, highlight=False, soft_wrap=True)
+            return
         measured = settings.get("mode") == "tune"
         measure = None
         if measured:

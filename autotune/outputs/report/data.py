@@ -437,6 +437,18 @@ def gather_study(source: StudySource, *, trials: int = 100, seed: int = 0,
     if progress:
         progress("evaluating the space", 0, 1)
     data.cloud = evaluate_cloud(problem, seed)
+    if stored.exact is not None and sampler == "exact":
+        # Every plan was evaluated: the study keeps the counts and the top plans, not a sampler's history.
+        exact = stored.exact
+        for key in ("evaluations", "space_size", "feasible", "rejected"):
+            if key in exact:
+                search[key] = exact[key]
+        data.notes.append(f"Study {stored.name!r} was searched exactly ({exact.get('evaluations', 0):,} plans "
+                          f"evaluated); it keeps the top {exact.get('recorded', len(counted))} plans as trials.")
+        if trials > 0:
+            data.history = sampler_history(problem, objective.name, trials, seed, progress)
+        data.importance, data.importance_method = importance(problem, objective.name, seed)
+        return data
     values = [trial_value(r, measured) for r in counted]
     if values:
         shown = sampler.upper() if sampler in ("tpe", "gp") else sampler
