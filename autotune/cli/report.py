@@ -19,11 +19,13 @@ MAX_REPORT_TRIALS = 10_000
     "report",
     epilog=("**Examples**\n\n    autotune search -m llama3-70b -H h100-sxm5-80gb --gpus 64 -s 8192 -b 512 --out runs/70b\n\n"
             "    autotune report runs/70b/plans.json --out runs/70b/report\n\n"
+            "    autotune report runs/70b-serve --out runs/70b-serve/report   (a serving search: throughput against "
+            "interactivity, latency against the targets, memory)\n\n"
             "    autotune report --storage sqlite:///tune.db --study llama8b --out report\n\n"
-            "Needs matplotlib: " + "pip install 'autotune[report]'."),
+            "Draws with matplotlib, installed with autotune."),
 )
 def report_command(
-    result: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR`.")] = None,
+    result: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR` (or its folder), training or serving.")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for report.html and the PNG figures.")] = Path("report"),
     trials: Annotated[int, typer.Option("--trials", help="Evaluations for the TPE / random convergence runs (0: skip). "
                                         "With --study: random search runs at the study's own budget; 0 skips it.")] = 100,
@@ -32,7 +34,8 @@ def report_command(
     study: Annotated[Optional[str], typer.Option("--study", help="Study name in --storage.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder.")] = False,
 ) -> None:
-    """Write an HTML report (self-contained, works offline) and its figures as PNG files."""
+    """Write an HTML report of a training or serving search, or of a stored study (self-contained, works offline),
+    and its figures as PNG files."""
     with user_errors():
         source: Path | StudySource
         if storage or study:

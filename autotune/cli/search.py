@@ -31,7 +31,6 @@ from ..outputs.emit.formats import (
 )
 from ..outputs.explain import explain, explain_serving
 from ..outputs.files import check_out_dir, plan_entry, plans_path, read_plans, write_files, write_plans
-from ..search import capacity as cap
 from ..search.api import (
     CapacitySearch,
     SearchSettings,
@@ -117,7 +116,7 @@ def parse_serving_formats(text: str) -> list[str]:
         "    autotune search -m llama3-8b -H h100-sxm5-80gb --gpus 8 -s 8192 -b 64 --fix tp=1 --objective throughput,memory\n\n"
         "    autotune search -m llama3-70b -H h100-sxm5-80gb --nodes 8 -s 8192 -b 512 --tokens 2e12 --out runs/70b\n\n"
         "    autotune search --workload serve -m llama3-70b -H h100-sxm5-80gb --gpus 8 --input-len 2048 "
-        "--output-len 256 --ttft-ms 2000 --tpot-ms 50"
+        "--output-len 256 --ttft-ms 2000 --tpot-ms 50 --out runs/70b-serve --emit vllm"
     )
 )
 def search(
@@ -133,7 +132,7 @@ def search(
     space: Space = None,
     fix: Fix = None,
     sampler: Annotated[str, typer.Option("--sampler", help="auto | exact | tpe | gp | random. auto: exact when cheap, else TPE.")] = "auto",
-    trials: Annotated[int, typer.Option("--trials", help="Trials for tpe / gp / random.")] = 200,
+    trials: Annotated[int, typer.Option("--trials", help="Trials for tpe / gp / random (finished trials, at most 1,000,000); with --storage, the study's total.")] = 200,
     seed: Annotated[int, typer.Option("--seed", help="Sampler seed: the same seed gives the same answer.")] = 0,
     objective: Annotated[str, typer.Option("--objective", help="throughput | cost | time | memory; comma-separated for a Pareto set.")] = "throughput",
     top: Annotated[int, typer.Option("--top", "-k", help="How many plans to show and write.")] = 10,
@@ -141,8 +140,8 @@ def search(
     out: Annotated[Optional[Path], typer.Option("--out", help="Write plans.json and plans.csv into this folder.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder.")] = False,
     calibration: Calibration = None,
-    emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: megatron, deepspeed, torchtitan, slurm (comma-separated); the search keeps to plans they can express.")] = None,
-    deadline: Annotated[Optional[str], typer.Option("--deadline", help="Capacity planning: finish --tokens within this time, e.g. 30d, 720h.")] = None,
+    emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: training: megatron, deepspeed, torchtitan, slurm (comma-separated; the search keeps to plans they can express); serving: vllm, sglang.")] = None,
+    deadline: Annotated[Optional[str], typer.Option("--deadline", help="Capacity planning: finish --tokens within this time: 30d, 720h, 6w, 2mo (months), 90min; 'm' alone is ambiguous.")] = None,
     pue: Annotated[Optional[float], typer.Option("--pue", help="Data-centre PUE for energy [default: 1.58, Uptime Institute 2023 average].")] = None,
     grid_intensity: Annotated[Optional[float], typer.Option("--grid-intensity", help="gCO2e per kWh for emissions [default: 475, world average (IEA 2019)].")] = None,
     storage: Annotated[Optional[str], typer.Option("--storage", help="Keep the trials in an Optuna storage (sqlite:///s.db, postgresql://..., journal:./s.log); a re-run continues up to --trials, `autotune worker` joins. See docs/distributed.md.")] = None,
@@ -157,7 +156,8 @@ def search(
     concurrency: Concurrency = None,
     request_rate: RequestRate = None,
 ) -> None:
-    """Search parallel layouts and settings; print the best plans, ranked."""
+    """Search the plans of a training run (layouts and settings) or, with --workload serve, of a serving deployment
+    (tp, pp, replicas, quantization, batch limit under latency targets); print the best, ranked."""
     with user_errors():
         serving_flags = {"--input-len": input_len, "--output-len": output_len, "--ttft-ms": ttft_ms,
                          "--tpot-ms": tpot_ms, "--concurrency": concurrency, "--request-rate": request_rate}
@@ -285,8 +285,8 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
             stdout.print(f"Cheapest in time: {tables.candidate_text(found.cheapest)}.", highlight=False, soft_wrap=True)
         if found.fastest and found.fastest is not found.chosen:
             stdout.print(f"Fastest: {tables.candidate_text(found.fastest)}.", highlight=False, soft_wrap=True)
-        stdout.print(f"[dim]Energy = GPUs x average board power x hours x PUE {found.pue:g} ({cap.PUE_SOURCE}); "
-                     f"emissions at {found.grid_g_per_kwh:g} gCO2e/kWh ({cap.GRID_INTENSITY_SOURCE}). "
+        stdout.print(f"[dim]Energy = GPUs x average board power x hours x PUE {found.pue:g} ({found.pue_source}); "
+                     f"emissions at {found.grid_g_per_kwh:g} gCO2e/kWh ({found.grid_source}). "
                      "Money at each profile's price per GPU-hour (--price overrides it for every profile).[/]",
                      highlight=False, soft_wrap=True)
         if written:
@@ -398,7 +398,8 @@ def predict(
     concurrency: Concurrency = None,
     request_rate: RequestRate = None,
 ) -> None:
-    """Estimate one plan: step time and its parts, throughput, MFU, memory and its parts."""
+    """Estimate one plan: training (step time and its parts, throughput, MFU, memory) or, with --workload serve,
+    serving (output tokens/s, TTFT, TPOT, batch, memory)."""
     with user_errors():
         if check_workload(workload) == "serve":
             load = serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
@@ -494,6 +495,7 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
 @app.command(
     "explain",
     epilog=("**Examples**\n\n    autotune explain runs/70b/plans.json --rank 2\n\n"
+            "    autotune explain runs/70b-serve   (a serving plans.json, or its folder, from search --workload serve)\n\n"
             "    autotune explain -m llama3-70b -H h100-sxm5-80gb --gpus 64 -s 8192 -b 512 "
             "--plan \"tp=8,pp=4,zero=1,mbs=1,recompute=selective\""),
 )
@@ -510,7 +512,8 @@ def explain_command(
     calibration: Calibration = None,
     json_out: JsonOut = False,
 ) -> None:
-    """Explain one plan: time (or latency) and memory breakdown, what binds, and what each one-step change does."""
+    """Explain one plan, training or serving: where its time (or latency) and memory go, what binds, and what each
+    one-step change does."""
     with user_errors():
         if (plans is None) == (plan is None):
             raise InputError("give a plans.json (with --rank K) or --plan with --model, --hardware, --gpus, "

@@ -193,7 +193,8 @@ def tune(
     top: Annotated[int, typer.Option("--top", "-k", help="Measured plans to show.")] = 10,
     json_out: JsonOut = False,
 ) -> None:
-    """Measure plans with your own benchmark command; the cost model picks and orders them."""
+    """Measure training plans with your own benchmark command; the cost model picks and orders them.
+    (Serving plans are ranked by the serving model: `autotune search --workload serve`.)"""
     with user_errors():
         if run is None:
             raise InputError("is required: the benchmark command to run per trial", field="--run")
@@ -268,7 +269,8 @@ def worker(
     heartbeat: Heartbeat = 30,
     json_out: JsonOut = False,
 ) -> None:
-    """Join a persistent study and evaluate its trials until it holds its target number."""
+    """Join a persistent training study (search --storage or tune) and run its trials until it holds its target
+    number of finished trials.  (A serving search is exact and needs no workers.)"""
 
     with user_errors():
         if trials is not None:

@@ -256,7 +256,10 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
                           top=settings.top)
 
     goal = cap.CapacityGoal(tokens=given.tokens, objective=objectives[0].name, deadline_days=deadline_days,
-                            pue=pue, grid=grid)
+                            pue=pue, grid=grid,
+                            pue_source=cap.PUE_SOURCE if request.pue is None else "given with --pue",
+                            grid_source=(cap.GRID_INTENSITY_SOURCE if request.grid_intensity is None
+                                         else "given with --grid-intensity"))
     found, results = cap.plan_capacity(names, request.gpu_range, given.gpus, goal, node_size=node_size, build=build,
                                        search_one=search_one, progress=progress)
     if found.chosen is None:

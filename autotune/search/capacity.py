@@ -165,6 +165,8 @@ class CapacityResult:
     chosen: Candidate | None  # what --objective asks for among plans meeting the deadline
     cheapest: Candidate | None  # cheapest meeting the deadline
     fastest: Candidate | None  # fastest overall
+    pue_source: str = PUE_SOURCE  # where the PUE came from: the default's source, or the flag
+    grid_source: str = GRID_INTENSITY_SOURCE
 
     def to_json(self) -> dict[str, Any]:
         def one(c: Candidate | None) -> dict[str, Any] | None:
@@ -172,15 +174,16 @@ class CapacityResult:
 
         return {
             "deadline_days": self.deadline_days, "objective": self.objective,
-            "pue": self.pue, "pue_source": PUE_SOURCE,
-            "grid_intensity_g_per_kwh": self.grid_g_per_kwh, "grid_intensity_source": GRID_INTENSITY_SOURCE,
+            "pue": self.pue, "pue_source": self.pue_source,
+            "grid_intensity_g_per_kwh": self.grid_g_per_kwh, "grid_intensity_source": self.grid_source,
             "chosen": one(self.chosen), "cheapest": one(self.cheapest), "fastest": one(self.fastest),
             "candidates": [c.to_json() for c in self.candidates],
         }
 
 
 def choose(candidates: Sequence[Candidate], objective: str, deadline_days: float | None,
-           pue: float, grid: float) -> CapacityResult:
+           pue: float, grid: float, *, pue_source: str = PUE_SOURCE,
+           grid_source: str = GRID_INTENSITY_SOURCE) -> CapacityResult:
     """Pick the cheapest plan that meets the deadline, the fastest overall, and the one ``objective`` asks for."""
     fitting = [c for c in candidates if c.plan is not None]
     in_time = [c for c in fitting if c.meets_deadline]
@@ -200,7 +203,8 @@ def choose(candidates: Sequence[Candidate], objective: str, deadline_days: float
     else:
         raise InputError(f"capacity planning ranks by one of cost, time, throughput, memory, but got {objective!r}",
                          field="--objective")
-    return CapacityResult(list(candidates), deadline_days, objective, pue, grid, chosen, cheapest, fastest)
+    return CapacityResult(list(candidates), deadline_days, objective, pue, grid, chosen, cheapest, fastest,
+                          pue_source, grid_source)
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,8 @@ class CapacityGoal:
     deadline_days: float | None
     pue: float
     grid: float
+    pue_source: str = PUE_SOURCE  # "given with --pue" when the user gave it
+    grid_source: str = GRID_INTENSITY_SOURCE
 
 
 def make_candidate(hardware: str, cluster: Cluster, best: RankedPlan | None, goal: CapacityGoal,
@@ -261,7 +267,8 @@ def plan_capacity(
         candidates.append(make_candidate(name, inputs.cluster, result.ranked[0] if result.ranked else None, goal))
     if progress:
         progress("done", len(pairs), len(pairs))
-    return choose(candidates, goal.objective, goal.deadline_days, goal.pue, goal.grid), results
+    return choose(candidates, goal.objective, goal.deadline_days, goal.pue, goal.grid, pue_source=goal.pue_source,
+                  grid_source=goal.grid_source), results
 
 
 __all__ = [
