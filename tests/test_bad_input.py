@@ -487,3 +487,22 @@ def test_serving_search_does_not_overwrite_a_folder_without_force(tmp_path):
     assert_user_error(invoke("search", *SERVE, "--out", out), "not empty", "--force")
     assert invoke("search", *SERVE, "--out", out, "--force").exit_code == 0
     assert (out / "notes.txt").read_text() == "mine\n"
+
+
+# --- found by the fuzz test (tests/test_fuzz_cli.py) ---------------------------------------------------------
+
+def test_emit_rank_below_one_is_refused_even_with_a_plan_string():
+    assert_user_error(invoke("emit", "tp=8", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096",
+                             "-b", "16", "--rank", "0"), "--rank")
+
+
+def test_worker_refuses_run_on_an_exact_search_study(tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    assert invoke("search", *SMALL, "--storage", url, "--study", "s", "--json").exit_code == 0
+    assert_user_error(invoke("worker", "--storage", url, "--study", "s", "--run", "true"), "--run")
+
+
+def test_validate_refuses_a_calibration_overlay_for_serving_runs(tmp_path):
+    overlay = tmp_path / "calib.yaml"
+    overlay.write_text("hardware:\n  h100-sxm5-80gb:\n    efficiency: {gemm: 0.6}\n")
+    assert_user_error(invoke("validate", SERVING_CSV, "--calibration", overlay), "--calibration")

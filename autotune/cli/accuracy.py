@@ -63,6 +63,10 @@ def validate(
     with user_errors():
         runs_csv = _runs_csv(runs_csv, bundled)
         if is_serving_schema(read_columns(runs_csv)):  # serving_runs.csv schema
+            if calibration:
+                raise InputError("a calibration overlay adjusts the training cost model; the serving runs in "
+                                 f"{runs_csv} are predicted with the serving model's own fitted parameters; leave "
+                                 "--calibration out", field="--calibration")
             _validate_serving(runs_csv, json_out=json_out, worst=worst)
             return
         runs = read_runs(runs_csv)

@@ -85,6 +85,8 @@ def emit(
     with user_errors():
         if plan_source is not None and plan is not None:
             raise InputError("give the plan once: as PLAN or as --plan", field="--plan")
+        if rank < 1:
+            raise InputError(f"must be >= 1 (1 = the best plan of a plans.json), but got {rank}", field="--rank")
         if out is not None:  # before any work: a file, an unwritable place
             check_out_dir(out, force, must_be_empty=False)
         if format in SERVING_FORMATS:

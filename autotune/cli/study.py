@@ -280,6 +280,16 @@ def worker(
         store = make_storage(storage, heartbeat_s=heartbeat or None)
         opened, problem, objectives, settings, target = load_for_worker(store, study, wait)
         target = trials or target
+        measured = settings.get("mode") == "tune"
+        measure = None
+        if measured:
+            if run is None:
+                raise InputError(f"study {study!r} holds measured trials: give the benchmark command with --run",
+                                 field="--run")
+            timeout = trial_timeout if trial_timeout is not None else settings.get("trial_timeout")
+            measure = measure_with(parse_command(run, shell), shell, timeout, {"study": study})
+        elif run is not None:
+            raise InputError(f"study {study!r} is a cost-model search; it runs no command", field="--run")
         if settings.get("sampler") == "exact":
             exact = opened.user_attrs.get(EXACT_ATTR) or {}
             message = (f"study {study!r} was searched exactly: all {exact.get('evaluations', 0):,} valid plans were "
@@ -291,16 +301,6 @@ def worker(
             else:
                 stdout.print(message, highlight=False, soft_wrap=True)
             return
-        measured = settings.get("mode") == "tune"
-        measure = None
-        if measured:
-            if run is None:
-                raise InputError(f"study {study!r} holds measured trials: give the benchmark command with --run",
-                                 field="--run")
-            timeout = trial_timeout if trial_timeout is not None else settings.get("trial_timeout")
-            measure = measure_with(parse_command(run, shell), shell, timeout, {"study": study})
-        elif run is not None:
-            raise InputError(f"study {study!r} is a cost-model search; it runs no command", field="--run")
         try:
             result = run_study(opened, problem, objectives, sampler_name=settings.get("sampler", "tpe"), seed=seed,
                                target=target, measure=measure, margin=settings.get("margin") if measured else None,
