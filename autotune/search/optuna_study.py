@@ -55,8 +55,8 @@ _STATES = optuna.trial.TrialState
 _SETTLE_S = 10.0  # how long to wait for a lower-numbered running trial to record its plan
 _OWNER_WAIT_S = 30.0  # how long a cost-model trial waits for the owner of its plan to finish
 # A running trial that has not named its process after this long belongs to a process that died
-# before its objective started (a live one names itself within milliseconds).
-_UNCLAIMED_S = 60.0
+# between creating it and naming itself (a live one names itself in the same breath: see _Claiming).
+_UNCLAIMED_S = 10.0
 
 
 # --- which process runs a trial, and is it alive ----------------------------------------------------------
@@ -105,6 +105,33 @@ def _alive(worker: _Mapping[str, _Any]) -> bool | None:
     return True
 
 
+class _Claiming(optuna.samplers.BaseSampler):
+    """A sampler that names this process on each trial as soon as Optuna creates it (``before_trial``), before
+    any sampling, so that a process killed mid-trial is known by its trial; everything else is the inner one's."""
+
+    def __init__(self, inner: optuna.samplers.BaseSampler):
+        self._inner = inner
+
+    def infer_relative_search_space(self, study, trial):
+        return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study, trial, search_space):
+        return self._inner.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return self._inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study, trial) -> None:
+        study._storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, this_process())
+        self._inner.before_trial(study, trial)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        self._inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._inner.reseed_rng()
+
+
 def fail_dead_trials(study: optuna.Study) -> list[int]:
     """Fail the RUNNING trials whose process is gone, and queue each one's plan to run again.
 
@@ -124,6 +151,10 @@ def fail_dead_trials(study: optuna.Study) -> list[int]:
         if not dead:
             continue
         try:
+            # Killed after recording its outcome but before completing: the outcome no longer holds (the trial
+            # is failed and run again), so that it is not counted.
+            if t.user_attrs.get("outcome") is not None:
+                storage.set_trial_user_attr(t._trial_id, "outcome", None)
             if not storage.set_trial_state_values(t._trial_id, state=_STATES.FAIL):
                 continue
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -319,7 +350,7 @@ def run_study(
     # A fresh seed per resumption, so that a resumed sampler does not replay the first proposals.
     run_seed = None if seed is None else seed + existing
     study = optuna.load_study(study_name=study.study_name, storage=storage,
-                              sampler=make_sampler(sampler_name, run_seed, len(objectives)))
+                              sampler=_Claiming(make_sampler(sampler_name, run_seed, len(objectives))))
     state = StudyRun(study=study)
     capacity = problem.cluster.hardware.memory_gib
     beat = _heartbeat_on(storage)
@@ -388,7 +419,6 @@ def run_study(
                  "failure_reason", "stderr_tail")
 
     def objective(trial: optuna.Trial):
-        storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, this_process())
         if not measured and not take_slot(trial):
             raise _Surplus()
         fields = dict(fixed)
@@ -480,8 +510,14 @@ def run_study(
                                "proposing plans already tried (is the space exhausted?)")
             study_.stop()
 
-    def reap() -> int:
-        """Fail the trials of dead processes (heartbeat-stale ones, and this host's gone ones) and queue retries."""
+    def reap(settle: bool = False) -> int:
+        """Fail the trials of dead processes (heartbeat-stale ones, and this host's gone ones) and queue retries.
+        ``settle``: first wait (at most _UNCLAIMED_S) for running trials that have not named their process."""
+        if settle:
+            deadline = _time.monotonic() + _UNCLAIMED_S + 1.0
+            while _time.monotonic() < deadline and any(
+                    WORKER_ATTR not in t.system_attrs for t in study.get_trials(deepcopy=False, states=(_STATES.RUNNING,))):
+                _time.sleep(0.2)
         if beat:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -498,7 +534,10 @@ def run_study(
     for _ in range(1000):
         if count_trials(study, measured) < target:
             study.optimize(objective, n_trials=None, callbacks=[callback], catch=(_TrialFailed, _Surplus))
-        if not reap() or state.wasted > wasted_cap:
+        if count_finished(study, measured) >= target or state.wasted > wasted_cap:
+            break
+        # Counted trials still run: another live process's (it finishes them), or a dead one's (run them again).
+        if not reap(settle=True):
             break
     return state
 
