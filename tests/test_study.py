@@ -116,8 +116,9 @@ def test_cli_errors_exit_2_without_traceback(tmp_path):
     base = ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "32"]
     r = cli(*base, "--storage", "redis://x", "--study", "s")
     assert r.returncode == 2 and "--storage" in r.stderr and "Traceback" not in r.stderr
-    r = cli(*base, "--storage", f"sqlite:///{tmp_path}/s.db", "--sampler", "exact", "--study", "s")
-    assert r.returncode == 2 and "--sampler" in r.stderr
+    # An exact search is now kept in a study (see test_auto_with_storage_...); a storage still needs a study name.
+    r = cli(*base, "--storage", f"sqlite:///{tmp_path}/s.db", "--sampler", "exact")
+    assert r.returncode == 2 and "--study" in r.stderr
     r = cli("worker", "--storage", f"sqlite:///{tmp_path}/s.db", "--study", "nope")
     assert r.returncode == 2 and "no autotune study 'nope'" in r.stderr
 
@@ -125,7 +126,7 @@ def test_cli_errors_exit_2_without_traceback(tmp_path):
 def test_search_study_resumes_and_refuses_a_changed_problem(tmp_path):
     url = f"sqlite:///{tmp_path}/s.db"
     base = ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "-s", "4096", "-b", "32", "--storage", url,
-            "--study", "s", "--json", "--heartbeat", "0"]
+            "--study", "s", "--json", "--heartbeat", "0", "--sampler", "tpe"]
     first = cli(*base, "--gpus", "8", "--trials", "15")
     assert first.returncode == 0, first.stderr
     again = cli(*base, "--gpus", "8", "--trials", "25")
@@ -144,3 +145,68 @@ def test_search_study_resumes_and_refuses_a_changed_problem(tmp_path):
     replaced = cli(*base, "--gpus", "16", "--trials", "8", "--new")
     assert replaced.returncode == 0, replaced.stderr
     assert len(load_records(url, "s")) == 8
+
+
+# --- auto with a storage: exact when the space is small, kept in the study ------------------------------------
+
+
+def test_auto_with_storage_still_searches_exactly_and_keeps_it_in_the_study(tmp_path):
+    import time
+
+    from autotune.search.optuna_study import EXACT_ATTR, load_records
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    base = ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "32", "--json"]
+    plain = json.loads(cli(*base).stdout)
+    started = time.perf_counter()
+    stored = cli(*base, "--storage", url, "--study", "s")
+    took = time.perf_counter() - started
+    assert stored.returncode == 0, stored.stderr
+    doc = json.loads(stored.stdout)
+    assert doc["search"]["sampler"] == "exact"
+    assert doc["search"]["evaluations"] == plain["search"]["evaluations"]
+    assert [p["plan"] for p in doc["plans"]] == [p["plan"] for p in plain["plans"]]
+    records = load_records(url, "s")
+    assert [r["user_attrs"]["plan"] for r in records] == [p["plan"] for p in doc["plans"]]
+    assert all(r["state"] == "COMPLETE" and r["user_attrs"]["outcome"] == "evaluated" for r in records)
+    import optuna
+
+    summary = optuna.load_study(study_name="s", storage=url).user_attrs[EXACT_ATTR]
+    assert summary["evaluations"] == plain["search"]["evaluations"] and summary["recorded"] == len(records)
+    print(f"exact search kept in a new SQLite study: {took:.2f} s for the whole command")
+    # Again: nothing added twice; a worker has nothing to do; the report reads the study.
+    again = cli(*base, "--storage", url, "--study", "s")
+    assert again.returncode == 0 and len(load_records(url, "s")) == len(records)
+    worker = cli("worker", "--storage", url, "--study", "s")
+    assert worker.returncode == 0 and "searched exactly" in worker.stdout
+    report = cli("report", "--storage", url, "--study", "s", "--out", str(tmp_path / "rep"), "--trials", "10")
+    assert report.returncode == 0, report.stderr
+    assert "searched exactly" in (tmp_path / "rep" / "report.html").read_text()
+
+
+def test_auto_continues_a_study_with_the_sampler_it_was_searched_with(tmp_path):
+    from autotune.search.optuna_study import load_records
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    base = ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "32", "--json",
+            "--storage", url, "--study", "s", "--heartbeat", "0", "--space",
+            str(HERE / "bench_scripts" / "space_small.yaml")]
+    first = cli(*base, "--sampler", "random", "--trials", "6")
+    assert first.returncode == 0, first.stderr
+    again = cli(*base, "--trials", "9")  # --sampler auto (the default)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["search"]["sampler"] == "random"
+    assert len(load_records(url, "s")) == 9
+
+
+def test_tune_exits_1_and_says_why_when_no_benchmark_run_succeeded(tmp_path):
+    url = f"sqlite:///{tmp_path}/t.db"
+    args = ["tune", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "32", "--space",
+            str(HERE / "bench_scripts" / "space_small.yaml"), "--storage", url, "--trials", "2", "--prior-top", "2",
+            "--run", f"{sys.executable} -c 'import sys; sys.exit(3)'", "--calibrate", str(tmp_path / "c.yaml")]
+    r = cli(*args, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "no benchmark run succeeded" in r.stderr and "exit status 3 (2x)" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "c.yaml").exists()
+    r = cli(*args, "--json", timeout=120)
+    assert r.returncode == 1 and json.loads(r.stdout)["best"] is None

@@ -35,8 +35,8 @@ def counted(records, measured=False):
         a = r["user_attrs"]
         if r["state"] == "WAITING" or a.get("outcome") == "surplus":
             continue
-        if r["state"] == "FAIL" and "outcome" not in a:
-            continue
+        if r["state"] == "FAIL" and a.get("outcome") is None:
+            continue  # killed (stale or gone) and run again
         if measured and not (a.get("slot") and a.get("outcome") in ("ok", "failed", "infeasible")):
             continue
         out.append(r)
@@ -183,3 +183,87 @@ def test_sigkill_loses_no_trial_and_the_stale_one_is_retried(tmp_path):
     retried = [r for r in after.values() if r["retry_of"] is not None]
     assert {r["retry_of"] for r in retried} == {s["number"] for s in stale}
     assert len(counted(list(after.values()), measured=True)) == 8
+
+
+# --- --trials N means N finished trials, after a SIGKILL and a resume with the same command ------------------
+
+
+def _running(url: str, study: str) -> int:
+    try:
+        return sum(r["state"] == "RUNNING" for r in load_records(url, study))
+    except Exception:  # noqa: BLE001 - the study may not exist yet
+        return 0
+
+
+def _kill_mid_trial(cmd: list[str], url: str, study: str, env: dict, at_least: int) -> bool:
+    """Start ``cmd`` and SIGKILL it while one of its trials is RUNNING, after ``at_least`` finished trials.
+    True when the kill left a trial RUNNING."""
+    import optuna
+
+    from autotune.search.optuna_study import make_storage
+
+    storage = make_storage(url)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                trials = optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
+            except Exception:  # noqa: BLE001 - not created yet, or the database is busy
+                trials = []
+            done = sum(t.state.is_finished() for t in trials)
+            if done >= at_least and any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.005)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    return _running(url, study) > 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_search_killed_mid_trial_and_resumed_ends_with_exactly_trials_finished(backend, tmp_path):
+    if backend == "postgresql" and not PG_URL:
+        pytest.skip("AUTOTUNE_TEST_POSTGRES_URL is unset: no PostgreSQL server (.ci/postgres.sh starts one)")
+    url = PG_URL if backend == "postgresql" else f"sqlite:///{tmp_path}/k.db"
+    trials = 12
+    for attempt in range(6):  # the kill must land while a trial runs; try again if it landed between trials
+        study = f"kill{uuid.uuid4().hex[:8]}"
+        # Default heartbeat (30 s): the killed trial is not stale yet when the same command runs again.
+        cmd = autotune("search", *SEARCH, "--space", str(SPACE), "--storage", url, "--study", study,
+                       "--trials", str(trials), "--sampler", "random", "--json")
+        if _kill_mid_trial(cmd, url, study, dict(os.environ), at_least=3 + attempt):
+            break
+    else:
+        pytest.fail("could not kill the search while a trial was running")
+    before = {r["number"]: r for r in load_records(url, study)}
+    killed = [n for n, r in before.items() if r["state"] == "RUNNING"]
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = load_records(url, study)
+    assert not any(r["state"] == "RUNNING" for r in after)
+    assert len(counted(after)) == trials
+    failed = {r["number"] for r in after if r["state"] == "FAIL" and r["user_attrs"].get("outcome") is None}
+    assert set(killed) <= failed
+    assert {r["retry_of"] for r in after if r["retry_of"] is not None} >= set(killed)
+
+
+def test_tune_killed_mid_benchmark_and_resumed_at_once_ends_with_exactly_trials_finished(tmp_path):
+    table, _, _ = make_table(tmp_path)
+    env = {**os.environ, "FAKE_BENCH_TABLE": str(table), "FAKE_BENCH_SLEEP": "0.4"}
+    url = f"sqlite:///{tmp_path}/t.db"
+    for attempt in range(4):
+        study = f"kill{attempt}"
+        cmd = tune_cmd(url, study, 4, "--prior-top", "0")  # default heartbeat: nothing is stale on resume
+        if _kill_mid_trial(cmd, url, study, env, at_least=1):
+            break
+    else:
+        pytest.fail("could not kill tune while a benchmark was running")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    after = load_records(url, study)
+    assert not any(x["state"] == "RUNNING" for x in after)
+    assert len(counted(after, measured=True)) == 4
+    assert "queued to run again" in r.stdout + r.stderr

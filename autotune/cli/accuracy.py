@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,25 +11,38 @@ from rich.table import Table
 from ..errors import InputError
 from ..inputs.calibration import load_calibration
 from ..inputs.hardware import load_hardware
+from ..inputs.measured_runs import read_columns
+from ..inputs.resources import bundled_data
+from ..outputs.files import check_out_file
 from ..serving.runs import is_serving_schema
 from ..serving.validation import validate_serving_csv
 from ..training.calibration import fit
-from ..training.runs import read_runs
+from ..training.runs import MeasuredRun, SkippedRow, read_runs
 from ..training.validation import validate_runs
-from .app import JsonOut, app, print_json, stderr, stdout, user_errors
+from .app import JsonOut, app, print_json, progress, stderr, stdout, user_errors
+
+BUNDLED = {"training": "training_runs.csv", "serving": "serving_runs.csv"}
 
 
-def _columns(path: Path) -> list[str]:
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            return next(csv.reader(handle), [])
-    except FileNotFoundError:
-        raise InputError("file not found; check the path", source=str(path)) from None
+def _runs_csv(path: Path | None, bundled: str | None) -> Path:
+    """The CSV to read: the one given, or the bundled training or serving runs (``--bundled``)."""
+    if bundled is not None:
+        if path is not None:
+            raise InputError("give a CSV or --bundled, not both", field="--bundled")
+        if bundled not in BUNDLED:
+            raise InputError(f"must be training or serving, but got {bundled!r}", field="--bundled")
+        return bundled_data(BUNDLED[bundled])
+    if path is None:
+        raise InputError("give a CSV of measured runs, or --bundled training (or serving) for the runs shipped with "
+                         "autotune", field="RUNS_CSV")
+    return path
 
 
 @app.command(
     epilog=(
         "**Examples**\n\n"
+        "    autotune validate --bundled training\n\n"
+        "    autotune validate --bundled serving\n\n"
         "    autotune validate autotune/data/training_runs.csv\n\n"
         "    autotune validate my_runs.csv --calibration calib.yaml --json\n\n"
         "    autotune validate autotune/data/serving_runs.csv\n\n"
@@ -40,14 +52,20 @@ def _columns(path: Path) -> list[str]:
     )
 )
 def validate(
-    runs_csv: Annotated[Path, typer.Argument(help="CSV of measured runs (schema: docs/validation.md).")],
+    runs_csv: Annotated[Optional[Path], typer.Argument(help="CSV of measured runs: training (docs/validation.md) or serving (docs/serving.md).")] = None,
+    bundled: Annotated[Optional[str], typer.Option("--bundled", help="Validate on the runs shipped with autotune instead of a CSV: training | serving.")] = None,
     calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration overlay YAML.")] = None,
     json_out: JsonOut = False,
     worst: Annotated[int, typer.Option("--worst", help="Rows to show in the table, worst first (0: all).")] = 25,
 ) -> None:
-    """Predict every measured run with its own layout and report the error, per row and per source group."""
+    """Predict every measured run (training or serving) with its own layout; report the error per row and per group."""
     with user_errors():
-        if is_serving_schema(_columns(runs_csv)):  # serving_runs.csv schema
+        runs_csv = _runs_csv(runs_csv, bundled)
+        if is_serving_schema(read_columns(runs_csv)):  # serving_runs.csv schema
+            if calibration:
+                raise InputError("a calibration overlay adjusts the training cost model; the serving runs in "
+                                 f"{runs_csv} are predicted with the serving model's own fitted parameters; leave "
+                                 "--calibration out", field="--calibration")
             _validate_serving(runs_csv, json_out=json_out, worst=worst)
             return
         runs = read_runs(runs_csv)
@@ -142,18 +160,25 @@ def _validate_serving(path: Path, *, json_out: bool, worst: int) -> None:
     )
 )
 def calibrate(
-    runs_csv: Annotated[Path, typer.Argument(help="CSV of measured runs (schema: docs/validation.md).")],
-    out: Annotated[Path, typer.Option("--out", help="Where to write the calibration overlay YAML.")],
+    runs_csv: Annotated[Path, typer.Argument(help="CSV of measured training runs (schema: docs/validation.md).")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the calibration overlay YAML (parent folders are created).")],
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out file.")] = False,
     json_out: JsonOut = False,
 ) -> None:
-    """Fit the profiles' efficiency parameters to measured runs; report MAPE before, after and held out."""
+    """Fit the profiles' efficiency parameters to measured training runs; report MAPE before, after and held out.
+    (Serving runs: `autotune validate` reports the serving model's error; its parameters ship fitted.)"""
     with user_errors():
-        if out.exists() and not force:
-            raise InputError("exists; choose another --out or pass --force to overwrite it", source=str(out))
+        check_out_file(out, force)
         runs = read_runs(runs_csv)
-        with stderr.status("fitting (least squares per GPU type, then leave-one-source-group-out)"):
-            result = fit(runs, load_hardware)
+        usable = [r for r in runs if isinstance(r, MeasuredRun)]
+        if not usable:
+            skipped = [r for r in runs if isinstance(r, SkippedRow)]
+            reasons = "; ".join(f"{s.id}: {s.reason}" for s in skipped[:3])
+            raise InputError(f"no usable rows to fit ({len(skipped)} skipped: {reasons or 'the file has no rows'})",
+                             source=str(runs_csv))
+        with progress("calibrating: least squares per GPU type, then leave-one-source-group-out") as update:
+            result = fit(runs, load_hardware, progress=update)
+        out.parent.mkdir(parents=True, exist_ok=True)
         result.write(out)
         if json_out:
             print_json(result.to_json())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 from typing import Annotated, Any, Callable, Iterator, Optional
 
@@ -38,10 +39,50 @@ stdout = Console(width=None if sys.stdout.isatty() else 132)
 stderr = Console(stderr=True)
 
 
+# A number option beyond these is a typo, not a cluster: refused before it overflows the cost model.
+MAX_FLOAT_OPTION = 1e18
+MAX_INT_OPTION = 2**31 - 1
+
+
+def check_number_options() -> None:
+    """Every number given on the command line is finite and of a sane size (Click reads "nan" and "inf" as floats
+    and any length of digits as an int); the flag at fault is named."""
+    try:
+        from typer.main import get_current_context  # typer with click vendored
+    except ImportError:  # pragma: no cover - older typer on click
+        from click import get_current_context
+    ctx = get_current_context(silent=True)
+    if ctx is None:
+        return
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        values = value if isinstance(value, (list, tuple)) else [value]
+        flag = max(param.opts, key=len) if param.opts else (param.name or "")
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            if isinstance(v, float) and not math.isfinite(v):
+                raise InputError(f"must be a finite number, but got {v}", field=flag)
+            limit = MAX_FLOAT_OPTION if isinstance(v, float) else MAX_INT_OPTION
+            if abs(v) > limit:
+                raise InputError(f"must be at most {limit:,.0f} in size, but got {v if isinstance(v, int) else f'{v:g}'}",
+                                 field=flag)
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
+    """The one error path: bad input (and a number option that is not finite) exits 2 with one line."""
     try:
+        check_number_options()
         yield
+    except RecursionError:
+        stderr.print("[bold red]error:[/] an input is nested too deeply to read; give a flat file", highlight=False)
+        raise typer.Exit(code=2) from None
+    except OSError as exc:  # the file system refused (permissions, a full disk) after the checks passed
+        where = f"{exc.filename}: " if exc.filename else ""
+        stderr.print(f"[bold red]error:[/] {escape(where)}{escape(exc.strerror or str(exc))}; check the path, its "
+                     "permissions and free space", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=2) from None
     except (InputError, ValueError) as exc:
         stderr.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None

@@ -13,15 +13,15 @@ from ..inputs.hardware import hardware_names, load_hardware
 from ..inputs.modelspec import load_model, model_names
 from .app import app, stdout, user_errors
 
-hardware_app = typer.Typer(help="Bundled hardware profiles.", no_args_is_help=True)
-models_app = typer.Typer(help="Bundled model specs.", no_args_is_help=True)
+hardware_app = typer.Typer(help="Bundled hardware profiles (used by training and serving plans).", no_args_is_help=True)
+models_app = typer.Typer(help="Bundled model specs (used by training and serving plans).", no_args_is_help=True)
 app.add_typer(hardware_app, name="hardware")
 app.add_typer(models_app, name="models")
 
 
 @hardware_app.command("list", epilog="**Example**\n\n    autotune hardware list")
 def hardware_list() -> None:
-    """List the bundled hardware profiles."""
+    """List the bundled hardware profiles (the GPUs training and serving plans run on)."""
     with user_errors():
         table = Table(header_style="bold")
         for col in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "memory GiB", "HBM GB/s", "GPUs/node", "domain",
@@ -39,7 +39,7 @@ def hardware_list() -> None:
 
 @hardware_app.command("show", epilog="**Example**\n\n    autotune hardware show h100-sxm5-80gb")
 def hardware_show(name: Annotated[str, typer.Argument(help="Profile name or YAML path.")]) -> None:
-    """Show one hardware profile with the source of every number."""
+    """Show one hardware profile (for training and serving) with the source of every number."""
 
     with user_errors():
         hw = load_hardware(name)
@@ -71,7 +71,7 @@ def hardware_show(name: Annotated[str, typer.Argument(help="Profile name or YAML
 
 @models_app.command("list", epilog="**Example**\n\n    autotune models list")
 def models_list() -> None:
-    """List the bundled model specs."""
+    """List the bundled model specs (for training and serving plans)."""
     with user_errors():
         table = Table(header_style="bold")
         for col in ("name", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "attention", "MoE"):
@@ -102,7 +102,7 @@ def _attention_summary(m) -> str:
 
 @models_app.command("show", epilog="**Example**\n\n    autotune models show llama3-70b\n\n    autotune models show path/to/config.json")
 def models_show(name: Annotated[str, typer.Argument(help="Spec name, spec YAML or HF config.json.")]) -> None:
-    """Show one model spec and its derived sizes."""
+    """Show one model spec (for training and serving) and its derived sizes."""
 
     with user_errors():
         m = load_model(name)

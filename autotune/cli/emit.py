@@ -27,8 +27,17 @@ from ..outputs.emit.formats import (
     context_from_plans,
     serving_files,
 )
-from ..outputs.files import plans_path, read_plans, write_files
-from ..serving.plan import parse_serve_fields, serve_plan_from_fields
+from ..outputs.files import (
+    check_out_dir,
+    plan_entry,
+    plans_path,
+    read_plans,
+    write_files,
+)
+from ..search.plans_file import serving_inputs_from_plans
+from ..serving.calibrated import params_for_gpu
+from ..serving.estimate import estimate_serving
+from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
 from ..training.estimate import estimate_training
 from ..training.plan import PlanBatch, parse_plan
 from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
@@ -56,6 +65,8 @@ from .app import (
         "--format torchtitan\n\n"
         "    autotune emit tp=4,weights=fp8,kv=fp8,max_batch=64 --format vllm -m llama3-70b -H h100-sxm5-80gb "
         "--gpus 8 -s 2304\n\n"
+        "    autotune emit runs/70b-serve --rank 2 --format sglang --out runs/70b-serve/launch   "
+        "(a serving plans.json)\n\n"
         "Targets: " + "; ".join(f"{name}: {em.release}" for name, em in FRAMEWORKS.items())
         + ". See docs/launch-configs.md."
     )
@@ -86,6 +97,10 @@ def emit(
     with user_errors():
         if plan_source is not None and plan is not None:
             raise InputError("give the plan once: as PLAN or as --plan", field="--plan")
+        if rank < 1:
+            raise InputError(f"must be >= 1 (1 = the best plan of a plans.json), but got {rank}", field="--rank")
+        if out is not None:  # before any work: a file, an unwritable place
+            check_out_dir(out, force, must_be_empty=False)
         if format in SERVING_FORMATS:
             files, estimate = _serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len)
         else:
@@ -111,7 +126,7 @@ def emit(
             for name, text in files.items():
                 print(f"# ===== {name} =====")
                 print(text, end="")
-        if estimate and estimate.get("fits") is False:
+        if isinstance(estimate, dict) and estimate.get("fits") is False:
             stderr.print(f"[bold yellow]warning:[/] the cost model predicts this plan does not fit "
                          f"({estimate.get('infeasible_reason', 'out of memory')}).", soft_wrap=True)
 
@@ -203,17 +218,20 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         if inputs.get("workload") != "serve":
             raise InputError("is not a serving plans.json (inputs.workload is not serve); rerun "
                              "`autotune search --workload serve --out DIR`", source=str(path))
-        entries = {e.get("rank"): e for e in document["plans"] if isinstance(e, dict)}
-        if rank not in entries:
-            raise InputError(f"has no plan of rank {rank}", source=str(path), field="--rank")
-        spec = load_model(model or inputs["model"])
+        for flag, value in (("--hardware", hardware), ("--gpus", gpus), ("--seq-len", seq_len)):
+            if value is not None:
+                raise InputError(f"comes from {path}; leave it out, or emit a plan string instead", field=flag)
+        entry = plan_entry(document, rank, str(path))
+        served = serving_inputs_from_plans(inputs, str(path), model=model)
+        spec, hw_name, max_len = served.model, served.cluster.hardware.name, served.workload.max_len
         try:
-            chosen = serve_plan_from_fields(entries[rank]["plan"], int(inputs["gpus"]))
-            hw_name = str(inputs["hardware"])
-            max_len = int(inputs["input_len"]) + int(inputs["output_len"])
+            chosen = serve_plan_from_fields(entry["plan"], served.cluster.n_gpus)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"plan of rank {rank} is malformed: {exc}", source=str(path), field="plans.plan") from None
-        estimate = entries[rank].get("estimate")
+        # Estimated again from the embedded inputs (the launch script's comments quote it), not copied.
+        params, _ = params_for_gpu(hw_name)
+        estimate = estimate_serving(spec, served.cluster, served.workload, ServePlanBatch.from_plans([chosen]),
+                                    params).row(0)
     else:
         if model is None or hardware is None or gpus is None or seq_len is None:
             raise InputError("a plan string needs --model, --hardware, --gpus and --seq-len (prompt + output tokens)",

@@ -12,16 +12,20 @@ from ..outputs.files import check_out_dir
 from ..outputs.report import StudySource, build_report, require_matplotlib
 from .app import FrameworkOpt, app, progress, stdout, user_errors
 
+MAX_REPORT_TRIALS = 10_000
+
 
 @app.command(
     "report",
     epilog=("**Examples**\n\n    autotune search -m llama3-70b -H h100-sxm5-80gb --gpus 64 -s 8192 -b 512 --out runs/70b\n\n"
             "    autotune report runs/70b/plans.json --out runs/70b/report\n\n"
+            "    autotune report runs/70b-serve --out runs/70b-serve/report   (a serving search: throughput against "
+            "interactivity, latency against the targets, memory)\n\n"
             "    autotune report --storage sqlite:///tune.db --study llama8b --out report\n\n"
-            "Needs matplotlib: " + "pip install 'autotune[report]'."),
+            "Draws with matplotlib, installed with autotune."),
 )
 def report_command(
-    result: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR`.")] = None,
+    result: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR` (or its folder), training or serving.")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for report.html and the PNG figures.")] = Path("report"),
     trials: Annotated[int, typer.Option("--trials", help="Evaluations for the TPE / random convergence runs (0: skip). "
                                         "With --study: random search runs at the study's own budget; 0 skips it.")] = 100,
@@ -31,7 +35,8 @@ def report_command(
     force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder.")] = False,
     framework: FrameworkOpt = None,
 ) -> None:
-    """Write an HTML report (self-contained, works offline) and its figures as PNG files."""
+    """Write an HTML report of a training or serving search, or of a stored study (self-contained, works offline),
+    and its figures as PNG files."""
     with user_errors():
         source: Path | StudySource
         if storage or study:
@@ -50,8 +55,9 @@ def report_command(
                              "--storage URL --study NAME", field="RESULT")
         else:
             source = result
-        if trials < 0:
-            raise InputError(f"must be >= 0, but got {trials}", field="--trials")
+        if not 0 <= trials <= MAX_REPORT_TRIALS:
+            raise InputError(f"must be between 0 and {MAX_REPORT_TRIALS:,} (each convergence run costs a TPE "
+                             f"trial per evaluation), but got {trials:,}", field="--trials")
         require_matplotlib()
         check_out_dir(out, force)
         with progress("report") as update:

@@ -21,16 +21,24 @@ from ..inputs.request import (
 )
 from ..outputs import tables
 from ..outputs.emit.formats import (
+    SERVING_FORMATS,
     check_formats,
     express_all,
     framework_for_formats,
     parse_formats,
     render_formats,
     search_context,
+    serving_files,
 )
-from ..outputs.explain import explain
-from ..outputs.files import check_out_dir, read_plans, write_files, write_plans
-from ..search import capacity as cap
+from ..outputs.explain import explain, explain_serving
+from ..outputs.files import (
+    check_out_dir,
+    plan_entry,
+    plans_path,
+    read_plans,
+    write_files,
+    write_plans,
+)
 from ..search.api import (
     CapacitySearch,
     SearchSettings,
@@ -44,6 +52,7 @@ from ..search.api import (
     search_training,
     wants_capacity,
 )
+from ..search.plans_file import serving_inputs_from_plans, training_inputs_from_plans
 from ..serving.calibrated import params_for_gpu
 from ..serving.estimate import estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
@@ -96,6 +105,19 @@ from .app import (
 # --- search --------------------------------------------------------------------------------------------
 
 
+def parse_serving_formats(text: str) -> list[str]:
+    """``--emit vllm,sglang`` for a serving search: the serving launch formats, each once."""
+    names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    if not names:
+        raise InputError(f"name at least one serving format: {', '.join(SERVING_FORMATS)}", field="--emit")
+    unknown = [n for n in names if n not in SERVING_FORMATS]
+    if unknown:
+        raise InputError(f"a serving search writes {', '.join(SERVING_FORMATS)} launch files, but got "
+                         f"{', '.join(unknown)}", field="--emit")
+    return names
+
+
+
 @app.command(
     epilog=(
         "**Examples**\n\n"
@@ -104,7 +126,7 @@ from .app import (
         "    autotune search -m llama3-8b -H h100-sxm5-80gb --gpus 8 -s 8192 -b 64 --fix tp=1 --objective throughput,memory\n\n"
         "    autotune search -m llama3-70b -H h100-sxm5-80gb --nodes 8 -s 8192 -b 512 --tokens 2e12 --out runs/70b\n\n"
         "    autotune search --workload serve -m llama3-70b -H h100-sxm5-80gb --gpus 8 --input-len 2048 "
-        "--output-len 256 --ttft-ms 2000 --tpot-ms 50"
+        "--output-len 256 --ttft-ms 2000 --tpot-ms 50 --out runs/70b-serve --emit vllm"
     )
 )
 def search(
@@ -120,7 +142,7 @@ def search(
     space: Space = None,
     fix: Fix = None,
     sampler: Annotated[str, typer.Option("--sampler", help="auto | exact | tpe | gp | random. auto: exact when cheap, else TPE.")] = "auto",
-    trials: Annotated[int, typer.Option("--trials", help="Trials for tpe / gp / random.")] = 200,
+    trials: Annotated[int, typer.Option("--trials", help="Trials for tpe / gp / random (finished trials, at most 1,000,000); with --storage, the study's total.")] = 200,
     seed: Annotated[int, typer.Option("--seed", help="Sampler seed: the same seed gives the same answer.")] = 0,
     objective: Annotated[str, typer.Option("--objective", help="throughput | cost | time | memory; comma-separated for a Pareto set.")] = "throughput",
     top: Annotated[int, typer.Option("--top", "-k", help="How many plans to show and write.")] = 10,
@@ -128,8 +150,8 @@ def search(
     out: Annotated[Optional[Path], typer.Option("--out", help="Write plans.json and plans.csv into this folder.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder.")] = False,
     calibration: Calibration = None,
-    emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: megatron, deepspeed, torchtitan, slurm (comma-separated); the search keeps to plans they can express.")] = None,
-    deadline: Annotated[Optional[str], typer.Option("--deadline", help="Capacity planning: finish --tokens within this time, e.g. 30d, 720h.")] = None,
+    emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: training: megatron, deepspeed, torchtitan, slurm (comma-separated; the search keeps to plans they can express); serving: vllm, sglang.")] = None,
+    deadline: Annotated[Optional[str], typer.Option("--deadline", help="Capacity planning: finish --tokens within this time: 30d, 720h, 6w, 2mo (months), 90min; 'm' alone is ambiguous.")] = None,
     pue: Annotated[Optional[float], typer.Option("--pue", help="Data-centre PUE for energy [default: 1.58, Uptime Institute 2023 average].")] = None,
     grid_intensity: Annotated[Optional[float], typer.Option("--grid-intensity", help="gCO2e per kWh for emissions [default: 475, world average (IEA 2019)].")] = None,
     storage: Annotated[Optional[str], typer.Option("--storage", help="Keep the trials in an Optuna storage (sqlite:///s.db, postgresql://..., journal:./s.log); a re-run continues up to --trials, `autotune worker` joins. See docs/distributed.md.")] = None,
@@ -147,7 +169,8 @@ def search(
     precision: Annotated[Optional[str], typer.Option("--precision", help="Training: GEMM precisions to search, comma-separated: bf16 (default), bf16,fp8 or fp8. fp8 is never searched unless named.")] = None,
     memory_headroom: Annotated[Optional[float], typer.Option("--memory-headroom", help="Training: fraction of HBM ranked plans must leave free [default: 0.03: plans use at most 97% of the GPU's memory].")] = None,
 ) -> None:
-    """Search parallel layouts and settings; print the best plans, ranked."""
+    """Search the plans of a training run (layouts and settings) or, with --workload serve, of a serving deployment
+    (tp, pp, replicas, quantization, batch limit under latency targets); print the best, ranked."""
     with user_errors():
         serving_flags = {"--input-len": input_len, "--output-len": output_len, "--ttft-ms": ttft_ms,
                          "--tpot-ms": tpot_ms, "--concurrency": concurrency, "--request-rate": request_rate}
@@ -164,12 +187,17 @@ def search(
                 raise InputError(f"must be >= 1, but got {trials}", field="--trials")
             if top < 1:
                 raise InputError(f"must be >= 1, but got {top}", field="--top")
-            reject_flags(training_flags, "--workload serve")
+            reject_flags({k: v for k, v in training_flags.items() if k != "--emit"}, "--workload serve")
+            serving_formats = parse_serving_formats(emit) if emit is not None else None
+            if serving_formats and out is None:
+                raise InputError("needs --out DIR, the folder the launch files are written to (next to plans.json)",
+                                 field="--emit")
             request = ServingSearch(
                 model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                 workload=serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate),
                 space=space, fixes=tuple(fix or ()), top=top, price=price)
-            raise typer.Exit(code=_search_serving(request, json_out=json_out, out=out, gpus_text=gpus))
+            raise typer.Exit(code=_search_serving(request, json_out=json_out, out=out, gpus_text=gpus, force=force,
+                                                  formats=serving_formats))
         reject_flags(serving_flags, "training (add --workload serve for serving)")
         require_training(seq_len, global_batch)
         gpu_count, gpu_range = parse_gpus(gpus)
@@ -275,8 +303,8 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
             stdout.print(f"Cheapest in time: {tables.candidate_text(found.cheapest)}.", highlight=False, soft_wrap=True)
         if found.fastest and found.fastest is not found.chosen:
             stdout.print(f"Fastest: {tables.candidate_text(found.fastest)}.", highlight=False, soft_wrap=True)
-        stdout.print(f"[dim]Energy = GPUs x average board power x hours x PUE {found.pue:g} ({cap.PUE_SOURCE}); "
-                     f"emissions at {found.grid_g_per_kwh:g} gCO2e/kWh ({cap.GRID_INTENSITY_SOURCE}). "
+        stdout.print(f"[dim]Energy = GPUs x average board power x hours x PUE {found.pue:g} ({found.pue_source}); "
+                     f"emissions at {found.grid_g_per_kwh:g} gCO2e/kWh ({found.grid_source}). "
                      "Money at each profile's price per GPU-hour (--price overrides it for every profile).[/]",
                      highlight=False, soft_wrap=True)
         if written:
@@ -290,15 +318,24 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
         raise typer.Exit(code=1)
 
 
-def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None, gpus_text: str | None) -> int:
-    """Run the serving search and print it; returns the exit status."""
+def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None, gpus_text: str | None,
+                    force: bool = False, formats: list[str] | None = None) -> int:
+    """Run the serving search and print it (with ``formats``, write the best plan's launch files); the exit status."""
     if out is not None:
-        check_out_dir(out, True)
+        check_out_dir(out, force)
     outcome = search_serving(request)
     document = outcome.to_json()
-    if out is not None:
-        write_plans(out, document)
+    written: list[Path] = []
     result, workload, hw = outcome.result, request.workload, outcome.hardware
+    if out is not None:
+        written = write_plans(out, document)
+        if formats and result is not None and result.ranked:
+            best = result.ranked[0]
+            files: dict[str, str] = {}
+            for name in formats:
+                files.update(serving_files(name, best.plan, outcome.model, hw.name, workload.max_len, best.estimate))
+            written += write_files(out, files, force)
+
     if json_out:
         print_json(document)
         return 0 if result and result.ranked else 1
@@ -333,6 +370,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                  f"Rejected: {rejected or 'none'}.[/]", highlight=False, soft_wrap=True)
     stdout.print("[dim]Estimates come from an analytic serving model; see `autotune validate` on serving runs for "
                  "its measured error.[/]")
+    if written:
+        stdout.print("Wrote " + ", ".join(str(p) for p in written), highlight=False, soft_wrap=True)
     if not result.ranked:
         stderr.print("[bold red]no serving plan fits.[/] Try more GPUs, a lower weight precision (fp8, int4) or a "
                      "shorter --input-len/--output-len.", soft_wrap=True)
@@ -378,7 +417,8 @@ def predict(
     request_rate: RequestRate = None,
     framework: FrameworkOpt = None,
 ) -> None:
-    """Estimate one plan: step time and its parts, throughput, MFU, memory and its parts."""
+    """Estimate one plan: training (step time and its parts, throughput, MFU, memory) or, with --workload serve,
+    serving (output tokens/s, TTFT, TPOT, batch, memory)."""
     with user_errors():
         if check_workload(workload) == "serve":
             reject_flags({"--framework": framework, "--calibration": calibration, "--seq-len": seq_len,
@@ -481,15 +521,16 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
 @app.command(
     "explain",
     epilog=("**Examples**\n\n    autotune explain runs/70b/plans.json --rank 2\n\n"
+            "    autotune explain runs/70b-serve   (a serving plans.json, or its folder, from search --workload serve)\n\n"
             "    autotune explain -m llama3-70b -H h100-sxm5-80gb --gpus 64 -s 8192 -b 512 "
             "--plan \"tp=8,pp=4,zero=1,mbs=1,recompute=selective\""),
 )
 def explain_command(
-    plans: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR`.")] = None,
+    plans: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR` (or its folder), training or serving.")] = None,
     rank: Annotated[int, typer.Option("--rank", "-r", help="Which plan of PLANS to explain (1 = best).")] = 1,
-    plan: Annotated[Optional[str], typer.Option("--plan", "-p", help="A plan as key=value pairs (instead of PLANS).")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model (with --plan; overrides PLANS' inputs).")] = None,
-    hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Hardware profile (with --plan).")] = None,
+    plan: Annotated[Optional[str], typer.Option("--plan", "-p", help="A training plan as key=value pairs (instead of PLANS).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model (with --plan; with PLANS it replaces the spec the file embeds).")] = None,
+    hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Hardware profile (with --plan; training PLANS: replaces the file's).")] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", "-n", help="Number of GPUs (with --plan).")] = None,
     gpus_per_node: GpusPerNode = None,
     seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length (with --plan).")] = None,
@@ -498,34 +539,43 @@ def explain_command(
     framework: FrameworkOpt = None,
     json_out: JsonOut = False,
 ) -> None:
-    """Explain one plan: time and memory breakdown, what binds, and what each one-step change does."""
+    """Explain one plan, training or serving: where its time (or latency) and memory go, what binds, and what each
+    one-step change does."""
     with user_errors():
         if (plans is None) == (plan is None):
             raise InputError("give a plans.json (with --rank K) or --plan with --model, --hardware, --gpus, "
                              "--seq-len and --global-batch", field="PLANS")
-        inputs: dict[str, Any] = {}
         fields = None
         if plans is not None:
-            document = read_plans(plans)
+            path = plans_path(plans) or plans
+            source = str(path)
+            document = read_plans(path)
+            fields = plan_entry(document, rank, source)["plan"]
             inputs = document["inputs"]
-            entries = document["plans"]
-            if not 1 <= rank <= len(entries):
-                raise InputError(f"must be between 1 and {len(entries)} (the plans in {plans}), but got {rank}",
-                                 field="--rank")
-            fields = entries[rank - 1]["plan"]
-        given = {"model": model, "hardware": hardware, "gpus": gpus, "seq_len": seq_len, "global_batch": global_batch}
-        merged = {**{k: inputs.get(k) for k in given}, **{k: v for k, v in given.items() if v is not None}}
-        missing = [k for k, v in merged.items() if v is None]
-        if missing:
-            raise InputError(f"missing {', '.join('--' + m.replace('_', '-') for m in missing)}", field="--plan")
-        t = TrainingRequest(model=merged["model"], hardware=merged["hardware"], gpus=int(merged["gpus"]),
-                            gpus_per_node=gpus_per_node or inputs.get("gpus_per_node"), seq_len=int(merged["seq_len"]),
-                            global_batch=int(merged["global_batch"]), price=inputs.get("price_usd_per_gpu_hour"),
-                            calibration=calibration, framework=framework or inputs.get("framework")).build()
+            if inputs.get("workload") == "serve":
+                reject_flags({"--hardware": hardware, "--gpus": gpus, "--gpus-per-node": gpus_per_node,
+                              "--seq-len": seq_len, "--global-batch": global_batch, "--calibration": calibration},
+                             f"a serving plans.json ({source} holds them)")
+                reject_flags({"--framework": framework}, "a serving plans.json (it plans no training software)")
+                _explain_serving(source, inputs, fields, model=model, json_out=json_out)
+                return
+            t = training_inputs_from_plans(inputs, source, model=model, hardware=hardware, gpus=gpus,
+                                           gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
+                                           calibration=calibration, framework=framework)
+        else:
+            given = {"model": model, "hardware": hardware, "gpus": gpus, "seq_len": seq_len, "global_batch": global_batch}
+            missing = [k for k, v in given.items() if v is None]
+            if missing:
+                raise InputError(f"missing {', '.join('--' + m.replace('_', '-') for m in missing)}", field="--plan")
+            t = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, seq_len=seq_len,
+                                global_batch=global_batch, calibration=calibration, framework=framework).build()
         try:
             chosen = parse_plan(plan, t.cluster.n_gpus) if plan is not None else plan_from_fields(fields, t.cluster.n_gpus)
-        except ValueError as exc:
-            raise InputError(str(exc), field="--plan") from None
+        except (TypeError, ValueError) as exc:
+            if plan is not None:
+                raise InputError(str(exc), field="--plan") from None
+            raise InputError(f"plan of rank {rank} is malformed: {exc}; rerun `autotune search --out DIR`",
+                             source=source, field="plans.plan") from None
         found = explain(t.model, t.cluster, t.workload, chosen, framework=t.framework)
         if json_out:
             print_json(found.to_json())
@@ -538,3 +588,29 @@ def explain_command(
         stdout.print(memory)
         stdout.print(f"[bold]What binds:[/] {found.binding}.", highlight=False, soft_wrap=True)
         stdout.print(tables.sensitivity_table(found))
+
+
+def _explain_serving(source: str, inputs: dict, fields: Any, *, model: str | None, json_out: bool) -> None:
+    """Explain a serve plan of a serving plans.json."""
+    found_inputs = serving_inputs_from_plans(inputs, source, model=model)
+    cluster, workload = found_inputs.cluster, found_inputs.workload
+    try:
+        chosen = serve_plan_from_fields(fields, cluster.n_gpus)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"the plan is malformed ({exc}); rerun `autotune search --workload serve --out DIR`",
+                         source=source, field="plans.plan") from None
+    hw = cluster.hardware
+    params, note = params_for_gpu(hw.name)
+    found = explain_serving(found_inputs.model, cluster, workload, chosen, params)
+    if json_out:
+        print_json(found.to_json())
+        return
+    stdout.print(f"[bold]{found_inputs.model.name}[/] serving on {cluster.n_gpus} x {hw.name}: {chosen.layout()} "
+                 f"({chosen.as_string()}); input {workload.input_len}, output {workload.output_len} tokens",
+                 highlight=False)
+    stdout.print(f"[dim]{note}[/]", highlight=False)
+    numbers, memory = tables.serving_estimate_tables(found.estimate, hw.memory_gib)
+    stdout.print(numbers)
+    stdout.print(memory)
+    stdout.print(f"[bold]What binds:[/] {escape(found.binding)}.", highlight=False, soft_wrap=True)
+    stdout.print(tables.serving_sensitivity_table(found))

@@ -10,8 +10,10 @@ from rich.table import Table
 
 from ..errors import InputError
 from ..inputs.request import TrainingRequest
-from ..search.api import inputs_json, parse_fixes
+from ..outputs.files import check_out_file
+from ..search.api import check_trials, inputs_json, parse_fixes
 from ..search.optuna_study import (
+    EXACT_ATTR,
     count_trials,
     enqueue_plans,
     load_for_worker,
@@ -50,6 +52,7 @@ from .app import (
     user_errors,
 )
 
+MAX_WAIT_S = 7 * 24 * 3600  # worker --wait: a week
 _STATUS_STYLE = {"ok": "green", "failed": "red", "infeasible": "yellow"}
 
 Storage = Annotated[str, typer.Option("--storage", help="Optuna storage URL: sqlite:///study.db, "
@@ -80,6 +83,20 @@ def measure_with(command, shell: bool, timeout: float | None, inputs: dict):
         return run_benchmark(command, plan, estimate=estimate, inputs=inputs, trial=number, timeout_s=timeout,
                              shell=shell)
     return measure
+
+def no_success(document: dict, study: str) -> None:
+    """No benchmark run of the study succeeded: say why (the commonest failure reasons) and exit 1."""
+    from collections import Counter
+
+    trials = document["trials"]
+    reasons = Counter((t.get("failure_reason") or t.get("outcome") or "unknown").splitlines()[0][:160] for t in trials)
+    why = "; ".join(f"{reason} ({count}x)" for reason, count in reasons.most_common(3)) or "no benchmark ran"
+    stderr.print(f"[bold red]no benchmark run succeeded[/] in study {study!r} ({len(trials)} runs): {why}. Run the "
+                 "--run command by hand with the AUTOTUNE_* variables of a failed trial (autotune tune --json shows "
+                 "them with stderr_tail) and fix it, then run the same tune command again.",
+                 highlight=False, soft_wrap=True)
+    raise typer.Exit(code=1)
+
 
 def interrupted(study: str) -> None:
     stderr.print(f"[bold]interrupted.[/] Finished trials are saved in study {study!r}; run the same command "
@@ -178,13 +195,13 @@ def tune(
     top: Annotated[int, typer.Option("--top", "-k", help="Measured plans to show.")] = 10,
     json_out: JsonOut = False,
 ) -> None:
-    """Measure plans with your own benchmark command; the cost model picks and orders them."""
+    """Measure training plans with your own benchmark command; the cost model picks and orders them.
+    (Serving plans are ranked by the serving model: `autotune search --workload serve`.)"""
     with user_errors():
         if run is None:
             raise InputError("is required: the benchmark command to run per trial", field="--run")
         command = parse_command(run, shell)
-        if trials < 1:
-            raise InputError(f"must be >= 1, but got {trials}", field="--trials")
+        check_trials(trials)
         if trial_timeout is not None and trial_timeout <= 0:
             raise InputError(f"must be > 0 seconds, but got {trial_timeout}", field="--trial-timeout")
         if not 0 <= margin <= 1:
@@ -193,6 +210,8 @@ def tune(
             raise InputError(f"must be tpe or random, but got {sampler!r}", field="--sampler")
         if heartbeat < 0:
             raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
+        if calibrate is not None:  # before any benchmark runs
+            check_out_file(calibrate, True, "--calibrate")
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                                  seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
                                  calibration=calibration, framework=framework).build()
@@ -219,11 +238,16 @@ def tune(
             interrupted(name)
         records = trial_records(opened)
         calibrated = None
-        if calibrate is not None:
+        succeeded = any(r["user_attrs"].get("outcome") == "ok" and r["state"] == "COMPLETE" for r in records)
+        if calibrate is not None and succeeded:
             with stderr.status("refitting the hardware profile to the measured trials"):
+                calibrate.parent.mkdir(parents=True, exist_ok=True)
                 calibrated = calibrate_from_trials(problem, records, name, calibrate)
             notes.append(f"wrote {calibrate}; apply it with --calibration {calibrate}")
-        show_tune(records, name, json_out=json_out, top=top, calibrated=calibrated, notes=notes + result.notes)
+        document = show_tune(records, name, json_out=json_out, top=top, calibrated=calibrated,
+                             notes=notes + result.notes)
+        if document["best"] is None:
+            no_success(document, name)
 
 @app.command(
     epilog=(
@@ -247,11 +271,14 @@ def worker(
     heartbeat: Heartbeat = 30,
     json_out: JsonOut = False,
 ) -> None:
-    """Join a persistent study and evaluate its trials until it holds its target number."""
+    """Join a persistent training study (search --storage or tune) and run its trials until it holds its target
+    number of finished trials.  (A serving search is exact and needs no workers.)"""
 
     with user_errors():
-        if trials is not None and trials < 1:
-            raise InputError(f"must be >= 1, but got {trials}", field="--trials")
+        if trials is not None:
+            check_trials(trials)
+        if not 0 <= wait <= MAX_WAIT_S:
+            raise InputError(f"must be between 0 and {MAX_WAIT_S:,} seconds, but got {wait:g}", field="--wait")
         store = make_storage(storage, heartbeat_s=heartbeat or None)
         opened, problem, objectives, settings, target = load_for_worker(store, study, wait)
         target = trials or target
@@ -265,6 +292,17 @@ def worker(
             measure = measure_with(parse_command(run, shell), shell, timeout, {"study": study})
         elif run is not None:
             raise InputError(f"study {study!r} is a cost-model search; it runs no command", field="--run")
+        if settings.get("sampler") == "exact":
+            exact = opened.user_attrs.get(EXACT_ATTR) or {}
+            message = (f"study {study!r} was searched exactly: all {exact.get('evaluations', 0):,} valid plans were "
+                       "evaluated, so there is nothing for a worker to do; `autotune report --storage ... --study "
+                       f"{study}` shows it")
+            if json_out:
+                print_json({"study": study, "done_here": 0, "not_counted_here": 0, "study_trials": len(opened.trials),
+                            "target": target, "notes": [message]})
+            else:
+                stdout.print(message, highlight=False, soft_wrap=True)
+            return
         try:
             result = run_study(opened, problem, objectives, sampler_name=settings.get("sampler", "tpe"), seed=seed,
                                target=target, measure=measure, margin=settings.get("margin") if measured else None,

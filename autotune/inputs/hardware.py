@@ -336,6 +336,28 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     )
 
 
+_OPTIONAL_FIELDS = ("scale_up_domain_gpus", "scale_up", "price_estimated")
+
+
+def hardware_to_mapping(hw: Hardware) -> dict:
+    """The profile as plain data (what a profile YAML holds, less description and sources, with any calibration
+    and --price applied): ``hardware_from_mapping`` reads it back.  Studies store it in their problem record and
+    ``plans.json`` embeds it, so a custom profile is read back from anywhere."""
+    out = {}
+    for f in dataclasses.fields(hw):
+        if f.name in ("sources", "description"):
+            continue
+        value = getattr(hw, f.name)
+        if value is None or (f.name in _OPTIONAL_FIELDS and value == f.default):
+            continue  # unset optional fields stay out, so records of older profiles keep their form
+        if dataclasses.is_dataclass(value):
+            value = dataclasses.asdict(value)
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        out[f.name] = value
+    return out
+
+
 def hardware_names() -> list[str]:
     return bundled_names("hardware")
 

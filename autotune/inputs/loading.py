@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..errors import InputError
+
+# Numbers in an input file beyond these magnitudes are typos (or attacks), not hardware or models:
+# refusing them at the edge keeps infinities and overflows out of the cost model.
+MAX_NUMBER = 1e15
+MAX_INTEGER = 10**9
 
 
 def read_mapping(path: Path) -> dict[str, Any]:
@@ -26,9 +32,11 @@ def read_mapping(path: Path) -> dict[str, Any]:
         raise InputError(f"cannot read file ({exc.strerror})", source=source) from None
     try:
         if path.suffix == ".json":
-            data = json.loads(text)
+            data = load_json(text, source=source)
         else:
             data = yaml.safe_load(text)
+    except RecursionError:
+        raise InputError("is nested too deeply to read; give a flat mapping of keys to values", source=source) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", source=source) from None
     except yaml.YAMLError as exc:
@@ -43,6 +51,44 @@ def read_mapping(path: Path) -> dict[str, Any]:
     return data
 
 
+def _reject_constant(name: str) -> float:
+    raise InputError(f"holds {name}, which is not a number JSON allows; write a finite number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise InputError(f"holds the number {text}, which overflows; write a finite number")
+    return value
+
+
+def load_json(text: str, *, source: str) -> Any:
+    """JSON as the standard allows it: NaN, Infinity and overflowing numbers are errors naming ``source``.
+
+    Raises :class:`InputError` for those and for numbers too long to read; ``json.JSONDecodeError``
+    and ``RecursionError`` pass through for the caller to word.
+    """
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except InputError as exc:
+        raise InputError(str(exc), source=source) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # an integer longer than Python reads (int_max_str_digits)
+        raise InputError(f"holds a number too long to read ({str(exc)[:80]}); write a finite number",
+                         source=source) from None
+
+
+def check_finite(value: float, *, source: str | None = None, field: str | None = None,
+                 limit: float = MAX_NUMBER) -> float:
+    """``value`` when it is a finite number no larger than ``limit`` in size, else an error naming the field."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"must be a finite number, but got {value!r}", source=source, field=field)
+    if abs(value) > limit:
+        raise InputError(f"must be at most {limit:g} in size, but got {value!r}", source=source, field=field)
+    return value
+
+
 def number(data: dict, key: str, *, source: str, section: str = "", positive: bool = True,
            minimum: float | None = None, maximum: float | None = None, default: Any = ...) -> float:
     """Fetch a number, with a clear error if it is missing, not a number or out of range."""
@@ -54,6 +100,7 @@ def number(data: dict, key: str, *, source: str, section: str = "", positive: bo
     value = data[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"must be a number, but got {value!r}", source=source, field=field)
+    check_finite(value, source=source, field=field, limit=MAX_NUMBER if maximum is None else max(MAX_NUMBER, maximum))
     if positive and value <= 0:
         raise InputError(f"must be > 0, but got {value!r}", source=source, field=field)
     if minimum is not None and value < minimum:
@@ -63,7 +110,8 @@ def number(data: dict, key: str, *, source: str, section: str = "", positive: bo
     return value
 
 
-def integer(data: dict, key: str, *, source: str, section: str = "", minimum: int = 1, default: Any = ...) -> int:
+def integer(data: dict, key: str, *, source: str, section: str = "", minimum: int = 1, default: Any = ...,
+            maximum: int = MAX_INTEGER) -> int:
     field = f"{section}.{key}" if section else key
     if key not in data or data[key] is None:
         if default is ...:
@@ -74,6 +122,8 @@ def integer(data: dict, key: str, *, source: str, section: str = "", minimum: in
         raise InputError(f"must be an integer, but got {value!r}", source=source, field=field)
     if value < minimum:
         raise InputError(f"must be >= {minimum}, but got {value!r}", source=source, field=field)
+    if value > maximum:
+        raise InputError(f"must be <= {maximum:,}, but got {value!r}", source=source, field=field)
     return value
 
 

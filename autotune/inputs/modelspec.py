@@ -21,6 +21,7 @@ Attention kinds (per layer, ``layer_types``):
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -33,6 +34,10 @@ from .resources import bundled_dir, bundled_names, read_named
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "alibi", "none")
+# Beyond these a spec is a typo: the space enumerates pipeline splits per layer, and sizes this large overflow.
+MAX_LAYERS = 100_000
+MAX_SIZE = 10**8
+
 LAYER_KINDS = ("full", "sliding", "linear")
 # Bytes of the attention kernel's fp32 log-sum-exp, per head (FlashAttention saves it for backward).
 _LSE_BYTES_PER_HEAD = 4.0
@@ -350,8 +355,16 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "head_dim", "vocab_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, but got ({name}={getattr(self, name)})")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise ValueError(f"{name} must be a whole number, but got ({name}={value!r})")
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, but got ({name}={value})")
+            limit = MAX_LAYERS if name == "n_layers" else MAX_SIZE
+            if value > limit:
+                raise ValueError(f"{name} must be <= {limit:,}, but got ({name}={value})")
+        if self.moe is not None and self.moe.n_experts > MAX_SIZE:
+            raise ValueError(f"moe.n_experts must be <= {MAX_SIZE:,}, but got (n_experts={self.moe.n_experts})")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads must be a multiple of n_kv_heads, but got (n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads})")
         if self.mlp not in MLP_KINDS:
@@ -754,6 +767,7 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
             value_head_dim=lnum("value_head_dim"), conv_kernel=lnum("conv_kernel"),
             recurrent_state_bytes_per_element=lnum("recurrent_state_bytes_per_element", default=4))
     n_kv_heads = num("n_kv_heads", default=n_heads)
+    n_layers = num("n_layers", maximum=MAX_LAYERS)
     if n_heads % n_kv_heads:
         raise InputError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})", source=source, field="n_kv_heads")
     try:
@@ -768,7 +782,7 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
             vocab_size=num("vocab_size"),
             mlp=loading.text(data, "mlp", source=source, default="swiglu", choices=MLP_KINDS),
             tied_embeddings=loading.boolean(data, "tied_embeddings", source=source, default=False),
-            max_seq_len=num("max_seq_len", default=None),
+            max_seq_len=num("max_seq_len", default=None, maximum=2**62),
             norm=loading.text(data, "norm", source=source, default="rmsnorm", choices=NORM_KINDS),
             position_embedding=loading.text(data, "position_embedding", source=source, default="rope", choices=POSITION_KINDS),
             dropout=loading.boolean(data, "dropout", source=source, default=False),
@@ -784,8 +798,32 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
             attention_sinks=loading.boolean(data, "attention_sinks", source=source, default=False),
             mtp_layers=num("mtp_layers", minimum=0, default=0),
         )
-    except ValueError as exc:
+    except ValueError as exc:  # the constructor's own checks (sizes in range, heads divide)
+        if isinstance(exc, InputError):
+            raise
         raise InputError(str(exc), source=source) from None
+
+
+# Fields added after the first plain-data form of a spec, written only when set, so that the record of a
+# model that does not use them (a study's problem, a plans.json) stays as it was.
+_OPTIONAL_FIELDS = ("mla", "dsa", "linear_attention", "layer_types", "sliding_window", "attention_output_gate",
+                    "attention_sinks", "mtp_layers")
+
+
+def model_to_mapping(model: ModelSpec) -> dict:
+    """The spec as plain data (what a spec YAML holds, less description and source): ``model_from_mapping`` reads it
+    back.  Studies store it in their problem record and ``plans.json`` embeds it, so either is read from anywhere."""
+    out: dict = {}
+    for f in dataclasses.fields(model):
+        value = getattr(model, f.name)
+        if f.name in ("description", "source") or value is None or (f.name in _OPTIONAL_FIELDS and value == f.default):
+            continue
+        if dataclasses.is_dataclass(value):
+            value = {k: v for k, v in dataclasses.asdict(value).items() if v is not None}
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[f.name] = value
+    return out
 
 
 def model_names() -> list[str]:

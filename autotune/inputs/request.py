@@ -15,6 +15,8 @@ from .hardware import Cluster, Hardware, load_hardware
 from .modelspec import ModelSpec, load_model
 from .workload import ServeWorkload, TrainWorkload
 
+# More GPUs than this is a typo, not a cluster (the largest are a few hundred thousand).
+MAX_GPUS = 10_000_000
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:\.\.|-|:)\s*(\d+)\s*$")
 
 
@@ -23,16 +25,22 @@ def parse_gpus(text: str | int | None) -> tuple[int | None, tuple[int, int] | No
     if text is None:
         return None, None
     if isinstance(text, int):
-        return text, None
+        return parse_gpus(str(text))[0], None
     raw = str(text).strip()
     try:
-        return int(raw), None
+        count = int(raw)
     except ValueError:
         pass
+    else:
+        if count > MAX_GPUS:
+            raise InputError(f"must be at most {MAX_GPUS:,}, but got {count:,}", field="--gpus")
+        return count, None
     match = _RANGE.match(raw)
     if not match:
         raise InputError(f"must be a GPU count (64) or a range LOW..HIGH (64..4096), but got {raw!r}", field="--gpus")
     low, high = int(match.group(1)), int(match.group(2))
+    if high > MAX_GPUS:
+        raise InputError(f"must be at most {MAX_GPUS:,} GPUs, but got {raw!r}", field="--gpus")
     if low < 1 or high < low:
         raise InputError(f"the range needs 1 <= LOW <= HIGH, but got {raw!r}; e.g. 64..4096", field="--gpus")
     return None, (low, high)

@@ -37,6 +37,11 @@ def bundled_dir(kind: str) -> Path:
     raise ValueError(f"kind must be 'hardware', 'models', 'frameworks', 'catalogue' or 'search_spaces', but got (kind={kind!r})")
 
 
+def bundled_data(name: str) -> Path:
+    """A file shipped in ``autotune/data`` (the measured training and serving runs), in a wheel or a checkout."""
+    return _PACKAGE_DIR / "data" / name
+
+
 def bundled_names(kind: str) -> list[str]:
     return sorted(p.stem for p in bundled_dir(kind).glob("*.yaml"))
 

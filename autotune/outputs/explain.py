@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from ..inputs.framework import Framework, load_framework
 from ..inputs.hardware import Cluster
@@ -159,3 +159,148 @@ def _binding(base: dict[str, Any], capacity: float, rows: list[Neighbour], base_
 
 
 __all__ = ["SENSITIVITY_AXES", "Explanation", "Neighbour", "explain"]
+
+
+# --- serving plans -----------------------------------------------------------------------------------
+#
+# A serve plan's explanation reads the serving estimate through ``_get``: the estimate's fields may
+# change with the serving model, and a field it no longer has shows as missing, not as a crash.
+
+SERVING_AXES = ("tp", "pp", "weights", "kv", "max_batch")
+
+
+def _get(estimate: Mapping[str, Any] | None, key: str) -> Any:
+    return (estimate or {}).get(key)
+
+
+def _num(estimate: Mapping[str, Any] | None, key: str) -> float | None:
+    value = _get(estimate, key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class ServingNeighbour:
+    axis: str
+    change: str  # e.g. "tp 4 -> 8 (replicas 2 -> 1)"
+    plan: dict[str, Any] | None
+    estimate: dict[str, Any] | None
+    throughput_change: float | None  # fraction of output tokens/s, positive = more
+    fits: bool
+    meets_targets: bool
+    reason: str  # why the neighbour cannot run ("" when it can)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ServingExplanation:
+    plan: Any  # ServePlan
+    estimate: dict[str, Any]
+    capacity_gib: float
+    binding_kind: str  # rule | memory | targets | none | optimum
+    binding: str
+    sensitivity: list[ServingNeighbour]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": "serve", "plan": self.plan.as_dict(), "estimate": self.estimate,
+                "binding": {"kind": self.binding_kind, "text": self.binding},
+                "sensitivity": [n.to_json() for n in self.sensitivity]}
+
+
+def _serving_moves(plan) -> list[tuple[str, str, dict[str, Any]]]:
+    from ..serving.plan import KV_DTYPES, WEIGHTS
+
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for axis in ("tp", "pp"):
+        old = getattr(plan, axis)
+        for new in (old * 2, old // 2):
+            if new < 1 or new == old:
+                continue
+            fields: dict[str, Any] = {axis: new}
+            if axis == "tp" and plan.ep > 1:
+                fields["ep"] = new  # experts stay spread over the TP ranks
+            width = (new if axis == "tp" else plan.tp) * (new if axis == "pp" else plan.pp)
+            replicas = (f"replicas {plan.replicas} -> {plan.n_gpus // width}" if plan.n_gpus % width == 0
+                        else "replicas not whole")
+            out.append((axis, f"{axis} {old} -> {new} ({replicas})", fields))
+    for new in WEIGHTS:
+        if new != plan.weights:
+            out.append(("weights", f"weights {plan.weights} -> {new}", {"weights": new}))
+    for new in KV_DTYPES:
+        if new != plan.kv:
+            out.append(("kv", f"KV cache {plan.kv} -> {new}", {"kv": new}))
+    for new in (plan.max_batch * 2, plan.max_batch // 2):
+        if new >= 1 and new != plan.max_batch:
+            out.append(("max_batch", f"max batch {plan.max_batch} -> {new}", {"max_batch": new}))
+    return out
+
+
+def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params) -> ServingExplanation:
+    """The estimate of serve ``plan``, what binds it (a rule, memory, a latency target) and each one-step change."""
+    from ..serving.estimate import estimate_serving
+    from ..serving.plan import ServePlanBatch
+    from ..serving.space import REASONS as SERVE_REASONS
+    from ..serving.space import rejection_reasons as serve_rejection_reasons
+
+    def evaluate(plans: list) -> tuple[list[dict[str, Any]], list[str]]:
+        batch = ServePlanBatch.from_plans(plans)
+        codes = serve_rejection_reasons(model, cluster, batch)
+        est = estimate_serving(model, cluster, workload, batch, params)
+        return [est.row(i) for i in range(len(plans))], [SERVE_REASONS[int(c)] if int(c) else "" for c in codes]
+
+    (base,), (base_reason,) = evaluate([plan])
+    candidates: list[tuple[str, str, Any, str]] = []
+    for axis, label, fields in _serving_moves(plan):
+        try:
+            changed = dataclasses.replace(plan, **fields)
+        except ValueError as exc:
+            candidates.append((axis, label, None, str(exc).split(", but got")[0]))
+            continue
+        candidates.append((axis, label, changed, ""))
+    valid = [c[2] for c in candidates if c[2] is not None]
+    rows_est, rows_reason = evaluate(valid) if valid else ([], [])
+    base_tps = _num(base, "output_tokens_per_s")
+    rows: list[ServingNeighbour] = []
+    index = 0
+    for axis, label, changed, why in candidates:
+        if changed is None:
+            rows.append(ServingNeighbour(axis, label, None, None, None, False, False, why))
+            continue
+        est, reason = rows_est[index], rows_reason[index]
+        index += 1
+        tps = _num(est, "output_tokens_per_s")
+        change = tps / base_tps - 1.0 if tps is not None and base_tps else None
+        fits = bool(_get(est, "fits")) and not reason
+        rows.append(ServingNeighbour(axis, label, changed.as_dict(), est, change, fits,
+                                     fits and bool(_get(est, "meets_targets")), reason or str(_get(est, "infeasible_reason") or "")))
+    kind, text = _serving_binding(base, base_reason, cluster.hardware.memory_gib, rows)
+    return ServingExplanation(plan, base, cluster.hardware.memory_gib, kind, text, rows)
+
+
+def _serving_binding(base: Mapping[str, Any], base_reason: str, capacity: float,
+                     rows: list[ServingNeighbour]) -> tuple[str, str]:
+    if base_reason:
+        return "rule", f"this plan cannot run: {base_reason}"
+    memory = _num(base, "memory_gib_per_gpu")
+    if not _get(base, "fits"):
+        fixes = [r.change for r in rows if r.fits]
+        why = _get(base, "infeasible_reason") or "out of memory"
+        needs = f" (needs {memory:.1f} of {capacity:g} GiB per GPU)" if memory is not None else ""
+        return "memory", f"{why}{needs}" + (f"; changes that fit: {', '.join(fixes)}" if fixes else "")
+    if not _get(base, "meets_targets"):
+        fixes = [r.change for r in rows if r.meets_targets]
+        misses = _get(base, "misses") or "a latency target"
+        return "targets", (f"misses {misses}" + (f"; changes that meet the targets: {', '.join(fixes)}"
+                                                 if fixes else "; no one-step change meets them"))
+    better = sorted((r for r in rows if r.meets_targets and (r.throughput_change or 0) > 1e-9),
+                    key=lambda r: -(r.throughput_change or 0))
+    bound = _get(base, "decode_bound")
+    decode = f"; decode is {bound}-bound" if isinstance(bound, str) and bound else ""
+    if not better:
+        return "optimum", f"no one-step change gives more output tokens/s within the targets{decode}"
+    best = better[0]
+    return "none", f"nothing binds: {best.change} gives {best.throughput_change:+.1%} output tokens/s within the targets"
+
+
+__all__ += ["SERVING_AXES", "ServingExplanation", "ServingNeighbour", "explain_serving"]

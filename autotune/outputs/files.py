@@ -13,30 +13,52 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import InputError
+from ..inputs.loading import load_json
 
 EXECUTABLE_SUFFIXES = (".sh", ".sbatch")
 PLANS_JSON = "plans.json"
 
 
-def check_out_dir(path: Path, force: bool) -> None:
-    """Refuse a destination that cannot take the files: a file, a non-empty folder (without ``force``),
-    or a place that cannot be created or written.  Creates nothing."""
+def check_out_dir(path: Path, force: bool, *, must_be_empty: bool = True) -> None:
+    """Refuse a destination that cannot take the files: a file, a non-empty folder (without ``force``, when
+    ``must_be_empty``), or a place that cannot be created or written.  Creates nothing."""
     if path.exists() and not path.is_dir():
         raise InputError("exists and is not a folder; choose another --out", source=str(path))
     if path.is_dir():
-        if any(path.iterdir()) and not force:
+        if must_be_empty and any(path.iterdir()) and not force:
             raise InputError("folder is not empty; choose another --out, or pass --force to overwrite its files",
                              source=str(path))
         if not os.access(path, os.W_OK | os.X_OK):
             raise InputError("folder is not writable; choose another --out", source=str(path))
         return
+    _check_creatable(path, "--out")
+
+
+def _check_creatable(path: Path, flag: str) -> None:
+    """``path`` does not exist: its nearest existing ancestor must be a writable folder (parents are created)."""
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
+        if parent.is_symlink():  # a dangling link cannot be created through
+            break
         parent = parent.parent
     if not parent.is_dir():
-        raise InputError(f"cannot be created: {parent} is not a folder; choose another --out", source=str(path))
+        raise InputError(f"cannot be created: {parent} is not a folder; choose another {flag}", source=str(path))
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"cannot be created: {parent} is not writable; choose another --out", source=str(path))
+        raise InputError(f"cannot be created: {parent} is not writable; choose another {flag}", source=str(path))
+
+
+def check_out_file(path: Path, force: bool, flag: str = "--out") -> None:
+    """Refuse a file destination that cannot be written: a folder, an existing file (without ``force``), an
+    unwritable place.  Creates nothing; the caller creates missing parent folders when it writes."""
+    if path.is_dir():
+        raise InputError(f"is a folder; give a file name for {flag}, e.g. {path / 'calib.yaml'}", source=str(path))
+    if path.exists() or path.is_symlink():
+        if not force:
+            raise InputError(f"exists; choose another {flag} or pass --force to overwrite it", source=str(path))
+        if not os.access(path, os.W_OK):
+            raise InputError(f"is not writable; choose another {flag}", source=str(path))
+        return
+    _check_creatable(path, flag)
 
 
 def _csv_row(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,11 +123,32 @@ def read_plans(path: Path) -> dict[str, Any]:
         raise InputError("no such file; give a plans.json written by `autotune search --out DIR` (or its folder)",
                          source=str(path))
     try:
-        doc = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        doc = load_json(path.read_text(encoding="utf-8"), source=str(path))
+    except RecursionError:
+        raise InputError("is nested too deeply to be a plans.json; give a plans.json written by "
+                         "`autotune search --out DIR`", source=str(path)) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"is not JSON ({str(exc)[:120]}); give a plans.json written by `autotune search --out DIR`",
                          source=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read file ({exc.strerror or exc})", source=str(path)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("plans"), list) or not isinstance(doc.get("inputs"), dict):
         raise InputError("has no 'plans' list and 'inputs' object; give a plans.json written by "
                          "`autotune search --out DIR`", source=str(path))
     return doc
+
+
+def plan_entry(document: Mapping[str, Any], rank: int, source: str) -> dict[str, Any]:
+    """The entry of rank ``rank`` (1 = best) of a plans.json document, checked to hold a ``plan`` mapping."""
+    entries = document["plans"]
+    if not entries:
+        raise InputError("lists no plans (nothing fitted); rerun the search with more GPUs or other settings",
+                         source=source)
+    if not 1 <= rank <= len(entries):
+        raise InputError(f"must be between 1 and {len(entries)} (the plans in {source}), but got {rank}",
+                         field="--rank")
+    entry = entries[rank - 1]
+    if not isinstance(entry, dict) or not isinstance(entry.get("plan"), dict):
+        raise InputError(f"plan of rank {rank} is malformed (no 'plan' object); rerun `autotune search --out DIR`",
+                         source=source, field="plans")
+    return entry

@@ -195,3 +195,70 @@ def sensitivity_table(found) -> Table:
         table.add_row(row.change, f"{row.step_time_s:.2f}", f"{row.step_time_change:+.1%}", f"{row.memory_gib:.1f}",
                       f"{row.memory_change_gib:+.1f}", verdict)
     return table
+
+
+# --- explain a serve plan --------------------------------------------------------------------------
+# Estimate fields are read with .get: a field the serving model no longer has shows as "-".
+
+def _cell(value: Any, fmt: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-" if value is None else str(value)
+    return format(value, fmt)
+
+
+SERVING_FIELDS = (
+    ("output_tokens_per_s", "output tokens/s (all replicas)", ",.0f"),
+    ("output_tokens_per_s_per_gpu", "output tokens/s per GPU", ",.0f"),
+    ("tokens_per_s_per_user", "tokens/s per user", ",.1f"),
+    ("ttft_ms", "time to first token, ms", ",.0f"),
+    ("tpot_ms", "time per output token, ms", ",.1f"),
+    ("batch", "sequences in flight per replica", ",.1f"),
+    ("max_batch_fit", "sequences the KV cache holds per replica", ",.0f"),
+    ("requests_per_s", "requests/s", ",.2f"),
+    ("decode_bound", "decode is bound by", ""),
+)
+
+
+def serving_estimate_tables(estimate: dict[str, Any], capacity_gib: float) -> tuple[Table, Table]:
+    """The serving estimate (throughput, latency, batch) and its memory by part."""
+    numbers = Table(title="Serving estimate", header_style="bold")
+    numbers.add_column("quantity")
+    numbers.add_column("value", justify="right")
+    for key, label, fmt in SERVING_FIELDS:
+        if key in estimate:
+            value = estimate[key]
+            shown = "inf" if value is None and key in ("ttft_ms", "tpot_ms") else _cell(value, fmt)
+            numbers.add_row(label, shown)
+    memory = Table(title=f"Memory {_cell(estimate.get('memory_gib_per_gpu'), '.1f')} of {capacity_gib:g} GiB per GPU",
+                   header_style="bold")
+    memory.add_column("part")
+    memory.add_column("GiB", justify="right")
+    for key, value in (estimate.get("memory_breakdown_gib") or {}).items():
+        if isinstance(value, (int, float)) and value > 0:
+            memory.add_row(key.replace("_", " "), f"{value:.2f}")
+    return numbers, memory
+
+
+def serving_sensitivity_table(found) -> Table:
+    table = Table(title="One step along each axis", header_style="bold",
+                  caption="output tokens/s and latency against this plan; targets: the --ttft-ms/--tpot-ms/--request-rate "
+                          "of the search", caption_justify="left")
+    for name, justify in (("change", "left"), ("out tok/s", "right"), ("change", "right"), ("TTFT ms", "right"),
+                          ("TPOT ms", "right"), ("GiB/GPU", "right"), ("verdict", "left")):
+        table.add_column(name, justify=justify)
+    for row in found.sensitivity:
+        e = row.estimate
+        if e is None:
+            table.add_row(row.change, "-", "-", "-", "-", "-", f"[dim]impossible: {row.reason}[/]")
+            continue
+        if not row.fits:
+            verdict = f"[red]cannot run[/] ({row.reason or 'does not fit'})"
+        elif not row.meets_targets:
+            verdict = f"[yellow]misses[/] {e.get('misses', 'a target')}"
+        else:
+            verdict = "[green]meets the targets[/]"
+        change = "-" if row.throughput_change is None else f"{row.throughput_change:+.1%}"
+        table.add_row(row.change, _cell(e.get("output_tokens_per_s"), ",.0f"), change,
+                      ms_text(e.get("ttft_ms")), ms_text(e.get("tpot_ms"), 1), _cell(e.get("memory_gib_per_gpu"), ".1f"),
+                      verdict)
+    return table

@@ -47,25 +47,29 @@ def run_search(
     """Search the problem's space and rank the feasible plans, best first.
 
     With ``storage`` (an Optuna storage URL) and ``study``, the trials persist: a re-run continues
-    the study up to ``trials`` in total, and ``autotune worker`` processes may join it.
+    the study up to ``trials`` finished trials in total, and ``autotune worker`` processes may join it.
+    ``auto`` still evaluates every plan when the space is small (and keeps the result in the study:
+    its counts and its top plans as trials); a study already searched with a sampler continues with it.
     """
     if sampler not in SAMPLER_CHOICES:
         raise ValueError(f"sampler must be one of {', '.join(SAMPLER_CHOICES)}, but got ({sampler!r})")
     started = time.perf_counter()
     chosen = sampler
     notes = []
+    store = None
     if storage is not None:
         from ..errors import InputError
+        from .optuna_study import make_storage, stored_sampler
 
-        if sampler == "exact":
-            raise InputError("exact search keeps no study; use --sampler tpe, random or gp with --storage",
-                             field="--sampler")
         if not study:
             raise InputError("--storage needs a study name, e.g. --study llama70b-64xh100", field="--study")
+        store = make_storage(storage, heartbeat_s=heartbeat_s)
         if sampler == "auto":
-            chosen = "tpe"
-            notes.append("auto chose tpe: a study in --storage is searched with Optuna's TPE sampler")
-    elif sampler == "auto":
+            previous = None if new else stored_sampler(store, study)
+            if previous in SAMPLER_CHOICES and previous not in ("auto", "exact"):
+                chosen = previous
+                notes.append(f"auto continues study {study!r} with its sampler, {previous}")
+    if sampler == "auto" and chosen == "auto":
         bound = count_valid_upper_bound(problem)
         chosen = "exact" if bound <= EXACT_LIMIT else "tpe"
         notes.append(
@@ -77,16 +81,23 @@ def run_search(
         if progress:
             progress(chosen, done, total)
 
-    if storage is not None:
+    recorded = None
+    if store is not None and chosen == "exact":
+        from .optuna_study import open_study
+
+        opened, _ = open_study(store, study, problem, objectives, new=new, target=trials,
+                               settings={"mode": "search", "sampler": "exact"})
+        evaluated = exact_search(problem, report)
+        recorded = opened
+    elif store is not None:
         from .optuna_study import (
             count_trials,
             evaluated_from_study,
-            make_storage,
             open_study,
             run_study,
         )
 
-        opened, note = open_study(make_storage(storage, heartbeat_s=heartbeat_s), study, problem, objectives, new=new,
+        opened, note = open_study(store, study, problem, objectives, new=new,
                                   target=trials, settings={"mode": "search", "sampler": chosen})
         notes.append(note)
         run = run_study(opened, problem, objectives, sampler_name=chosen, seed=seed, target=trials,
@@ -100,6 +111,14 @@ def run_search(
 
         evaluated = optuna_search(problem, objectives, chosen, trials, seed, report)
     ranked, feasible, rejected = rank(evaluated, problem, objectives, top)
+    if recorded is not None:
+        from .optuna_study import record_exact
+
+        added = record_exact(recorded, problem, objectives, ranked, {
+            "evaluations": evaluated.evaluations, "space_size": evaluated.space_size, "feasible": feasible,
+            "rejected": rejected, "recorded": len(ranked), "objectives": [o.name for o in objectives]})
+        notes.append(f"kept in study {study!r}: the exact search's counts and its top {len(ranked)} plans as trials "
+                     f"({added} new)")
     return SearchResult(
         ranked=ranked,
         sampler=chosen,

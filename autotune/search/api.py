@@ -26,7 +26,7 @@ from ..inputs.request import (
 from ..inputs.workload import ServeWorkload
 from ..serving.calibrated import params_for_gpu
 from ..serving.plan import parse_serve_fields
-from ..serving.space import load_serve_space
+from ..serving.space import ServeSpace, load_serve_space
 from ..training.confidence import with_confidence
 from ..training.estimate import add_training_totals
 from ..training.plan import PRECISION, PlanBatch, parse_plan_fields
@@ -39,12 +39,14 @@ from ..training.space import load_space
 from . import SAMPLER_CHOICES, run_search
 from . import capacity as cap
 from .diagnose import Diagnosis, diagnose
+from .plans_file import SERVE_SPACE, serving_inputs_json, training_inputs_json
 from .result import SearchResult
 from .serving import ServeSearchResult, capacity_search, serve_search
 
 Progress = Callable[[str, int, int], None]
-TRAIN_SPACE = "search_spaces/train.yaml"
-SERVE_SPACE = "search_spaces/serve.yaml"
+# More trials than this is a typo: at a few milliseconds each (more with a storage) it would run for hours.
+MAX_TRIALS = 1_000_000
+MAX_SEED = 2**32 - 1  # what numpy's and Optuna's generators take
 
 
 # --- settings shared by the searches ---------------------------------------------------------------
@@ -82,6 +84,16 @@ def parse_fixes(fixes: list[str] | tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def check_trials(trials: int, flag: str = "--trials") -> int:
+    """A trial budget: at least 1 and at most :data:`MAX_TRIALS`."""
+    if trials < 1:
+        raise InputError(f"must be >= 1, but got {trials}", field=flag)
+    if trials > MAX_TRIALS:
+        raise InputError(f"must be at most {MAX_TRIALS:,} (more would run for hours; for a space that large use "
+                         f"several `autotune worker` processes on one --storage), but got {trials:,}", field=flag)
+    return trials
+
+
 @dataclass(frozen=True, kw_only=True)
 class SearchSettings:
     """How to search: the space and its pinned axes (``fixes``, already parsed), the sampler and what to rank by."""
@@ -97,8 +109,9 @@ class SearchSettings:
     memory_headroom: float = DEFAULT_MEMORY_HEADROOM  # fraction of HBM ranked plans leave free (--memory-headroom)
 
     def __post_init__(self) -> None:
-        if self.trials < 1:
-            raise InputError(f"must be >= 1, but got {self.trials}", field="--trials")
+        check_trials(self.trials)
+        if not 0 <= self.seed <= MAX_SEED:
+            raise InputError(f"must be between 0 and {MAX_SEED}, but got {self.seed}", field="--seed")
         if self.top < 1:
             raise InputError(f"must be >= 1, but got {self.top}", field="--top")
         if self.sampler not in SAMPLER_CHOICES:
@@ -120,22 +133,10 @@ class StudyOptions:
 
 
 def inputs_json(inputs: TrainingInputs, space: str | None, problem: TrainingProblem | None = None) -> dict[str, Any]:
-    """The ``inputs`` block of a training ``plans.json``: enough to rebuild the problem."""
-    searched = {} if problem is None else {"precisions": list(problem.choices["precision"]),
-                                           "memory_headroom": problem.memory_headroom}
-    return {
-        "framework": inputs.framework.label if inputs.framework.version else inputs.framework.name,
-        **searched,
-        "model": inputs.model.name,
-        "hardware": inputs.cluster.hardware.name,
-        "gpus": inputs.cluster.n_gpus,
-        "gpus_per_node": inputs.cluster.gpus_per_node,
-        "seq_len": inputs.workload.seq_len,
-        "global_batch": inputs.workload.global_batch,
-        "tokens": inputs.workload.tokens,
-        "price_usd_per_gpu_hour": inputs.cluster.hardware.price_usd_per_gpu_hour,
-        "space": space or TRAIN_SPACE,
-    }
+    """The ``inputs`` block of a training ``plans.json``: enough to rebuild the problem from anywhere
+    (the spec, profile and space embedded, the framework, precisions and headroom; see
+    :mod:`autotune.search.plans_file`)."""
+    return training_inputs_json(inputs, space, problem.space if problem is not None else None, problem)
 
 
 def _annotate(result: SearchResult, inputs: TrainingInputs) -> SearchResult:
@@ -281,7 +282,10 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
                           top=settings.top)
 
     goal = cap.CapacityGoal(tokens=given.tokens, objective=objectives[0].name, deadline_days=deadline_days,
-                            pue=pue, grid=grid)
+                            pue=pue, grid=grid,
+                            pue_source=cap.PUE_SOURCE if request.pue is None else "given with --pue",
+                            grid_source=(cap.GRID_INTENSITY_SOURCE if request.grid_intensity is None
+                                         else "given with --grid-intensity"))
     found, results = cap.plan_capacity(names, request.gpu_range, given.gpus, goal, node_size=node_size, build=build,
                                        search_one=search_one, progress=progress)
     if found.chosen is None:
@@ -331,6 +335,7 @@ class ServingSearchOutcome:
     result: ServeSearchResult | None
     parameters_note: str
     capacity: Any = None  # search.serving.CapacityResult when --gpus is a range
+    space: ServeSpace | None = None  # the space searched (after --fix)
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = self.result.to_json() if self.result else {"plans": [], "search": {}}
@@ -341,6 +346,7 @@ class ServingSearchOutcome:
             "gpus_per_node": min(gpn, self.n_gpus or gpn), "input_len": w.input_len, "output_len": w.output_len,
             "ttft_ms": w.ttft_ms, "tpot_ms": w.tpot_ms, "concurrency": w.concurrency, "request_rate": w.request_rate,
             "mode": w.mode, "space": self.request.space or SERVE_SPACE, "parameters": self.parameters_note,
+            **serving_inputs_json(self.model, self.hardware, self.space),
         }
         if self.capacity is not None:
             document["capacity"] = {"gpus": self.capacity.n_gpus,
@@ -372,14 +378,17 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
                              field="--gpus")
         capacity = capacity_search(spec, hw, gpn, bounds[0], bounds[1], request.workload, search_space, params,
                                    top=request.top)
-        return ServingSearchOutcome(request, spec, hw, capacity.n_gpus, gpn, capacity.result, note, capacity)
+        return ServingSearchOutcome(request, spec, hw, capacity.n_gpus, gpn, capacity.result, note, capacity,
+                                    search_space)
     cluster = cluster_from_options(hw, count if bounds is None else bounds[0], request.gpus_per_node, request.nodes)
     result = serve_search(spec, cluster, request.workload, search_space, params, top=request.top)
-    return ServingSearchOutcome(request, spec, hw, cluster.n_gpus, cluster.gpus_per_node, result, note)
+    return ServingSearchOutcome(request, spec, hw, cluster.n_gpus, cluster.gpus_per_node, result, note,
+                                space=search_space)
 
 
 __all__ = [
-    "DEFAULT_PRECISIONS", "parse_precisions", "CapacityOutcome", "CapacitySearch", "SearchSettings", "ServingSearch", "ServingSearchOutcome", "StudyOptions",
-    "TrainingSearch", "TrainingSearchOutcome", "inputs_json", "parse_fixes", "plan_capacity_search",
+    "DEFAULT_PRECISIONS", "parse_precisions", "CapacityOutcome", "CapacitySearch", "SearchSettings", "ServingSearch",
+    "ServingSearchOutcome", "StudyOptions", "TrainingSearch", "TrainingSearchOutcome", "check_trials", "inputs_json",
+    "parse_fixes", "plan_capacity_search",
     "search_serving", "search_training", "training_problem", "wants_capacity",
 ]

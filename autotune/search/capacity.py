@@ -45,7 +45,10 @@ GRID_INTENSITY_SOURCE = ("world average 2019 (IEA), carbontracker's default (lfw
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)(?:e(\d+))?\s*([a-z]*)\s*$", re.IGNORECASE)
 _UNITS_DAYS = {"": 1.0, "d": 1.0, "day": 1.0, "days": 1.0, "h": 1 / 24, "hr": 1 / 24, "hour": 1 / 24, "hours": 1 / 24,
-               "w": 7.0, "wk": 7.0, "week": 7.0, "weeks": 7.0, "m": 30.0, "mo": 30.0, "month": 30.0, "months": 30.0}
+               "min": 1 / 1440, "mins": 1 / 1440, "minute": 1 / 1440, "minutes": 1 / 1440,
+               "w": 7.0, "wk": 7.0, "week": 7.0, "weeks": 7.0, "mo": 30.0, "month": 30.0, "months": 30.0}
+# A deadline longer than this is a typo (a century).
+MAX_DEADLINE_DAYS = 36_500.0
 
 
 def gpu_counts(low: int, high: int, gpus_per_node: int) -> list[int]:
@@ -81,12 +84,16 @@ def parse_duration_days(text: str | None, flag: str = "--deadline") -> float | N
         return None
     match = _DURATION.match(str(text))
     unit = match.group(3).lower() if match else ""
+    if unit == "m":
+        raise InputError(f"'m' is ambiguous in {text!r}: write mo for months (30 days) or min for minutes", field=flag)
     if not match or unit not in _UNITS_DAYS:
         raise InputError(f"must be a duration such as 30d, 720h, 6w or 2mo, but got {text!r}", field=flag)
-    value = float(match.group(1)) * (10 ** int(match.group(2)) if match.group(2) else 1)
-    days = value * _UNITS_DAYS[unit]
+    exponent = int(match.group(2)) if match.group(2) else 0
+    days = float(match.group(1)) * _UNITS_DAYS[unit] * (10.0 ** exponent if exponent < 300 else math.inf)
     if days <= 0:
         raise InputError(f"must be longer than zero, but got {text!r}", field=flag)
+    if not days <= MAX_DEADLINE_DAYS:
+        raise InputError(f"must be at most {MAX_DEADLINE_DAYS:,.0f} days, but got {text!r}", field=flag)
     return days
 
 
@@ -158,6 +165,8 @@ class CapacityResult:
     chosen: Candidate | None  # what --objective asks for among plans meeting the deadline
     cheapest: Candidate | None  # cheapest meeting the deadline
     fastest: Candidate | None  # fastest overall
+    pue_source: str = PUE_SOURCE  # where the PUE came from: the default's source, or the flag
+    grid_source: str = GRID_INTENSITY_SOURCE
 
     def to_json(self) -> dict[str, Any]:
         def one(c: Candidate | None) -> dict[str, Any] | None:
@@ -165,15 +174,16 @@ class CapacityResult:
 
         return {
             "deadline_days": self.deadline_days, "objective": self.objective,
-            "pue": self.pue, "pue_source": PUE_SOURCE,
-            "grid_intensity_g_per_kwh": self.grid_g_per_kwh, "grid_intensity_source": GRID_INTENSITY_SOURCE,
+            "pue": self.pue, "pue_source": self.pue_source,
+            "grid_intensity_g_per_kwh": self.grid_g_per_kwh, "grid_intensity_source": self.grid_source,
             "chosen": one(self.chosen), "cheapest": one(self.cheapest), "fastest": one(self.fastest),
             "candidates": [c.to_json() for c in self.candidates],
         }
 
 
 def choose(candidates: Sequence[Candidate], objective: str, deadline_days: float | None,
-           pue: float, grid: float) -> CapacityResult:
+           pue: float, grid: float, *, pue_source: str = PUE_SOURCE,
+           grid_source: str = GRID_INTENSITY_SOURCE) -> CapacityResult:
     """Pick the cheapest plan that meets the deadline, the fastest overall, and the one ``objective`` asks for."""
     fitting = [c for c in candidates if c.plan is not None]
     in_time = [c for c in fitting if c.meets_deadline]
@@ -193,7 +203,8 @@ def choose(candidates: Sequence[Candidate], objective: str, deadline_days: float
     else:
         raise InputError(f"capacity planning ranks by one of cost, time, throughput, memory, but got {objective!r}",
                          field="--objective")
-    return CapacityResult(list(candidates), deadline_days, objective, pue, grid, chosen, cheapest, fastest)
+    return CapacityResult(list(candidates), deadline_days, objective, pue, grid, chosen, cheapest, fastest,
+                          pue_source, grid_source)
 
 
 @dataclass(frozen=True)
@@ -205,6 +216,8 @@ class CapacityGoal:
     deadline_days: float | None
     pue: float
     grid: float
+    pue_source: str = PUE_SOURCE  # "given with --pue" when the user gave it
+    grid_source: str = GRID_INTENSITY_SOURCE
 
 
 def make_candidate(hardware: str, cluster: Cluster, best: RankedPlan | None, goal: CapacityGoal,
@@ -254,7 +267,8 @@ def plan_capacity(
         candidates.append(make_candidate(name, inputs.cluster, result.ranked[0] if result.ranked else None, goal))
     if progress:
         progress("done", len(pairs), len(pairs))
-    return choose(candidates, goal.objective, goal.deadline_days, goal.pue, goal.grid), results
+    return choose(candidates, goal.objective, goal.deadline_days, goal.pue, goal.grid, pue_source=goal.pue_source,
+                  grid_source=goal.grid_source), results
 
 
 __all__ = [

@@ -16,8 +16,8 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import InputError
 from ..inputs.framework import Framework
-from ..inputs.hardware import Cluster, Efficiency, Hardware, Link
-from ..inputs.modelspec import ModelSpec, model_from_mapping
+from ..inputs.hardware import Cluster, hardware_from_mapping, hardware_to_mapping
+from ..inputs.modelspec import model_from_mapping, model_to_mapping
 from ..inputs.workload import TrainWorkload
 from ..training.problem import OBJECTIVES, Objective, TrainingProblem
 from ..training.space import Rules, Space
@@ -66,46 +66,12 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} in a study")
 
 
-# Fields added after version 1 of the record, stored only when set, so that a record made before
-# them still matches the same problem.
-_OPTIONAL_HARDWARE = ("scale_up_domain_gpus", "scale_up", "price_estimated")
-_OPTIONAL_MODEL = ("mla", "dsa", "linear_attention", "layer_types", "sliding_window", "attention_output_gate",
-                   "attention_sinks", "mtp_layers")
-
-
-def _hardware_dict(hw: Hardware) -> dict:
-    out = {}
-    for f in dataclasses.fields(hw):
-        if f.name in ("sources", "description"):
-            continue
-        value = getattr(hw, f.name)
-        if f.name in _OPTIONAL_HARDWARE and value == f.default:
-            continue
-        if dataclasses.is_dataclass(value):
-            value = dataclasses.asdict(value)
-        elif isinstance(value, Mapping):
-            value = dict(value)
-        out[f.name] = value
-    return out
-
-
-def _model_dict(model: ModelSpec) -> dict:
-    out = {}
-    for f in dataclasses.fields(model):
-        value = getattr(model, f.name)
-        if f.name in ("description", "source") or (f.name in _OPTIONAL_MODEL and value == f.default):
-            continue
-        out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
-    out["moe"] = dataclasses.asdict(model.moe) if model.moe else None
-    return out
-
-
 def fingerprint(problem: TrainingProblem, objectives: Sequence[Objective]) -> dict:
     """Everything that decides a trial's result, as plain JSON (stored on the study)."""
     return _jsonable({
         "version": FINGERPRINT_VERSION,
-        "model": _model_dict(problem.model),
-        "hardware": _hardware_dict(problem.cluster.hardware),
+        "model": model_to_mapping(problem.model),
+        "hardware": hardware_to_mapping(problem.cluster.hardware),
         "cluster": {"n_gpus": problem.cluster.n_gpus, "gpus_per_node": problem.cluster.gpus_per_node,
                     **({"scale_up_domain_gpus": problem.cluster.scale_up_domain_gpus}
                        if problem.cluster.scale_up_domain_gpus else {})},
@@ -127,11 +93,8 @@ def problem_from_fingerprint(data: Mapping[str, Any], *, study: str = "") -> tup
                          f"{data.get('version') if isinstance(data, Mapping) else None!r}, expected {FINGERPRINT_VERSION})",
                          field="--study")
     try:
-        m = {k: v for k, v in data["model"].items() if v is not None}
-        model = model_from_mapping(m, source=where)
-        h = dict(data["hardware"])
-        links = {k: Link(**h[k]) for k in ("intra_node", "inter_node", "scale_up") if h.get(k)}
-        hw = Hardware(**{**h, **links, "efficiency": Efficiency(**h["efficiency"]), "description": "", "sources": {}})
+        model = model_from_mapping(dict(data["model"]), source=where)
+        hw = hardware_from_mapping(dict(data["hardware"]), source=where)
         cluster = Cluster(hardware=hw, **data["cluster"])
         workload = TrainWorkload(**data["workload"])
         rules = Rules(**data["space"]["rules"])

@@ -94,6 +94,7 @@ class StoredStudy:
     target: int | None
     records: list[dict[str, Any]]  # every trial, as ``optuna_study.trial_records`` gives them
     evaluated: Evaluated  # every distinct plan the trials evaluated, re-estimated
+    exact: dict[str, Any] | None = None  # an exact search kept in the study: its counts (``autotune.exact``)
 
     @property
     def measured(self) -> bool:
@@ -121,6 +122,7 @@ def read_study(url: str, name: str) -> StoredStudy:
     """Open study ``name`` in ``url`` and rebuild its problem from the fingerprint it carries."""
     from .fingerprint import problem_from_fingerprint
     from .optuna_study import (
+        EXACT_ATTR,
         PROBLEM_ATTR,
         SETTINGS_ATTR,
         TARGET_ATTR,
@@ -156,4 +158,5 @@ def read_study(url: str, name: str) -> StoredStudy:
     target = attrs.get(TARGET_ATTR)
     return StoredStudy(name=name, storage=redact(url), problem=problem, objectives=objectives,
                        settings=dict(attrs.get(SETTINGS_ATTR) or {}), target=int(target) if target else None,
-                       records=trial_records(study), evaluated=evaluated_from_study(study, problem))
+                       records=trial_records(study), evaluated=evaluated_from_study(study, problem),
+                       exact=attrs.get(EXACT_ATTR) if isinstance(attrs.get(EXACT_ATTR), dict) else None)

@@ -19,7 +19,9 @@ from __future__ import annotations
 # The study's records are the cache: before evaluating, a trial looks for a live trial with a
 # lower number and the same plan (the lowest number owns a plan) and answers from it.
 import json as _json
+import os as _os
 import re as _re
+import socket as _socket
 import time as _time
 import warnings
 from dataclasses import dataclass as _dataclass
@@ -45,11 +47,127 @@ from .optuna_search import _WORST, make_sampler
 from .result import Evaluated
 
 PROBLEM_ATTR = "autotune.problem"
+WORKER_ATTR = "autotune.worker"  # system attribute of a trial: the process running it (host, pid, start)
+EXACT_ATTR = "autotune.exact"  # study attribute: the exact search recorded in the study (summary)
 SETTINGS_ATTR = "autotune.settings"
 TARGET_ATTR = "autotune.target_trials"
 _STATES = optuna.trial.TrialState
 _SETTLE_S = 10.0  # how long to wait for a lower-numbered running trial to record its plan
 _OWNER_WAIT_S = 30.0  # how long a cost-model trial waits for the owner of its plan to finish
+# A running trial that has not named its process after this long belongs to a process that died
+# between creating it and naming itself (a live one names itself in the same breath: see _Claiming).
+_UNCLAIMED_S = 10.0
+
+
+# --- which process runs a trial, and is it alive ----------------------------------------------------------
+
+def _process_start(pid: int) -> str | None:
+    """When process ``pid`` started (boot id and start tick, Linux), so that a reused pid is not taken for it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            boot = handle.read().strip()
+        return f"{boot}:{int(fields[19])}"
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+_ME = {"host": _socket.gethostname(), "pid": _os.getpid(), "start": _process_start(_os.getpid())}
+
+
+def this_process() -> dict:
+    """The identity a trial records for the process running it."""
+    if _ME["pid"] != _os.getpid():  # forked
+        _ME.update(pid=_os.getpid(), start=_process_start(_os.getpid()))
+    return dict(_ME)
+
+
+def _alive(worker: _Mapping[str, _Any]) -> bool | None:
+    """Whether the process that recorded ``worker`` still runs: None when it ran on another host (unknowable here)."""
+    me = this_process()
+    if worker.get("host") != me["host"]:
+        return None
+    pid = worker.get("pid")
+    if not isinstance(pid, int):
+        return None
+    if pid == me["pid"]:
+        return worker.get("start") == me["start"]
+    start = _process_start(pid)
+    if start is not None or worker.get("start") is not None:
+        return start is not None and start == worker.get("start")
+    try:
+        _os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+class _Claiming(optuna.samplers.BaseSampler):
+    """A sampler that names this process on each trial as soon as Optuna creates it (``before_trial``), before
+    any sampling, so that a process killed mid-trial is known by its trial; everything else is the inner one's."""
+
+    def __init__(self, inner: optuna.samplers.BaseSampler):
+        self._inner = inner
+
+    def infer_relative_search_space(self, study, trial):
+        return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study, trial, search_space):
+        return self._inner.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return self._inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study, trial) -> None:
+        study._storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, this_process())
+        self._inner.before_trial(study, trial)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        self._inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._inner.reseed_rng()
+
+
+def fail_dead_trials(study: optuna.Study) -> list[int]:
+    """Fail the RUNNING trials whose process is gone, and queue each one's plan to run again.
+
+    A process on this host that no longer runs (or a trial that never named its process) is dead; a trial of
+    another host is left to the heartbeat (``--heartbeat``).  Returns the numbers of the trials failed.
+    """
+    storage = study._storage
+    failed = []
+    now = _time.time()
+    for t in study.get_trials(deepcopy=False, states=(_STATES.RUNNING,)):
+        worker = t.system_attrs.get(WORKER_ATTR)
+        if worker is None:
+            started = t.datetime_start.timestamp() if t.datetime_start else now
+            dead = now - started > _UNCLAIMED_S
+        else:
+            dead = _alive(worker) is False
+        if not dead:
+            continue
+        try:
+            # Killed after recording its outcome but before completing: the outcome no longer holds (the trial
+            # is failed and run again), so that it is not counted.
+            if t.user_attrs.get("outcome") is not None:
+                storage.set_trial_user_attr(t._trial_id, "outcome", None)
+            if not storage.set_trial_state_values(t._trial_id, state=_STATES.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another process failed it first
+        frozen = storage.get_trial(t._trial_id)
+        system_attrs = {"failed_trial": frozen.number, "retry_history": [], **frozen.system_attrs}
+        system_attrs["retry_history"] = [*system_attrs["retry_history"], frozen.number]
+        system_attrs.pop(WORKER_ATTR, None)
+        study.add_trial(optuna.create_trial(state=_STATES.WAITING, params=frozen.params,
+                                            distributions=frozen.distributions, user_attrs=frozen.user_attrs,
+                                            system_attrs=system_attrs))
+        failed.append(frozen.number)
+    return failed
 
 
 class _TrialFailed(Exception):
@@ -187,6 +305,11 @@ def count_trials(study: optuna.Study, measured: bool) -> int:
     return _counted(study.get_trials(deepcopy=False), measured)
 
 
+def count_finished(study: optuna.Study, measured: bool) -> int:
+    """Trials that count and are finished (not running): what ``--trials N`` asks for."""
+    return _counted([t for t in study.get_trials(deepcopy=False) if t.state != _STATES.RUNNING], measured)
+
+
 @_dataclass
 class StudyRun:
     """What one process did in a study."""
@@ -227,7 +350,7 @@ def run_study(
     # A fresh seed per resumption, so that a resumed sampler does not replay the first proposals.
     run_seed = None if seed is None else seed + existing
     study = optuna.load_study(study_name=study.study_name, storage=storage,
-                              sampler=make_sampler(sampler_name, run_seed, len(objectives)))
+                              sampler=_Claiming(make_sampler(sampler_name, run_seed, len(objectives))))
     state = StudyRun(study=study)
     capacity = problem.cluster.hardware.memory_gib
     beat = _heartbeat_on(storage)
@@ -387,12 +510,35 @@ def run_study(
                                "proposing plans already tried (is the space exhausted?)")
             study_.stop()
 
-    if beat:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            optuna.storages.fail_stale_trials(study)
-    if count_trials(study, measured) < target:
-        study.optimize(objective, n_trials=None, callbacks=[callback], catch=(_TrialFailed, _Surplus))
+    def reap(settle: bool = False) -> int:
+        """Fail the trials of dead processes (heartbeat-stale ones, and this host's gone ones) and queue retries.
+        ``settle``: first wait (at most _UNCLAIMED_S) for running trials that have not named their process."""
+        if settle:
+            deadline = _time.monotonic() + _UNCLAIMED_S + 1.0
+            while _time.monotonic() < deadline and any(
+                    WORKER_ATTR not in t.system_attrs for t in study.get_trials(deepcopy=False, states=(_STATES.RUNNING,))):
+                _time.sleep(0.2)
+        if beat:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                optuna.storages.fail_stale_trials(study)
+        dead = fail_dead_trials(study)
+        if dead:
+            state.notes.append(f"trial(s) {', '.join(map(str, dead))} of a process that is gone: failed and queued "
+                               "to run again")
+        return len(dead)
+
+    # --trials N means N finished trials: a trial left RUNNING by a killed process is failed and run again,
+    # here at the start and again at the end (another process on this host may have died meanwhile).
+    reap()
+    for _ in range(1000):
+        if count_trials(study, measured) < target:
+            study.optimize(objective, n_trials=None, callbacks=[callback], catch=(_TrialFailed, _Surplus))
+        if count_finished(study, measured) >= target or state.wasted > wasted_cap:
+            break
+        # Counted trials still run: another live process's (it finishes them), or a dead one's (run them again).
+        if not reap(settle=True):
+            break
     return state
 
 
@@ -453,3 +599,50 @@ def evaluated_from_study(study: optuna.Study, problem: TrainingProblem) -> Evalu
         estimates.append((batch, problem.evaluate(batch)))
     return Evaluated(estimates=estimates, space_size=space_size(problem.choices), rejected=rejected,
                      evaluations=len(seen))
+
+
+# --- an exact search kept in a study -----------------------------------------------------------------------
+
+
+def stored_sampler(storage, name: str) -> str | None:
+    """The sampler an existing autotune study was searched with, or None (no such study, or no trials yet)."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    if name not in optuna.study.get_all_study_names(storage):
+        return None
+    study = optuna.load_study(study_name=name, storage=storage)
+    if not study.get_trials(deepcopy=False):
+        return None
+    settings = study.user_attrs.get(SETTINGS_ATTR) or {}
+    return settings.get("sampler") if isinstance(settings, dict) else None
+
+
+def record_exact(study: optuna.Study, problem: TrainingProblem, objectives: Sequence[Objective], ranked: Sequence,
+                 summary: _Mapping[str, _Any]) -> int:
+    """Keep an exact search in ``study``: its ranked plans as completed trials (what ``report --storage`` ranks
+    and a dashboard shows) and its counts as the study attribute ``autotune.exact``.  Plans the study already
+    holds are not added again; returns how many trials were added."""
+    from optuna.distributions import CategoricalDistribution
+
+    choices = problem.choices
+    derive_sp = problem.rules.sp_with_tp and set(choices["sp"]) == {False, True}
+    varying = [k for k in PLAN_KEYS if len(choices[k]) > 1 and not (k == "sp" and derive_sp)]
+    distributions = {k: CategoricalDistribution(list(choices[k])) for k in varying}
+    held = {t.user_attrs.get("plan_key") for t in study.get_trials(deepcopy=False)}
+    capacity = problem.cluster.hardware.memory_gib
+    new = []
+    for r in ranked:
+        plan = r.plan.as_dict()
+        key = _plan_key(plan)
+        if key in held:
+            continue
+        values = [float(r.objective_values[o.name]) for o in objectives]
+        overshoot = float(r.estimate["memory_gib_per_gpu"]) - capacity
+        new.append(optuna.trial.create_trial(
+            params={k: plan[k] for k in varying}, distributions=distributions,
+            values=values, user_attrs={"plan": _jsonable(plan), "plan_key": key, "estimate": _jsonable(r.estimate),
+                                       "outcome": "evaluated", "exact_rank": r.rank},
+            system_attrs={"constraints:invalid": 0.0, "constraints:memory_overshoot_gib": min(overshoot, 0.0)}))
+    if new:
+        study.add_trials(new)
+    study.set_user_attr(EXACT_ATTR, _jsonable(dict(summary)))
+    return len(new)

@@ -9,12 +9,12 @@ every dtype the GPU supports and the range is reported.
 
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..inputs.measured_runs import layout_reason, number, parse_rows, read_table
 from ..inputs.modelspec import ModelSpec, MoESpec
 
 # Columns that mark the serving schema (``autotune validate`` dispatches on them).
@@ -84,22 +84,11 @@ def _kind(row: dict) -> str:
 
 def _float(row: dict, key: str) -> float | None:
     """A number, or None for an empty cell; anything else is the file's error, not a silent default."""
-    text = (row.get(key) or "").strip()
-    if not text:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise InputError(f"row {row.get('id')!r}: must be a number, but got {text!r}", field=key) from None
+    return number(row, key)
 
 
 def _int(row: dict, key: str) -> int | None:
-    value = _float(row, key)
-    if value is None:
-        return None
-    if value != int(value):
-        raise InputError(f"row {row.get('id')!r}: must be a whole number, but got {value!r}", field=key)
-    return int(value)
+    return number(row, key, whole=True)  # type: ignore[return-value]
 
 
 def engine_key(engine: str, version: str, group: str) -> str:
@@ -174,6 +163,9 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         return SkippedServingRow(rid, group, "static-batch row without its batch size")
     rate = _float(row, "request_rate") if kind == "rate" else None
     tp, pp = _int(row, "tp") or 1, _int(row, "pp") or 1
+    layout = layout_reason(_int(row, "n_gpus"), [("tp", tp), ("pp", pp)])
+    if layout:
+        return SkippedServingRow(rid, group, layout)
     if model.n_heads % tp:
         return SkippedServingRow(rid, group, f"heads {model.n_heads} not divisible by tp {tp}")
     return ServingRun(
@@ -185,22 +177,7 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
 
 
 def read_serving_runs(path: Path, supported_gpus: set[str], fp8_gpus: set[str]) -> list[ServingRun | SkippedServingRow]:
-    source = str(path)
-    try:
-        handle = open(path, newline="")
-    except FileNotFoundError:
-        raise InputError("file not found; check the path", source=source) from None
-    with handle:
-        reader = csv.DictReader(handle)
-        columns = reader.fieldnames or []
-        absent = [c for c in REQUIRED_COLUMNS if c not in columns]
-        if absent:
-            raise InputError(f"missing serving column(s) {', '.join(absent)}; see docs/serving.md for the schema",
-                             source=source)
-        out = []
-        for row in reader:
-            try:
-                out.append(parse_row(row, supported_gpus, fp8_gpus))
-            except InputError as exc:
-                raise InputError(str(exc), source=source) from None
-        return out
+    """Every row of a serving-runs CSV: a :class:`ServingRun`, or a :class:`SkippedServingRow` with the reason."""
+    table = read_table(Path(path), required=REQUIRED_COLUMNS, schema="docs/serving.md")
+    return parse_rows(table, lambda row: parse_row(row, supported_gpus, fp8_gpus),
+                      lambda row, reason: SkippedServingRow(row["id"], row["source_group"], reason))

@@ -46,7 +46,7 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import yaml
@@ -344,11 +344,13 @@ def fit(
     logo: bool = True,
     max_nfev: int = 60,
     families: Mapping[str, str] = SILICON_FAMILIES,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> CalibrationResult:
     """Fit ``params`` per GPU profile (``shared`` ones across profiles) to the usable rows of ``runs``.
 
     ``memory_weight`` scales the memory residuals against the throughput ones;
     ``f_scale`` is the soft-L1 knee in log-error units (0.15 ~ 15 %).
+    ``progress(stage, done, total)`` is told of each fit: the whole file, then each held-out group.
     """
     params = tuple(params)
     shared = tuple(shared)
@@ -391,6 +393,10 @@ def fit(
             active += cp.active
         return hw, ok, msg, active
 
+    groups_to_hold = list(dict.fromkeys(c.run.source_group for c in prepared.cases)) if logo else []
+    steps = 1 + len(groups_to_hold)
+    if progress:
+        progress("fitting every row", 0, steps)
     problem = _Problem(prepared, everything, params, shared, base, memory_weight, group_balance, families)
     z0 = problem.z_of(base)
     before = _summary(prepared, everything, *problem.predictions(z0))
@@ -412,8 +418,10 @@ def fit(
     held_out: dict[str, float] = {}
     if logo:
         held_errors: list[float] = []
-        groups = list(dict.fromkeys(c.run.source_group for c in prepared.cases))
-        for group in groups:
+        groups = groups_to_hold
+        for done, group in enumerate(groups, start=1):
+            if progress:
+                progress(f"holding out {group}", done, steps)
             train = [i for i, c in enumerate(prepared.cases) if c.run.source_group != group]
             test = [i for i, c in enumerate(prepared.cases) if c.run.source_group == group]
             if not train:
@@ -439,6 +447,8 @@ def fit(
             held_out.update({prepared.cases[i].run.id: float(e) for i, e in zip(test, errs)})
         logo_mape = float(np.mean(np.abs(held_errors))) if held_errors else None
 
+    if progress:
+        progress("done", steps, steps)
     return CalibrationResult(
         params=params, shared=shared, fitted=fitted, start=start, n_rows=len(everything),
         n_rows_by_profile={p: sum(1 for c in prepared.cases if c.profile == p) for p in problem.profiles},

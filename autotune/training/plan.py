@@ -154,6 +154,7 @@ def _parse_int(raw: str, key: str) -> int:
 def plan_from_fields(fields: Mapping[str, Any], n_gpus: int) -> Plan:
     """Fill documented defaults and build a validated :class:`Plan`."""
     values = {**PLAN_DEFAULTS, **{k: v for k, v in fields.items() if k != "dp"}}
+    check_field("tp", values["tp"])  # before sp is derived from it
     values.setdefault("sp", values["tp"] > 1)
     plan = Plan(n_gpus=n_gpus, **values)
     if "dp" in fields and fields["dp"] != plan.dp:

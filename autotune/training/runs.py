@@ -12,7 +12,6 @@ reports the range of predictions over them.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import itertools
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 from ..errors import InputError
 from ..inputs.framework import Framework, framework_for_run
 from ..inputs.hardware import Cluster, Hardware
+from ..inputs.measured_runs import layout_reason, number, parse_rows, read_table
 from ..inputs.modelspec import ModelSpec, MoESpec, load_model
 from ..inputs.workload import TrainWorkload
 from .plan import Plan
@@ -39,14 +39,14 @@ def microbatches_of(row: dict, framework: Framework) -> tuple[int | str | None, 
         if stated == "stages":
             return "stages", None
         try:
-            return int(float(stated)), None
-        except ValueError:
+            return _int(row, "n_microbatches"), None
+        except InputError:
             raise InputError(f"row {row.get('id')!r}: must be a number or 'stages', but got {stated!r}",
                              field="n_microbatches") from None
     if (row.get("micro_batch") or "").strip():
         return None, None
-    pp = (row.get("pp") or "").strip()
-    if framework.default_microbatches == "stages" and pp and int(float(pp)) > 1:
+    pp = _int(row, "pp")
+    if framework.default_microbatches == "stages" and pp and pp > 1:
         return "stages", f"{framework.label} default: as many micro-batches as pipeline stages (pp x vp)"
     return None, None
 
@@ -57,6 +57,12 @@ REQUIRED_COLUMNS = (
 )
 # Not needed where a row names its architecture with an hf_config cell instead.
 ARCHITECTURE_COLUMNS = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "vocab_size")
+
+
+# Columns that hold a size or a parallel degree: a whole number >= 1 when the row gives one.
+SIZE_COLUMNS = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "head_dim", "vocab_size",
+                "seq_len", "n_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "vp", "micro_batch",
+                "global_batch", "moe_topk", "moe_ffn_hidden_size")
 
 
 @dataclass(frozen=True)
@@ -93,23 +99,11 @@ class SkippedRow:
 
 
 def _int(row: dict, key: str) -> int | None:
-    value = (row.get(key) or "").strip()
-    if not value:
-        return None
-    try:
-        return int(float(value))
-    except ValueError:
-        raise InputError(f"row {row.get('id')!r}: must be a number, but got {value!r}", field=key) from None
+    return number(row, key, whole=True)  # type: ignore[return-value]
 
 
 def _float(row: dict, key: str) -> float | None:
-    value = (row.get(key) or "").strip()
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        raise InputError(f"row {row.get('id')!r}: must be a number, but got {value!r}", field=key) from None
+    return number(row, key)
 
 
 def _positive(row: dict, key: str) -> float | None:
@@ -180,6 +174,11 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
                and not (hf_config and k in ARCHITECTURE_COLUMNS)]
     if missing:
         return SkippedRow(rid, f"no value for {', '.join(missing)}")
+    for key in SIZE_COLUMNS:  # sizes and parallel degrees: whole numbers >= 1 when given
+        number(row, key, whole=True, minimum=1)
+    layout = layout_reason(_int(row, "n_gpus"), [(k, _int(row, k)) for k in ("tp", "pp", "cp")], _int(row, "dp"))
+    if layout:
+        return SkippedRow(rid, layout)
     global_batch = _int(row, "global_batch")
     if global_batch is None:
         return SkippedRow(rid, "no global_batch: the number of micro-batches (and so the bubble) is unknown")
@@ -239,33 +238,27 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
 
 
 def read_runs(path: Path) -> list[MeasuredRun | SkippedRow]:
-    source = str(path)
-    try:
-        with open(path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            if reader.fieldnames is None:
-                raise InputError("empty file; expected a CSV header row", source=source)
-            absent = [c for c in REQUIRED_COLUMNS if c not in reader.fieldnames
-                      and not ("hf_config" in reader.fieldnames and c in ARCHITECTURE_COLUMNS)]
-            if absent:
-                raise InputError(f"missing column(s) {', '.join(absent)}; see docs/validation.md for the schema",
-                                 source=source)
-            rows = list(reader)
-    except FileNotFoundError:
-        raise InputError("file not found; check the path", source=source) from None
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise InputError(f"malformed CSV: {exc}", source=source) from None
-    out = []
+    """Every row of a training-runs CSV: a :class:`MeasuredRun`, or a :class:`SkippedRow` with the reason.
+
+    A row may name its architecture with an ``hf_config`` cell (a config.json, relative to the CSV's folder
+    or absolute) instead of the architecture columns."""
+    path = Path(path)
+    table = read_table(path, required=[c for c in REQUIRED_COLUMNS if c not in ARCHITECTURE_COLUMNS],
+                       schema="docs/validation.md")
+    if "hf_config" not in table.columns:
+        absent = [c for c in ARCHITECTURE_COLUMNS if c not in table.columns]
+        if absent:
+            raise InputError(f"missing column(s) {', '.join(absent)} (or an hf_config column); see "
+                             "docs/validation.md for the schema", source=table.source)
     profiles: dict = {}
-    for row in rows:
+
+    def parse(row: dict) -> MeasuredRun | SkippedRow:
         cell = (row.get("hf_config") or "").strip()
         if cell and not Path(cell).is_absolute():
             row = {**row, "hf_config": str(path.parent / cell)}  # relative to the CSV, not the working folder
-        try:
-            out.append(parse_row(row, profiles))
-        except InputError as exc:
-            raise InputError(str(exc), source=source) from None
-    return out
+        return parse_row(row, profiles)
+
+    return parse_rows(table, parse, lambda row, reason: SkippedRow(row["id"], reason))
 
 
 def preferred_candidates(run: MeasuredRun, plans: list[Plan]) -> list[int]:

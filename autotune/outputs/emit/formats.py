@@ -13,8 +13,10 @@ import numpy as np
 
 from ...errors import InputError
 from ...inputs.framework import DEFAULT_FRAMEWORK as DEFAULT_SOFTWARE
-from ...inputs.modelspec import ModelSpec, load_model
+from ...inputs.modelspec import ModelSpec
+from ...search.plans_file import model_from_plans, training_inputs_from_plans
 from ...serving.plan import ServePlan
+from ...training.estimate import estimate_training
 from ...training.plan import PlanBatch, plan_from_fields
 from . import (
     DEFAULT_FRAMEWORK,
@@ -138,7 +140,7 @@ def search_context(plan, model: ModelSpec, cluster, workload, estimate: Mapping[
 
 def _entry(document: Mapping[str, Any], rank: int, source: str) -> Mapping[str, Any]:
     entries = document.get("plans")
-    if not isinstance(entries, list):
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise InputError("is not a plans.json from `autotune search --out` (it needs 'inputs' and 'plans')", source=source)
     ranks = [entry.get("rank") if isinstance(entry, dict) else None for entry in entries]
     if rank not in ranks:
@@ -160,22 +162,24 @@ def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSp
             raise InputError(f"inputs lack '{key}'; rerun `autotune search --out`", source=source, field=f"inputs.{key}")
     entry = _entry(document, rank, source)
     if model is None:
-        try:
-            model = load_model(str(inputs["model"]))
-        except InputError as exc:
-            raise InputError(f"model {inputs['model']!r} named in {source} cannot be loaded ({exc}); pass --model with "
-                             "the spec the search used", field="--model") from None
+        model = model_from_plans(inputs, source)
     elif model.name != inputs["model"]:
         raise InputError(f"{source} was searched for model {inputs['model']!r}, but --model gives {model.name!r}",
                          field="--model")
+    t = training_inputs_from_plans(inputs, source, model=model)
+    if not isinstance(entry.get("plan"), dict):
+        raise InputError(f"plan of rank {rank} has no 'plan' object; rerun `autotune search --out DIR`", source=source,
+                         field="plans.plan")
     try:
-        plan = plan_from_fields(entry["plan"], int(inputs["gpus"]))
+        plan = plan_from_fields(entry["plan"], t.cluster.n_gpus)
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"plan of rank {rank} is malformed: {exc}", source=source, field="plans.plan") from None
+    # Estimated again from the embedded inputs, not copied from the file: the comments quote it.
+    estimate = estimate_training(t.model, t.cluster, t.workload, PlanBatch.from_plans([plan])).row(0)
     return EmitContext(
-        plan=plan, model=model, hardware=str(inputs["hardware"]), gpus_per_node=int(inputs["gpus_per_node"]),
-        seq_len=int(inputs["seq_len"]), global_batch=int(inputs["global_batch"]), estimate=entry.get("estimate"),
-        tokens=inputs.get("tokens"), **options,
+        plan=plan, model=model, hardware=t.cluster.hardware.name, gpus_per_node=t.cluster.gpus_per_node,
+        seq_len=t.workload.seq_len, global_batch=t.workload.global_batch, estimate=estimate,
+        tokens=t.workload.tokens, **options,
     )
 
 

@@ -1,7 +1,7 @@
 """``autotune report``: one self-contained HTML file and the same figures as PNG files.
 
 ``build_report(source, out_dir)`` gathers the data (:mod:`.data`) from a plans.json or a
-stored study (:class:`.data.StudySource`), draws the figures
+stored study (:class:`.data.StudySource`) -- a serving plans.json goes to :mod:`.serving` --, draws the figures
 with matplotlib (:mod:`.figures`) and writes ``report.html`` plus one PNG per figure.
 matplotlib is the optional extra ``autotune[report]``; without it the command says so.
 """
@@ -39,6 +39,21 @@ def build_report(source: Path | StudySource, out_dir: Path, *, trials: int = 100
     from .data import gather
     from .figures import all_figures
     from .html import render
+
+    if isinstance(source, Path):
+        from ..files import plans_path, read_plans
+
+        path = plans_path(source) or source  # the file, or the folder holding it
+        document = read_plans(path)
+        if document["inputs"].get("workload") == "serve":
+            if framework is not None:
+                raise InputError("is a serving plans.json: --framework names training software; leave it out",
+                                 source=str(path), field="--framework")
+            from .serving import build_serving_report
+
+            html_path, pngs, titles = build_serving_report(document, str(path), out_dir, seed=seed, progress=progress)
+            return ReportFiles(html_path, pngs, titles)
+        source = path
 
     data = gather(source, trials=trials, seed=seed, progress=progress, framework=framework)
     figures = all_figures(data)

@@ -82,33 +82,77 @@ class StudySource:
     study: str
 
 
+_ESTIMATE_NUMBERS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib_per_gpu", "cost_usd_per_million_tokens")
+_ESTIMATE_PARTS = ("time_breakdown_s", "memory_breakdown_gib")
+_TOTALS = ("training_days", "gpu_hours", "cost_usd", "energy_mwh", "co2e_t")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_estimate(estimate: Any, where: str, source: str) -> None:
+    """A training estimate as the report reads it: the numbers and breakdowns present and numeric."""
+    fix = "; rerun `autotune search --out DIR`"
+    if not isinstance(estimate, dict):
+        raise InputError(f"{where} has no 'estimate' object{fix}", source=source, field="plans.estimate")
+    for key in _ESTIMATE_NUMBERS:
+        if not _is_number(estimate.get(key)):
+            raise InputError(f"{where}: estimate.{key} must be a number, but got {estimate.get(key)!r}{fix}",
+                             source=source, field=f"estimate.{key}")
+    for key in _ESTIMATE_PARTS:
+        parts = estimate.get(key)
+        if not isinstance(parts, dict) or not all(isinstance(k, str) and _is_number(v) for k, v in parts.items()):
+            raise InputError(f"{where}: estimate.{key} must map parts to numbers{fix}", source=source,
+                             field=f"estimate.{key}")
+    for key in _TOTALS:
+        if key in estimate and not _is_number(estimate[key]):
+            raise InputError(f"{where}: estimate.{key} must be a number, but got {estimate[key]!r}{fix}",
+                             source=source, field=f"estimate.{key}")
+
+
+def _check_capacity(capacity: Any, source: str) -> None:
+    fix = "; rerun the capacity search with --out DIR"
+    if not isinstance(capacity, dict) or not isinstance(capacity.get("candidates", []), list):
+        raise InputError(f"'capacity' must be an object with a 'candidates' list{fix}", source=source,
+                         field="capacity")
+    for key in ("pue", "grid_intensity_g_per_kwh"):
+        if not _is_number(capacity.get(key)):
+            raise InputError(f"capacity.{key} must be a number{fix}", source=source, field=f"capacity.{key}")
+    chosen = capacity.get("chosen")
+    for i, c in enumerate([*capacity.get("candidates", []), *([chosen] if chosen is not None else [])]):
+        if not isinstance(c, dict) or not isinstance(c.get("hardware"), str) or not _is_number(c.get("gpus")):
+            raise InputError(f"capacity candidate {i + 1} must name its hardware and GPUs{fix}", source=source,
+                             field="capacity.candidates")
+        if c.get("plan") and not all(_is_number(c.get(k)) for k in _TOTALS):
+            raise InputError(f"capacity candidate {i + 1} lacks its totals ({', '.join(_TOTALS)}){fix}",
+                             source=source, field="capacity.candidates")
+
+
 def load_plans_json(path: Path) -> dict[str, Any]:
+    """A training plans.json, checked for what the report reads (a malformed entry is an error naming it)."""
     doc = read_plans(path)
+    source = str(path)
     if not doc["plans"]:
-        raise InputError("lists no plans (nothing fitted); rerun the search with more GPUs or ZeRO-3", source=str(path))
+        raise InputError("lists no plans (nothing fitted); rerun the search with more GPUs or ZeRO-3", source=source)
+    for position, entry in enumerate(doc["plans"], start=1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("plan"), dict) or not _is_number(entry.get("rank")):
+            raise InputError(f"plan {position} needs a 'rank' and a 'plan' object; rerun `autotune search --out DIR`",
+                             source=source, field="plans")
+        _check_estimate(entry.get("estimate"), f"plan {position}", source)
+    if not isinstance(doc.get("search"), dict):
+        raise InputError("has no 'search' object; rerun `autotune search --out DIR`", source=source, field="search")
+    if doc.get("capacity") is not None:
+        _check_capacity(doc["capacity"], source)
     return doc
 
 
 def rebuild_problem(inputs: dict[str, Any], source: str) -> TrainingProblem:
-    """The search problem a ``plans.json`` came from, from its ``inputs`` object."""
-    from ...inputs.request import TrainingRequest
-    from ...training.space import load_space
+    """The search problem a ``plans.json`` came from, from its ``inputs`` object (the spec, profile and space it
+    embeds; see :mod:`autotune.search.plans_file`)."""
+    from ...search.plans_file import training_problem_from_plans
 
-    missing = [k for k in ("model", "hardware", "gpus", "seq_len", "global_batch") if k not in (inputs or {})]
-    if missing:
-        raise InputError(f"'inputs' lacks {', '.join(missing)}; rerun `autotune search --out DIR`", source=source)
-    space = inputs.get("space")
-    if space == "search_spaces/train.yaml":
-        space = None  # the bundled default, found from any working directory
-    t = TrainingRequest(model=inputs["model"], hardware=inputs["hardware"], gpus=int(inputs["gpus"]),
-                        gpus_per_node=inputs.get("gpus_per_node"), seq_len=int(inputs["seq_len"]),
-                        global_batch=int(inputs["global_batch"]), tokens=inputs.get("tokens"),
-                        price=inputs.get("price_usd_per_gpu_hour"), framework=inputs.get("framework")).build()
-    loaded = load_space(space)
-    if inputs.get("precisions"):
-        loaded = loaded.with_precisions(tuple(inputs["precisions"]))
-    extra = {} if inputs.get("memory_headroom") is None else {"memory_headroom": float(inputs["memory_headroom"])}
-    return TrainingProblem.build(t.model, t.cluster, t.workload, loaded, t.framework, **extra)
+    return training_problem_from_plans(inputs, source)
 
 
 def evaluate_cloud(problem: TrainingProblem, seed: int = 0) -> Cloud:
@@ -221,13 +265,15 @@ def gather(source: Path | StudySource, *, trials: int = 100, seed: int = 0,
              f"sequence {inputs.get('seq_len', '?')}, global batch {inputs.get('global_batch', '?')}")
     data = ReportData(title=title, inputs=inputs, plans=doc["plans"], search=search, capacity_gib=float("nan"),
                       capacity=doc.get("capacity"))
-    try:
-        problem = rebuild_problem(inputs, str(path))
-    except InputError as exc:
-        data.notes.append(f"The space was not re-evaluated ({exc}); clouds, convergence and importance are left out.")
-        est = doc["plans"][0]["estimate"]
-        data.capacity_gib = est["memory_gib_per_gpu"] + est.get("memory_headroom_gib", 0.0)
-        return data
+    problem = rebuild_problem(inputs, str(path))  # an error (naming the field) when it cannot be rebuilt
+    from ...training.plan import plan_from_fields
+
+    for entry in doc["plans"]:
+        try:
+            plan_from_fields(entry["plan"], problem.cluster.n_gpus)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"plan of rank {entry['rank']} is malformed: {exc}; rerun `autotune search --out DIR`",
+                             source=str(path), field="plans.plan") from None
     data.capacity_gib = problem.cluster.hardware.memory_gib
     if progress:
         progress("evaluating the space", 0, 1)
@@ -407,6 +453,18 @@ def gather_study(source: StudySource, *, trials: int = 100, seed: int = 0,
     if progress:
         progress("evaluating the space", 0, 1)
     data.cloud = evaluate_cloud(problem, seed)
+    if stored.exact is not None and sampler == "exact":
+        # Every plan was evaluated: the study keeps the counts and the top plans, not a sampler's history.
+        exact = stored.exact
+        for key in ("evaluations", "space_size", "feasible", "rejected"):
+            if key in exact:
+                search[key] = exact[key]
+        data.notes.append(f"Study {stored.name!r} was searched exactly ({exact.get('evaluations', 0):,} plans "
+                          f"evaluated); it keeps the top {exact.get('recorded', len(counted))} plans as trials.")
+        if trials > 0:
+            data.history = sampler_history(problem, objective.name, trials, seed, progress)
+        data.importance, data.importance_method = importance(problem, objective.name, seed)
+        return data
     values = [trial_value(r, measured) for r in counted]
     if values:
         shown = sampler.upper() if sampler in ("tpe", "gp") else sampler

@@ -1,0 +1,322 @@
+"""The report of a serving search (a ``plans.json`` whose ``inputs.workload`` is ``serve``).
+
+The problem is rebuilt from what the file embeds (model spec, hardware profile, request shape,
+space; :mod:`autotune.search.plans_file`), the top plans are estimated again, and the whole space
+is evaluated for the clouds.  Every serving estimate field is read with ``.get``: a field the
+serving model renames or drops leaves a figure or a column out, it does not crash the report.
+
+Figures: output tokens/s per GPU against tokens/s per user (the throughput-interactivity
+trade-off), against memory, the latency of the top plans against the targets, and their memory
+by part.
+"""
+
+from __future__ import annotations
+
+import html as _html
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import InputError
+
+TOP = 10
+
+
+@dataclass
+class ServingCloud:
+    """Every plan of the space, evaluated: one entry per plan (NaN where the estimate lacks the field)."""
+
+    per_gpu: np.ndarray
+    per_user: np.ndarray
+    memory_gib: np.ndarray
+    fits: np.ndarray
+    meets: np.ndarray
+    total: int
+
+
+@dataclass
+class ServingReportData:
+    title: str
+    inputs: dict[str, Any]
+    plans: list[dict[str, Any]]  # rank, plan (dict), text (plan string), layout, estimate (fresh)
+    search: dict[str, Any]
+    capacity_gib: float
+    targets: dict[str, float | None]
+    cloud: ServingCloud | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _number(estimate: Mapping[str, Any] | None, key: str) -> float:
+    value = (estimate or {}).get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return float("nan")
+    return float(value)
+
+
+def _column(est: Any, name: str, n: int) -> np.ndarray:
+    value = getattr(est, name, None)
+    if value is None:
+        return np.full(n, np.nan)
+    return np.asarray(value, dtype=float)
+
+
+def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
+                   progress: Callable[[str, int, int], None] | None = None) -> ServingReportData:
+    """Rebuild a serving search from its plans.json and evaluate what the figures show."""
+    from ...search.plans_file import serving_inputs_from_plans
+    from ...serving.calibrated import params_for_gpu
+    from ...serving.estimate import estimate_serving
+    from ...serving.plan import ServePlanBatch, serve_plan_from_fields
+    from ...serving.space import enumerate_serve
+
+    inputs = document["inputs"]
+    entries = document["plans"]
+    if not entries:
+        raise InputError("lists no serving plans (none fitted); rerun the search with more GPUs or a lower weight "
+                         "precision", source=source)
+    served = serving_inputs_from_plans(inputs, source)
+    model, cluster, workload = served.model, served.cluster, served.workload
+    hw = cluster.hardware
+    params, note = params_for_gpu(hw.name)
+    chosen = []
+    for position, entry in enumerate(entries[:TOP], start=1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("plan"), dict):
+            raise InputError(f"plan {position} is malformed (no 'plan' object); rerun `autotune search --workload "
+                             "serve --out DIR`", source=source, field="plans")
+        try:
+            chosen.append(serve_plan_from_fields(entry["plan"], cluster.n_gpus))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"plan {position} is malformed: {exc}", source=source, field="plans.plan") from None
+    if progress:
+        progress("estimating the top plans", 0, 1)
+    est = estimate_serving(model, cluster, workload, ServePlanBatch.from_plans(chosen), params)
+    plans = [{"rank": i + 1, "plan": p.as_dict(), "text": p.as_string(), "estimate": est.row(i),
+              "layout": f"{p.layout()} {p.weights}/{p.kv} b{p.max_batch}"}
+             for i, p in enumerate(chosen)]
+    search = document.get("search") if isinstance(document.get("search"), dict) else {}
+    load = {"max-throughput": "maximum throughput", "concurrency": f"{workload.concurrency} concurrent users",
+            "rate": f"{workload.request_rate or 0:g} requests/s"}[workload.mode]
+    title = (f"{model.name} serving on {cluster.n_gpus} x {hw.name}: input {workload.input_len}, output "
+             f"{workload.output_len} tokens, {load}")
+    data = ServingReportData(title=title, inputs=dict(inputs), plans=plans, search=search,
+                             capacity_gib=hw.memory_gib,
+                             targets={"ttft_ms": workload.ttft_ms, "tpot_ms": workload.tpot_ms}, notes=[note])
+    if progress:
+        progress("evaluating the space", 0, 1)
+    enumeration = enumerate_serve(model, cluster, served.space)
+    every = enumeration.plans
+    if len(every):
+        cloud = estimate_serving(model, cluster, workload, every, params)
+        n = len(every)
+        data.cloud = ServingCloud(
+            per_gpu=_column(cloud, "output_tokens_per_s_per_gpu", n), per_user=_column(cloud, "tokens_per_s_per_user", n),
+            memory_gib=_column(cloud, "memory_gib_per_gpu", n),
+            fits=np.asarray(getattr(cloud, "fits", np.ones(n, dtype=bool)), dtype=bool),
+            meets=np.asarray(getattr(cloud, "meets_targets", np.ones(n, dtype=bool)), dtype=bool), total=n)
+    return data
+
+
+# --- figures -------------------------------------------------------------------------------------
+
+
+def throughput_interactivity(data: ServingReportData):
+    from .figures import PALETTE, SIZE, Figure, _plt, _png, pareto_front
+
+    c = data.cloud
+    if c is None or not np.isfinite(c.per_user).any():
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=SIZE)
+    ok = c.fits & np.isfinite(c.per_user) & np.isfinite(c.per_gpu)
+    ax.scatter(c.per_user[ok & ~c.meets], c.per_gpu[ok & ~c.meets], s=6, c="#cccccc", label="misses a target",
+               rasterized=True)
+    ax.scatter(c.per_user[ok & c.meets], c.per_gpu[ok & c.meets], s=6, c="#7fa7c9", label="meets the targets",
+               rasterized=True)
+    if ok.any():
+        x, y = c.per_user[ok], c.per_gpu[ok]
+        front = pareto_front(x, y, maximize_x=True, maximize_y=True)
+        ax.step(x[front], y[front], where="post", color=PALETTE[3], lw=1.5, label="Pareto front")
+    tx = np.array([_number(p["estimate"], "tokens_per_s_per_user") for p in data.plans])
+    ty = np.array([_number(p["estimate"], "output_tokens_per_s_per_gpu") for p in data.plans])
+    ax.scatter(tx, ty, s=60, facecolors="none", edgecolors="black", lw=1.2, zorder=4, label="top plans")
+    for p, x, y in zip(data.plans[:5], tx, ty):
+        if np.isfinite(x) and np.isfinite(y):
+            ax.annotate(str(p["rank"]), (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8)
+    ax.set_xlabel("output tokens/s per user (interactivity)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.legend(fontsize=8)
+    return Figure("throughput_interactivity", "Throughput against interactivity",
+                  f"Every plan of the serving space that fits ({int(ok.sum()):,} of {c.total:,}): output tokens/s "
+                  "per GPU against tokens/s each user sees. The red steps are the Pareto front; circles are the "
+                  "top plans, numbered by rank.", _png(fig))
+
+
+def throughput_memory(data: ServingReportData):
+    from .figures import SIZE, Figure, _plt, _png
+
+    c = data.cloud
+    if c is None or not np.isfinite(c.memory_gib).any():
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=SIZE)
+    good = np.isfinite(c.memory_gib) & np.isfinite(c.per_gpu)
+    ax.scatter(c.memory_gib[good & ~c.fits], c.per_gpu[good & ~c.fits], s=6, c="#cccccc", label="does not fit",
+               rasterized=True)
+    ax.scatter(c.memory_gib[good & c.fits], c.per_gpu[good & c.fits], s=6, c="#7fa7c9", label="fits", rasterized=True)
+    tx = np.array([_number(p["estimate"], "memory_gib_per_gpu") for p in data.plans])
+    ty = np.array([_number(p["estimate"], "output_tokens_per_s_per_gpu") for p in data.plans])
+    ax.scatter(tx, ty, s=60, facecolors="none", edgecolors="black", lw=1.2, zorder=4, label="top plans")
+    ax.axvline(data.capacity_gib, color="black", ls="--", lw=1, label=f"GPU memory {data.capacity_gib:g} GiB")
+    ax.set_xlabel("memory per GPU (GiB)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.legend(fontsize=8)
+    return Figure("throughput_memory", "Throughput against memory",
+                  "Every plan of the serving space: weights, KV cache and reserve per GPU against output tokens/s "
+                  "per GPU; the dashed line is the GPU's memory.", _png(fig))
+
+
+def latency(data: ServingReportData):
+    from .figures import PALETTE, Figure, _plt, _png
+
+    ttft = np.array([_number(p["estimate"], "ttft_ms") for p in data.plans])
+    tpot = np.array([_number(p["estimate"], "tpot_ms") for p in data.plans])
+    if not (np.isfinite(ttft).any() or np.isfinite(tpot).any()):
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(8.0, 0.4 * len(data.plans) + 1.8), sharey=True)
+    labels = [f"#{p['rank']} {p['layout']}" for p in data.plans]
+    y = np.arange(len(data.plans))[::-1]
+    for ax, values, name, target in ((axes[0], ttft, "time to first token (ms)", data.targets.get("ttft_ms")),
+                                     (axes[1], tpot, "time per output token (ms)", data.targets.get("tpot_ms"))):
+        ax.barh(y, np.where(np.isfinite(values), values, 0.0), color=PALETTE[0], height=0.7)
+        if target:
+            ax.axvline(target, color="black", ls="--", lw=1.2, label=f"target {target:g} ms")
+            ax.legend(fontsize=7, loc="lower right")
+        ax.set_xlabel(name)
+        ax.grid(axis="y", visible=False)
+    axes[0].set_yticks(y, labels, fontsize=8)
+    return Figure("latency", "Latency of the top plans",
+                  "Time to first token and time per output token of each top plan, against the targets of the "
+                  "search (dashed).", _png(fig))
+
+
+def memory_breakdown(data: ServingReportData):
+    from ..tables import _PART_LABELS
+    from .figures import PALETTE, Figure, _plt, _png
+
+    parts_of = [p["estimate"].get("memory_breakdown_gib") for p in data.plans]
+    if not any(isinstance(parts, dict) and parts for parts in parts_of):
+        return None
+    names: list[str] = []
+    for parts in parts_of:
+        for k in parts or {}:
+            if k not in names:
+                names.append(k)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8.0, 0.45 * len(data.plans) + 1.6))
+    y = np.arange(len(data.plans))[::-1]
+    left = np.zeros(len(data.plans))
+    for k, name in enumerate(names):
+        width = np.array([_number(parts, name) if isinstance(parts, dict) else np.nan for parts in parts_of])
+        width = np.where(np.isfinite(width), width, 0.0)
+        ax.barh(y, width, left=left, color=PALETTE[k % len(PALETTE)], height=0.7,
+                label=_PART_LABELS.get(name, name.replace("_", " ")))
+        left += width
+    ax.axvline(data.capacity_gib, color="black", ls="--", lw=1.2, label=f"GPU memory {data.capacity_gib:g} GiB")
+    ax.set_yticks(y, [f"#{p['rank']} {p['layout']}" for p in data.plans], fontsize=8)
+    ax.set_xlabel("GiB per GPU")
+    ax.grid(axis="y", visible=False)
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
+    return Figure("memory_breakdown", "Memory of the top plans",
+                  "Memory per GPU of each top plan by part (weights, KV cache, reserve), against the GPU's memory.",
+                  _png(fig))
+
+
+SERVING_FIGURES = (throughput_interactivity, throughput_memory, latency, memory_breakdown)
+
+
+def serving_figures(data: ServingReportData) -> list:
+    return [f for f in (draw(data) for draw in SERVING_FIGURES) if f is not None]
+
+
+# --- HTML ----------------------------------------------------------------------------------------
+
+
+def _cell(value: Any, fmt: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        return "-"
+    return format(value, fmt)
+
+
+def render_serving(data: ServingReportData, figures: list) -> str:
+    import base64
+
+    from .html import _CSS, _SCRIPT
+
+    e = _html.escape
+    rows = []
+    for p in data.plans:
+        est = p["estimate"]
+        meets = est.get("meets_targets")
+        verdict = "meets" if meets else ("misses: " + str(est.get("misses", ""))) if meets is False else "-"
+        rows.append(f"<tr><td class=n>{p['rank']}</td><td>{e(p['layout'])}</td><td>{e(p['text'])}</td>"
+                    f"<td class=n>{_cell(est.get('output_tokens_per_s'), ',.0f')}</td>"
+                    f"<td class=n>{_cell(est.get('output_tokens_per_s_per_gpu'), ',.0f')}</td>"
+                    f"<td class=n>{_cell(est.get('tokens_per_s_per_user'), ',.1f')}</td>"
+                    f"<td class=n>{_cell(est.get('ttft_ms'), ',.0f')}</td><td class=n>{_cell(est.get('tpot_ms'), ',.1f')}</td>"
+                    f"<td class=n>{_cell(est.get('memory_gib_per_gpu'), '.1f')}</td><td>{e(verdict)}</td></tr>")
+    head = ("<tr><th>#</th><th>layout</th><th>plan</th><th>out tok/s</th><th>tok/s/GPU</th><th>tok/s/user</th>"
+            "<th>TTFT ms</th><th>TPOT ms</th><th>GiB/GPU</th><th>targets</th></tr>")
+    best = data.plans[0]
+    b = best["estimate"]
+    summary = (f"Best plan: {e(best['layout'])} ({e(best['text'])}): {_cell(b.get('output_tokens_per_s'), ',.0f')} "
+               f"output tokens/s ({_cell(b.get('output_tokens_per_s_per_gpu'), ',.0f')} per GPU), TTFT "
+               f"{_cell(b.get('ttft_ms'), ',.0f')} ms, TPOT {_cell(b.get('tpot_ms'), ',.1f')} ms, "
+               f"{_cell(b.get('memory_gib_per_gpu'), '.1f')} of {data.capacity_gib:g} GiB per GPU.")
+    s = data.search
+    if s:
+        summary += (f"<br><span class=note>exact search: {_cell(s.get('evaluations'), ',')} plans evaluated of "
+                    f"{_cell(s.get('space_size'), ',')}; {_cell(s.get('feasible'), ',')} fit, "
+                    f"{_cell(s.get('meeting_targets'), ',')} meet the targets.</span>")
+    parts = [
+        "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
+        '<meta name=viewport content="width=device-width, initial-scale=1">',
+        f"<title>autotune serving report: {e(data.title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>autotune serving report</h1><p class=sub>{e(data.title)}</p>",
+        f"<p class=summary>{summary}</p>",
+        f"<h2>Top plans</h2><table>{head}{''.join(rows)}</table>"
+        "<p class=note>Estimated again from the embedded model, hardware and request shape.</p>",
+    ]
+    for fig in figures:
+        uri = "data:image/png;base64," + base64.b64encode(fig.png).decode("ascii")
+        parts.append(f"<h2>{e(fig.title)}</h2><figure id={fig.name}><img src=\"{uri}\" alt=\"{e(fig.title)}\">"
+                     f"<figcaption>{e(fig.caption)} <span class=note>(also {fig.name}.png)</span></figcaption></figure>")
+    for note in data.notes:
+        parts.append(f"<p class=note>{e(note)}</p>")
+    parts.append("<p class=note>Estimates come from autotune's analytic serving model; `autotune validate` on serving "
+                 "runs reports its measured error.</p>")
+    parts.append(f"<script>{_SCRIPT}</script></body></html>")
+    return "\n".join(parts)
+
+
+def build_serving_report(document: Mapping[str, Any], source: str, out_dir: Path, *, seed: int = 0,
+                         progress: Callable[[str, int, int], None] | None = None):
+    """report.html and one PNG per figure for a serving plans.json; returns ``(html path, pngs, titles)``."""
+    data = gather_serving(document, source, seed=seed, progress=progress)
+    figures = serving_figures(data)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pngs = []
+    for fig in figures:
+        path = out_dir / f"{fig.name}.png"
+        path.write_bytes(fig.png)
+        pngs.append(path)
+    html_path = out_dir / "report.html"
+    html_path.write_text(render_serving(data, figures), encoding="utf-8")
+    return html_path, pngs, [f.title for f in figures]
+
+
+__all__ = ["SERVING_FIGURES", "ServingCloud", "ServingReportData", "build_serving_report", "gather_serving",
+           "render_serving", "serving_figures"]

@@ -1,0 +1,283 @@
+"""The ``inputs`` block of a ``plans.json``: written so that the file reads back from anywhere.
+
+``autotune search --out DIR`` writes the model spec, the hardware profile (with any calibration
+and --price applied) and the search space into ``inputs`` as plain mappings, beside their names.
+``explain``, ``emit`` and ``report`` rebuild the problem from those embedded mappings, so a search
+on your own ``config.json`` or profile YAML reads back from another directory, or after the
+original file is gone.  A ``plans.json`` written before the embedding (names only) still reads
+back when its names are bundled; otherwise the error says to pass ``--model``/``--hardware`` or
+to rerun the search.
+
+Every embedded mapping goes back through the same validating loaders as a YAML file, so a
+hand-edited or hostile ``plans.json`` is refused with the field at fault, never a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from ..errors import InputError
+from ..inputs import loading
+from ..inputs.calibration import apply_calibration, load_calibration
+from ..inputs.framework import load_framework
+from ..inputs.hardware import (
+    Cluster,
+    Hardware,
+    hardware_from_mapping,
+    hardware_to_mapping,
+    load_hardware,
+)
+from ..inputs.modelspec import (
+    ModelSpec,
+    load_model,
+    model_from_mapping,
+    model_to_mapping,
+)
+from ..inputs.request import TrainingInputs, cluster_from_options
+from ..inputs.workload import ServeWorkload, TrainWorkload
+from ..serving.space import ServeSpace, load_serve_space, serve_space_from_mapping
+from ..training.problem import TrainingProblem
+from ..training.space import Space, load_space, space_from_mapping
+
+TRAIN_SPACE = "search_spaces/train.yaml"
+SERVE_SPACE = "search_spaces/serve.yaml"
+
+
+def framework_of(inputs: TrainingInputs) -> str:
+    """The training framework the estimates assume (``NAME`` or ``NAME@VERSION``), read back by ``load_framework``."""
+    fw = inputs.framework
+    return fw.label if fw.version else fw.name
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: tuples to lists, numpy scalars to Python numbers."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return value.item()
+    return value
+
+
+def space_mapping(space: Space | ServeSpace) -> dict[str, Any]:
+    """A space as its YAML holds it (axes after any --fix; rules for training)."""
+    out: dict[str, Any] = {"name": space.name, "axes": {k: v if isinstance(v, str) else list(v)
+                                                          for k, v in space.axes.items()}}
+    if isinstance(space, Space):
+        out["rules"] = dataclasses.asdict(space.rules)
+    return _plain(out)
+
+
+def training_inputs_json(inputs: TrainingInputs, space_path: str | None, space: Space | None = None,
+                         problem: TrainingProblem | None = None) -> dict[str, Any]:
+    """The ``inputs`` block of a training ``plans.json``: the names, and the spec, profile and space embedded;
+    with ``problem``, the precisions searched and the memory headroom kept."""
+    hw = inputs.cluster.hardware
+    searched = {} if problem is None else {"precisions": list(problem.choices["precision"]),
+                                           "memory_headroom": problem.memory_headroom}
+    return _plain({
+        **searched,
+        "workload": "train",
+        "model": inputs.model.name,
+        "hardware": hw.name,
+        "framework": framework_of(inputs),
+        "gpus": inputs.cluster.n_gpus,
+        "gpus_per_node": inputs.cluster.gpus_per_node,
+        "seq_len": inputs.workload.seq_len,
+        "global_batch": inputs.workload.global_batch,
+        "tokens": inputs.workload.tokens,
+        "price_usd_per_gpu_hour": hw.price_usd_per_gpu_hour,
+        "space": space_path or TRAIN_SPACE,
+        "model_spec": model_to_mapping(inputs.model),
+        "hardware_profile": hardware_to_mapping(hw),
+        "space_spec": space_mapping(space if space is not None else load_space(space_path)),
+    })
+
+
+def serving_inputs_json(model: ModelSpec, hardware: Hardware, space: ServeSpace | None) -> dict[str, Any]:
+    """What a serving ``plans.json`` embeds besides the workload: the spec, the profile and the space."""
+    out: dict[str, Any] = {"model_spec": model_to_mapping(model), "hardware_profile": hardware_to_mapping(hardware)}
+    if space is not None:
+        out["space_spec"] = space_mapping(space)
+    return _plain(out)
+
+
+# --- reading back ------------------------------------------------------------------------------
+
+
+def _mapping(inputs: Mapping[str, Any], key: str, source: str) -> dict | None:
+    value = inputs.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InputError(f"must be a mapping, but got a {type(value).__name__}; rerun `autotune search --out DIR`",
+                         source=source, field=f"inputs.{key}")
+    return value
+
+
+def _name(inputs: Mapping[str, Any], key: str, source: str) -> str:
+    value = inputs.get(key)
+    if not isinstance(value, str) or not value:
+        raise InputError(f"must name the {key}, but got {value!r}; rerun `autotune search --out DIR`", source=source,
+                         field=f"inputs.{key}")
+    return value
+
+
+def model_from_plans(inputs: Mapping[str, Any], source: str, override: str | ModelSpec | None = None) -> ModelSpec:
+    """The model a plans.json was searched for: ``--model`` when given, else the embedded spec, else the bundled name."""
+    if isinstance(override, ModelSpec):
+        return override
+    if override is not None:
+        return load_model(override)
+    embedded = _mapping(inputs, "model_spec", source)
+    if embedded is not None:
+        return model_from_mapping(embedded, source=f"{source}: inputs.model_spec")
+    name = _name(inputs, "model", source)
+    try:
+        return load_model(name)
+    except InputError:
+        raise InputError(f"names model {name!r}, which is not bundled, and embeds no spec (an older plans.json); "
+                         "pass --model with the spec or config.json the search used, or rerun the search",
+                         source=source, field="inputs.model") from None
+
+
+def hardware_from_plans(inputs: Mapping[str, Any], source: str, override: str | None = None) -> Hardware:
+    """The profile a plans.json was searched on: ``--hardware`` when given, else the embedded profile, else by name."""
+    if override is not None:
+        return load_hardware(override)
+    embedded = _mapping(inputs, "hardware_profile", source)
+    if embedded is not None:
+        return hardware_from_mapping(embedded, source=f"{source}: inputs.hardware_profile")
+    name = _name(inputs, "hardware", source)
+    try:
+        hw = load_hardware(name)
+    except InputError:
+        raise InputError(f"names hardware {name!r}, which is not bundled, and embeds no profile (an older "
+                         "plans.json); pass --hardware with the profile YAML the search used, or rerun the search",
+                         source=source, field="inputs.hardware") from None
+    price = inputs.get("price_usd_per_gpu_hour")
+    if price is not None:
+        hw = hw.with_price(loading.number(dict(inputs), "price_usd_per_gpu_hour", source=source, section="inputs",
+                                          positive=False, minimum=0))
+    return hw
+
+
+def _count(inputs: Mapping[str, Any], key: str, source: str, given: int | None = None, *,
+           required: bool = True) -> int | None:
+    if given is not None:
+        return given
+    if inputs.get(key) is None and not required:
+        return None
+    return loading.integer(dict(inputs), key, source=source, section="inputs")
+
+
+def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model: str | ModelSpec | None = None,
+                               hardware: str | None = None, gpus: int | None = None, gpus_per_node: int | None = None,
+                               seq_len: int | None = None, global_batch: int | None = None,
+                               calibration: str | None = None, framework: str | None = None) -> TrainingInputs:
+    """The model, cluster, workload and framework of a training plans.json; flags given override the file's values."""
+    spec = model_from_plans(inputs, source, model)
+    hw = hardware_from_plans(inputs, source, hardware)
+    if calibration:
+        hw = apply_calibration(hw, load_calibration(calibration))
+    n = _count(inputs, "gpus", source, gpus)
+    gpn = _count(inputs, "gpus_per_node", source, gpus_per_node, required=False)
+    try:
+        cluster = cluster_from_options(hw, n, gpn, None)
+    except InputError as exc:
+        raise InputError(f"{exc}", source=source) from None
+    tokens = inputs.get("tokens")
+    if tokens is not None:
+        tokens = loading.number(dict(inputs), "tokens", source=source, section="inputs")
+    try:
+        workload = TrainWorkload(seq_len=_count(inputs, "seq_len", source, seq_len),
+                                 global_batch=_count(inputs, "global_batch", source, global_batch), tokens=tokens)
+    except ValueError as exc:
+        raise InputError(str(exc), source=source, field="inputs") from None
+    named = framework or inputs.get("framework")
+    if named is not None and not isinstance(named, str):
+        raise InputError(f"must name a framework (NAME[@VERSION]), but got {named!r}", source=source,
+                         field="inputs.framework")
+    return TrainingInputs(spec, cluster, workload, load_framework(named))
+
+
+def space_from_plans(inputs: Mapping[str, Any], source: str) -> Space:
+    """The training space a plans.json was searched over: embedded, else the path it names (bundled default)."""
+    embedded = _mapping(inputs, "space_spec", source)
+    if embedded is not None:
+        return space_from_mapping(embedded, source=f"{source}: inputs.space_spec")
+    path = inputs.get("space")
+    return load_space(None if path in (None, TRAIN_SPACE) else str(path))
+
+
+def training_problem_from_plans(inputs: Mapping[str, Any], source: str) -> TrainingProblem:
+    """The search problem a training plans.json came from (its framework, precisions and headroom too)."""
+    t = training_inputs_from_plans(inputs, source)
+    space = space_from_plans(inputs, source)
+    precisions = inputs.get("precisions")
+    if precisions:
+        if not isinstance(precisions, list) or not all(isinstance(p, str) for p in precisions):
+            raise InputError(f"must list precisions, but got {precisions!r}", source=source, field="inputs.precisions")
+        space = space.with_precisions(tuple(precisions))
+    extra = {}
+    if inputs.get("memory_headroom") is not None:
+        extra["memory_headroom"] = loading.number(dict(inputs), "memory_headroom", source=source, section="inputs",
+                                                  positive=False, minimum=0, maximum=0.99)
+    return TrainingProblem.build(t.model, t.cluster, t.workload, space, t.framework, **extra)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingInputs:
+    """What a serving plans.json was searched for."""
+
+    model: ModelSpec
+    cluster: Cluster
+    workload: ServeWorkload
+    space: ServeSpace
+
+
+def serving_inputs_from_plans(inputs: Mapping[str, Any], source: str, *,
+                              model: str | ModelSpec | None = None) -> ServingInputs:
+    """The model, cluster, request shape and space of a serving plans.json (``inputs.workload`` is ``serve``)."""
+    spec = model_from_plans(inputs, source, model)
+    hw = hardware_from_plans(inputs, source)
+    if inputs.get("gpus") is None:
+        raise InputError("holds no GPU count: no GPU count in the searched range met the targets, so there is no "
+                         "plan to read; rerun the search with a wider --gpus range", source=source, field="inputs.gpus")
+    n = _count(inputs, "gpus", source)
+    gpn = _count(inputs, "gpus_per_node", source, required=False)
+    try:
+        cluster = cluster_from_options(hw, n, gpn, None)
+    except InputError as exc:
+        raise InputError(f"{exc}", source=source) from None
+    numbers = dict(inputs)
+
+    def optional(key: str) -> float | None:
+        return None if numbers.get(key) is None else loading.number(numbers, key, source=source, section="inputs")
+
+    try:
+        workload = ServeWorkload(
+            input_len=loading.integer(numbers, "input_len", source=source, section="inputs"),
+            output_len=loading.integer(numbers, "output_len", source=source, section="inputs"),
+            ttft_ms=optional("ttft_ms"), tpot_ms=optional("tpot_ms"),
+            concurrency=None if numbers.get("concurrency") is None else
+            loading.integer(numbers, "concurrency", source=source, section="inputs"),
+            request_rate=optional("request_rate"))
+    except InputError as exc:  # the workload's own checks name a flag, not the file
+        if exc.source is not None:
+            raise
+        raise InputError(str(exc), source=source) from None
+    embedded = _mapping(inputs, "space_spec", source)
+    if embedded is not None:
+        space = serve_space_from_mapping(embedded, source=f"{source}: inputs.space_spec")
+    else:
+        path = inputs.get("space")
+        space = load_serve_space(None if path in (None, SERVE_SPACE) else str(path))
+    return ServingInputs(spec, cluster, workload, space)
+
+
+__all__ = ["SERVE_SPACE", "TRAIN_SPACE", "ServingInputs", "framework_of", "hardware_from_plans", "model_from_plans",
+           "serving_inputs_from_plans", "serving_inputs_json", "space_from_plans", "space_mapping",
+           "training_inputs_from_plans", "training_inputs_json", "training_problem_from_plans"]
