@@ -324,7 +324,14 @@ def _set(doc: dict, path: str, value) -> dict:
     return doc
 
 
-_DELETE = object()
+class _Delete:
+    """Marks a key to remove from the document (a stable repr keeps test ids the same in every process)."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+_DELETE = _Delete()
 ALL = ("explain", "emit", "report")
 MALFORMED = [
     ("plans", "a list"),

@@ -11,8 +11,8 @@ CliRunner with nothing mocked.
 
 A case fails when an exception other than SystemExit escapes (a traceback), when an invalid case
 exits 0 (a silent accept), or when an invalid case exits with anything but 2 (bad input is exit 2).
-The run is deterministic (derandomized) with a fixed budget of FUZZ_EXAMPLES cases (1,200 by
-default; set AUTOTUNE_FUZZ_EXAMPLES to change it); the counts are printed and written to
+The run is deterministic (derandomized) with a fixed budget of FUZZ_EXAMPLES cases (1,300 by
+default, shared among the commands, one test each; set AUTOTUNE_FUZZ_EXAMPLES to change it); the counts are printed and written to
 AUTOTUNE_FUZZ_REPORT when that is set.
 """
 
@@ -39,7 +39,7 @@ from typer.testing import CliRunner
 from autotune.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
-FUZZ_EXAMPLES = int(os.environ.get("AUTOTUNE_FUZZ_EXAMPLES", "1200"))
+FUZZ_EXAMPLES = int(os.environ.get("AUTOTUNE_FUZZ_EXAMPLES", "1300"))
 runner = CliRunner()
 
 # --- the valid material every case starts from -------------------------------------------------------------
@@ -349,7 +349,7 @@ def _flag_breaks(serving: bool) -> list[tuple[list[str], str]]:
     common = [(["--gpus", v], f"--gpus {v}") for v in ["0", "-8", "abc", "99999999999", "8..2"]]
     common += [(["--top", v], f"--top {v}") for v in ["0", "-1", "nan", "abc"]]
     common += [(["--price", v], f"--price {v}") for v in BAD_NONNEGATIVE]
-    common += [(["-m", v], f"-m {v}") for v in ["no-such-model", "@missing.yaml", "@a-file/x.yaml", "@cfg"]]
+    common += [(["-m", v], f"-m {v}") for v in ["no-such-model", "@missing.yaml", "@a-file/x.yaml", "@cfg/nope.json"]]
     common += [(["-H", v], f"-H {v}") for v in ["no-such-gpu", "@missing.yaml", "@a-file"]]
     common += [(["--workload", "both"], "unknown workload"), (["--out", "@a-file"], "--out is a file"),
                (["--out", "@a-file/sub"], "--out under a file"), (["--gpus-per-node", "0"], "0 GPUs per node"),
@@ -719,9 +719,15 @@ def exact_db(tmp_path_factory) -> Path:
     return base / "exact.db"
 
 
-def test_fuzz_every_command(plans_docs, exact_db, tmp_path_factory, capsys):
+# The commands, each fuzzed by its own test (so that parallel test runners spread them) with its share of
+# the budget; together at least FUZZ_EXAMPLES cases.
+COMMANDS = ("search", "predict", "explain", "emit", "report", "validate", "calibrate", "tune", "worker", "catalog")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_fuzz_every_command(command, plans_docs, exact_db, tmp_path_factory, capsys):
     stats = Stats()
-    base = tmp_path_factory.mktemp("fuzz")
+    base = tmp_path_factory.mktemp(f"fuzz-{command}")
     started = time.perf_counter()
 
     def run_case(case: Case) -> None:
@@ -751,32 +757,40 @@ def test_fuzz_every_command(plans_docs, exact_db, tmp_path_factory, capsys):
             check_emitted_scripts(folder)
         shutil.rmtree(folder, ignore_errors=True)
 
-    # Each command gets its share of the budget (a fixed number of cases, derandomized: the same every run).
-    for name, (strategy, share) in generators(plans_docs).items():
-        budget = max(1, round(FUZZ_EXAMPLES * share))
+    # A fixed number of cases, derandomized: the same every run.
+    strategy, share = generators(plans_docs)[command]
+    budget = max(1, round(FUZZ_EXAMPLES * share))
 
-        @settings(max_examples=budget, derandomize=True, deadline=None, database=None, print_blob=False,
-                  suppress_health_check=list(HealthCheck))
-        @given(case=strategy)
-        def run(case: Case) -> None:
-            run_case(case)
+    @settings(max_examples=budget, derandomize=True, deadline=None, database=None, print_blob=False,
+              suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def run(case: Case) -> None:
+        run_case(case)
 
-        run()
+    run()
     wall = time.perf_counter() - started
     summary = {
-        "invocations": stats.invocations, "marked_invalid": stats.invalid, "tracebacks": len(stats.tracebacks),
-        "silent_accepts": len(stats.silent_accepts), "invalid_not_exit_2": len(stats.wrong_status),
-        "wall_s": round(wall, 1), "by_command": dict(stats.by_command), "by_exit_status": dict(stats.by_exit),
-        "seconds_by_command": {k: round(v, 1) for k, v in stats.seconds.items()},
+        "command": command, "invocations": stats.invocations, "budget": budget, "marked_invalid": stats.invalid,
+        "tracebacks": len(stats.tracebacks), "silent_accepts": len(stats.silent_accepts),
+        "invalid_not_exit_2": len(stats.wrong_status), "wall_s": round(wall, 1),
+        "by_exit_status": dict(stats.by_exit),
     }
     with capsys.disabled():
         print("\nfuzz:", json.dumps(summary))
     if os.environ.get("AUTOTUNE_FUZZ_REPORT"):
-        Path(os.environ["AUTOTUNE_FUZZ_REPORT"]).write_text(json.dumps(
-            {**summary, "failures": {"tracebacks": stats.tracebacks, "silent_accepts": stats.silent_accepts,
-                                     "wrong_status": stats.wrong_status}, "cases": stats.log}, indent=1, default=str))
+        # One JSON line per command, appended: the counts, the failures and every case.
+        with open(os.environ["AUTOTUNE_FUZZ_REPORT"], "a") as handle:
+            handle.write(json.dumps({**summary, "failures": {"tracebacks": stats.tracebacks,
+                                                            "silent_accepts": stats.silent_accepts,
+                                                            "wrong_status": stats.wrong_status},
+                                     "cases": stats.log}, default=str) + "\n")
     problems = stats.tracebacks[:3] + stats.silent_accepts[:3] + stats.wrong_status[:3]
     assert not problems, json.dumps(problems, indent=1, default=str)
-    assert stats.invocations >= min(FUZZ_EXAMPLES, 1000)
-    assert set(stats.by_command) >= {"search", "predict", "explain", "emit", "report", "validate", "calibrate",
-                                     "tune", "worker", "hardware", "models"}
+    # Hypothesis may stop short of max_examples only when a strategy runs out of distinct cases.
+    assert stats.invocations >= 0.8 * budget, (stats.invocations, budget)
+
+
+def test_the_budgets_add_up_to_the_promised_number_of_cases():
+    shares = {name: share for name, (_, share) in generators({"train": {}, "serve": {}}).items()}
+    assert set(shares) == set(COMMANDS)
+    assert sum(max(1, round(FUZZ_EXAMPLES * s)) for s in shares.values()) * 0.8 >= min(FUZZ_EXAMPLES, 1000)

@@ -154,6 +154,8 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         value = _int(row, key)
         if value is not None and value < 1:
             raise InputError(f"row {rid!r}: must be >= 1, but got {value!r}", field=key)
+    if _int(row, "input_len") is None or _int(row, "output_len") is None:
+        return SkippedServingRow(rid, group, "no input_len or output_len: the request shape is unknown")
     if kind != "prefill" and measured is None:
         return SkippedServingRow(rid, group, "no output tokens/s per GPU")
     if kind == "prefill" and ttft is None:

@@ -16,6 +16,7 @@ measurement against the prediction.  The cloud figures re-evaluate the space as 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,7 +89,13 @@ _TOTALS = ("training_days", "gpu_hours", "cost_usd", "energy_mwh", "co2e_t")
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite number a float can hold (an integer beyond float range is not one: the figures compute in floats)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def _check_estimate(estimate: Any, where: str, source: str) -> None:

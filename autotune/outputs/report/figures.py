@@ -105,8 +105,8 @@ def throughput_cost(data: ReportData) -> Figure | None:
         if not rows:
             return None
         fig, ax = plt.subplots(figsize=SIZE)
-        days = np.array([r["training_days"] for r in rows])
-        cost = np.array([r["cost_usd"] for r in rows])
+        days = np.array([r["training_days"] for r in rows], dtype=float)
+        cost = np.array([r["cost_usd"] for r in rows], dtype=float)
         for k, hw in enumerate(dict.fromkeys(r["hardware"] for r in rows)):
             idx = [i for i, r in enumerate(rows) if r["hardware"] == hw]
             ax.plot(cost[idx], days[idx], "o-", color=PALETTE[k % len(PALETTE)], label=hw, ms=5, lw=1)
@@ -176,7 +176,7 @@ def _stacked(data: ReportData, key: str, title: str, xlabel: str, name: str, cap
     y = np.arange(len(plans))[::-1]
     left = np.zeros(len(plans))
     for k, part in enumerate(parts):
-        width = np.array([p["estimate"][key].get(part, 0.0) for p in plans])
+        width = np.array([p["estimate"][key].get(part, 0.0) for p in plans], dtype=float)
         ax.barh(y, width, left=left, color=PALETTE[k % len(PALETTE)], label=_PART_LABELS.get(part, part.replace("_", " ")),
                 height=0.7)
         left += width
