@@ -111,7 +111,9 @@ def check_megatron(context: EmitContext) -> None:
         assert int(first) % plan.vp == 0 and last % plan.vp == 0
     if context.model.moe:
         ep = int(_megatron_value(argv, "--expert-model-parallel-size"))
-        assert ep == plan.ep and (dp * cp) % ep == 0
+        etp = int(_megatron_value(argv, "--expert-tensor-parallel-size"))
+        # Megatron-Core's expert mapping: etp*ep divides the ranks of a stage (MoE parallel folding).
+        assert ep == plan.ep and etp == plan.etp and (tp * dp * cp) % (etp * ep) == 0
     assert ("--sequence-parallel" in argv) == plan.sp
     assert len(argv) == len(set(a for a in argv if a.startswith("--"))) + sum(1 for a in argv if not a.startswith("--"))
 

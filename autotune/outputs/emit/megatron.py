@@ -147,7 +147,7 @@ def parallel_args(plan: Plan, model: ModelSpec) -> list[Group]:
         groups += [("--decoder-first-pipeline-num-layers", split[0]), ("--decoder-last-pipeline-num-layers", split[1])]
     groups.append(("--context-parallel-size", plan.cp))
     if model.moe:
-        groups += [("--expert-model-parallel-size", plan.ep), ("--expert-tensor-parallel-size", plan.tp)]
+        groups += [("--expert-model-parallel-size", plan.ep), ("--expert-tensor-parallel-size", plan.etp)]
     if plan.sp:
         # TP communication overlapped with GEMMs (Transformer Engine userbuffers): the cost model's
         # H100 tp_overlap was fitted on runs that used it, so the launch config turns it on too.
