@@ -200,3 +200,13 @@ def test_a_plan_string_without_the_new_keys_means_what_it_meant():
     assert (plan.etp, plan.schedule) == (2, "1f1b")
     assert "etp" not in plan.as_string() and "schedule" not in plan.as_string()
     assert Plan(n_gpus=64, tp=4).etp == 4
+
+
+def test_per_expert_gemm_launches_cost_what_one_grouped_kernel_saves():
+    wl = TrainWorkload(4096, 64)
+    plan = "ep=1,zero=3,mbs=1"
+    grouped = estimate("qwen3-30b-a3b", "h100-sxm5-80gb", 16, plan, wl, OTHER)
+    looped = estimate("qwen3-30b-a3b", "h100-sxm5-80gb", 16, plan, wl, OTHER.with_traits(grouped_gemm="per_expert"))
+    # 128 local experts: TransformerEngine's GroupedLinear launches a GEMM per expert (Megatron-Core).
+    assert looped["time_breakdown_s"]["compute"] > grouped["time_breakdown_s"]["compute"]
+    assert load_framework("megatron-lm").grouped_gemm == "per_expert" and OTHER.grouped_gemm == "single_kernel"

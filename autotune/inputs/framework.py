@@ -54,6 +54,7 @@ MICROBATCH_DEFAULTS = ("unknown", "stages")
 FP8_RECIPES = ("none", "delayed", "tensorwise", "blockwise", "mxfp8")
 EXPERT_TP = ("equal_tp", "independent", "none")
 EP_DISPATCH = ("alltoall", "dedup")
+GROUPED_GEMM = ("per_expert", "single_kernel")
 
 _DATE = re.compile(r"^(\d{4})-(\d{2})$")
 
@@ -111,6 +112,7 @@ class Framework:
     expert_tp: str  # equal_tp (experts split like attention) | independent (MoE parallel folding) | none (never split)
     ep_dispatch: str  # alltoall (one message per routed copy) | dedup (one per NVLink domain, forwarded inside; DeepEP-style)
     fp8_dispatch: bool  # fp8 plans send the dispatch all-to-all in fp8 (the combine stays bf16)
+    grouped_gemm: str  # per_expert (one GEMM launch per local expert) | single_kernel (one grouped kernel)
     # -- fp8 --
     fp8_recipe: str  # none = no fp8 training
     fp8_cast_bytes: float  # HBM bytes per element cast to fp8 (read bf16, write fp8 and its transpose)
@@ -165,6 +167,7 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
     "expert_tp": EXPERT_TP,
     "ep_dispatch": EP_DISPATCH,
     "fp8_dispatch": "bool",
+    "grouped_gemm": GROUPED_GEMM,
     "dp_overlap": "fraction",
     "zero3_overlap": "fraction",
     "pp_overlap": "fraction",

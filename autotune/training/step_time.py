@@ -224,9 +224,12 @@ class _Layer:
             copies = moe.top_k * T * etp / t * imbalance
             per_expert = copies / local_experts
             fe = moe.expert_ffn_hidden_size
-            add(kernels.grouped_linear_parts(per_expert, width_in * fe / etp, h, local_experts),
-                2.0 * copies * width_in * fe / etp * h)
-            add(kernels.grouped_linear_parts(per_expert, h, fe / etp, local_experts), 2.0 * copies * h * fe / etp)
+            # One grouped kernel for the local experts (DeepGEMM, CUTLASS, torch._grouped_mm), or one GEMM
+            # launch per expert (TransformerEngine's GroupedLinear in Megatron-Core): framework.grouped_gemm.
+            grouped = (kernels.grouped_linear_parts if framework.grouped_gemm == "single_kernel"
+                       else kernels.linear_parts)
+            add(grouped(per_expert, width_in * fe / etp, h, local_experts), 2.0 * copies * width_in * fe / etp * h)
+            add(grouped(per_expert, h, fe / etp, local_experts), 2.0 * copies * h * fe / etp)
             if moe.shared_expert_ffn_hidden_size:
                 fs = moe.shared_expert_ffn_hidden_size
                 linear(T, width_in * fs / t, h)
