@@ -210,3 +210,18 @@ def test_per_expert_gemm_launches_cost_what_one_grouped_kernel_saves():
     # 128 local experts: TransformerEngine's GroupedLinear launches a GEMM per expert (Megatron-Core).
     assert looped["time_breakdown_s"]["compute"] > grouped["time_breakdown_s"]["compute"]
     assert load_framework("megatron-lm").grouped_gemm == "per_expert" and OTHER.grouped_gemm == "single_kernel"
+
+
+def test_cli_takes_the_imbalance_and_refuses_one_below_the_mean():
+    import json
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "autotune.cli", "predict", "-m", "qwen3-30b-a3b", "-H", "h100-sxm5-80gb",
+            "--gpus", "16", "-s", "4096", "-b", "64", "--plan", "ep=16", "--json"]
+    even = json.loads(subprocess.run(base, capture_output=True, text=True, check=True).stdout)
+    hot = json.loads(subprocess.run(base + ["--moe-imbalance", "1.3"], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert hot["estimate"]["tokens_per_s_per_gpu"] < even["estimate"]["tokens_per_s_per_gpu"]
+    bad = subprocess.run(base + ["--moe-imbalance", "0.5"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "--moe-imbalance" in bad.stderr + bad.stdout

@@ -71,6 +71,7 @@ from .app import (
     InputLen,
     JsonOut,
     Model,
+    MoeImbalance,
     Nodes,
     OptGlobalBatch,
     OptSeqLen,
@@ -146,6 +147,7 @@ def search(
     framework: FrameworkOpt = None,
     precision: Annotated[Optional[str], typer.Option("--precision", help="Training: GEMM precisions to search, comma-separated: bf16 (default), bf16,fp8 or fp8. fp8 is never searched unless named.")] = None,
     memory_headroom: Annotated[Optional[float], typer.Option("--memory-headroom", help="Training: fraction of HBM ranked plans must leave free [default: 0.03: plans use at most 97% of the GPU's memory].")] = None,
+    moe_imbalance: MoeImbalance = None,
 ) -> None:
     """Search parallel layouts and settings; print the best plans, ranked."""
     with user_errors():
@@ -155,7 +157,7 @@ def search(
             "--seq-len": seq_len, "--global-batch": global_batch, "--tokens": tokens, "--deadline": deadline,
             "--pue": pue, "--grid-intensity": grid_intensity, "--storage": storage, "--study": study,
             "--emit": emit, "--calibration": calibration, "--framework": framework, "--precision": precision,
-            "--memory-headroom": memory_headroom,
+            "--memory-headroom": memory_headroom, "--moe-imbalance": moe_imbalance,
             "--objective": None if objective == "throughput" else objective,
             "--sampler": None if sampler == "auto" else sampler,
         }
@@ -180,7 +182,7 @@ def search(
                                   **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
         request = TrainingRequest(model=model, hardware=hardware, gpus=gpu_count, gpus_per_node=gpus_per_node,
                                   nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                  calibration=calibration, framework=framework)
+                                  calibration=calibration, framework=framework, moe_imbalance=moe_imbalance)
         if wants_capacity(gpu_range, hardware, deadline):
             if emit:
                 raise InputError("launch configs are written for one cluster: run the search again with the chosen "
@@ -377,12 +379,14 @@ def predict(
     concurrency: Concurrency = None,
     request_rate: RequestRate = None,
     framework: FrameworkOpt = None,
+    moe_imbalance: MoeImbalance = None,
 ) -> None:
     """Estimate one plan: step time and its parts, throughput, MFU, memory and its parts."""
     with user_errors():
         if check_workload(workload) == "serve":
             reject_flags({"--framework": framework, "--calibration": calibration, "--seq-len": seq_len,
-                          "--global-batch": global_batch, "--tokens": tokens}, "--workload serve")
+                          "--global-batch": global_batch, "--tokens": tokens, "--moe-imbalance": moe_imbalance},
+                         "--workload serve")
             load = serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
             _predict_serving(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                              workload=load, plan=plan, json_out=json_out, price=price)
@@ -390,7 +394,7 @@ def predict(
         require_training(seq_len, global_batch)
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=single_gpu_count(gpus), gpus_per_node=gpus_per_node,
                                  nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                 calibration=calibration, framework=framework).build()
+                                 calibration=calibration, framework=framework, moe_imbalance=moe_imbalance).build()
         note_inputs(inputs)
         try:
             chosen = parse_plan(plan, inputs.cluster.n_gpus)
