@@ -166,9 +166,10 @@ def axis_choices(space: Space, model: ModelSpec, cluster: Cluster, workload: Tra
     on a dense model, tp beyond a node -- an NVLink domain, which on NVL72 racks spans
     several nodes -- expert TP or DualPipe where the model or framework cannot use them)
     are dropped here, so the Optuna categoricals are the same in every trial of a study.
-    ``etp: auto`` is ``tp`` (Megatron's default) and each power of two up to the node that
-    divides the expert FFN width, on an MoE model whose framework sets expert TP apart
-    (``Framework.expert_tp``); ``tp`` alone otherwise.  ``pp: auto`` is every
+    ``etp: auto`` is ``tp`` (Megatron's default) and 1 (experts not split, EP folded over the TP
+    ranks: the layouts of NVIDIA's MoE recipes) on an MoE model whose framework sets expert TP apart
+    (``Framework.expert_tp``); 1 where its experts are never split; ``tp`` otherwise.  Other
+    values can be listed in a space file.  ``pp: auto`` is every
     feasible stage count: each divisor of the GPU count up to the layer count (stages
     need not divide the layers where the framework splits them unevenly, e.g. BLOOM's
     70 layers on 12 stages; the validity rules decide per framework).
@@ -186,8 +187,7 @@ def axis_choices(space: Space, model: ModelSpec, cluster: Cluster, workload: Tra
         elif axis == "auto" and key == "etp":
             values = [ETP_AS_TP]
             if model.moe and framework.expert_tp == "independent":
-                width = model.moe.expert_ffn_hidden_size
-                values += [d for d in (1, 2, 4, 8, 16) if d <= cluster.gpus_per_scale_up_domain and width % d == 0]
+                values.append(1)  # experts not split: the folding layouts MoE recipes run (EP over the TP ranks)
             elif model.moe and framework.expert_tp == "none":
                 values = [1]
         else:
