@@ -118,7 +118,8 @@ def test_predict_gpt3_json_contract():
     doc = ok_json("predict", *GPT3, "--plan", GPT3_PLAN, "--json")
     assert ESTIMATE_KEYS <= set(doc["estimate"])
     assert doc["plan"] == {"tp": 8, "pp": 16, "cp": 1, "ep": 1, "vp": 1, "sp": True, "zero": 1, "mbs": 1,
-                           "recompute": "full", "precision": "bf16", "offload": "none", "dp": 8}
+                           "recompute": "full", "precision": "bf16", "offload": "none", "etp": 8, "schedule": "1f1b",
+                           "dp": 8}
     est = doc["estimate"]
     assert est["fits"] is True
     assert 0 < est["mfu"] < 1
@@ -130,7 +131,7 @@ def test_predict_gpt3_json_contract():
 def test_predict_fills_documented_defaults():
     plan = ok_json("predict", *SMALL, "--plan", "tp=2", "--json")["plan"]
     assert plan == {"tp": 2, "pp": 1, "cp": 1, "ep": 1, "vp": 1, "sp": True, "zero": 1, "mbs": 1,
-                    "recompute": "none", "precision": "bf16", "offload": "none", "dp": 4}
+                    "recompute": "none", "precision": "bf16", "offload": "none", "etp": 2, "schedule": "1f1b", "dp": 4}
     assert ok_json("predict", *SMALL, "--plan", "pp=2", "--json")["plan"]["sp"] is False  # sp defaults to tp > 1
     assert ok_json("predict", *SMALL, "--plan", "", "--json")["plan"]["dp"] == 8
 

@@ -111,7 +111,9 @@ def check_megatron(context: EmitContext) -> None:
         assert int(first) % plan.vp == 0 and last % plan.vp == 0
     if context.model.moe:
         ep = int(_megatron_value(argv, "--expert-model-parallel-size"))
-        assert ep == plan.ep and (dp * cp) % ep == 0
+        etp = int(_megatron_value(argv, "--expert-tensor-parallel-size"))
+        # Megatron-Core's expert mapping: etp*ep divides the ranks of a stage (MoE parallel folding).
+        assert ep == plan.ep and etp == plan.etp and (tp * dp * cp) % (etp * ep) == 0
     assert ("--sequence-parallel" in argv) == plan.sp
     assert len(argv) == len(set(a for a in argv if a.startswith("--"))) + sum(1 for a in argv if not a.startswith("--"))
 
@@ -258,9 +260,10 @@ def test_megatron_refuses_alibi():
         render("megatron", context)
 
 
+# The last rank gets the lighter load (it also computes the logits and loss), as the cost model splits.
 @pytest.mark.parametrize("layers, pp, vp, expected", [
-    (96, 8, 4, False), (80, 8, 1, False), (126, 8, 1, (14, 16)), (126, 2, 1, False), (61, 4, 1, (13, 16)),
-    (32, 4, 3, None), (56, 16, 1, (7, 7)), (30, 4, 2, (6, 8)),
+    (96, 8, 4, False), (80, 8, 1, False), (126, 8, 1, (16, 14)), (126, 2, 1, False), (61, 4, 1, (16, 13)),
+    (32, 4, 3, None), (56, 16, 1, (7, 7)), (30, 4, 2, (8, 6)),
 ])
 def test_megatron_uneven_pipeline_split(layers, pp, vp, expected):
     split = pipeline_split(layers, pp, vp)

@@ -80,6 +80,10 @@ EXTRA = [
     ("llama3-8b", 64, 8192, 256, "tp=2,sp=false,zero=3,mbs=2,recompute=full,precision=bf16,offload=cpu"),
     ("llama2-7b", 32, 4096, 512, "tp=1,pp=1,zero=2,mbs=4,recompute=none,precision=fp16"),
     ("mixtral-8x7b", 64, 4096, 512, "tp=2,sp=false,ep=4,zero=1,mbs=1,recompute=full,precision=bf16"),
+    # Mixtures of experts torchtitan defines, with folding (etp=1) and MTP (DeepSeek-V3).
+    ("deepseek-v3", 256, 4096, 1024, "pp=4,ep=32,zero=1,mbs=1,recompute=selective,precision=fp8"),
+    ("qwen3-30b-a3b", 16, 4096, 64, "tp=2,etp=1,sp=true,ep=8,zero=1,mbs=1,recompute=full,precision=bf16"),
+    ("gpt-oss-120b", 64, 4096, 256, "ep=8,zero=1,mbs=1,recompute=full,precision=bf16"),
 ]
 
 
@@ -159,6 +163,36 @@ def test_megatron_parser_and_validation_accept_the_script(megatron_arguments, tm
     if model.moe:
         assert (args.num_experts, args.moe_router_topk, args.expert_model_parallel_size) == (
             model.moe.n_experts, model.moe.top_k, plan.ep)
+        assert args.expert_tensor_parallel_size == plan.etp
+        # The expert mapping validate_args does not check (parallel_state.initialize_model_parallel):
+        # etp * ep * pp divides the world.
+        assert context.n_gpus % (args.expert_tensor_parallel_size * args.expert_model_parallel_size
+                                 * args.pipeline_model_parallel_size) == 0
+        assert args.moe_ffn_hidden_size == model.moe.expert_ffn_hidden_size
+        if model.moe.routing_groups > 1:
+            assert (args.moe_router_num_groups, args.moe_router_group_topk) == (
+                model.moe.routing_groups, model.moe.routing_group_topk)
+        if args.overlap_moe_expert_parallel_comm:  # TransformerConfig's rules for the batch-level overlap
+            assert args.moe_token_dispatcher_type in ("alltoall", "flex") and plan.ep > 1
+            assert plan.pp == 1 or args.virtual_pipeline_model_parallel_size
+            assert args.recompute_granularity != "full" and (args.mtp_num_layers or 0) <= 1
+    if model.mla is not None:
+        mla = model.mla
+        assert args.multi_latent_attention
+        assert (args.q_lora_rank, args.kv_lora_rank, args.qk_head_dim, args.qk_pos_emb_head_dim, args.v_head_dim) == (
+            mla.q_lora_rank, mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim)
+    assert (args.mtp_num_layers or 0) == model.mtp_layers
+    if args.pipeline_model_parallel_layout is not None:
+        # What TransformerConfig checks of a layout: embedding first, loss last, every decoder and MTP
+        # layer once, MTP after the decoder layers in the last virtual stage of its rank.
+        from megatron.core.transformer.pipeline_parallel_layer_layout import (
+            PipelineParallelLayerLayout,
+        )
+
+        layout = PipelineParallelLayerLayout(args.pipeline_model_parallel_layout, args.pipeline_model_parallel_size)
+        layout.validate_layer_layout(args.num_layers, args.mtp_num_layers)
+    if args.recompute_modules and "layernorm" in args.recompute_modules:
+        assert args.fp8_recipe != "delayed"  # TransformerConfig refuses layernorm recompute with delayed fp8
     assert args.recompute_granularity == (None if plan.recompute == "none" else plan.recompute)
     capsys.readouterr()  # validate_args prints every argument
 
@@ -272,8 +306,13 @@ def test_torchtitan_loads_the_config_module(tmp_path, name):
         assert local // config.parallelism.pipeline_parallel_microbatch_size == context.accumulation
     kind = type(config.activation_checkpoint).__qualname__ if config.activation_checkpoint is not None else None
     assert kind == {"none": None, "full": "FullAC.Config", "selective": "SelectiveAC.Config"}[plan.recompute]
-    first_linear = config.model_spec.model.layers[0].feed_forward.w1
-    assert ("Float8" in type(first_linear).__qualname__) == (plan.precision == "fp8")
+    if model.moe:  # the converters rewrote the linear and grouped-expert configs
+        assert ("Float8" in repr(config.model_spec.model)) == (plan.precision == "fp8")
+        assert config.parallelism.expert_parallel_degree == plan.ep and plan.etp == 1
+        assert config.training.disable_cuda_graphs == (plan.ep > 1 or plan.pp > 1)
+    else:
+        first_linear = config.model_spec.model.layers[0].feed_forward.w1
+        assert ("Float8" in type(first_linear).__qualname__) == (plan.precision == "fp8")
     # The launch script: torchrun's parser, and the config module on PYTHONPATH.
     call = run_script(tmp_path / titan_emitter.SCRIPT, tmp_path)[-1]
     launch = torchrun_args(call["argv"])
@@ -296,6 +335,20 @@ def test_torchtitan_flavour_table_matches_the_package(flavour):
     assert model.layers[0].feed_forward.w1.out_features == shape["ffn_hidden_size"]
     assert model.vocab_size == shape["vocab_size"]
     assert bool(getattr(model, "enable_weight_tying", False)) == shape["tied_embeddings"]
+
+
+@pytest.mark.parametrize("name", sorted(titan_emitter.MOE_MODELS))
+def test_torchtitan_moe_models_match_the_package(name):
+    entry = titan_emitter.MOE_MODELS[name]
+    registry = importlib.import_module(f"torchtitan.models.{entry['package']}").model_registry
+    model = registry(entry["flavour"]).model
+    spec = load_model(name)
+    assert len(model.layers) == spec.n_layers and model.dim == spec.hidden_size
+    assert model.vocab_size == spec.vocab_size
+    moe_layer = model.layers[-1]
+    moe = getattr(moe_layer, "moe", None) or getattr(moe_layer, "feed_forward", None)
+    text = repr(moe) + repr(moe_layer)
+    assert str(spec.moe.n_experts) in text and str(spec.moe.expert_ffn_hidden_size) in text
 
 
 # --- Slurm: torchrun's parser on the command srun runs ------------------------------------------

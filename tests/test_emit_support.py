@@ -32,9 +32,17 @@ CASES = {
     "longseq": dict(model="llama3-70b", hardware="h100-sxm5-80gb", gpus=128, gpus_per_node=8, seq_len=131072,
                     global_batch=32, plan="tp=4,cp=16,zero=3,mbs=1,recompute=none,precision=bf16",
                     estimate=dict(step_time_s=65.98, memory_gib_per_gpu=60.5, mfu=0.468, tokens_per_s_per_gpu=497.0)),
+    # DeepSeek-V3 (MLA, 256 routed experts with node-limited routing, dense first layers, MTP) as NVIDIA runs
+    # it on 1024 H100s (yanring/Megatron-MoE-ModelZoo best_practice/DeepSeekV3/run.sh): TP2 with expert TP 1
+    # (MoE parallel folding), PP8 x VP4, EP64 across 8 nodes, blockwise fp8, MLA up-projection recompute.
+    "deepseek": dict(model="deepseek-v3", hardware="h100-sxm5-80gb", gpus=1024, gpus_per_node=8, seq_len=4096,
+                     global_batch=8192,
+                     plan="tp=2,pp=8,vp=4,ep=64,etp=1,sp=true,zero=1,mbs=1,recompute=selective,precision=fp8",
+                     estimate=dict(step_time_s=21.98, memory_gib_per_gpu=58.6, mfu=0.196,
+                                   tokens_per_s_per_gpu=1491.0)),
 }
 # The framework each case's Slurm golden runs (one of each).
-SLURM_FRAMEWORK = {"gpt3": "megatron", "mixtral": "deepspeed", "longseq": "torchtitan"}
+SLURM_FRAMEWORK = {"gpt3": "megatron", "mixtral": "deepspeed", "longseq": "torchtitan", "deepseek": "megatron"}
 
 
 def context_for(case: str, framework: str = "megatron", plan: str | None = None, seq_len: int | None = None,

@@ -83,7 +83,7 @@ def test_enumerate_valid_invariants(model, nodes, gpn, batch_factor, seq):
     assert np.all(plans.tp * plans.pp * plans.cp * plans.dp == cluster.n_gpus)
     assert np.all(workload.global_batch % (plans.dp * plans.mbs) == 0)
     assert np.all(seq % (2 * plans.cp[plans.cp > 1]) == 0)
-    assert np.all((plans.dp * plans.cp) % plans.ep == 0)
+    assert np.all((plans.tp * plans.dp * plans.cp) % (plans.etp * plans.ep) == 0)  # MoE parallel folding
     assert np.all(plans.sp == (plans.tp > 1))  # sp_with_tp
     assert len(plans) + sum(enumeration.rejected.values()) == enumeration.space_size
     if len(plans):
@@ -212,11 +212,12 @@ def zero_memories(index: int, plan_index: int, stages=(0, 1, 2, 3)) -> list[floa
 
 
 def shard_groups(index: int):
-    """Per enumerated plan: ZeRO's shard group sizes (dense dp*cp, experts dp*cp/ep) and layers per stage."""
+    """Per enumerated plan: ZeRO's shard group sizes (dense dp*cp, experts tp*cp*dp/(etp*ep): MoE parallel
+    folding) and layers per stage."""
     model, _, _, enumeration = setup(index)
     plans = enumeration.plans
     dense = plans.dp * plans.cp
-    expert = dense / plans.ep if model.moe else dense
+    expert = plans.tp * dense / (plans.etp * plans.ep) if model.moe else dense
     return dense, expert, np.ceil(model.n_layers / plans.pp)
 
 
@@ -255,9 +256,10 @@ def test_memory_never_grows_with_the_zero_stage_on_wide_shard_groups(pick):
 
 @pytest.mark.parametrize("index", range(len(CONFIGS)), ids=[c[0] for c in CONFIGS])
 def test_zero_over_a_single_rank_costs_no_memory(index):
-    dense, _, _ = shard_groups(index)
+    dense, expert, _ = shard_groups(index)
     _, _, _, enumeration = setup(index)
-    single = np.flatnonzero((dense == 1) & (enumeration.plans.offload == 0))
+    # Both groups of one rank (with expert TP below tp, the experts' group spans the TP ranks too).
+    single = np.flatnonzero((dense == 1) & (expert == 1) & (enumeration.plans.offload == 0))
     assert len(single)
     for plan_index in single[:: max(1, len(single) // 20)]:
         mems = zero_memories(index, int(plan_index))

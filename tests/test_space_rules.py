@@ -88,8 +88,25 @@ CASES = [
      # dp*cp = 24 is a multiple of 3, so only the expert count objects
      "experts not divisible by ep", set()),
     ("ep-vs-dp-cp", MIXTRAL, 8, 8, H100, TrainWorkload(4096, 16), Rules(), dict(tp=2, ep=8), dict(tp=2, ep=4),
-     # dp*cp = 4 is not a multiple of 8
-     "ep does not divide dp*cp", set()),
+     # etp = tp = 2: etp*ep = 16 does not divide the 8 ranks of the stage (ep does not divide dp*cp = 4)
+     "etp*ep does not divide the ranks of a pipeline stage (tp*cp*dp)", set()),
+    ("ep-folding", MIXTRAL, 8, 8, H100, TrainWorkload(4096, 16), Rules(), dict(tp=2, ep=8), dict(tp=2, ep=8, etp=1),
+     # MoE parallel folding: with expert TP 1, EP8 spans the TP and DP ranks of attention
+     "etp*ep does not divide the ranks of a pipeline stage (tp*cp*dp)", set()),
+    ("etp-dense", LLAMA8, 16, 8, H100, WL, Rules(), dict(tp=2, etp=1), dict(tp=2), "etp differs from tp on a dense model",
+     set()),
+    ("etp-ffn", MIXTRAL, 24, 8, H100, TrainWorkload(4096, 48), Rules(), dict(etp=3, ep=8), dict(etp=1, ep=8),
+     # 14336 = 2^11 * 7 does not divide by 3
+     "expert FFN width not divisible by etp", set()),
+    ("etp-within-node", MIXTRAL, 32, 8, H100, TrainWorkload(4096, 64), Rules(), dict(etp=16, ep=2), dict(etp=8, ep=2),
+     "etp spans more than one node", set()),
+    ("fw-etp", MIXTRAL, 16, 8, H100, TrainWorkload(4096, 32), Rules(), dict(tp=2, etp=1, ep=4), dict(tp=2, ep=4),
+     "expert tensor parallelism the framework does not offer", set(), "megatron-lm@2024-07"),
+    ("fw-dualpipe", LLAMA8, 16, 8, H100, WL, Rules(), dict(pp=2, schedule="dualpipe"), dict(pp=2),
+     "dualpipe schedule the framework does not offer", set()),
+    # DualPipe (deepseek-ai/DualPipe step()): an even pp > 1 and an even number of micro-batches >= 2*pp.
+    ("dualpipe-shape", LLAMA8, 16, 8, H100, WL, Rules(), dict(schedule="dualpipe"), dict(pp=2, schedule="dualpipe"),
+     "dualpipe needs an even pp > 1, vp = 1 and an even number of micro-batches >= 2*pp", set(), "other"),
     ("global-batch", LLAMA8, 16, 8, H100, TrainWorkload(8192, 24), Rules(), dict(mbs=1), dict(tp=2, mbs=1),
      # dp=16 does not divide 24; with tp=2, dp=8 does
      "global batch not divisible by dp*micro-batch", set()),

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from autotune.search.optuna_study import load_records
+from autotune.training.plan import canonical_fields
 
 HERE = Path(__file__).parent
 BENCH = HERE / "bench_scripts" / "fake_bench.py"
@@ -103,7 +104,9 @@ def make_table(tmp_path):
                 table[key] = {"oom": True}
             else:
                 table[key] = {"tokens": round(float(est.tokens_per_s_per_gpu[i]) * (0.9 if plan.pp > 1 else 0.85), 1)}
-    top = [",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in p.items() if k != "dp")
+    # As the benchmark sees it in AUTOTUNE_PLAN: the plan string (etp and schedule only where not default).
+    top = [",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                    for k, v in canonical_fields(p).items() if k != "dp")
            for p in prior_plans(problem, 10, 0.10)]
     table[top[0]] = {"crash": True}
     table[top[1]] = {"timeout": True}
@@ -132,7 +135,7 @@ def test_tune_finds_the_best_plan_and_records_failures(tmp_path):
     doc = json.loads(r.stdout)
     assert doc["best"]["plan"] and doc["study"]["runs"] == 8
     best_key = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
-                        for k, v in doc["best"]["plan"].items() if k != "dp")
+                        for k, v in canonical_fields(doc["best"]["plan"]).items() if k != "dp")
     assert best_key == best
     # The prior runs the model's ranking in order, so the best is found at its place in that ranking.
     assert doc["study"]["trials_to_best"] <= prior_rank

@@ -80,6 +80,7 @@ from .app import (
     InputLen,
     JsonOut,
     Model,
+    MoeImbalance,
     Nodes,
     OptGlobalBatch,
     OptSeqLen,
@@ -168,6 +169,7 @@ def search(
     framework: FrameworkOpt = None,
     precision: Annotated[Optional[str], typer.Option("--precision", help="Training: GEMM precisions to search, comma-separated: bf16 (default), bf16,fp8 or fp8. fp8 is never searched unless named.")] = None,
     memory_headroom: Annotated[Optional[float], typer.Option("--memory-headroom", help="Training: fraction of HBM ranked plans must leave free [default: 0.03: plans use at most 97% of the GPU's memory].")] = None,
+    moe_imbalance: MoeImbalance = None,
 ) -> None:
     """Search the plans of a training run (layouts and settings) or, with --workload serve, of a serving deployment
     (tp, pp, replicas, quantization, batch limit under latency targets); print the best, ranked."""
@@ -178,7 +180,7 @@ def search(
             "--seq-len": seq_len, "--global-batch": global_batch, "--tokens": tokens, "--deadline": deadline,
             "--pue": pue, "--grid-intensity": grid_intensity, "--storage": storage, "--study": study,
             "--emit": emit, "--calibration": calibration, "--framework": framework, "--precision": precision,
-            "--memory-headroom": memory_headroom,
+            "--memory-headroom": memory_headroom, "--moe-imbalance": moe_imbalance,
             "--objective": None if objective == "throughput" else objective,
             "--sampler": None if sampler == "auto" else sampler,
         }
@@ -208,7 +210,7 @@ def search(
                                   **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
         request = TrainingRequest(model=model, hardware=hardware, gpus=gpu_count, gpus_per_node=gpus_per_node,
                                   nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                  calibration=calibration, framework=framework)
+                                  calibration=calibration, framework=framework, moe_imbalance=moe_imbalance)
         if wants_capacity(gpu_range, hardware, deadline):
             if emit:
                 raise InputError("launch configs are written for one cluster: run the search again with the chosen "
@@ -416,13 +418,15 @@ def predict(
     concurrency: Concurrency = None,
     request_rate: RequestRate = None,
     framework: FrameworkOpt = None,
+    moe_imbalance: MoeImbalance = None,
 ) -> None:
     """Estimate one plan: training (step time and its parts, throughput, MFU, memory) or, with --workload serve,
     serving (output tokens/s, TTFT, TPOT, batch, memory)."""
     with user_errors():
         if check_workload(workload) == "serve":
             reject_flags({"--framework": framework, "--calibration": calibration, "--seq-len": seq_len,
-                          "--global-batch": global_batch, "--tokens": tokens}, "--workload serve")
+                          "--global-batch": global_batch, "--tokens": tokens, "--moe-imbalance": moe_imbalance},
+                         "--workload serve")
             load = serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
             _predict_serving(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                              workload=load, plan=plan, json_out=json_out, price=price)
@@ -430,7 +434,7 @@ def predict(
         require_training(seq_len, global_batch)
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=single_gpu_count(gpus), gpus_per_node=gpus_per_node,
                                  nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                 calibration=calibration, framework=framework).build()
+                                 calibration=calibration, framework=framework, moe_imbalance=moe_imbalance).build()
         note_inputs(inputs)
         try:
             chosen = parse_plan(plan, inputs.cluster.n_gpus)

@@ -4,14 +4,19 @@ All functions take numpy arrays (one entry per plan) and return seconds.
 
 A group of ``n`` ranks whose members are ``stride`` ranks apart lands
 ``per_node = min(n, gpus_per_node // stride)`` members in each node it touches
-(at least 1) and spans ``n / per_node`` nodes.  Bandwidth terms:
+(at least 1) and spans ``n / per_node`` nodes; likewise ``per_domain`` members in each
+NVLink (scale-up) domain and ``domains`` domains.  On HGX boards the domain is the node;
+an NVL72 rack is a domain of 72 GPUs in nodes (trays) of 4 (:func:`usable_domain`).
+Bandwidth terms:
 
-* inside a node, NCCL's bus bandwidth is the NVLink (or PCIe) link bandwidth per
-  GPU times ``efficiency.intra_node_bandwidth``;
-* across nodes, each node's outbound share of the data leaves through its
-  ``per_node`` NICs, each at the NIC bandwidth times ``efficiency.inter_node_bandwidth``.
-  For a ring all-reduce this gives ``2(k-1)/k * M / (per_node * nic)`` for k
-  nodes, the same as nccl-tests' busbw relation busbw = nic*(n-1)/(k-1)
+* inside the domain, NCCL's bus bandwidth is the NVLink (or PCIe) link bandwidth per
+  GPU times ``efficiency.intra_node_bandwidth``: the node's ``intra_node`` link, or the
+  ``scale_up`` link where the group's members in a domain sit in several nodes (NVL72
+  trays joined by the rack's NVLink switches);
+* across domains, each domain's outbound share of the data leaves through its
+  ``per_domain`` NICs, each at the NIC bandwidth times ``efficiency.inter_node_bandwidth``.
+  For a ring all-reduce this gives ``2(k-1)/k * M / (per_domain * nic)`` for k
+  domains, the same as nccl-tests' busbw relation busbw = nic*(n-1)/(k-1)
   (ml-engineering network benchmarks).
 
 The two tiers run concurrently, so a collective takes the slower of the two plus
@@ -29,18 +34,48 @@ import numpy as np
 from ..inputs.hardware import Cluster
 
 
+def usable_domain(cluster: Cluster) -> int:
+    """GPUs of one NVLink domain that process groups use: the whole domain where the job fills its
+    domains (or fits in one), else the largest power-of-two number of its nodes -- 64 of an NVL72
+    rack's 72 GPUs, as jobs of power-of-two groups run on NVL72 (``Cluster.link_tier`` takes such
+    blocks as placed inside the rack); the node on HGX boards."""
+    gpn, domain = cluster.gpus_per_node, cluster.gpus_per_scale_up_domain
+    if domain <= gpn or cluster.n_gpus <= domain or cluster.n_gpus % domain == 0:
+        return domain
+    nodes = 1
+    while 2 * nodes * gpn <= domain:
+        nodes *= 2
+    return nodes * gpn
+
+
 class Topology:
-    """Per-plan placement of one process group: members per node and nodes spanned."""
+    """Per-plan placement of one process group: members per node and per NVLink domain, nodes and
+    domains spanned.  ``gpus_per_domain`` defaults to the node (HGX)."""
 
-    __slots__ = ("n", "per_node", "nodes")
+    __slots__ = ("n", "per_node", "nodes", "per_domain", "domains", "scale_up")
 
-    def __init__(self, n: np.ndarray, stride: np.ndarray, gpus_per_node: int):
+    def __init__(self, n: np.ndarray, stride: np.ndarray, gpus_per_node: int, gpus_per_domain: int | None = None):
         n = np.asarray(n, dtype=np.float64)
         stride = np.asarray(stride, dtype=np.float64)
-        per_node = np.clip(np.floor(gpus_per_node / stride), 1.0, None)
+        domain = float(gpus_per_domain or gpus_per_node)
+        per_node = np.minimum(np.clip(np.floor(gpus_per_node / stride), 1.0, None), n)
+        per_domain = np.maximum(np.minimum(np.clip(np.floor(domain / stride), 1.0, None), n), per_node)
         self.n = n
-        self.per_node = np.minimum(per_node, n)
-        self.nodes = np.ceil(n / self.per_node)
+        self.per_node = per_node
+        self.nodes = np.ceil(n / per_node)
+        self.per_domain = per_domain
+        self.domains = np.ceil(n / per_domain)
+        # Members of one domain sit in several nodes: they talk over the scale-up link (NVL72 switch trays).
+        self.scale_up = per_domain > per_node
+
+    @classmethod
+    def of(cls, cluster: Cluster, n: np.ndarray, stride: np.ndarray) -> "Topology":
+        return cls(n, stride, cluster.gpus_per_node, usable_domain(cluster))
+
+    @property
+    def crosses_network(self) -> np.ndarray:
+        """The group spans NVLink domains, so part of its traffic goes over the NICs."""
+        return self.domains > 1
 
 
 def _bandwidths(cluster: Cluster) -> tuple[float, float]:
@@ -50,19 +85,31 @@ def _bandwidths(cluster: Cluster) -> tuple[float, float]:
     return intra, inter
 
 
+def _fast(topo: Topology, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """Bus bandwidth (B/s) and per-hop latency (s) of the group's links inside its NVLink domain."""
+    hw = cluster.hardware
+    eff = hw.efficiency.intra_node_bandwidth
+    up = hw.scale_up_link
+    bw = np.where(topo.scale_up, up.bandwidth_gb_per_s, hw.intra_node.bandwidth_gb_per_s) * 1e9 * eff
+    latency = np.where(topo.scale_up, up.latency_us, hw.intra_node.latency_us) * 1e-6
+    return bw, latency
+
+
 def _latency(topo: Topology, cluster: Cluster, ring_steps_per_rank: float) -> np.ndarray:
     hw = cluster.hardware
-    intra_steps = ring_steps_per_rank * (topo.per_node - 1.0)
-    inter_steps = 2.0 * np.ceil(np.log2(np.maximum(topo.nodes, 1.0)))
-    latency = intra_steps * hw.intra_node.latency_us + inter_steps * hw.inter_node.latency_us
-    return np.where(topo.n > 1, latency * 1e-6, 0.0)
+    _, hop = _fast(topo, cluster)
+    intra_steps = ring_steps_per_rank * (topo.per_domain - 1.0)
+    inter_steps = 2.0 * np.ceil(np.log2(np.maximum(topo.domains, 1.0)))
+    latency = intra_steps * hop + inter_steps * hw.inter_node.latency_us * 1e-6
+    return np.where(topo.n > 1, latency, 0.0)
 
 
 def all_reduce_s(message_bytes: np.ndarray, topo: Topology, cluster: Cluster) -> np.ndarray:
     """Ring all-reduce of ``message_bytes`` on every rank of the group."""
-    intra_bw, inter_bw = _bandwidths(cluster)
-    intra = 2.0 * (topo.per_node - 1.0) / topo.per_node * message_bytes / intra_bw
-    inter = 2.0 * (topo.nodes - 1.0) / topo.nodes * message_bytes / (topo.per_node * inter_bw)
+    _, inter_bw = _bandwidths(cluster)
+    intra_bw, _ = _fast(topo, cluster)
+    intra = 2.0 * (topo.per_domain - 1.0) / topo.per_domain * message_bytes / intra_bw
+    inter = 2.0 * (topo.domains - 1.0) / topo.domains * message_bytes / (topo.per_domain * inter_bw)
     return np.maximum(intra, inter) + _latency(topo, cluster, 2.0)
 
 
@@ -75,10 +122,11 @@ def _ring_latency(topo: Topology, cluster: Cluster) -> np.ndarray:
     group -- what FSDP/ZeRO-3 at hundreds of ranks pays once per layer.
     """
     hw = cluster.hardware
-    inter_steps = topo.nodes - 1.0
+    _, hop = _fast(topo, cluster)
+    inter_steps = topo.domains - 1.0
     intra_steps = np.maximum(topo.n - 1.0 - inter_steps, 0.0)
-    latency = intra_steps * hw.intra_node.latency_us + inter_steps * hw.inter_node.latency_us
-    return np.where(topo.n > 1, latency * 1e-6, 0.0)
+    latency = intra_steps * hop + inter_steps * hw.inter_node.latency_us * 1e-6
+    return np.where(topo.n > 1, latency, 0.0)
 
 
 def all_gather_s(message_bytes: np.ndarray, topo: Topology, cluster: Cluster, nics: np.ndarray | float | None = None) -> np.ndarray:
@@ -89,30 +137,57 @@ def all_gather_s(message_bytes: np.ndarray, topo: Topology, cluster: Cluster, ni
     per-rank chunks runs on fewer channels (NCCL cuts the channel count until each channel has
     enough work), so its cross-node traffic leaves through fewer NICs; see ``SUBMODULE_GRANULAR``.
     """
-    intra_bw, inter_bw = _bandwidths(cluster)
-    lanes = topo.per_node if nics is None else np.minimum(topo.per_node, nics)
-    intra = (topo.per_node - 1.0) / topo.per_node * message_bytes / intra_bw
-    inter = (topo.nodes - 1.0) / topo.nodes * message_bytes / (lanes * inter_bw)
+    _, inter_bw = _bandwidths(cluster)
+    intra_bw, _ = _fast(topo, cluster)
+    lanes = topo.per_domain if nics is None else np.minimum(topo.per_domain, nics)
+    intra = (topo.per_domain - 1.0) / topo.per_domain * message_bytes / intra_bw
+    inter = (topo.domains - 1.0) / topo.domains * message_bytes / (lanes * inter_bw)
     return np.maximum(intra, inter) + _ring_latency(topo, cluster)
 
 
 reduce_scatter_s = all_gather_s
 
 
-def all_to_all_s(message_bytes: np.ndarray, topo: Topology, cluster: Cluster) -> np.ndarray:
-    """All-to-all where every rank holds ``message_bytes`` and keeps 1/n of it."""
-    intra_bw, inter_bw = _bandwidths(cluster)
+def all_to_all_s(message_bytes: np.ndarray, topo: Topology, cluster: Cluster,
+                 network_share: np.ndarray | float | None = None) -> np.ndarray:
+    """All-to-all where every rank holds ``message_bytes`` and keeps 1/n of it.
+
+    ``network_share``: the part of ``message_bytes`` that leaves the NVLink domain through this GPU's
+    NIC; by default ``(n - per_domain)/n`` (every message to a rank of another domain crosses the
+    network once).  A dispatcher that sends a token once per destination domain and forwards it
+    inside (DeepEP; DeepSeek-V3 §3.2.2) passes a smaller share, and its NVLink side then also
+    carries the forwarded copies.
+    """
+    _, inter_bw = _bandwidths(cluster)
+    intra_bw, _ = _fast(topo, cluster)
     n = np.maximum(topo.n, 1.0)
-    intra = (topo.per_node - 1.0) / n * message_bytes / intra_bw
-    # Data for other nodes leaves through this GPU's own NIC.
-    inter = (n - topo.per_node) / n * message_bytes / inter_bw
+    remote = (n - topo.per_domain) / n
+    if network_share is None:
+        intra = (topo.per_domain - 1.0) / n * message_bytes / intra_bw
+        inter = remote * message_bytes / inter_bw
+    else:
+        # Own domain's copies, plus the arriving remote copies forwarded to their GPU (all but 1/per_domain).
+        forwarded = remote * (topo.per_domain - 1.0) / topo.per_domain
+        intra = ((topo.per_domain - 1.0) / n + forwarded) * message_bytes / intra_bw
+        inter = np.asarray(network_share) * message_bytes / inter_bw
     return np.maximum(intra, inter) + _latency(topo, cluster, 1.0)
 
 
-def point_to_point_s(message_bytes: np.ndarray, crosses_nodes: np.ndarray, cluster: Cluster) -> np.ndarray:
-    """One send/recv between neighbouring pipeline stages."""
+def point_to_point_s(message_bytes: np.ndarray, crosses: np.ndarray | Topology, cluster: Cluster) -> np.ndarray:
+    """One send/recv between neighbouring ranks (pipeline stages, ring-attention neighbours).
+
+    ``crosses``: True where the pair sits in different nodes of an HGX cluster (the network), or
+    the pair's :class:`Topology` (a group of two ranks, or the ring), which also knows the scale-up
+    link between the nodes of one NVLink domain.
+    """
     hw = cluster.hardware
     intra_bw, inter_bw = _bandwidths(cluster)
-    bw = np.where(crosses_nodes, inter_bw, intra_bw)
-    latency = np.where(crosses_nodes, hw.inter_node.latency_us, hw.intra_node.latency_us) * 1e-6
+    if isinstance(crosses, Topology):
+        fast_bw, fast_latency = _fast(crosses, cluster)
+        network = crosses.crosses_network
+        bw = np.where(network, inter_bw, fast_bw)
+        latency = np.where(network, hw.inter_node.latency_us * 1e-6, fast_latency)
+        return message_bytes / bw + latency
+    bw = np.where(crosses, inter_bw, intra_bw)
+    latency = np.where(crosses, hw.inter_node.latency_us, hw.intra_node.latency_us) * 1e-6
     return message_bytes / bw + latency

@@ -57,6 +57,14 @@ ATTENTION_KV_FILL = 512.0
 GEMM_K_FILL = 256.0  # reduction elements' worth of pipeline fill, drain and epilogue per output tile
 ATTENTION_SOFTMAX_FLOPS = 64.0  # tensor-core FLOP equivalents per score per pass for the online softmax
 FP8_CAST_BYTES = 4.0  # per element cast to fp8: read bf16 (2), write fp8 and its transpose (1 + 1); frameworks may differ
+# Grouped GEMMs (the routed experts of an MoE layer: Megatron-Core TEGroupedMLP / cuBLAS and CUTLASS grouped
+# kernels, DeepGEMM's contiguous-layout grouped GEMM): one kernel for all local experts, so the fixed
+# per-GEMM cost is paid once, but every expert's rows are padded up to the kernel's tile of M rows
+# (DeepGEMM aligns each expert's tokens to its 128-row block, get_m_alignment_for_contiguous_layout;
+# CUTLASS Hopper grouped GEMMs tile M by 64-256).  Few tokens per expert therefore cost a whole tile,
+# and the expert weights are read once per expert whatever the tokens: small expert GEMMs fall to the
+# memory roofline.
+GROUPED_GEMM_M_TILE = 128.0
 
 
 class Kernels:
@@ -97,23 +105,59 @@ class Kernels:
 
         In the plan's GEMM precision (fp8 plans: fp8, plus the casts of every GEMM input).
         """
+        forward, dgrad, wgrad = self.linear_parts(m, n, k, count)
+        return forward, dgrad + wgrad
+
+    def linear_parts(self, m, n, k, count: float | np.ndarray = 1.0
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Forward, input-gradient and weight-gradient time of ``count`` linear layers (see ``linear_s``).
+        The output gradient's cast is charged to the input gradient."""
         rate, ob, kf = self.linear_flops_per_s, self.linear_operand_bytes, self.linear_k_fill
         forward = self._gemm(m, n, k, count, rate, ob, kf)
-        backward = self._gemm(m, k, n, count, rate, ob, kf) + self._gemm(k, n, m, count, rate, ob, kf)
+        dgrad = self._gemm(m, k, n, count, rate, ob, kf)
+        wgrad = self._gemm(k, n, m, count, rate, ob, kf)
         cast = np.where(self.fp8, self.fp8_cast_bytes, 0.0)
         forward = forward + self.memory_bound_s(cast * count * (m * k + k * n))
-        backward = backward + self.memory_bound_s(cast * count * m * n)
-        return forward, backward
+        dgrad = dgrad + self.memory_bound_s(cast * count * m * n)
+        return forward, dgrad, wgrad
+
+    def grouped_linear_parts(self, m, n, k, groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Forward, input-gradient and weight-gradient time of one grouped GEMM over ``groups`` experts
+        of ``m`` tokens each (k inputs, n outputs): every expert's rows padded to ``GROUPED_GEMM_M_TILE``,
+        the weights read once per expert, the fixed per-GEMM cost once per grouped kernel."""
+        m = np.asarray(m, dtype=np.float64)
+        groups = np.asarray(groups, dtype=np.float64)
+        padded = np.ceil(np.maximum(m, 1e-9) / GROUPED_GEMM_M_TILE) * GROUPED_GEMM_M_TILE
+        rate, ob, kf = self.linear_flops_per_s, self.linear_operand_bytes, self.linear_k_fill
+        mem = self.memory_bytes_per_s
+
+        def one(rows, cols, red, work_rows):
+            compute = 2.0 * work_rows * cols * red / rate * (1.0 + kf / red)
+            traffic = (ob * (rows * red + red * cols) + 2.0 * rows * cols) / mem
+            return groups * np.maximum(compute, traffic)
+
+        forward = one(m, n, k, padded) + self.gemm_overhead_s
+        dgrad = one(m, k, n, padded) + self.gemm_overhead_s
+        # Weight gradient: each expert reduces over its own tokens (the padded tile rows).
+        compute = 2.0 * k * n * padded / rate * (1.0 + kf / padded)
+        traffic = (ob * (k * m + m * n) + 2.0 * k * n) / mem
+        wgrad = groups * np.maximum(compute, traffic) + self.gemm_overhead_s
+        cast = np.where(self.fp8, self.fp8_cast_bytes, 0.0)
+        forward = forward + self.memory_bound_s(cast * groups * (m * k + k * n))
+        dgrad = dgrad + self.memory_bound_s(cast * groups * m * n)
+        return forward, dgrad, wgrad
 
     # --- attention ---------------------------------------------------------------------------
-    def flash_attention_s(self, scores: np.ndarray, head_dim: int, kv_len: np.ndarray | float = np.inf
-                          ) -> tuple[np.ndarray, np.ndarray]:
+    def flash_attention_s(self, scores: np.ndarray, head_dim: int, kv_len: np.ndarray | float = np.inf,
+                          value_dim: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Forward and backward time of flash attention over ``scores`` (query-key pairs computed) with
-        keys ``kv_len`` long per call (the sequence, or its CP shard in ring attention)."""
+        keys ``kv_len`` long per call (the sequence, or its CP shard in ring attention).  ``value_dim``:
+        the values' head width where it differs from the keys' (MLA: 192-wide QK^T, 128-wide PV)."""
         fill = 1.0 + ATTENTION_KV_FILL / np.asarray(kv_len, dtype=np.float64)
         rate = self.attention_flops_per_s / fill
-        forward = scores * (4.0 * head_dim + ATTENTION_SOFTMAX_FLOPS) / rate
-        backward = scores * (FLASH_BACKWARD_FACTOR * 4.0 * head_dim + 2.0 * ATTENTION_SOFTMAX_FLOPS) / rate
+        matmul = 2.0 * head_dim + 2.0 * (head_dim if value_dim is None else value_dim)
+        forward = scores * (matmul + ATTENTION_SOFTMAX_FLOPS) / rate
+        backward = scores * (FLASH_BACKWARD_FACTOR * matmul + 2.0 * ATTENTION_SOFTMAX_FLOPS) / rate
         return forward, backward
 
     def attention_forward_s(self, flops: np.ndarray) -> np.ndarray:

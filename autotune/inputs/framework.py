@@ -48,10 +48,13 @@ ZERO2 = ("accumulate_unsharded", "reduce_per_microbatch")
 ZERO3_COLLECTIVES = ("block", "submodule")
 MASTER_WEIGHTS = ("separate", "sharded_param")
 PIPELINE_RUNTIMES = ("megatron", "torch")
-SCHEDULES = ("1f1b", "interleaved")
+SCHEDULES = ("1f1b", "interleaved", "dualpipe")
 PARALLEL_DIMS = ("tp", "sp", "pp", "cp", "ep")
 MICROBATCH_DEFAULTS = ("unknown", "stages")
 FP8_RECIPES = ("none", "delayed", "tensorwise", "blockwise", "mxfp8")
+EXPERT_TP = ("equal_tp", "independent", "none")
+EP_DISPATCH = ("alltoall", "dedup")
+GROUPED_GEMM = ("per_expert", "single_kernel")
 
 _DATE = re.compile(r"^(\d{4})-(\d{2})$")
 
@@ -99,9 +102,17 @@ class Framework:
     cp_overlap: float  # share of the attention compute the ring's K/V exchange can hide behind
     ep_overlap_nvlink: float
     ep_overlap_network: float
+    # Megatron-Core's batch-level EP overlap (--overlap-moe-expert-parallel-comm) needs the interleaved
+    # schedule when pp > 1 and no full recompute (TransformerConfig.__post_init__); elsewhere it does nothing.
+    ep_overlap_needs_interleaving: bool
     dp_overlap: float  # share of the last micro-batch's backward (forward, for the gather) the ZeRO 0-2 reduction hides behind
     zero3_overlap: float  # share of each micro-batch's compute ZeRO-3 / FSDP gathers and reduce-scatters hide behind
     pp_overlap: float
+    # -- experts --
+    expert_tp: str  # equal_tp (experts split like attention) | independent (MoE parallel folding) | none (never split)
+    ep_dispatch: str  # alltoall (one message per routed copy) | dedup (one per NVLink domain, forwarded inside; DeepEP-style)
+    fp8_dispatch: bool  # fp8 plans send the dispatch all-to-all in fp8 (the combine stays bf16)
+    grouped_gemm: str  # per_expert (one GEMM launch per local expert) | single_kernel (one grouped kernel)
     # -- fp8 --
     fp8_recipe: str  # none = no fp8 training
     fp8_cast_bytes: float  # HBM bytes per element cast to fp8 (read bf16, write fp8 and its transpose)
@@ -152,6 +163,11 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
     "cp_overlap": "fraction",
     "ep_overlap_nvlink": "fraction",
     "ep_overlap_network": "fraction",
+    "ep_overlap_needs_interleaving": "bool",
+    "expert_tp": EXPERT_TP,
+    "ep_dispatch": EP_DISPATCH,
+    "fp8_dispatch": "bool",
+    "grouped_gemm": GROUPED_GEMM,
     "dp_overlap": "fraction",
     "zero3_overlap": "fraction",
     "pp_overlap": "fraction",

@@ -227,6 +227,10 @@ def _mla_family(config: dict, model_type: str, source: str) -> dict:
                 "layer_interval": freq,
                 "first_dense_layers": moe_layers[0],
             }
+            groups = loading.integer(config, "n_group", **src, default=1) or 1
+            group_topk = loading.integer(config, "topk_group", **src, default=1) or 1
+            if groups > 1:  # group-limited routing (DeepSeek-V3: 8 groups, the best 4)
+                out["moe"].update(routing_groups=groups, routing_group_topk=group_topk)
     return out
 
 

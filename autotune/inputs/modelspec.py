@@ -70,8 +70,18 @@ class MoESpec:
     shared_expert_ffn_hidden_size: int = 0  # total width of the shared expert(s)
     layer_interval: int = 1
     first_dense_layers: int = 0
+    # Group-limited routing (DeepSeek-V3 §2.1.2, HF n_group / topk_group; Megatron --moe-router-num-groups /
+    # --moe-router-group-topk): the experts form ``routing_groups`` equal groups and a token's top-k experts
+    # come from its best ``routing_group_topk`` groups.  1 / 1: no limit.  With the experts of a group on
+    # one node ("node-limited routing", M = 4 nodes for DeepSeek-V3) it bounds the nodes a token is sent to.
+    routing_groups: int = 1
+    routing_group_topk: int = 1
 
     def __post_init__(self) -> None:
+        if not 1 <= self.routing_group_topk <= self.routing_groups or self.n_experts % self.routing_groups:
+            raise ValueError("routing_groups must divide n_experts and 1 <= routing_group_topk <= routing_groups, but got "
+                             f"(routing_groups={self.routing_groups}, routing_group_topk={self.routing_group_topk}, "
+                             f"n_experts={self.n_experts})")
         if not 1 <= self.top_k <= self.n_experts:
             raise ValueError(f"top_k must hold 1 <= top_k <= n_experts, but got (top_k={self.top_k}, n_experts={self.n_experts})")
         if (self.n_shared_experts == 0) != (self.shared_expert_ffn_hidden_size == 0):
@@ -748,6 +758,8 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
                 shared_expert_ffn_hidden_size=mnum("shared_expert_ffn_hidden_size", minimum=0, default=0),
                 layer_interval=mnum("layer_interval", default=1),
                 first_dense_layers=mnum("first_dense_layers", minimum=0, default=0),
+                routing_groups=mnum("routing_groups", default=1),
+                routing_group_topk=mnum("routing_group_topk", default=1),
             )
         except ValueError as exc:
             raise InputError(str(exc), source=source, field="moe") from None
@@ -806,6 +818,7 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
 
 # Fields added after the first plain-data form of a spec, written only when set, so that the record of a
 # model that does not use them (a study's problem, a plans.json) stays as it was.
+_OPTIONAL_MOE = {"routing_groups": 1, "routing_group_topk": 1}
 _OPTIONAL_FIELDS = ("mla", "dsa", "linear_attention", "layer_types", "sliding_window", "attention_output_gate",
                     "attention_sinks", "mtp_layers")
 
@@ -819,7 +832,8 @@ def model_to_mapping(model: ModelSpec) -> dict:
         if f.name in ("description", "source") or value is None or (f.name in _OPTIONAL_FIELDS and value == f.default):
             continue
         if dataclasses.is_dataclass(value):
-            value = {k: v for k, v in dataclasses.asdict(value).items() if v is not None}
+            value = {k: v for k, v in dataclasses.asdict(value).items()
+                     if v is not None and not (f.name == "moe" and _OPTIONAL_MOE.get(k, ...) == v)}
         elif isinstance(value, tuple):
             value = list(value)
         out[f.name] = value

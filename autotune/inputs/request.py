@@ -129,6 +129,7 @@ class TrainingRequest:
     price: float | None = None
     calibration: str | None = None
     framework: str | None = None  # NAME[@VERSION]; None: autotune.inputs.framework.DEFAULT_FRAMEWORK
+    moe_imbalance: float | None = None  # --moe-imbalance; None: 1.0
 
     def build(self) -> TrainingInputs:
         """The validated model, cluster, workload and framework; raises :class:`InputError` naming the flag at fault."""
@@ -148,7 +149,12 @@ class TrainingRequest:
             raise InputError(f"must be >= 1 sequence, but got {self.global_batch}", field="--global-batch")
         if self.tokens is not None and not self.tokens > 0:
             raise InputError(f"must be > 0, but got {self.tokens}", field="--tokens")
-        workload = TrainWorkload(seq_len=self.seq_len, global_batch=self.global_batch, tokens=self.tokens)
+        imbalance = 1.0 if self.moe_imbalance is None else self.moe_imbalance
+        if not imbalance >= 1.0:
+            raise InputError(f"must be >= 1 (the busiest rank's tokens over the mean), but got {imbalance}",
+                             field="--moe-imbalance")
+        workload = TrainWorkload(seq_len=self.seq_len, global_batch=self.global_batch, tokens=self.tokens,
+                                 moe_imbalance=imbalance)
         return TrainingInputs(spec, cluster, workload, framework)
 
 

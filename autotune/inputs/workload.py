@@ -11,13 +11,23 @@ from ..errors import InputError
 
 @dataclass(frozen=True)
 class TrainWorkload:
-    """Sequence length and global batch (in sequences); ``tokens`` is the training budget, if known."""
+    """Sequence length and global batch (in sequences); ``tokens`` is the training budget, if known.
+
+    ``moe_imbalance``: tokens the busiest expert-parallel rank receives over the mean (1.0: every rank
+    the same share, as force-balanced benchmarks run, e.g. Megatron's --moe-router-force-load-balancing;
+    a real router with a balancing loss or bias runs above it).  It scales the expert GEMMs and the
+    all-to-all of the slowest rank, which the others wait for.
+    """
 
     seq_len: int
     global_batch: int
     tokens: float | None = None
+    moe_imbalance: float = 1.0
 
     def __post_init__(self) -> None:
+        if not self.moe_imbalance >= 1.0:
+            raise ValueError(f"moe_imbalance must be >= 1 (busiest rank over the mean), but got "
+                             f"(moe_imbalance={self.moe_imbalance})")
         if self.seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, but got (seq_len={self.seq_len})")
         if self.global_batch < 1:

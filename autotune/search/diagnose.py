@@ -59,14 +59,15 @@ def _remedy(reason: str, problem: TrainingProblem) -> str:
         REASONS[1]: f"choose tp, pp and cp whose product divides {cluster.n_gpus} GPUs (--fix values or --space axes)",
         REASONS[2]: f"tp must divide the {model.n_heads} heads: use tp in {tp_ok}",
         REASONS[3]: f"tp must divide the {model.n_kv_heads} KV heads: use tp in {tp_ok}",
-        REASONS[4]: f"keep tp <= {cluster.gpus_per_node} GPUs per node, or set rules.tp_within_node: false in --space",
+        REASONS[4]: (f"keep tp <= {cluster.gpus_per_scale_up_domain} GPUs per node (NVLink domain), or set "
+                     "rules.tp_within_node: false in --space"),
         REASONS[5]: f"use pp <= {model.n_layers} layers",
         REASONS[6]: "choose pp*vp dividing the layers, or set rules.uneven_pipeline: true in --space",
         REASONS[7]: "vp > 1 needs pp > 1",
         REASONS[8]: "sequence parallelism needs tp > 1",
         REASONS[9]: f"cp must leave 2*cp dividing the sequence ({workload.seq_len})",
         REASONS[10]: "ep must divide the expert count",
-        REASONS[11]: "ep must divide dp*cp: lower ep or raise the GPU count",
+        REASONS[11]: "etp*ep must divide tp*cp*dp: lower ep or etp (etp=1 lets EP span the TP ranks), or raise the GPU count",
         REASONS[12]: "a dense model needs ep=1",
         REASONS[13]: (f"the global batch ({workload.global_batch}) must divide by dp*micro-batch: use --global-batch "
                       f"as a multiple of the GPU count ({cluster.n_gpus}), or fix a larger tp*pp"),

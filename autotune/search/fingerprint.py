@@ -15,12 +15,12 @@ import json
 from typing import Any, Mapping, Sequence
 
 from ..errors import InputError
-from ..inputs.framework import Framework
+from ..inputs.framework import Framework, load_framework
 from ..inputs.hardware import Cluster, hardware_from_mapping, hardware_to_mapping
 from ..inputs.modelspec import model_from_mapping, model_to_mapping
 from ..inputs.workload import TrainWorkload
 from ..training.problem import OBJECTIVES, Objective, TrainingProblem
-from ..training.space import Rules, Space
+from ..training.space import OPTIONAL_AXES, Rules, Space
 
 FINGERPRINT_VERSION = 2  # 2: the framework is part of the problem
 
@@ -66,6 +66,9 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} in a study")
 
 
+_OPTIONAL_WORKLOAD = {"moe_imbalance": 1.0}
+
+
 def fingerprint(problem: TrainingProblem, objectives: Sequence[Objective]) -> dict:
     """Everything that decides a trial's result, as plain JSON (stored on the study)."""
     return _jsonable({
@@ -75,7 +78,8 @@ def fingerprint(problem: TrainingProblem, objectives: Sequence[Objective]) -> di
         "cluster": {"n_gpus": problem.cluster.n_gpus, "gpus_per_node": problem.cluster.gpus_per_node,
                     **({"scale_up_domain_gpus": problem.cluster.scale_up_domain_gpus}
                        if problem.cluster.scale_up_domain_gpus else {})},
-        "workload": dataclasses.asdict(problem.workload),
+        "workload": {k: v for k, v in dataclasses.asdict(problem.workload).items()
+                     if not (k in _OPTIONAL_WORKLOAD and v == _OPTIONAL_WORKLOAD[k])},
         "space": {"name": problem.space.name, "choices": {k: list(v) for k, v in problem.choices.items()},
                   "rules": dataclasses.asdict(problem.rules)},
         "objectives": [o.name for o in objectives],
@@ -99,9 +103,16 @@ def problem_from_fingerprint(data: Mapping[str, Any], *, study: str = "") -> tup
         workload = TrainWorkload(**data["workload"])
         rules = Rules(**data["space"]["rules"])
         choices = {k: tuple(v) for k, v in data["space"]["choices"].items()}
+        # Axes added after a record was made (etp, schedule) take the value older spaces searched.
+        choices.update({k: v for k, v in OPTIONAL_AXES.items() if k not in choices})
         space = Space(name=data["space"]["name"], axes=choices, rules=rules, source=f"{where} (stored)")
         objectives = tuple(OBJECTIVES[n] for n in data["objectives"])
         traits = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data["framework"].items()}
+        missing = [f.name for f in dataclasses.fields(Framework) if f.name not in traits
+                   and f.name not in ("description", "sources", "changes_applied")]
+        if missing:  # traits added after the record was made: the profile's, at the stored version
+            named = load_framework(f"{traits['name']}@{traits['version']}" if traits.get("version") else traits["name"])
+            traits.update({k: getattr(named, k) for k in missing})
         framework = Framework(**traits, description="")
         headroom = float(data["memory_headroom"])
     except (KeyError, TypeError, ValueError) as exc:

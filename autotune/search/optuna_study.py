@@ -34,7 +34,7 @@ import numpy as np
 import optuna
 
 from ..errors import InputError
-from ..training.plan import PLAN_KEYS, PlanBatch
+from ..training.plan import PLAN_KEYS, PlanBatch, resolved_fields
 from ..training.problem import Objective, TrainingProblem
 from ..training.space import REASONS, space_size
 from .fingerprint import (
@@ -275,6 +275,7 @@ def load_for_worker(storage, name: str, wait_s: float = 0.0):
 
 
 def _plan_key(fields: _Mapping[str, _Any]) -> str:
+    fields = resolved_fields(fields)  # etp "tp" as its number, so one plan has one key
     return ",".join(f"{k}={str(fields[k]).lower() if isinstance(fields[k], bool) else fields[k]}" for k in PLAN_KEYS)
 
 
@@ -429,7 +430,8 @@ def run_study(
         key = _plan_key(fields)
         batch = PlanBatch.from_columns(problem.cluster.n_gpus, {k: [fields[k]] for k in PLAN_KEYS})
         reason = int(problem.reasons(batch)[0])
-        plan = {**{k: fields[k] for k in PLAN_KEYS}, "dp": problem.cluster.n_gpus // (fields["tp"] * fields["pp"] * fields["cp"])}
+        plan = {**resolved_fields({k: fields[k] for k in PLAN_KEYS}),
+                "dp": problem.cluster.n_gpus // (fields["tp"] * fields["pp"] * fields["cp"])}
         trial.set_user_attr("plan", _jsonable(plan))
         trial.set_user_attr("plan_key", key)  # from here on, other trials can see this plan
         worst = [_WORST[o.direction] for o in objectives]

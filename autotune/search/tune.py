@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..training.plan import PLAN_KEYS
+from ..training.plan import PLAN_KEYS, canonical_fields
 from ..training.problem import TrainingProblem
 from .fingerprint import plan_env
 
@@ -130,8 +130,9 @@ def run_benchmark(command: list[str] | str, plan: Mapping[str, Any], *, estimate
                                          "inputs": dict(inputs or {}), "trial": trial}, indent=1))
         env = dict(os.environ)
         env.update(plan_env(plan))
-        env.update({"AUTOTUNE_PLAN": ",".join(f"{k}={str(plan[k]).lower() if isinstance(plan[k], bool) else plan[k]}"
-                                               for k in PLAN_KEYS if k in plan),
+        shown = canonical_fields({k: plan[k] for k in PLAN_KEYS if k in plan})  # as Plan.as_string writes it
+        env.update({"AUTOTUNE_PLAN": ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                                               for k, v in shown.items()),
                     "AUTOTUNE_PLAN_JSON": str(plan_file), "AUTOTUNE_RESULT_JSON": str(result_file),
                     "AUTOTUNE_TRIAL": "" if trial is None else str(trial)})
         env.update(extra_env or {})

@@ -55,6 +55,8 @@ FEATURES: Mapping[str, Any] = {
     "VP>1": lambda p: int(p.get("vp", 1)) > 1,
     "CP>1": lambda p: int(p.get("cp", 1)) > 1,
     "EP>1": lambda p: int(p.get("ep", 1)) > 1,
+    "ETP!=TP": lambda p: "etp" in p and int(p["etp"]) != int(p.get("tp", 1)),
+    "DualPipe": lambda p: p.get("schedule", "1f1b") == "dualpipe",
     "ZeRO-3": lambda p: int(p.get("zero", 0)) >= 3,
     "fp8": lambda p: p.get("precision") == "fp8",
     "offload": lambda p: str(p.get("offload", "none")) not in ("none", "0", "False"),

@@ -110,6 +110,10 @@ def activation_bytes_per_layer(
     attention_scores_stored: bool = False,
     tp_microbatch_heads: np.ndarray | None = None,
     fp8: np.ndarray | bool = False,
+    kind: str = "full",
+    etp: np.ndarray | None = None,
+    moe_imbalance: float = 1.0,
+    recompute_up_proj: np.ndarray | bool = False,
 ) -> np.ndarray:
     """Bytes of activations one layer keeps for backward, for one micro-batch of ``tokens`` tokens.
 
@@ -118,32 +122,69 @@ def activation_bytes_per_layer(
     With ``fp8`` (TransformerEngine, torchao Float8) the inputs of the fp8 GEMMs are kept
     in their fp8 form for the weight gradient: 1 byte instead of 2 (the QKV and MLP
     inputs, the attention output and the MLP activation output).
+
+    Attention by ``kind``: GQA keeps Q, K, V and the core output; multi-head latent attention keeps
+    the two latents before and after their norms and the RoPE key (replicated on the TP ranks, as the
+    down-projections are), the expanded per-head Q, K and V unless the up-projections are recomputed
+    (``recompute_up_proj``: Megatron-Core recompute_modules mla_up_proj, DeepSeek-V3 §3.2.3), the
+    core output and the fp32 log-sum-exp per head (with the up-projections, the norms are recomputed:
+    neither the layer's normed inputs nor the normed latents are kept); Gated DeltaNet keeps its
+    projections' outputs.
+    Routed experts (MoE parallel folding): this rank's experts see ``k * tokens * etp / tp`` token
+    copies (``moe_imbalance`` times that on the busiest rank), each keeping its permuted input (the
+    up-projection's input), the up-projection output(s) (``f/etp`` wide), the activation output
+    (the down-projection's input) and the expert output the combine weighs by the router's
+    probability (needed for their gradient); the router keeps fp32 logits and probabilities.
     """
     h = float(model.hidden_size)
     tokens = np.asarray(tokens, dtype=np.float64)
     tp = np.asarray(tp, dtype=np.float64)
+    etp = tp if etp is None else np.asarray(etp, dtype=np.float64)
     sp_div = np.where(np.asarray(sp, dtype=bool), tp, 1.0)
     gemm_input = np.where(np.asarray(fp8, dtype=bool), 1.0, 2.0)
-    # Two norm inputs (2 bytes each), the QKV and MLP inputs, two dropout masks.
-    replicated = (4.0 + 2.0 * gemm_input + (2.0 if model.dropout else 0.0)) * tokens * h
-    # Q, K, V (2 bytes each) and the attention output (the projection's input).
-    attention = tokens * (2.0 * (model.q_width + 2 * model.kv_width) + gemm_input * model.q_width)
+    up_proj = np.asarray(recompute_up_proj, dtype=bool)
+    # Two norm inputs (2 bytes each), the QKV and MLP inputs (the norms' outputs: recomputed with the
+    # norms where the MLA up-projections are, DeepSeek-V3 §3.2.3), two dropout masks.
+    normed = np.where(up_proj, 0.0, 2.0 * gemm_input)
+    replicated = (4.0 + normed + (2.0 if model.dropout else 0.0)) * tokens * h
+    latents = np.zeros_like(tokens)
+    if kind == "linear":
+        la = model.linear_attention
+        # The in-projections' outputs (q, k, v through the conv, z, a, b), the gated norm's output
+        # (the out-projection's input) and the recurrent chunk states are of that order.
+        attention = tokens * (2.0 * (la.conv_channels * 2 + la.value_width + 2 * la.n_value_heads)
+                              + gemm_input * la.value_width)
+    elif model.mla is not None:
+        mla = model.mla
+        a = float(model.n_heads)
+        q_latent = float(mla.q_lora_rank or 0)
+        # The latents before their norms, and after them (the up-projections' inputs) unless recomputed.
+        latent_bytes = np.where(up_proj, 2.0, 2.0 + gemm_input)
+        latents = tokens * (latent_bytes * (q_latent + mla.kv_lora_rank) + 2.0 * mla.qk_rope_head_dim)
+        expanded = 2.0 * a * (2.0 * mla.qk_head_dim + mla.v_head_dim)  # Q, K, V per head
+        keep_expanded = np.where(up_proj, 0.0, expanded)
+        attention = tokens * (keep_expanded + gemm_input * a * mla.v_head_dim + 4.0 * a)
+    else:
+        # Q, K, V (2 bytes each) and the attention output (the projection's input).
+        attention = tokens * (2.0 * (model.q_width + 2 * model.kv_width) + gemm_input * model.q_width)
     # MLP: the up projection's output(s) (2 bytes each) and the activation output (the down
     # projection's input): 4f bytes for GeLU, 6f for SwiGLU in bf16.
     mlp_per_width = (2.0 if model.mlp == "gelu" else 4.0) + gemm_input
+    experts = np.zeros_like(tokens)
     if moe_layer and model.moe:
         moe = model.moe
-        # Each token is dispatched top_k times: permuted inputs and outputs (2 bytes
-        # each, h wide) plus the experts' intermediate tensors; and the shared expert.
-        routed = moe.top_k * tokens * (4.0 * h + mlp_per_width * moe.expert_ffn_hidden_size)
-        mlp = routed + mlp_per_width * tokens * moe.shared_expert_ffn_hidden_size
+        copies = moe.top_k * tokens * etp / tp * moe_imbalance
+        experts = copies * (gemm_input * h + mlp_per_width * moe.expert_ffn_hidden_size / etp)
+        router = 8.0 * moe.n_experts * tokens / sp_div
+        mlp = mlp_per_width * tokens * moe.shared_expert_ffn_hidden_size
+        experts = experts + router
     else:
         mlp = mlp_per_width * tokens * model.ffn_hidden_size
     split = attention + mlp
     if attention_scores_stored:
         # softmax output (2), dropout mask (1), dropout output (2) per score: 5*a*s*s*b.
         split = split + 5.0 * model.n_heads * tokens * np.asarray(seq_len, dtype=np.float64)
-    return replicated / sp_div + split / tp
+    return replicated / sp_div + split / tp + latents + experts
 
 
 def op_selective_bytes_per_layer(model: ModelSpec, tokens: np.ndarray, tp: np.ndarray, sp: np.ndarray,
@@ -199,6 +240,7 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
         FP8,
         FULL,
         SELECTIVE,
+        layer_mix,
     )
 
     fw = framework
@@ -211,22 +253,25 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
     fp8 = np.asarray(plans.precision) == FP8
     selective = np.asarray(plans.recompute) == SELECTIVE
 
-    def per_layer(moe_layer: bool) -> np.ndarray:
-        plain = activation_bytes_per_layer(model, geo.tokens, workload.seq_len, geo.tp, geo.sp, moe_layer, fp8=fp8)
+    # Megatron-style selective recompute on an MLA model recomputes the up-projections (step_time.py).
+    up_proj = selective & (fw.selective_recompute == "core_attention") & (model.mla is not None)
+    folded = dict(etp=geo.etp, moe_imbalance=workload.moe_imbalance, recompute_up_proj=up_proj)
+
+    def per_layer(moe_layer: bool, kind: str) -> np.ndarray:
+        plain = activation_bytes_per_layer(model, geo.tokens, workload.seq_len, geo.tp, geo.sp, moe_layer, fp8=fp8,
+                                           kind=kind, **folded)
         if fw.selective_recompute == "op_sac":
             sac = op_selective_bytes_per_layer(model, geo.tokens, geo.tp, geo.sp, moe_layer)
             plain = np.where(selective, sac, plain)
-        if not unfused:
+        if not unfused or kind != "full" or model.mla is not None:
             return plain  # flash attention never stores the scores; core-attention recompute saves nothing more
         # Unfused attention stores the score matrices unless the attention core is recomputed.
         stored = activation_bytes_per_layer(model, geo.tokens, workload.seq_len, geo.tp, geo.sp, moe_layer,
-                                            attention_scores_stored=True, fp8=fp8)
+                                            attention_scores_stored=True, fp8=fp8, kind=kind, **folded)
         drops_scores = selective & (fw.selective_recompute == "core_attention")
         return np.where(drops_scores, plain, stored)
 
-    full_layer = (1.0 - geo.moe_fraction) * per_layer(False) if geo.moe_fraction < 1 else 0.0
-    if geo.moe_fraction > 0:
-        full_layer = full_layer + geo.moe_fraction * per_layer(True)
+    full_layer = sum(share * per_layer(moe, kind) for share, kind, moe in layer_mix(model))
     layer_input = 2.0 * geo.tokens * model.hidden_size / np.where(geo.sp, geo.tp, 1.0)
     # Full recomputation keeps each layer's input, and one layer's activations while it is recomputed.
     kept_per_layer = np.where(recompute_full, layer_input, full_layer)
@@ -234,9 +279,13 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
 
     p, m, v = geo.pp, geo.microbatches, geo.vp
     in_flight = np.minimum(m, p) * np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
+    # DualPipe holds PP + 1 micro-batches' activations of a stage (deepseek-ai/DualPipe README table).
+    in_flight = np.where(geo.dualpipe, np.minimum(m, p) + 1.0, in_flight)
+    last_layers = geo.last_layers(fw)
     first_acts = layers * kept_per_layer * in_flight + working_set
-    last_acts = layers * kept_per_layer + working_set
-    logits = fw.logits_bytes * geo.tokens * model.vocab_size / geo.tp
+    last_acts = last_layers * kept_per_layer + working_set
+    # The loss's logits, and one more set per MTP module (its own pass through the shared head).
+    logits = (1.0 + model.mtp_layers) * fw.logits_bytes * geo.tokens * model.vocab_size / geo.tp
     torch_pipeline = (fw.pipeline_runtime == "torch") & (p > 1)
     # Outputs kept for the whole step (the current micro-batch's included) on the last stage.
     kept_outputs = np.where(torch_pipeline, PIPELINE_OUTPUT_BYTES * m * geo.tokens * model.vocab_size / geo.tp, 0.0)
@@ -248,18 +297,25 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
     last_acts = last_acts + recv_buffers
     last_logits = logits + kept_outputs
 
+    single_stage = p == 1
+    # DualPipe keeps two stages on every rank (stage i and stage p-1-i): twice their weights and
+    # gradients; the optimizer state of the two copies is sharded over both (2x the ZeRO group).
+    copies = np.where(geo.dualpipe, 2.0, 1.0)
+
+    def states(stage_layers, extra_params):
+        kw = {"grad_bytes": fw.grad_bytes, "master_weights": fw.master_weights}
+        shard = np.where(zero >= 1, copies, 1.0)
+        dense = model_state_bytes(copies * (stage_layers * geo.dense_params_per_layer + extra_params),
+                                  geo.dense_shard * shard, zero, offload, **kw)
+        expert = model_state_bytes(copies * stage_layers * geo.expert_params_per_layer, geo.expert_shard * shard,
+                                   zero, offload, **kw)
+        out = {k: dense[k] + expert[k] for k in dense}
+        return out
+
     dense_layers = layers * geo.dense_params_per_layer
     expert_layers = layers * geo.expert_params_per_layer
-    single_stage = p == 1
-
-    def states(extra_params):
-        kw = {"grad_bytes": fw.grad_bytes, "master_weights": fw.master_weights}
-        dense = model_state_bytes(dense_layers + extra_params, geo.dense_shard, zero, offload, **kw)
-        expert = model_state_bytes(expert_layers, geo.expert_shard, zero, offload, **kw)
-        return {k: dense[k] + expert[k] for k in dense}
-
-    first = states(geo.embedding_params + np.where(single_stage, geo.output_params, 0.0))
-    last = states(geo.output_params + np.where(single_stage, geo.embedding_params, 0.0))
+    first = states(layers, geo.embedding_params + np.where(single_stage, geo.output_params, 0.0))
+    last = states(last_layers, geo.output_params + np.where(single_stage, geo.embedding_params, 0.0))
     frag = 1.0 + fw.allocator_overhead
     # Over a single rank nothing is sharded (FSDP falls back to NO_SHARD, a distributed
     # optimizer over one rank is DDP), so neither buffer exists.

@@ -1,12 +1,20 @@
 """Execution plans: one plan (a frozen, validated mesh) and a batch of plans as numpy columns.
 
-A plan places ranks in Megatron's default order tp-cp-ep-dp-pp (tensor-parallel
-ranks innermost, inside a node); EP nests inside dp*cp (expert tensor parallelism
-equals tp).  ``dp`` is derived: ``n_gpus / (tp * pp * cp)``.
+A plan places ranks in Megatron's default order tp-cp-dp-pp for attention and dense layers
+(tensor-parallel ranks innermost, inside a node).  Expert layers have a mapping of their own
+over the same ranks of a pipeline stage (Megatron-Core "MoE parallel folding", Liu et al.
+arXiv 2504.14960): expert tensor parallelism ``etp`` innermost, then expert parallelism
+``ep``, then expert data parallelism, so EP may span the TP, CP and DP ranks of attention;
+``etp * ep`` must divide ``tp * cp * dp``.  ``etp`` defaults to ``tp`` (Megatron's default;
+then EP nests inside dp*cp as before folding).  ``dp`` is derived: ``n_gpus / (tp * pp * cp)``.
+
+``schedule`` names the pipeline schedule: ``1f1b`` (interleaved with ``vp > 1``) or
+``dualpipe`` (DeepSeek-V3's bidirectional schedule, arXiv 2412.19437 §3.2.1).
 
 The plan string of the CLI and the ``plan`` object of every JSON output use the
 same keys: tp, pp, cp, ep, vp, sp, zero, mbs, recompute, precision, offload, plus
-the derived dp.
+the derived dp, and etp and schedule; a plan string names those two only where they differ
+from their defaults (etp = tp, schedule = 1f1b), so plan strings that do not use them read as before.
 """
 
 from __future__ import annotations
@@ -20,16 +28,45 @@ import numpy as np
 RECOMPUTE = ("none", "selective", "full")
 PRECISION = ("bf16", "fp16", "fp8")
 OFFLOAD = ("none", "cpu")
-INT_KEYS = ("tp", "pp", "cp", "ep", "vp", "zero", "mbs")
-PLAN_KEYS = ("tp", "pp", "cp", "ep", "vp", "sp", "zero", "mbs", "recompute", "precision", "offload")
+SCHEDULE = ("1f1b", "dualpipe")
+INT_KEYS = ("tp", "pp", "cp", "ep", "vp", "zero", "mbs", "etp")
+PLAN_KEYS = ("tp", "pp", "cp", "ep", "vp", "sp", "zero", "mbs", "recompute", "precision", "offload", "etp",
+             "schedule")
 # Categorical axes are stored in a PlanBatch as integer codes into these tuples.
-CATEGORIES: Mapping[str, tuple[str, ...]] = {"recompute": RECOMPUTE, "precision": PRECISION, "offload": OFFLOAD}
+CATEGORIES: Mapping[str, tuple[str, ...]] = {"recompute": RECOMPUTE, "precision": PRECISION, "offload": OFFLOAD,
+                                             "schedule": SCHEDULE}
+# etp may be given as this word: expert tensor parallelism equal to tp (Megatron's default).
+ETP_AS_TP = "tp"
 
-# Documented defaults for plan keys left out of --plan (sp defaults to tp > 1).
+# Documented defaults for plan keys left out of --plan (sp defaults to tp > 1, etp to tp).
 PLAN_DEFAULTS: Mapping[str, Any] = {
     "tp": 1, "pp": 1, "cp": 1, "ep": 1, "vp": 1, "zero": 1, "mbs": 1,
-    "recompute": "none", "precision": "bf16", "offload": "none",
+    "recompute": "none", "precision": "bf16", "offload": "none", "etp": "tp", "schedule": "1f1b",
 }
+
+
+def _shown(key: str, value: Any, tp: int) -> bool:
+    """Whether a plan key is written out: etp and schedule only where they differ from their defaults."""
+    if key == "etp":
+        return value != tp and value != ETP_AS_TP and value is not None
+    if key == "schedule":
+        return value != PLAN_DEFAULTS["schedule"]
+    return True
+
+
+def canonical_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Plan fields as plan strings write them: etp and schedule left out at their defaults."""
+    return {k: v for k, v in fields.items() if _shown(k, v, fields.get("tp", 1))}
+
+
+def resolved_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Plan fields with every key of the JSON ``plan`` object: etp as a number (``"tp"`` resolved), the
+    schedule filled in."""
+    out = dict(fields)
+    if out.get("etp") in (None, ETP_AS_TP):
+        out["etp"] = out.get("tp", 1)
+    out.setdefault("schedule", PLAN_DEFAULTS["schedule"])
+    return out
 
 
 @dataclass(frozen=True)
@@ -48,10 +85,14 @@ class Plan:
     recompute: str = "none"
     precision: str = "bf16"
     offload: str = "none"
+    etp: int | None = None  # expert tensor parallel; None (or "tp"): equal to tp
+    schedule: str = "1f1b"
 
     def __post_init__(self) -> None:
         if isinstance(self.n_gpus, bool) or not isinstance(self.n_gpus, (int, np.integer)) or self.n_gpus < 1:
             raise ValueError(f"n_gpus >= 1 must hold, but got (n_gpus={self.n_gpus!r})")
+        if self.etp is None or self.etp == ETP_AS_TP:
+            object.__setattr__(self, "etp", self.tp)
         for key in PLAN_KEYS:
             check_field(key, getattr(self, key))
         model_parallel = self.tp * self.pp * self.cp
@@ -69,8 +110,13 @@ class Plan:
     def dp(self) -> int:
         return self.n_gpus // (self.tp * self.pp * self.cp)
 
+    @property
+    def expert_dp(self) -> int:
+        """Expert data parallelism: the ranks of a stage over etp * ep (MoE parallel folding)."""
+        return self.n_gpus // (self.pp * self.etp * self.ep)
+
     def as_dict(self) -> dict[str, Any]:
-        """The JSON ``plan`` object: the plan-string keys plus the derived dp."""
+        """The JSON ``plan`` object: every plan key plus the derived dp."""
         out = {key: getattr(self, key) for key in PLAN_KEYS}
         out = {k: (int(v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else v) for k, v in out.items()}
         out["dp"] = self.dp
@@ -80,6 +126,8 @@ class Plan:
         parts = []
         for key in PLAN_KEYS:
             value = getattr(self, key)
+            if not _shown(key, value, self.tp):
+                continue
             parts.append(f"{key}={'true' if value is True else 'false' if value is False else value}")
         return ",".join(parts)
 
@@ -92,7 +140,11 @@ class Plan:
             parts.append(f"CP{self.cp}")
         if self.ep > 1:
             parts.append(f"EP{self.ep}")
+        if self.etp != self.tp:
+            parts.append(f"ETP{self.etp}")
         parts.append(f"DP{self.dp}")
+        if self.schedule != PLAN_DEFAULTS["schedule"]:
+            parts.append(self.schedule.upper() if self.schedule != "dualpipe" else "DualPipe")
         return " ".join(parts)
 
 
@@ -107,6 +159,8 @@ def parse_bool(text: str, key: str) -> bool:
 
 def check_field(key: str, value: Any) -> None:
     """Raise ValueError unless ``value`` is a possible value of plan key ``key`` on its own."""
+    if key == "etp" and (value is None or value == ETP_AS_TP):
+        return
     if key in INT_KEYS:
         low = 0 if key == "zero" else 1
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (key == "zero" and value > 3):
@@ -134,7 +188,9 @@ def parse_plan_fields(text: str) -> dict[str, Any]:
             raise ValueError(f"unknown plan key {key!r}; keys: {', '.join(PLAN_KEYS)} (dp is derived)")
         if key in fields:
             raise ValueError(f"plan key {key!r} is given twice")
-        if key in INT_KEYS:
+        if key == "etp" and raw == ETP_AS_TP:
+            fields[key] = ETP_AS_TP
+        elif key in INT_KEYS:
             fields[key] = _parse_int(raw, key)
         elif key == "sp":
             fields[key] = parse_bool(raw, key)
@@ -156,6 +212,8 @@ def plan_from_fields(fields: Mapping[str, Any], n_gpus: int) -> Plan:
     values = {**PLAN_DEFAULTS, **{k: v for k, v in fields.items() if k != "dp"}}
     check_field("tp", values["tp"])  # before sp is derived from it
     values.setdefault("sp", values["tp"] > 1)
+    if values.get("etp") == ETP_AS_TP:
+        values["etp"] = None
     plan = Plan(n_gpus=n_gpus, **values)
     if "dp" in fields and fields["dp"] != plan.dp:
         raise ValueError(
@@ -188,19 +246,41 @@ class PlanBatch:
     recompute: np.ndarray
     precision: np.ndarray
     offload: np.ndarray
+    etp: np.ndarray
+    schedule: np.ndarray
 
     @property
     def dp(self) -> np.ndarray:
         return self.n_gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def expert_dp(self) -> np.ndarray:
+        """Ranks of a stage over etp * ep (0 where etp * ep does not divide them: an invalid plan)."""
+        stage = self.n_gpus // self.pp
+        width = self.etp * self.ep
+        return np.where(stage % width == 0, stage // np.maximum(width, 1), 0)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
 
     @classmethod
     def from_columns(cls, n_gpus: int, columns: Mapping[str, Iterable]) -> "PlanBatch":
+        """Columns per plan key; ``etp`` may be missing or hold ``"tp"`` (equal to tp), ``schedule`` may be missing (1f1b)."""
         arrays = {}
+        length = len(np.asarray(columns["tp"]))
         for key in PLAN_KEYS:
-            values = columns[key]
+            if key == "etp":
+                tp = np.asarray(columns["tp"], dtype=np.int64)
+                raw = np.asarray(columns["etp"]) if "etp" in columns else None
+                if raw is None:
+                    arrays[key] = tp.copy()
+                elif raw.dtype.kind in "iu":
+                    arrays[key] = raw.astype(np.int64)
+                else:  # "tp" (or None) means equal to tp
+                    arrays[key] = np.array([t if v is None or v == ETP_AS_TP else int(v) for t, v in zip(tp, raw.tolist())],
+                                           dtype=np.int64).reshape(tp.shape)
+                continue
+            values = columns[key] if key in columns or key != "schedule" else [PLAN_DEFAULTS["schedule"]] * length
             if key in CATEGORIES:
                 arr = np.asarray(values)
                 if arr.dtype.kind in ("U", "S", "O"):

@@ -92,7 +92,7 @@ class TrainingProblem:
     def build(cls, model: ModelSpec, cluster: Cluster, workload: TrainWorkload, space: Space,
               framework: Framework | None = None,
               memory_headroom: float = DEFAULT_MEMORY_HEADROOM) -> "TrainingProblem":
-        return cls(model, cluster, workload, axis_choices(space, model, cluster, workload), space.rules, space,
+        return cls(model, cluster, workload, axis_choices(space, model, cluster, workload, framework), space.rules, space,
                    framework=framework, memory_headroom=memory_headroom)
 
     def with_inputs(self, *, cluster: Cluster | None = None, workload: TrainWorkload | None = None) -> "TrainingProblem":

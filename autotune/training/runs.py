@@ -210,11 +210,33 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
         ("sp", "sequence_parallel", _bool), ("zero", "zero", _int), ("mbs", "micro_batch", _int),
         ("recompute", "recompute", lambda r, k: (r.get(k) or "").strip() or None),
         ("precision", "precision", lambda r, k: (r.get(k) or "").strip() or None),
+        ("etp", "etp", _int),
+        ("schedule", "schedule", lambda r, k: (r.get(k) or "").strip() or None),
     ):
         value = parse(row, column)
         if value is None:
             if key in ("cp", "ep"):
                 value = 1  # the sources state these whenever they are used
+            elif key == "etp":
+                # Expert TP: fixed by the framework where it cannot set it apart; otherwise unknown
+                # when it could differ from tp (an MoE model with tp > 1), else equal to tp.
+                tp = known.get("tp")
+                if model.moe is None or framework.expert_tp == "equal_tp" or tp in (None, 1):
+                    value = 1 if (framework.expert_tp == "none" and model.moe is not None) else None
+                    if value is None:
+                        continue  # Plan fills etp = tp
+                elif framework.expert_tp == "none":
+                    value = 1
+                else:
+                    unknown.append(key)
+                    continue
+            elif key == "schedule":
+                # Every profiled framework but the generic `other` offers 1F1B (interleaved) only; a
+                # DualPipe run names its schedule.
+                if "dualpipe" in framework.pipeline_schedules and (known.get("pp") or 1) > 1:
+                    unknown.append(key)
+                    continue
+                value = "1f1b"
             else:
                 unknown.append(key)
                 continue
@@ -310,6 +332,10 @@ def candidate_plans(run: MeasuredRun, precisions_supported: tuple[str, ...]) -> 
             options[key] = ["none", "full"] + (["selective"] if run.framework.selective_recompute != "none" else [])
         elif key == "precision":
             options[key] = [p for p in ("bf16",) if p in precisions_supported]
+        elif key == "etp":
+            options[key] = [tp, 1]
+        elif key == "schedule":
+            options[key] = ["1f1b", "dualpipe"]
     plans = []
     keys = list(options)
     for combo in itertools.product(*(options[k] for k in keys)):

@@ -21,7 +21,7 @@ from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
 from ..inputs.resources import bundled_dir
 from ..inputs.workload import TrainWorkload
-from .plan import CATEGORIES, PLAN_KEYS, Plan, PlanBatch, parse_plan_fields
+from .plan import CATEGORIES, ETP_AS_TP, PLAN_KEYS, Plan, PlanBatch, parse_plan_fields
 
 # Reason codes, in the order rules are checked; 0 means valid.
 REASONS: tuple[str, ...] = (
@@ -36,7 +36,7 @@ REASONS: tuple[str, ...] = (
     "sequence parallelism without tp > 1",
     "sequence not divisible by 2*cp (load-balanced causal ring attention)",
     "experts not divisible by ep",
-    "ep does not divide dp*cp",
+    "etp*ep does not divide the ranks of a pipeline stage (tp*cp*dp)",
     "ep > 1 on a dense model",
     "global batch not divisible by dp*micro-batch",
     "precision not supported by the GPU",
@@ -48,6 +48,12 @@ REASONS: tuple[str, ...] = (
     "interleaved schedule the framework does not offer for this pp",
     "interleaved schedule needs the micro-batches to be a multiple of pp",
     "fp8 the framework does not offer",
+    "etp differs from tp on a dense model",
+    "expert FFN width not divisible by etp",
+    "etp spans more than one node",
+    "expert tensor parallelism the framework does not offer",
+    "dualpipe schedule the framework does not offer",
+    "dualpipe needs an even pp > 1, vp = 1 and an even number of micro-batches >= 2*pp",
     "not expressible in the --emit format(s)",
 )
 NOT_EXPRESSIBLE = len(REASONS) - 1
@@ -59,6 +65,15 @@ FW_SELECTIVE = REASONS.index("selective recompute the framework does not offer")
 FW_INTERLEAVED = REASONS.index("interleaved schedule the framework does not offer for this pp")
 FW_INTERLEAVE_MICROBATCHES = REASONS.index("interleaved schedule needs the micro-batches to be a multiple of pp")
 FW_FP8 = REASONS.index("fp8 the framework does not offer")
+ETP_DENSE = REASONS.index("etp differs from tp on a dense model")
+ETP_FFN = REASONS.index("expert FFN width not divisible by etp")
+ETP_NODE = REASONS.index("etp spans more than one node")
+FW_ETP = REASONS.index("expert tensor parallelism the framework does not offer")
+FW_DUALPIPE = REASONS.index("dualpipe schedule the framework does not offer")
+DUALPIPE_SHAPE = REASONS.index("dualpipe needs an even pp > 1, vp = 1 and an even number of micro-batches >= 2*pp")
+# Axes a space file may leave out (added after the format was fixed): their value when it does --
+# etp equal to tp and the 1F1B schedule, so an older space searches what it searched before.
+OPTIONAL_AXES: Mapping[str, tuple] = {"etp": (ETP_AS_TP,), "schedule": ("1f1b",)}
 
 
 @dataclass(frozen=True)
@@ -104,11 +119,14 @@ def space_from_mapping(data: dict, *, source: str) -> Space:
     axes: dict[str, Any] = {}
     for key in PLAN_KEYS:
         raw = axes_raw.get(key)
+        if raw is None and key in OPTIONAL_AXES:
+            axes[key] = OPTIONAL_AXES[key]
+            continue
         if raw is None:
             raise InputError(f"is missing; give a list of choices, e.g. {key}: [1, 2]", source=source, field=f"axes.{key}")
         if raw == "auto":
-            if key not in ("pp", "ep"):
-                raise InputError("only pp and ep accept auto", source=source, field=f"axes.{key}")
+            if key not in ("pp", "ep", "etp"):
+                raise InputError("only pp, ep and etp accept auto", source=source, field=f"axes.{key}")
             axes[key] = "auto"
             continue
         if not isinstance(raw, list) or not raw:
@@ -140,17 +158,24 @@ def load_space(path: str | None) -> Space:
     return space_from_mapping(loading.read_mapping(Path(path)), source=path)
 
 
-def axis_choices(space: Space, model: ModelSpec, cluster: Cluster, workload: TrainWorkload) -> dict[str, tuple]:
+def axis_choices(space: Space, model: ModelSpec, cluster: Cluster, workload: TrainWorkload,
+                 framework: Framework | None = None) -> dict[str, tuple]:
     """Concrete choices per axis for this model and cluster.
 
     Choices that can never be valid on their own (fp8 on a GPU without it, ep > 1
-    on a dense model, tp beyond a node) are dropped here, so the Optuna
-    categoricals are the same in every trial of a study.  ``pp: auto`` is every
+    on a dense model, tp beyond a node -- an NVLink domain, which on NVL72 racks spans
+    several nodes -- expert TP or DualPipe where the model or framework cannot use them)
+    are dropped here, so the Optuna categoricals are the same in every trial of a study.
+    ``etp: auto`` is ``tp`` (Megatron's default) and 1 (experts not split, EP folded over the TP
+    ranks: the layouts of NVIDIA's MoE recipes) on an MoE model whose framework sets expert TP apart
+    (``Framework.expert_tp``); 1 where its experts are never split; ``tp`` otherwise.  Other
+    values can be listed in a space file.  ``pp: auto`` is every
     feasible stage count: each divisor of the GPU count up to the layer count (stages
     need not divide the layers where the framework splits them unevenly, e.g. BLOOM's
     70 layers on 12 stages; the validity rules decide per framework).
     """
     n = cluster.n_gpus
+    framework = framework if framework is not None else load_framework()
     choices: dict[str, tuple] = {}
     for key in PLAN_KEYS:
         axis = space.axes[key]
@@ -159,6 +184,12 @@ def axis_choices(space: Space, model: ModelSpec, cluster: Cluster, workload: Tra
         elif axis == "auto" and key == "ep":
             experts = model.moe.n_experts if model.moe else 1
             values = [d for d in range(1, experts + 1) if experts % d == 0 and d <= n]
+        elif axis == "auto" and key == "etp":
+            values = [ETP_AS_TP]
+            if model.moe and framework.expert_tp == "independent":
+                values.append(1)  # experts not split: the folding layouts MoE recipes run (EP over the TP ranks)
+            elif model.moe and framework.expert_tp == "none":
+                values = [1]
         else:
             values = list(axis)
         if key == "precision":
@@ -166,8 +197,12 @@ def axis_choices(space: Space, model: ModelSpec, cluster: Cluster, workload: Tra
             values = supported or values  # all unsupported: keep, so the rejection names the reason
         if key == "ep" and not model.moe:
             values = [v for v in values if v == 1] or values
-        if key == "tp" and space.rules.tp_within_node:
-            values = [v for v in values if v <= cluster.gpus_per_node] or values
+        if key == "etp" and not model.moe:
+            values = [ETP_AS_TP]
+        if key == "schedule" and "dualpipe" not in framework.pipeline_schedules:
+            values = [v for v in values if v != "dualpipe"] or values
+        if key in ("tp", "etp") and space.rules.tp_within_node:
+            values = [v for v in values if v == ETP_AS_TP or v <= cluster.gpus_per_scale_up_domain] or values
         choices[key] = tuple(values)
     return choices
 
@@ -176,10 +211,13 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
             layout_only: bool, framework: Framework) -> dict[int, np.ndarray]:
     n = cluster.n_gpus
     fw = framework
-    tp, pp, cp, ep, vp = plans.tp, plans.pp, plans.cp, plans.ep, plans.vp
+    tp, pp, cp, ep, vp, etp = plans.tp, plans.pp, plans.cp, plans.ep, plans.vp, plans.etp
     none = np.zeros(len(tp), dtype=bool)
     model_parallel = tp * pp * cp
     dp = np.where(n % model_parallel == 0, n // model_parallel, 0)
+    stage_ranks = np.where(n % pp == 0, n // np.maximum(pp, 1), 0)
+    dualpipe = plans.schedule == CATEGORIES["schedule"].index("dualpipe")
+    domain = cluster.gpus_per_scale_up_domain
     experts = model.moe.n_experts if model.moe else 1
     dims = set(fw.parallel_dims)
     uneven_ok = rules.uneven_pipeline and fw.uneven_stages
@@ -188,20 +226,28 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         1: n % model_parallel != 0,
         2: model.n_heads % tp != 0,
         3: model.n_kv_heads % tp != 0,
-        4: (tp > cluster.gpus_per_node) if rules.tp_within_node else none,
+        4: (tp > domain) if rules.tp_within_node else none,
         5: pp * vp > model.n_layers,
         6: none if uneven_ok else model.n_layers % (pp * vp) != 0,
         7: (vp > 1) & (pp == 1),
         8: plans.sp & (tp == 1),
         9: (cp > 1) & (workload.seq_len % (2 * cp) != 0),
         10: (model.moe is not None) & (experts % ep != 0),
-        11: (model.moe is not None) & ((dp * cp) % ep != 0),
+        # Megatron-Core's expert mapping (parallel_state.initialize_model_parallel): etp*ep must divide
+        # the ranks of a stage, tp*cp*dp; with etp = tp this is ep dividing dp*cp.
+        11: (model.moe is not None) & ((stage_ranks == 0) | (stage_ranks % (etp * ep) != 0)),
         12: (ep > 1) & (model.moe is None),
         16: (~plans.sp & (tp > 1)) if (rules.sp_with_tp and "sp" in dims) else none,
         # The framework: the parallelism it offers, and its schedules' constraints.
         FW_PARALLELISM: (((tp > 1) & ("tp" not in dims)) | (plans.sp & ("sp" not in dims)) | ((pp > 1) & ("pp" not in dims))
              | ((cp > 1) & ("cp" not in dims)) | ((ep > 1) & ("ep" not in dims))),
         FW_INTERLEAVED: interleaved & (("interleaved" not in fw.pipeline_schedules) | (pp < fw.interleave_min_pp)),
+        ETP_DENSE: (model.moe is None) & (etp != tp),
+        ETP_FFN: (model.moe is not None) & (etp != tp) & ((model.moe.expert_ffn_hidden_size if model.moe else 1) % etp != 0),
+        ETP_NODE: ((model.moe is not None) & (etp != tp) & (etp > domain)) if rules.tp_within_node else none,
+        FW_ETP: (model.moe is not None) & (((fw.expert_tp == "equal_tp") & (etp != tp))
+                                           | ((fw.expert_tp == "none") & (etp != 1))),
+        FW_DUALPIPE: dualpipe & ("dualpipe" not in fw.pipeline_schedules),
     }
     if not layout_only:
         supported = [CATEGORIES["precision"].index(p) for p in cluster.hardware.peak_tflops if p in CATEGORIES["precision"]]
@@ -216,6 +262,10 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         microbatches = workload.global_batch // np.maximum(dp * plans.mbs, 1)
         checks[FW_INTERLEAVE_MICROBATCHES] = interleaved & fw.interleave_microbatches_multiple_of_pp & (microbatches % np.maximum(pp, 1) != 0)
         checks[FW_FP8] = (plans.precision == CATEGORIES["precision"].index("fp8")) & (not fw.supports_fp8())
+        # deepseek-ai/DualPipe dualpipe.py step(): an even number of ranks, and of micro-batches
+        # (chunks), at least twice the ranks; one stage per rank and direction.
+        checks[DUALPIPE_SHAPE] = dualpipe & ((pp < 2) | (pp % 2 != 0) | (vp != 1) | (microbatches % 2 != 0)
+                                             | (microbatches < 2 * pp))
     return checks
 
 
@@ -252,7 +302,7 @@ def rejection_reasons(
     return reasons
 
 
-LAYOUT_KEYS = ("tp", "pp", "vp", "cp", "ep", "sp")
+LAYOUT_KEYS = ("tp", "pp", "vp", "cp", "ep", "sp", "etp", "schedule")
 SETTING_KEYS = ("zero", "mbs", "recompute", "precision", "offload")
 
 
@@ -264,7 +314,16 @@ def _product(columns: Mapping[str, tuple]) -> dict[str, np.ndarray]:
         values = columns[key]
         if key in CATEGORIES:
             values = [CATEGORIES[key].index(v) for v in values]
+        if key == "etp":
+            values = [0 if v == ETP_AS_TP else v for v in values]  # 0: as tp, resolved below
         out[key] = np.asarray(values)[grid.ravel()]
+    if "etp" in out and "tp" in out:
+        out["etp"] = np.where(out["etp"] == 0, out["tp"], out["etp"]).astype(np.int64)
+        # etp: tp and an explicit etp equal to tp are the same plan: keep one.
+        stacked = np.stack([np.asarray(out[k], dtype=np.int64) for k in keys], axis=1)
+        _, first = np.unique(stacked, axis=0, return_index=True)
+        keep = np.sort(first)
+        out = {k: v[keep] for k, v in out.items()}
     return out
 
 

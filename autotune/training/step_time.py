@@ -32,7 +32,7 @@ from ..costmodel import comm
 from ..costmodel.kernels import Kernels
 from ..inputs.framework import Framework
 from ..inputs.hardware import Cluster
-from ..inputs.modelspec import ModelSpec
+from ..inputs.modelspec import ModelSpec, mean_keys_per_query
 from ..inputs.workload import TrainWorkload
 from .geometry import Geometry
 from .plan import PRECISION, RECOMPUTE, PlanBatch
@@ -91,43 +91,153 @@ def pipeline_passes(m: np.ndarray, p: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.maximum(m, p) + (np.minimum(m, p) - 1.0) / v
 
 
-class _Layer:
-    """Forward, backward and communication times of one layer for one micro-batch (arrays)."""
+# DeepSeek-V3 §3.2.2: the all-to-all kernels of the overlapped dispatch and combine take 20 of the
+# H800's 132 SMs; the compute beside them runs on the rest.  An all-to-all hidden behind compute so
+# costs that compute this share of its time (DeepEP's normal kernels take a similar SM budget,
+# --moe-flex-dispatcher-num-sms; NCCL's all-to-all runs on SMs too).
+OVERLAPPED_A2A_SM_SHARE = 20.0 / 132.0
+# Bytes per element of an fp8 dispatch: e4m3 values and one fp32 scale per 128 (DeepSeek-V3 §3.3.1-3).
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
 
-    def __init__(self, model: ModelSpec, geo: Geometry, kernels: Kernels, cluster: Cluster, seq_len: int, moe_layer: bool,
-                 framework: Framework):
+
+def expected_remote_domains(model: ModelSpec, domains: np.ndarray) -> np.ndarray:
+    """Distinct NVLink domains other than its own that one token's routed experts sit in, on average.
+
+    The experts are spread evenly over the EP group's ``domains`` domains and routing is balanced.
+    Without group-limited routing a token's ``k`` experts fall in ``d(1 - C(E - E/d, k)/C(E, k))``
+    domains.  With it (``routing_groups`` G, the best ``routing_group_topk`` M), the experts lie in M
+    groups: where groups nest in domains (G a multiple of d: DeepSeek-V3's 8 groups on 8 nodes), the
+    token reaches ``d(1 - C(G - G/d, M)/C(G, M))`` domains -- at most M, DeepSeek's node-limited
+    routing (§2.1.2, §3.2.2); where each group spans d/G domains, ``k`` experts spread over its M*d/G.
+    The token's own domain is one of them with probability 1/d.
+    """
+    from math import comb
+
+    moe = model.moe
+    d = np.asarray(domains, dtype=np.float64)
+    out = np.zeros_like(d)
+    for value in np.unique(d):
+        n = int(value)
+        if n <= 1:
+            continue
+        E, k, G, M = moe.n_experts, moe.top_k, moe.routing_groups, moe.routing_group_topk
+        if G > 1 and G % n == 0:
+            reached = n * (1.0 - comb(G - G // n, M) / comb(G, M))
+        elif G > 1 and n % G == 0:
+            span = M * n / G
+            reached = span * (1.0 - (1.0 - 1.0 / span) ** k)
+        elif E % n == 0:
+            reached = n * (1.0 - comb(E - E // n, k) / comb(E, k))
+        else:
+            reached = n * (1.0 - (1.0 - 1.0 / n) ** k)
+        out = np.where(d == value, reached * (n - 1.0) / n, out)
+    return out
+
+
+def layer_mix(model: ModelSpec) -> list[tuple[float, str, bool]]:
+    """(share, attention kind, MoE) of the blocks a pipeline splits: every layer, and each MTP block
+    (a full-attention block whose MLP is the last layer's; DeepSeek-V3 §2.2)."""
+    kinds = model.layer_kinds
+    moe_layers = set()
+    if model.moe:
+        moe_layers = set(range(model.moe.first_dense_layers, model.n_layers, model.moe.layer_interval))
+    counts: dict[tuple[str, bool], int] = {}
+    for i in range(model.n_layers):
+        key = (kinds[i], i in moe_layers)
+        counts[key] = counts.get(key, 0) + 1
+    if model.mtp_layers:
+        key = ("full", model.mtp_block_is_moe)
+        counts[key] = counts.get(key, 0) + model.mtp_layers
+    total = float(model.n_layers + model.mtp_layers)
+    return [(count / total, kind, moe) for (kind, moe), count in counts.items()]
+
+
+class _Layer:
+    """Forward, backward and communication times of one block for one micro-batch (arrays)."""
+
+    def __init__(self, model: ModelSpec, geo: Geometry, kernels: Kernels, cluster: Cluster, workload: TrainWorkload,
+                 moe_layer: bool, framework: Framework, kind: str, plans: PlanBatch):
+        seq_len = workload.seq_len
         h = float(model.hidden_size)
         t, T = geo.tp, geo.tokens
-        lin = kernels.linear_s
         unfused_attention = framework.attention == "unfused"
-        # Weight GEMMs (linear layers): forward, and backward (dgrad + wgrad), in the plan's precision.
-        fwd_parts, bwd_parts = [], []
+        sp_div = np.where(geo.sp, t, 1.0)
+        # Weight GEMMs (linear layers): forward, input gradient and weight gradient, in the plan's precision.
+        fwd_parts, dgrad_parts, wgrad_parts = [], [], []
+        self.gemm_flops = np.zeros_like(t)  # forward weight-GEMM FLOPs this rank runs (a check on the shapes)
+
+        def add(parts, flops):
+            f, d, w = parts
+            fwd_parts.append(f)
+            dgrad_parts.append(d)
+            wgrad_parts.append(w)
+            self.gemm_flops = self.gemm_flops + flops
+            return f
 
         def linear(m, n, k, count=1.0):
-            f, b = lin(m, n, k, count)
-            fwd_parts.append(f)
-            bwd_parts.append(b)
+            return add(kernels.linear_parts(m, n, k, count), 2.0 * m * n * k * count)
 
-        linear(T, (model.q_width + 2 * model.kv_width) / t, h)
-        linear(T, h, model.q_width / t)
+        # --- attention projections, by kind -------------------------------------------------
+        up_projection = np.zeros_like(t)  # MLA up-projections' forward (what mla_up_proj recompute repeats)
+        a = float(model.n_heads)
+        if kind == "linear":
+            la = model.linear_attention
+            linear(T, (la.conv_channels + la.value_width + 2 * la.n_value_heads) / t, h)
+            linear(T, h, la.value_width / t)
+            core_kv_width = 0.0
+        elif model.mla is not None:
+            # Multi-head latent attention (DeepSeek-V2 §2.1): the down-projections to the latents are
+            # small and replicated on every TP rank (Megatron-Core MLASelfAttention: duplicated linears);
+            # the up-projections and the output projection are split over the heads.
+            mla = model.mla
+            if mla.q_lora_rank:
+                linear(T, float(mla.q_lora_rank), h)
+                up_projection = up_projection + linear(T, a * mla.qk_head_dim / t, float(mla.q_lora_rank))
+            else:
+                linear(T, a * mla.qk_head_dim / t, h)
+            linear(T, float(mla.kv_lora_rank + mla.qk_rope_head_dim), h)
+            up_projection = up_projection + linear(T, a * (mla.qk_nope_head_dim + mla.v_head_dim) / t,
+                                                   float(mla.kv_lora_rank))
+            linear(T, h, a * mla.v_head_dim / t)
+            if model.dsa is not None:  # the lightning indexer's projections (replicated)
+                dsa = model.dsa
+                linear(T, float(dsa.index_n_heads * dsa.index_head_dim), float(mla.q_lora_rank))
+                linear(T, float(dsa.index_head_dim + dsa.index_n_heads), h)
+            core_kv_width = a * (mla.qk_head_dim + mla.v_head_dim)  # K and V per token, expanded per head
+        else:
+            q_out = model.q_width * (2 if model.attention_output_gate else 1)
+            linear(T, (q_out + 2 * model.kv_width) / t, h)
+            linear(T, h, model.q_width / t)
+            core_kv_width = 2.0 * model.kv_width
+
+        # --- MLP: dense, or routed experts, shared experts and router -----------------------
         width_in = (model.mlp_matrices - 1.0)  # gate+up fused for SwiGLU
         elementwise_mlp = (4.0 if model.mlp == "gelu" else 6.0)
-        if moe_layer and model.moe:
+        self.moe = bool(moe_layer and model.moe)
+        if self.moe:
             moe = model.moe
+            etp, imbalance = geo.etp, workload.moe_imbalance
             local_experts = moe.n_experts / geo.ep
-            tokens_per_expert = T * moe.top_k / local_experts
+            # Token copies this rank's experts process: the T/tp distinct tokens of each of the etp ranks
+            # of its expert-TP group, k copies each (MoE parallel folding); the busiest rank gets
+            # ``imbalance`` times the mean.
+            copies = moe.top_k * T * etp / t * imbalance
+            per_expert = copies / local_experts
             fe = moe.expert_ffn_hidden_size
-            linear(tokens_per_expert, width_in * fe / t, h, local_experts)
-            linear(tokens_per_expert, h, fe / t, local_experts)
+            # One grouped kernel for the local experts (DeepGEMM, CUTLASS, torch._grouped_mm), or one GEMM
+            # launch per expert (TransformerEngine's GroupedLinear in Megatron-Core): framework.grouped_gemm.
+            grouped = (kernels.grouped_linear_parts if framework.grouped_gemm == "single_kernel"
+                       else kernels.linear_parts)
+            add(grouped(per_expert, width_in * fe / etp, h, local_experts), 2.0 * copies * width_in * fe / etp * h)
+            add(grouped(per_expert, h, fe / etp, local_experts), 2.0 * copies * h * fe / etp)
             if moe.shared_expert_ffn_hidden_size:
                 fs = moe.shared_expert_ffn_hidden_size
                 linear(T, width_in * fs / t, h)
                 linear(T, h, fs / t)
-            router = kernels.gemm_s(T, moe.n_experts, h)  # bf16
-            fwd_parts.append(router)
-            bwd_parts.append(2.0 * router)
+            router = kernels.gemm_s(T / sp_div, moe.n_experts, h)  # bf16, on the rank's own tokens
+            add((router, router, router), 2.0 * T / sp_div * moe.n_experts * h)
             # Permute/unpermute copies and the experts' activation function.
-            mlp_bytes = 8.0 * T * moe.top_k * h + elementwise_mlp * T * moe.top_k * fe / t
+            mlp_bytes = 8.0 * copies * h + elementwise_mlp * copies * fe / etp
             mlp_bytes = mlp_bytes + elementwise_mlp * T * moe.shared_expert_ffn_hidden_size / t
         else:
             f = model.ffn_hidden_size
@@ -135,16 +245,24 @@ class _Layer:
             linear(T, h, f / t)
             mlp_bytes = elementwise_mlp * T * f / t
         gemms = sum(fwd_parts)
-        gemms_backward = sum(bwd_parts)
-        # Attention core.  Flash attention (FlashAttention-2, cuDNN fused): causal, masked blocks
-        # skipped, scores never written (kernels.flash_attention_s).  Unfused (Megatron before
-        # FlashAttention): batched GEMMs per head over the full square -- QK^T and PV forward
-        # (reduction over head_dim, then over the sequence), four backward (dP, dQ, dK, dV) -- and
-        # the fused scale-mask-softmax and dropout kernels moving every score through HBM: 4 bytes
-        # per score forward (read S, write P) plus 5 with dropout (read, write, mask), 6 (+5) backward.
+        wgrad = sum(wgrad_parts)
+        gemms_backward = sum(dgrad_parts) + wgrad
+
+        # --- attention core ------------------------------------------------------------------
+        # Flash attention (FlashAttention-2, cuDNN fused): causal, masked blocks skipped, scores never
+        # written (kernels.flash_attention_s); a sliding layer sees at most its window, a DSA layer its
+        # top-k keys (mean_keys_per_query).  Unfused (Megatron before FlashAttention): batched GEMMs per
+        # head over the full square -- QK^T and PV forward (reduction over head_dim, then over the
+        # sequence), four backward (dP, dQ, dK, dV) -- and the fused scale-mask-softmax and dropout
+        # kernels moving every score through HBM: 4 bytes per score forward (read S, write P) plus 5
+        # with dropout (read, write, mask), 6 (+5) backward.  Linear attention: a fixed cost per token.
         heads = model.n_heads / t
         d = float(model.head_dim)
-        if unfused_attention:
+        if kind == "linear":
+            core = T * model.linear_attention.core_flops_per_token / t
+            attention = kernels.attention_forward_s(core)
+            attention_backward = 2.0 * attention
+        elif unfused_attention:
             g = kernels.gemm_s
             scores = T * seq_len * heads
             drop = 5.0 if model.dropout else 0.0
@@ -152,18 +270,34 @@ class _Layer:
             attention_backward = (g(T, seq_len, d, heads) + 3.0 * g(T, d, seq_len, heads)
                                   + kernels.memory_bound_s((6.0 + drop) * scores))
         else:
-            scores = T * seq_len * heads / 2.0  # causal: half the square
-            attention, attention_backward = kernels.flash_attention_s(scores, model.head_dim, seq_len / geo.cp)
+            window = model.sliding_window if kind == "sliding" else None
+            if model.dsa is not None:
+                window = model.dsa.index_topk if window is None else min(window, model.dsa.index_topk)
+            keys = mean_keys_per_query(seq_len, window)  # causal: half the square for full attention
+            scores = T * heads * keys
+            kv_len = (seq_len if window is None else min(seq_len, window)) / geo.cp
+            value_dim = float(model.mla.v_head_dim) if model.mla is not None else None
+            attention, attention_backward = kernels.flash_attention_s(scores, model.head_dim, kv_len, value_dim)
+            if model.dsa is not None:  # the indexer scores every earlier key (ReLU(q.k), I_h heads)
+                indexer = T * model.dsa.core_flops_per_key * mean_keys_per_query(seq_len, None) / t
+                attention = attention + kernels.attention_forward_s(indexer)
+                attention_backward = attention_backward + 2.0 * kernels.attention_forward_s(indexer)
         # Memory-bound ops, forward: 2 norms (read+write), 2 residual adds (2 reads, 1 write),
         # dropout (if any) on the replicated h-wide tensors (split by TP only with SP);
         # rotary on q and k; the MLP activation.  (fp8 casts are part of kernels.linear_s.)
-        sp_div = np.where(geo.sp, t, 1.0)
         replicated = (20.0 + (10.0 if model.dropout else 0.0)) * T * h / sp_div
-        rotary = 4.0 * T * (model.q_width + model.kv_width) / t
+        rotary = 0.0 if kind == "linear" else 4.0 * T * (model.q_width + model.kv_width) / t
         elementwise = kernels.memory_bound_s(replicated + rotary + mlp_bytes)
 
         self.gemm_forward = gemms
         self.attention_forward = attention
+        self.wgrad = wgrad
+        # MLA up-projections and the norms (recompute_modules mla_up_proj layernorm; memory.py): the
+        # up-projection GEMMs again, and the layer's two RMSNorms and the latents' two (read, write).
+        latent_width = 0.0 if model.mla is None else float((model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank)
+        self.up_projection_recompute = up_projection + kernels.memory_bound_s(
+            8.0 * T * h / sp_div + 4.0 * T * latent_width)
+        self.is_mla = model.mla is not None and kind != "linear"
         # PyTorch op-level selective checkpointing recomputes about half the weight GEMMs and the
         # element-wise ops (framework.selective_recompute == "op_sac"; memory.py).
         self.op_sac_recompute = 0.5 * gemms + elementwise
@@ -172,16 +306,16 @@ class _Layer:
 
         # TP: two all-reduces forward and two backward of the h-wide activations; with sequence
         # parallelism each becomes an all-gather plus a reduce-scatter of the same total bytes.  A
-        # group larger than a node runs at the network's bandwidth (comm.Topology).  The framework
-        # hides its overlap fraction for the link the group uses (TE userbuffers and async TP only
-        # inside the NVLink domain), at most the GEMM time of the same pass.
+        # group larger than an NVLink domain runs at the network's bandwidth (comm.Topology).  The
+        # framework hides its overlap fraction for the link the group uses (TE userbuffers and async TP
+        # only inside the NVLink domain), at most the GEMM time of the same pass.
         tp_bytes = 2.0 * T * h
         per_collective = np.where(
             geo.sp,
             comm.all_gather_s(tp_bytes, geo.tp_group, cluster) + comm.reduce_scatter_s(tp_bytes, geo.tp_group, cluster),
             comm.all_reduce_s(tp_bytes, geo.tp_group, cluster),
         )
-        tp_overlap = np.where(geo.tp_group.nodes > 1, framework.tp_overlap_network, framework.tp_overlap_nvlink)
+        tp_overlap = np.where(geo.tp_group.crosses_network, framework.tp_overlap_network, framework.tp_overlap_nvlink)
         if framework.tp_overlap_needs_sp:
             tp_overlap = np.where(geo.sp, tp_overlap, 0.0)
         tp_pass = 2.0 * per_collective
@@ -189,24 +323,81 @@ class _Layer:
         self.tp_backward = np.where(t > 1, exposed(tp_pass, tp_overlap, gemms_backward), 0.0)
         # CP (ring attention): cp-1 exchanges of this rank's K and V blocks forward, and of
         # K, V and their gradients backward, hidden behind the attention compute up to cp_overlap;
-        # across nodes the exchange runs at the network's bandwidth.
-        kv_bytes = 2.0 * 2.0 * T * model.kv_width / t
-        ring_step = comm.point_to_point_s(kv_bytes, geo.cp_group.nodes > 1, cluster)
+        # across NVLink domains the exchange runs at the network's bandwidth.  (MLA rings the
+        # expanded per-head K and V.)
+        kv_bytes = 2.0 * T * core_kv_width / t
+        ring_step = comm.point_to_point_s(kv_bytes, geo.cp_group, cluster)
         cp_forward = (geo.cp - 1.0) * ring_step
         self.cp_forward = exposed_behind(cp_forward, framework.cp_overlap, attention)
         self.cp_backward = exposed_behind(2.0 * cp_forward, framework.cp_overlap, attention_backward)
         # EP: dispatch and combine all-to-alls of top_k copies of each token, forward and backward,
-        # on the link the EP group uses; the framework hides its overlap fraction for that link
-        # behind other work of the layer (another micro-batch's, Megatron-Core's batch-level overlap).
-        if moe_layer and model.moe:
-            a2a_bytes = 2.0 * T * model.moe.top_k * h / sp_div
-            a2a = 2.0 * comm.all_to_all_s(a2a_bytes, geo.ep_group, cluster)
-            ep_overlap = np.where(geo.ep_group.nodes > 1, framework.ep_overlap_network, framework.ep_overlap_nvlink)
-            self.ep_forward = np.where(geo.ep > 1, exposed(a2a, ep_overlap, self.forward_compute), 0.0)
-            self.ep_backward = np.where(geo.ep > 1, exposed(a2a, ep_overlap, self.backward_compute), 0.0)
+        # on the links the EP group uses (_moe_comm); hidden as the schedule and framework allow.
+        if self.moe:
+            self.ep_forward, self.ep_backward = self._moe_comm(model, geo, cluster, workload, framework, plans, sp_div)
         else:
             self.ep_forward = np.zeros_like(t)
             self.ep_backward = np.zeros_like(t)
+
+    def _moe_comm(self, model, geo, cluster, workload, framework, plans, sp_div):
+        """Exposed EP (and expert-TP) communication of one MoE block, forward and backward.
+
+        Dispatch and combine each move the rank's ``T/sp`` tokens times ``k`` (h wide): bf16, or the
+        dispatch in fp8 where the framework quantizes before it (DeepSeek-V3 §3.3.3); backward the
+        same in bf16.  The busiest rank receives ``moe_imbalance`` times the mean.  Across NVLink
+        domains a plain all-to-all sends every copy for a remote rank over the network; a DeepEP-style
+        dispatcher (``ep_dispatch: dedup``) sends a token once per destination domain and forwards it
+        on NVLink (expected_remote_domains).  With expert TP the received copies are all-gathered over
+        the etp group and reduce-scattered back (Megatron-Core's dispatchers with
+        expert_tensor_parallel_size > 1).
+
+        Hiding: under DualPipe every chunk's communication runs beside the paired chunk's compute
+        (DeepSeek-V3 §3.2.1), so all of it hides up to that compute; otherwise the framework's overlap
+        share for the link, where its mechanism applies (Megatron-Core: pp == 1 or interleaved, no full
+        recompute).  Hidden all-to-all time still costs the compute beside it the SMs its kernels take
+        (OVERLAPPED_A2A_SM_SHARE).
+        """
+        moe = model.moe
+        h = float(model.hidden_size)
+        T = geo.tokens
+        imbalance = workload.moe_imbalance
+        tokens_out = T / sp_div
+        fp8 = np.asarray(plans.precision) == FP8
+        dispatch_bytes = np.where(fp8 & framework.fp8_dispatch, FP8_DISPATCH_BYTES, 2.0)
+        copies_bytes = tokens_out * moe.top_k * h * imbalance
+        group = geo.ep_group
+        if framework.ep_dispatch == "dedup":
+            share = expected_remote_domains(model, group.domains) / moe.top_k
+        else:
+            share = None
+
+        def a2a(message):
+            return np.where(geo.ep > 1, comm.all_to_all_s(message, group, cluster, share), 0.0)
+
+        forward = a2a(dispatch_bytes * copies_bytes) + a2a(2.0 * copies_bytes)
+        backward = 2.0 * a2a(2.0 * copies_bytes)
+        # Expert TP: all-gather the received copies over etp ranks before the experts, reduce-scatter after.
+        gathered = 2.0 * copies_bytes * geo.etp
+        etp_pass = np.where(geo.etp > 1, comm.all_gather_s(gathered, geo.etp_group, cluster)
+                            + comm.reduce_scatter_s(gathered, geo.etp_group, cluster), 0.0)
+        forward = forward + etp_pass
+        backward = backward + etp_pass
+
+        recompute = np.asarray(plans.recompute)
+        mechanism = np.ones_like(T, dtype=bool)
+        if framework.ep_overlap_needs_interleaving:
+            mechanism = ((geo.pp == 1) | (geo.vp > 1)) & (recompute != FULL)
+        share_hidden = np.where(group.crosses_network, framework.ep_overlap_network, framework.ep_overlap_nvlink)
+        share_hidden = np.where(mechanism, share_hidden, 0.0)
+        # DualPipe: a forward chunk's communication beside a backward chunk's compute, and the reverse.
+        dual = geo.dualpipe
+        exposed_f = np.where(dual, np.maximum(0.0, forward - self.backward_compute),
+                             exposed(forward, share_hidden, self.forward_compute))
+        exposed_b = np.where(dual, np.maximum(0.0, backward - self.forward_compute),
+                             exposed(backward, share_hidden, self.backward_compute))
+        tax = OVERLAPPED_A2A_SM_SHARE / (1.0 - OVERLAPPED_A2A_SM_SHARE)
+        exposed_f = exposed_f + tax * (forward - exposed_f)
+        exposed_b = exposed_b + tax * (backward - exposed_b)
+        return exposed_f, exposed_b
 
 
 def step_time_parts(
@@ -219,13 +410,11 @@ def step_time_parts(
     kernels = Kernels(hw, plans.precision == FP8, fw.attention, fw.fp8_cast_bytes)
     recompute = np.asarray(plans.recompute)
     full, selective = recompute == FULL, recompute == SELECTIVE
-    s = workload.seq_len
 
-    layers = []
-    if model.n_dense_layers:
-        layers.append((model.n_dense_layers / model.n_layers, _Layer(model, geo, kernels, cluster, s, False, fw)))
-    if model.n_moe_layers:
-        layers.append((model.n_moe_layers / model.n_layers, _Layer(model, geo, kernels, cluster, s, True, fw)))
+    # Every block kind of the model (attention kind x dense/MoE, MTP blocks included), by its share
+    # of the blocks; each stage is charged that mix (layer_mix).
+    layers = [(share, _Layer(model, geo, kernels, cluster, workload, moe, fw, kind, plans))
+              for share, kind, moe in layer_mix(model)]
 
     def mix(attr: str) -> np.ndarray:
         return sum(share * getattr(layer, attr) for share, layer in layers)
@@ -233,13 +422,16 @@ def step_time_parts(
     fwd, bwd = mix("forward_compute"), mix("backward_compute")
     # Selective recomputation, as the framework emits it: Megatron's `--recompute-granularity
     # selective` re-runs the attention core (Korthikanti et al. 2022; Megatron-Core recompute_modules
-    # [core_attn]); PyTorch's op-level SAC (torchtitan `selective_ac_option = 'op'`, parallelize_llama.py
+    # [core_attn]) -- on a model with multi-head latent attention, the MLA up-projections and the
+    # norms instead (recompute_modules mla_up_proj layernorm: DeepSeek-V3 §3.2.3; NVIDIA's DeepSeek-V3
+    # recipes recompute mla_up_proj); PyTorch's op-level SAC (torchtitan `selective_ac_option = 'op'`, parallelize_llama.py
     # `_save_list`) keeps the attention kernel's output and every second matmul output and re-runs the
     # other matmuls and the element-wise ops.  A framework without it never gets such a plan (space.py).
     if fw.selective_recompute == "op_sac":
         selective_cost = mix("op_sac_recompute")
     elif fw.selective_recompute == "core_attention":
-        selective_cost = mix("attention_forward")
+        selective_cost = sum(share * (layer.up_projection_recompute if layer.is_mla else layer.attention_forward)
+                             for share, layer in layers)
     else:
         selective_cost = np.zeros_like(fwd)
     recompute_per_layer = np.where(full, fwd, np.where(selective, selective_cost, 0.0))
@@ -261,11 +453,13 @@ def step_time_parts(
     # unit per transformer block, plus one for the embedding and output layer), so a collective's
     # ring latency counts once per layer; ZeRO-1/2 and DDP reduce bucketed gradients (counted as
     # one per stage).
-    dense_params = n_layers * geo.dense_params_per_layer
-    expert_params = n_layers * geo.expert_params_per_layer
+    # DualPipe keeps two stages on every rank (one per direction): twice the parameters to reduce.
+    copies = np.where(geo.dualpipe, 2.0, 1.0)
+    dense_params = copies * n_layers * geo.dense_params_per_layer
+    expert_params = copies * n_layers * geo.expert_params_per_layer
     # The fuller of the first stage (input embedding) and the last (output layer; with one
     # stage and tied embeddings there is only one matrix).
-    edge_params = np.maximum(geo.embedding_params, geo.output_params)
+    edge_params = copies * np.maximum(geo.embedding_params, geo.output_params)
     zero = np.asarray(plans.zero)
     units = n_layers + 1.0
     nics = None
@@ -305,32 +499,55 @@ def step_time_parts(
     # Megatron-LM splits the message over the TP ranks and all-gathers it over NVLink on the
     # other side (the scatter/gather optimisation, Narayanan et al. 2021 §4.1; implicit with
     # sequence parallelism), so each rank sends 1/tp of it.
+    # DualPipe overlaps them with the paired chunk's compute (DeepSeek-V3 §3.2.1).
     pp_bytes = 2.0 * geo.tokens * model.hidden_size / geo.tp
     pp_per_microbatch = np.where(
-        geo.pp > 1,
-        2.0 * geo.vp * comm.point_to_point_s(pp_bytes, geo.pp_crosses_nodes, cluster) * (1.0 - fw.pp_overlap),
+        (geo.pp > 1) & ~geo.dualpipe,
+        2.0 * geo.vp * comm.point_to_point_s(pp_bytes, geo.pp_pair, cluster) * (1.0 - fw.pp_overlap),
         0.0,
     )
 
-    # Logits and loss on the last stage: a GEMM forward, two backward, plus softmax traffic.
+    # Logits and loss on the last stage: a GEMM forward, two backward, plus softmax traffic.  Each MTP
+    # module adds its projection of [h; embedding] (2h -> h) and a second pass through the shared head
+    # (its block is one of the stage's blocks, layer_mix).
     logits_gemm = kernels.gemm_s(geo.tokens, model.vocab_size / geo.tp, float(model.hidden_size))
     logits = 3.0 * logits_gemm + kernels.memory_bound_s(16.0 * geo.tokens * model.vocab_size / geo.tp)
+    if model.mtp_layers:
+        eh_forward, eh_backward = kernels.linear_s(geo.tokens, float(model.hidden_size), 2.0 * model.hidden_size)
+        logits = (1.0 + model.mtp_layers) * logits + model.mtp_layers * (eh_forward + eh_backward)
 
-    per_mb = {
-        "compute": stage_fwd + stage_bwd,
-        "recompute": n_layers * recompute_per_layer,
-        "tp_comm": n_layers * tp_layer,
-        "cp_comm": n_layers * cp_layer,
-        "ep_comm": n_layers * ep_layer,
-        "dp_comm": dp_per_microbatch,
-        "pp_comm": pp_per_microbatch,
-    }
-    body = sum(per_mb.values())  # one micro-batch on a stage without the logits
+    def stage(layers: np.ndarray) -> dict[str, np.ndarray]:
+        return {
+            "compute": layers * (fwd + bwd),
+            "recompute": layers * recompute_per_layer,
+            "tp_comm": layers * tp_layer,
+            "cp_comm": layers * cp_layer,
+            "ep_comm": layers * ep_layer,
+            "dp_comm": dp_per_microbatch,
+            "pp_comm": pp_per_microbatch,
+        }
+
+    per_mb = stage(n_layers)
+    body = sum(per_mb.values())  # one micro-batch on the fullest stage, without the logits
+    # The last stage also computes the logits and loss (and the MTP heads), so the slowest of the
+    # fullest stage and the last one sets the pace: with uneven stages the last rank holds the layers
+    # the others leave (Megatron-Core --decoder-last-pipeline-num-layers, torchtitan's split points),
+    # with one stage it holds them all.
+    last = stage(geo.last_layers(fw))
+    last["compute"] = last["compute"] + logits
+    last_binds = sum(last.values()) >= body
+    per_mb = {key: np.where(last_binds, last[key], per_mb[key]) for key in per_mb}
     m = geo.microbatches
     parts = {key: m * value for key, value in per_mb.items()}
-    parts["compute"] = parts["compute"] + m * logits
     # Fill and drain: the passes beyond the m of this stage (pipeline_passes), shortened by interleaving.
-    parts["pipeline_bubble"] = (pipeline_passes(m, geo.pp, geo.vp) - m) * body
+    # DualPipe (deepseek-ai/DualPipe README, DeepSeek-V3 Table 2): (p/2 - 1)(F&B + B - 3W), with F&B
+    # the paired forward and backward chunks (their compute adds up; the communication hides) and W the
+    # weight-gradient part of B, which the schedule defers into the bubbles.
+    chunk_f = stage_fwd
+    chunk_b = stage_bwd + n_layers * recompute_per_layer
+    chunk_w = n_layers * mix("wgrad")
+    dual_bubble = np.maximum(geo.pp / 2.0 - 1.0, 0.0) * np.maximum(chunk_f + 2.0 * chunk_b - 3.0 * chunk_w, 0.0)
+    parts["pipeline_bubble"] = np.where(geo.dualpipe, dual_bubble, (pipeline_passes(m, geo.pp, geo.vp) - m) * body)
 
     # Once per step: gradient reduction not hidden behind the last micro-batch's backward,
     # and (ZeRO 0-2) the all-gather of updated weights not hidden behind the next forward.
@@ -354,7 +571,9 @@ def step_time_parts(
     shard_dense = np.where(zero >= 1, geo.dense_shard, 1.0)
     shard_expert = np.where(zero >= 1, geo.expert_shard, 1.0)
     stage_params = dense_params + edge_params
-    local_params = stage_params / shard_dense + expert_params / shard_expert
+    # DualPipe's two copies of a stage shard their optimizer state over both (2x the shard group).
+    shard_copies = np.where(zero >= 1, copies, 1.0)
+    local_params = (stage_params / shard_dense + expert_params / shard_expert) / shard_copies
     offload = np.asarray(plans.offload) == 1
     on_gpu = kernels.memory_bound_s(OPTIMIZER_BYTES_PER_PARAM * local_params)
     on_host = local_params / hw.cpu_optimizer_params_per_s

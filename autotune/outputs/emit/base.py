@@ -183,7 +183,9 @@ def plan_summary(context: EmitContext) -> list[str]:
         f"= {context.n_gpus} GPUs",
         f"plan: {plan.as_string()}",
         f"layout: {plan.layout()} (world size {context.n_gpus} = tp {plan.tp} x pp {plan.pp} x cp {plan.cp} x dp {plan.dp}"
-        + (f"; ep {plan.ep} nests inside dp x cp" if plan.ep > 1 else "") + ")",
+        + (f"; ep {plan.ep} nests inside dp x cp" if plan.ep > 1 and plan.etp == plan.tp else "")
+        + (f"; experts: etp {plan.etp} x ep {plan.ep} x expert-dp {plan.expert_dp} over the same ranks (MoE parallel "
+           f"folding)" if plan.etp != plan.tp else "") + ")",
         f"batch: global {context.global_batch} sequences of {context.seq_len} tokens = micro-batch {plan.mbs} x "
         f"{context.accumulation} micro-batches x dp {plan.dp}",
     ]

@@ -70,6 +70,10 @@ LIMITS = (
     _limit("ep", lambda p: (p.pp > 1) & (p.ep > 1),
            lambda plan, model: f"plan fields ep={plan.ep}, pp={plan.pp}: AutoEP works on a Hugging Face model, "
            "not on the pipeline engine's PipelineModule; use pp=1, or --format megatron"),
+    _limit("etp", lambda p: (p.etp != p.tp) | ((p.ep > 1) & ((p.dp * p.cp) % p.ep != 0)),
+           lambda plan, model: f"plan fields etp={plan.etp}, ep={plan.ep}: DeepSpeed's AutoEP forms its expert groups "
+           "from data-parallel ranks and splits the experts like the rest of the model (no separate expert TP, "
+           "no EP across the AutoTP ranks); use etp=tp with ep dividing dp*cp, or --format megatron"),
     _limit("offload", lambda p: (p.ep > 1) & (p.tp > 1) & (p.offload == _code("offload", "cpu")),
            lambda plan, model: "plan field offload=cpu: DeepSpeed does not support optimizer offload with "
            "AutoEP and AutoTP together; use offload=none, or --format megatron"),

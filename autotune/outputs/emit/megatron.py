@@ -12,13 +12,28 @@ Mapping of the plan:
 * ``recompute=selective`` ``--recompute-granularity selective`` (core attention);
   ``full`` recomputes every layer (``uniform``, 1 layer per checkpoint).
 * ``precision=fp8`` bf16 plus ``--fp8-format hybrid`` with the ``delayed`` recipe
-  (``mxfp8`` on Blackwell); ``offload=cpu`` ``--optimizer-cpu-offload``.
+  (``mxfp8`` on Blackwell); mixtures of experts on Hopper take DeepSeek's blockwise recipe
+  (``--fp8-format e4m3 --fp8-recipe blockwise``: 1x128 activation tiles, 128x128 weight blocks);
+  ``offload=cpu`` ``--optimizer-cpu-offload``.
+* Mixtures of experts: ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``, the
+  shared experts, dense first layers as ``--moe-layer-freq``, group-limited routing
+  (``--moe-router-num-groups``/``--moe-router-group-topk``), ``--expert-model-parallel-size`` and
+  ``--expert-tensor-parallel-size`` (etp, MoE parallel folding).  An EP group that leaves the NVLink
+  domain uses the flex dispatcher (DeepEP on HGX, HybridEP on NVL72 racks), as the cost model prices
+  it; the batch-level all-to-all overlap (``--overlap-moe-expert-parallel-comm``) is on wherever
+  Megatron-Core runs it (pp == 1 or interleaved, no full recompute).
+* Multi-head latent attention: ``--multi-latent-attention`` with its ranks and head widths;
+  ``recompute=selective`` recomputes ``mla_up_proj layernorm`` (the cost model's meaning).
+* Multi-token prediction: ``--mtp-num-layers``; with pp > 1 the stages are written as a
+  ``--pipeline-model-parallel-layout`` that places the MTP block and the loss on the last rank with
+  the layers the others leave, as the cost model splits them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...inputs.hardware import Cluster, load_hardware
 from ...inputs.modelspec import ModelSpec
 from ...training.plan import Plan, PlanBatch
 from .base import EmitContext, Emitter, Launch, Limit, model_limit, node_script
@@ -52,19 +67,50 @@ def pipeline_split(n_layers: int, pp: int, vp: int) -> tuple[int, int] | None | 
                 continue
             load = max(first, last, middle)
             candidate = (load, first, last)
-            # Prefer the smallest peak load, then the lighter first rank (it holds the embedding).
-            if best is None or (candidate[0], candidate[1]) < (best[0], best[1]):
+            # Prefer the smallest peak load, then the lighter last rank (it computes the logits and loss,
+            # heavier than the first rank's embedding lookup; the cost model gives it the layers left over).
+            if best is None or (candidate[0], candidate[2]) < (best[0], best[2]):
                 best = candidate
         if middle_ranks == 0:
             break
     return None if best is None else (best[1], best[2])
 
 
+def pipeline_layout(model: ModelSpec, pp: int, vp: int) -> str | None:
+    """``--pipeline-model-parallel-layout`` for a model with MTP blocks on pp > 1 stages, or None.
+
+    As the cost model splits the blocks (training.geometry): every rank but the last holds
+    ceil((L + mtp)/pp) blocks, the last the rest, its MTP block(s) and the loss in its last
+    virtual stage (Megatron-Core: MTP in the last virtual stage, decoder layers before it).  Each
+    rank's decoder layers spread over its vp virtual stages, earlier stages first.
+    """
+    if pp == 1 or not model.mtp_layers:
+        return None
+    blocks = model.n_layers + model.mtp_layers
+    per_rank = -(-blocks // pp)
+    last_decoders = blocks - (pp - 1) * per_rank - model.mtp_layers
+    if last_decoders < 0:
+        return None
+    counts = [per_rank] * (pp - 1) + [last_decoders]
+    stages = [[""] * vp for _ in range(pp)]
+    for rank, count in enumerate(counts):
+        base, extra = divmod(count, vp)
+        for chunk in range(vp):
+            stages[rank][chunk] = "t" * (base + (1 if chunk < extra else 0))
+    stages[0][0] = "E" + stages[0][0]
+    stages[pp - 1][vp - 1] += "m" * model.mtp_layers + "L"
+    return "|".join(stages[rank][chunk] for chunk in range(vp) for rank in range(pp))
+
+
 def _uneven_unsplittable(plans: PlanBatch, model: ModelSpec) -> np.ndarray:
     out = np.zeros(len(plans), dtype=bool)
     pairs = np.stack([plans.pp, plans.vp], axis=1)
     for pp, vp in {tuple(int(x) for x in row) for row in pairs}:
-        if pipeline_split(model.n_layers, pp, vp) is None:
+        if model.mtp_layers and pp > 1:
+            unsplittable = pipeline_layout(model, pp, vp) is None
+        else:
+            unsplittable = pipeline_split(model.n_layers, pp, vp) is None
+        if unsplittable:
             out |= (plans.pp == pp) & (plans.vp == vp)
     return out
 
@@ -86,8 +132,13 @@ LIMITS = (
 )
 
 
-def fp8_recipe(hardware: str) -> str:
-    return "mxfp8" if hardware.lower().startswith(BLACKWELL_PREFIXES) else "delayed"
+def fp8_recipe(hardware: str, model: ModelSpec | None = None) -> str:
+    """mxfp8 on Blackwell; on Hopper DeepSeek's blockwise recipe for mixtures of experts (per-tensor
+    scaling is not what MoE recipes train with: NVIDIA's DeepSeek-V3 recipes and DeepSeek-V3 §3.3 use
+    1x128 / 128x128 blocks), TransformerEngine's delayed scaling otherwise."""
+    if hardware.lower().startswith(BLACKWELL_PREFIXES):
+        return "mxfp8"
+    return "blockwise" if model is not None and model.moe else "delayed"
 
 
 def model_args(model: ModelSpec, seq_len: int) -> list[Group]:
@@ -97,7 +148,18 @@ def model_args(model: ModelSpec, seq_len: int) -> list[Group]:
         ("--ffn-hidden-size", model.ffn_hidden_size),
         ("--num-attention-heads", model.n_heads),
     ]
-    if model.head_dim * model.n_heads != model.hidden_size:
+    if model.mla is not None:
+        mla = model.mla
+        groups.append(("--multi-latent-attention",))
+        if mla.q_lora_rank:
+            groups.append(("--q-lora-rank", mla.q_lora_rank))
+        groups += [
+            ("--kv-lora-rank", mla.kv_lora_rank),
+            ("--qk-head-dim", mla.qk_nope_head_dim),  # Megatron's qk-head-dim is the no-RoPE part
+            ("--qk-pos-emb-head-dim", mla.qk_rope_head_dim),
+            ("--v-head-dim", mla.v_head_dim),
+        ]
+    elif model.head_dim * model.n_heads != model.hidden_size:
         groups.append(("--kv-channels", model.head_dim))
     if model.n_kv_heads != model.n_heads:
         groups += [("--group-query-attention",), ("--num-query-groups", model.n_kv_heads)]
@@ -126,12 +188,49 @@ def model_args(model: ModelSpec, seq_len: int) -> list[Group]:
             groups.append(("--moe-layer-freq", "[" + ",".join(map(str, pattern)) + "]"))
         if moe.n_shared_experts:
             groups.append(("--moe-shared-expert-intermediate-size", moe.shared_expert_ffn_hidden_size))
+        if moe.routing_groups > 1:  # group-limited routing (DeepSeek-V3's node-limited routing)
+            groups += [("--moe-router-num-groups", moe.routing_groups),
+                       ("--moe-router-group-topk", moe.routing_group_topk)]
         groups += [
             ("--moe-router-load-balancing-type", "aux_loss"),
             ("--moe-aux-loss-coeff", "0.01"),
-            ("--moe-token-dispatcher-type", "alltoall"),
             ("--moe-grouped-gemm",),
         ]
+    if model.mtp_layers:
+        groups.append(("--mtp-num-layers", model.mtp_layers))
+    return groups
+
+
+def expert_group_leaves_domain(context: EmitContext) -> bool:
+    """Whether the plan's EP group spans NVLink domains (its all-to-all crosses the network)."""
+    plan = context.plan
+    if plan.ep == 1:
+        return False
+    hardware = load_hardware(context.hardware)
+    cluster = Cluster(hardware, plan.n_gpus, min(context.gpus_per_node, plan.n_gpus))
+    return cluster.link_tier(plan.ep, plan.etp) == "inter_node"
+
+
+def moe_runtime_args(context: EmitContext) -> list[Group]:
+    """Dispatcher and all-to-all overlap, as the cost model prices them for Megatron-Core 0.19."""
+    plan, model = context.plan, context.model
+    if not model.moe:
+        return []
+    groups: list[Group] = []
+    if expert_group_leaves_domain(context):
+        # A token crosses the network once per destination node and NVLink forwards it (DeepEP; HybridEP
+        # on NVL72 racks, whose NVLink domain spans the trays): the framework's ep_dispatch "dedup".
+        domain_wide = load_hardware(context.hardware).gpus_per_scale_up_domain > context.gpus_per_node
+        groups += [("--moe-token-dispatcher-type", "flex"),
+                   ("--moe-flex-dispatcher-backend", "hybridep" if domain_wide else "deepep")]
+    else:
+        groups.append(("--moe-token-dispatcher-type", "alltoall"))
+    # Megatron-Core's batch-level EP overlap (TransformerConfig: pp == 1 or interleaved, no full
+    # recompute, at most one MTP layer); the cost model hides the framework's share only then.
+    # (--delay-wgrad-compute, which NVIDIA's recipes add, needs TransformerEngine >= 2.8 with
+    # --overlap-grad-reduce; add it where your TE has it.)
+    if plan.ep > 1 and (plan.pp == 1 or plan.vp > 1) and plan.recompute != "full" and model.mtp_layers <= 1:
+        groups.append(("--overlap-moe-expert-parallel-comm",))
     return groups
 
 
@@ -140,14 +239,19 @@ def parallel_args(plan: Plan, model: ModelSpec) -> list[Group]:
         ("--tensor-model-parallel-size", plan.tp),
         ("--pipeline-model-parallel-size", plan.pp),
     ]
-    if plan.vp > 1:
-        groups.append(("--num-virtual-stages-per-pipeline-rank", plan.vp))
-    split = pipeline_split(model.n_layers, plan.pp, plan.vp)
-    if split:
-        groups += [("--decoder-first-pipeline-num-layers", split[0]), ("--decoder-last-pipeline-num-layers", split[1])]
+    layout = pipeline_layout(model, plan.pp, plan.vp)
+    if layout is not None:
+        groups.append(("--pipeline-model-parallel-layout", layout))  # sets the virtual stages too
+    else:
+        if plan.vp > 1:
+            groups.append(("--num-virtual-stages-per-pipeline-rank", plan.vp))
+        split = pipeline_split(model.n_layers, plan.pp, plan.vp)
+        if split:
+            groups += [("--decoder-first-pipeline-num-layers", split[0]),
+                       ("--decoder-last-pipeline-num-layers", split[1])]
     groups.append(("--context-parallel-size", plan.cp))
     if model.moe:
-        groups += [("--expert-model-parallel-size", plan.ep), ("--expert-tensor-parallel-size", plan.tp)]
+        groups += [("--expert-model-parallel-size", plan.ep), ("--expert-tensor-parallel-size", plan.etp)]
     if plan.sp:
         # TP communication overlapped with GEMMs (Transformer Engine userbuffers): the cost model's
         # H100 tp_overlap was fitted on runs that used it, so the launch config turns it on too.
@@ -171,20 +275,25 @@ def parallel_args(plan: Plan, model: ModelSpec) -> list[Group]:
     return groups
 
 
-def recompute_args(plan: Plan) -> list[Group]:
+def recompute_args(plan: Plan, model: ModelSpec | None = None) -> list[Group]:
     if plan.recompute == "selective":
+        if model is not None and model.mla is not None:
+            # The MLA up-projections and the norms (DeepSeek-V3 §3.2.3), as the cost model prices it.
+            return [("--recompute-granularity", "selective"), ("--recompute-modules", "mla_up_proj", "layernorm")]
         return [("--recompute-granularity", "selective")]
     if plan.recompute == "full":
         return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
     return []
 
 
-def precision_args(plan: Plan, hardware: str) -> list[Group]:
+def precision_args(plan: Plan, hardware: str, model: ModelSpec | None = None) -> list[Group]:
     if plan.precision == "fp16":
         return [("--fp16",)]
     groups: list[Group] = [("--bf16",)]
     if plan.precision == "fp8":
-        groups += [("--fp8-format", "hybrid"), ("--fp8-recipe", fp8_recipe(hardware))]
+        recipe = fp8_recipe(hardware, model)
+        # DeepSeek's blockwise recipe is e4m3 throughout (forward and backward; DeepSeek-V3 §3.3.2).
+        groups += [("--fp8-format", "e4m3" if recipe == "blockwise" else "hybrid"), ("--fp8-recipe", recipe)]
     return groups
 
 
@@ -238,9 +347,9 @@ def launch(context: EmitContext) -> Launch:
         program=(Raw('"${MEGATRON_LM_DIR}/pretrain_gpt.py"'),),
         arrays=(
             ("MODEL_ARGS", tuple(model_args(context.model, context.seq_len))),
-            ("PARALLEL_ARGS", tuple(parallel_args(plan, context.model))),
-            ("RECOMPUTE_ARGS", tuple(recompute_args(plan))),
-            ("PRECISION_ARGS", tuple(precision_args(plan, context.hardware))),
+            ("PARALLEL_ARGS", tuple(parallel_args(plan, context.model) + moe_runtime_args(context))),
+            ("RECOMPUTE_ARGS", tuple(recompute_args(plan, context.model))),
+            ("PRECISION_ARGS", tuple(precision_args(plan, context.hardware, context.model))),
             ("BATCH_ARGS", tuple(batch_args(context))),
             ("DATA_ARGS", tuple(data_args(context))),
             ("TRAINING_ARGS", tuple(training_args(context))),

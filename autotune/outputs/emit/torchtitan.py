@@ -18,9 +18,14 @@ own config for the matching Llama 3 flavour and sets the plan on it.  Mapping:
 * ``recompute`` ``FullAC``/``SelectiveAC`` (torchtitan's op-level selective policy)/``None``;
 * ``precision=fp8`` the ``Float8LinearConverter`` (torchao, rowwise) with ``torch.compile``.
 
-Only models whose shape equals a torchtitan Llama 3 flavour can be expressed:
-torchtitan defines each architecture in code, and its other models (Qwen3, DeepSeek-V3,
-gpt-oss) differ from the bundled GPT-3 and Mixtral specs.
+Only models whose shape equals a torchtitan flavour can be expressed: torchtitan defines each
+architecture in code.  Dense models: the Llama 3 flavours.  Mixtures of experts (``MOE_MODELS``):
+DeepSeek-V3 (``deepseek_v3_671b``, with its MTP module and MTP loss), Qwen3-30B-A3B
+(``qwen3_30b_a3b``) and gpt-oss-120b (``gpt_oss_120b``), each equal to the bundled spec of that name;
+``ep`` is ``parallelism.expert_parallel_degree``.  torchtitan 0.3.0 has no expert tensor
+parallelism (experts are never split; EP borrows ranks from FSDP and TP, so ep must divide
+dp_shard*cp*tp), so an MoE plan needs etp=1; expert parallelism needs CUDA graphs off.  fp8 adds
+torchao's grouped-experts converter, as ``deepseek_v3_671b_float8`` does.
 """
 
 from __future__ import annotations
@@ -61,6 +66,31 @@ SHAPE_KEYS = ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "head_dim", "f
               "tied_embeddings")
 
 
+# Mixtures of experts torchtitan 0.3.0 defines, by the bundled spec they equal (torchtitan/models/*/
+# __init__.py and config_registry.py; the `frameworks` tests compare the shapes with the package).
+MOE_MODELS: dict[str, dict] = {
+    "deepseek-v3": dict(package="deepseek_v3", flavour="671B", base="deepseek_v3_671b", mtp=True),
+    "qwen3-30b-a3b": dict(package="qwen3", flavour="30B-A3B", base="qwen3_30b_a3b", mtp=False),
+    "gpt-oss-120b": dict(package="gpt_oss", flavour="120b", base="gpt_oss_120b", mtp=False),
+}
+_ARCHITECTURE_ONLY = ("name", "description", "source", "dropout", "max_seq_len")
+
+
+def moe_model_of(model: ModelSpec) -> str | None:
+    """The bundled MoE spec (a key of MOE_MODELS) this model equals, architecture for architecture."""
+    import dataclasses
+
+    from ...inputs.modelspec import load_model
+
+    if not model.moe:
+        return None
+    blank = {k: None for k in _ARCHITECTURE_ONLY}
+    for name in MOE_MODELS:
+        if dataclasses.replace(load_model(name), **blank) == dataclasses.replace(model, **blank):
+            return name
+    return None
+
+
 def flavour_of(model: ModelSpec) -> str | None:
     """The torchtitan Llama 3 flavour with exactly this model's shape, if any."""
     if model.moe or model.mlp != "swiglu" or model.norm != "rmsnorm" or model.position_embedding != "rope":
@@ -69,6 +99,10 @@ def flavour_of(model: ModelSpec) -> str | None:
         if all(getattr(model, key) == shape[key] for key in SHAPE_KEYS):
             return name
     return None
+
+
+def expressible_model(model: ModelSpec) -> bool:
+    return flavour_of(model) is not None or moe_model_of(model) is not None
 
 
 def _model_why(plan: Plan, model: ModelSpec) -> str:
@@ -82,8 +116,9 @@ def _model_why(plan: Plan, model: ModelSpec) -> str:
     if model.position_embedding != "rope":
         kind.append(f"position_embedding={model.position_embedding}")
     what = ", ".join(kind) if kind else "its layer sizes"
-    return (f"model {model.name} ({what}) matches no torchtitan model: torchtitan 0.3.0 defines architectures in code "
-            f"and its Llama 3 flavours are {', '.join(FLAVOURS)}; use --format megatron (or deepspeed)")
+    return (f"model {model.name} ({what}) matches no torchtitan model: torchtitan 0.3.0 defines architectures in code; "
+            f"its Llama 3 flavours are {', '.join(FLAVOURS)} and its mixtures of experts those of "
+            f"{', '.join(MOE_MODELS)}; use --format megatron (or deepspeed)")
 
 
 def stages_per_rank(n_layers: int, pp: int, vp: int) -> int | None:
@@ -106,8 +141,20 @@ def _code(key: str, value: str) -> int:
     return CATEGORIES[key].index(value)
 
 
+def _expert_mesh_refused(plans: PlanBatch, model: ModelSpec) -> np.ndarray:
+    if not model.moe:
+        return np.zeros(len(plans), dtype=bool)
+    shard = np.where(plans.zero == 0, 1, plans.dp)
+    return (plans.etp != 1) | ((shard * plans.cp * plans.tp) % plans.ep != 0)
+
+
 LIMITS = (
-    model_limit("model", lambda model: flavour_of(model) is None, _model_why),
+    model_limit("model", lambda model: not expressible_model(model), _model_why),
+    Limit("etp", _expert_mesh_refused,
+          lambda plan, model: f"plan fields etp={plan.etp}, ep={plan.ep}: torchtitan 0.3.0 has no expert tensor "
+          "parallelism (its ConfigManager rejects expert_tensor_parallel_degree) and forms EP from the FSDP, CP "
+          "and TP ranks (ep must divide dp_shard*cp*tp; zero=0 replicates instead of sharding); use etp=1 and such an "
+          "ep, or --format megatron"),
     Limit("precision", lambda plans, model: plans.precision == _code("precision", "fp16"),
           lambda plan, model: "plan field precision=fp16: torchtitan trains in bf16 or float32 only; "
           "use bf16 or fp8, or --format megatron or deepspeed"),
@@ -150,6 +197,10 @@ def settings(context: EmitContext) -> list[tuple[str, object]]:
         ("parallelism.expert_parallel_degree", plan.ep),
         ("parallelism.pipeline_parallel_degree", plan.pp),
     ]
+    if plan.ep > 1:
+        # The default all-to-all synchronises with the host, which CUDA graphs (on by default in 0.3.0)
+        # cannot capture: ConfigManager refuses EP > 1 for qwen3 and gpt-oss configs without this.
+        out.append(("training.disable_cuda_graphs", True))
     if plan.pp > 1:
         out += [
             ("parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if plan.vp > 1 else "1F1B"),
@@ -157,8 +208,9 @@ def settings(context: EmitContext) -> list[tuple[str, object]]:
             ("parallelism.pipeline_parallel_layers_per_stage", stages_per_rank(context.model.n_layers, plan.pp, plan.vp)),
             ("parallelism.pipeline_parallel_first_stage_less_layers", 0),
             ("parallelism.pipeline_parallel_last_stage_less_layers", 0),
-            ("training.disable_cuda_graphs", True),  # torchtitan's CUDA graphs do not support pipelining yet
         ]
+        if plan.ep == 1:
+            out.append(("training.disable_cuda_graphs", True))  # torchtitan's CUDA graphs do not support pipelining yet
     out += [
         # Async TP (overlapping TP communication with compute) needs torch.compile; the cost model
         # assumes TP communication overlapped, so plans with tp > 1 turn both on.
@@ -176,6 +228,8 @@ def settings(context: EmitContext) -> list[tuple[str, object]]:
 
 def config_module(context: EmitContext) -> str:
     plan, model = context.plan, context.model
+    if moe_model_of(model) is not None:
+        return moe_config_module(context)
     flavour = flavour_of(model)
     assert flavour is not None, "render is called only for an expressible plan"
     base = FLAVOURS[flavour]["base"]
@@ -202,6 +256,49 @@ def config_module(context: EmitContext) -> str:
     else:
         converters = "None"
     lines.append(f"    config.model_spec = model_registry({flavour!r}, converters={converters})")
+    for path, value in settings(context):
+        lines.append(f"    config.{path} = {value!r}")
+    lines.append(f"    config.activation_checkpoint = {recompute + '.Config()' if recompute else 'None'}")
+    lines.append("    return config")
+    return "\n".join(lines) + "\n"
+
+
+def moe_config_module(context: EmitContext) -> str:
+    """The config module for one of torchtitan's mixtures of experts (MOE_MODELS)."""
+    plan, model = context.plan, context.model
+    entry = MOE_MODELS[moe_model_of(model)]
+    package, base = entry["package"], entry["base"]
+    lines = shell.comment_lines(header(RELEASE, context, [
+        f"torchtitan config module: launch with `-m torchtitan.train --module {MODULE} --config {FUNCTION}`",
+        "and this file's folder on PYTHONPATH (torchtitan_launch.sh and the Slurm script do both).",
+    ]))
+    lines += ["", '"""A torchtitan 0.3.0 config for one autotune plan; see the comments above."""', ""]
+    recompute = {"none": None, "selective": "SelectiveAC", "full": "FullAC"}[plan.recompute]
+    imports = []
+    if plan.precision == "fp8":
+        imports.append("from torchtitan.components.quantization import Float8GroupedExpertsConverter, "
+                       "Float8LinearConverter")
+    if recompute:
+        imports.append(f"from torchtitan.distributed.activation_checkpoint import {recompute}")
+    if entry["mtp"]:
+        imports += ["from torchtitan.models.common.config_utils import decoder_vocab_size",
+                    f"from torchtitan.models.{package}.mtp import MTPLoss"]
+    imports += [f"from torchtitan.models.{package} import model_registry",
+                f"from torchtitan.models.{package}.config_registry import {base}"]
+    lines += imports + ["", ""]
+    lines += [f"def {FUNCTION}():", f'    """{plan.layout()} on {context.n_gpus} GPUs, from torchtitan\'s {base}."""']
+    lines.append(f"    config = {base}()")
+    arguments = [repr(entry["flavour"])]
+    if package == "deepseek_v3":
+        arguments.append("attn_backend='flex'")
+    if entry["mtp"] and model.mtp_layers:
+        arguments.append(f"num_mtp_layers={model.mtp_layers}")
+    if plan.precision == "fp8":
+        arguments.append('converters=[Float8LinearConverter.Config(filter_fqns=["lm_head", "router.gate"], '
+                         'model_compile_enabled=True), Float8GroupedExpertsConverter.Config(model_compile_enabled=True)]')
+    lines.append(f"    config.model_spec = model_registry({', '.join(arguments)})")
+    if entry["mtp"] and model.mtp_layers:
+        lines.append("    config.loss = MTPLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))")
     for path, value in settings(context):
         lines.append(f"    config.{path} = {value!r}")
     lines.append(f"    config.activation_checkpoint = {recompute + '.Config()' if recompute else 'None'}")

@@ -41,7 +41,6 @@ MODEL_ARGS=(
     --moe-ffn-hidden-size 14336
     --moe-router-load-balancing-type aux_loss
     --moe-aux-loss-coeff 0.01
-    --moe-token-dispatcher-type alltoall
     --moe-grouped-gemm
 )
 PARALLEL_ARGS=(
@@ -53,6 +52,7 @@ PARALLEL_ARGS=(
     --use-distributed-optimizer
     --overlap-grad-reduce
     --overlap-param-gather
+    --moe-token-dispatcher-type alltoall
 )
 RECOMPUTE_ARGS=(
     --recompute-granularity full

@@ -1,0 +1,227 @@
+"""MoE training in the cost model (issue 12): NVLink domains, expert parallelism where it sits, folding,
+multi-head latent attention and MTP in time and memory, DualPipe, load imbalance and grouped GEMMs."""
+
+from __future__ import annotations
+
+import dataclasses
+from math import comb
+
+import numpy as np
+import pytest
+
+from autotune.costmodel import comm
+from autotune.costmodel.kernels import GROUPED_GEMM_M_TILE, Kernels
+from autotune.inputs.framework import load_framework
+from autotune.inputs.hardware import Cluster, load_hardware
+from autotune.inputs.modelspec import load_model
+from autotune.inputs.workload import TrainWorkload
+from autotune.training.estimate import estimate_training
+from autotune.training.geometry import plan_geometry
+from autotune.training.plan import Plan, PlanBatch, parse_plan
+from autotune.training.step_time import _Layer, expected_remote_domains, layer_mix
+
+OTHER = load_framework("other")
+MEGATRON = load_framework("megatron-lm")
+DSV3_WL = TrainWorkload(4096, 15360)
+PUBLISHED = "tp=1,pp=16,ep=64,zero=1,mbs=1,recompute=selective,precision=fp8"
+
+
+def estimate(model, hardware, n, plan, workload, framework=MEGATRON, gpn=None):
+    hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
+    cluster = Cluster(hw, n, gpn or hw.gpus_per_node)
+    spec = load_model(model) if isinstance(model, str) else model
+    return estimate_training(spec, cluster, workload, PlanBatch.from_plans([parse_plan(plan, n)]), framework).row(0)
+
+
+def layers_of(model, hardware, n, plan, workload, framework=MEGATRON):
+    hw = load_hardware(hardware)
+    cluster = Cluster(hw, n, hw.gpus_per_node)
+    spec = load_model(model)
+    batch = PlanBatch.from_plans([parse_plan(plan, n)])
+    geo = plan_geometry(spec, cluster, workload, batch)
+    kernels = Kernels(hw, batch.precision == 2, framework.attention, framework.fp8_cast_bytes)
+    return {(kind, moe): _Layer(spec, geo, kernels, cluster, workload, moe, framework, kind, batch)
+            for _, kind, moe in layer_mix(spec)}
+
+
+# --- NVLink domains --------------------------------------------------------------------------------
+
+def test_groups_inside_an_nvl72_rack_run_on_nvlink_and_across_racks_on_the_network():
+    cluster = Cluster(load_hardware("gb200-nvl72"), 256, 4)
+    assert comm.usable_domain(cluster) == 64  # 64 of 72 GPUs per rack when the job does not fill racks
+    m = np.array([1e9])
+    ep64 = comm.Topology.of(cluster, np.array([64.0]), np.array([1.0]))
+    ep128 = comm.Topology.of(cluster, np.array([128.0]), np.array([1.0]))
+    assert not ep64.crosses_network[0] and ep64.scale_up[0]
+    assert ep128.crosses_network[0]
+    inside = comm.all_to_all_s(m, ep64, cluster)[0]
+    across = comm.all_to_all_s(m, ep128, cluster)[0]
+    # 900 GB/s NVLink against 50 GB/s NICs: the cross-rack all-to-all (half its data leaves the rack)
+    # is several times slower.
+    assert across > 5 * inside
+    # On an 8-GPU HGX node the domain is the node, and nothing changes for groups that fit in it.
+    hgx = Cluster(load_hardware("h100-sxm5-80gb"), 64, 8)
+    assert comm.usable_domain(hgx) == 8
+    old = comm.Topology(np.array([16.0]), np.array([1.0]), 8)
+    assert comm.Topology.of(hgx, np.array([16.0]), np.array([1.0])).per_domain[0] == old.per_node[0] == 8
+
+
+def test_tp8_on_nvl72_is_priced_on_nvlink_not_the_nics():
+    wl = TrainWorkload(8192, 256)
+    plan = "tp=8,sp=true,zero=1,mbs=1,recompute=full"
+    gb200 = estimate("llama3-70b", "gb200-nvl72", 64, plan, wl)["time_breakdown_s"]["tp_comm"]
+    tp4 = estimate("llama3-70b", "gb200-nvl72", 64, "tp=4,sp=true,zero=1,mbs=1,recompute=full", wl)
+    # TP8 spans two 4-GPU trays of one rack: NVLink, so about what TP4 pays (not 18x more on the NICs).
+    assert gb200 < 3 * tp4["time_breakdown_s"]["tp_comm"]
+
+
+# --- where the EP group sits, and how tokens cross the network --------------------------------------
+
+def test_node_limited_routing_bounds_the_nodes_a_token_reaches():
+    dsv3 = load_model("deepseek-v3")
+    # 8 groups of 32 experts on 8 nodes, the best 4 groups: exactly 4 nodes, 7/8 of them remote.
+    assert expected_remote_domains(dsv3, np.array([8.0]))[0] == pytest.approx(4 * 7 / 8)
+    free = dataclasses.replace(dsv3, moe=dataclasses.replace(dsv3.moe, routing_groups=1, routing_group_topk=1))
+    unlimited = 8 * (1 - comb(224, 8) / comb(256, 8)) * 7 / 8
+    assert expected_remote_domains(free, np.array([8.0]))[0] == pytest.approx(unlimited)
+    assert expected_remote_domains(dsv3, np.array([1.0]))[0] == 0.0
+
+
+def test_deepep_style_dispatch_crosses_the_network_once_per_node():
+    dedup = estimate("deepseek-v3", "h800-sxm5-80gb", 2048, PUBLISHED, DSV3_WL, OTHER)
+    plain = estimate("deepseek-v3", "h800-sxm5-80gb", 2048, PUBLISHED, DSV3_WL, OTHER.with_traits(ep_dispatch="alltoall"))
+    assert dedup["time_breakdown_s"]["ep_comm"] < 0.7 * plain["time_breakdown_s"]["ep_comm"]
+
+
+def test_folding_keeps_the_expert_group_on_consecutive_ranks():
+    # TP2 with etp=1: EP8 spans the TP pairs of one node, so its all-to-all stays on NVLink; with etp=tp
+    # the same EP8 is 2 ranks apart and spans two nodes.
+    wl = TrainWorkload(4096, 256)
+    folded = estimate("qwen3-30b-a3b", "h100-sxm5-80gb", 64, "tp=2,ep=8,etp=1,sp=true,zero=1,mbs=1", wl)
+    spread = estimate("qwen3-30b-a3b", "h100-sxm5-80gb", 64, "tp=2,ep=8,sp=true,zero=1,mbs=1", wl)
+    assert folded["time_breakdown_s"]["ep_comm"] < spread["time_breakdown_s"]["ep_comm"]
+    # Expert TP costs its all-gather and reduce-scatter: none with etp=1.
+    assert folded["memory_gib_per_gpu"] != spread["memory_gib_per_gpu"]
+
+
+def test_megatron_hides_the_all_to_all_only_where_its_overlap_runs():
+    wl = TrainWorkload(4096, 1024)
+    no_vp = estimate("deepseek-v3", "h100-sxm5-80gb", 1024, "tp=2,pp=8,ep=64,etp=1,sp=true,zero=1,mbs=1,"
+                     "recompute=selective,precision=fp8", wl)
+    with_vp = estimate("deepseek-v3", "h100-sxm5-80gb", 1024, "tp=2,pp=8,vp=4,ep=64,etp=1,sp=true,zero=1,mbs=1,"
+                       "recompute=selective,precision=fp8", wl)
+    assert with_vp["time_breakdown_s"]["ep_comm"] < 0.7 * no_vp["time_breakdown_s"]["ep_comm"]
+
+
+# --- MLA, MTP ------------------------------------------------------------------------------------
+
+def test_mla_runs_its_own_projection_gemms():
+    # The weight GEMMs the step time runs carry exactly the FLOPs the FLOP count gives (TP1, EP1).
+    spec = load_model("deepseek-v3")
+    wl = TrainWorkload(4096, 64)
+    layers = layers_of("deepseek-v3", "h800-sxm5-80gb", 64, "tp=1,pp=16,zero=1", wl)
+    tokens = 4096.0
+    moe = spec.moe
+    mlp = 2.0 * 3 * spec.hidden_size * (moe.expert_ffn_hidden_size * moe.top_k + moe.shared_expert_ffn_hidden_size)
+    router = 2.0 * spec.hidden_size * moe.n_experts
+    expected = spec.attention_projection_flops_of_kind("full") + mlp + router
+    assert layers[("full", True)].gemm_flops[0] / tokens == pytest.approx(expected)
+    dense = spec.attention_projection_flops_of_kind("full") + 2.0 * 3 * spec.hidden_size * spec.ffn_hidden_size
+    assert layers[("full", False)].gemm_flops[0] / tokens == pytest.approx(dense)
+
+
+def test_mtp_costs_time_and_memory_on_the_last_stage():
+    spec = load_model("deepseek-v3")
+    without = dataclasses.replace(spec, mtp_layers=0)
+    wl = TrainWorkload(4096, 1024)
+    plan = "tp=1,pp=16,ep=64,zero=1,mbs=1,recompute=selective,precision=fp8"
+    a = estimate(spec, "h800-sxm5-80gb", 1024, plan, wl, OTHER)
+    b = estimate(without, "h800-sxm5-80gb", 1024, plan, wl, OTHER)
+    assert a["step_time_s"] > b["step_time_s"]
+    assert a["memory_breakdown_gib"]["logits"] >= b["memory_breakdown_gib"]["logits"]
+
+
+def test_mla_up_projection_recompute_shrinks_activations():
+    wl = TrainWorkload(4096, 1024)
+    plan = "tp=1,pp=16,ep=64,zero=1,mbs=1,precision=fp8"
+    none = estimate("deepseek-v3", "h800-sxm5-80gb", 1024, plan + ",recompute=none", wl, OTHER)
+    sel = estimate("deepseek-v3", "h800-sxm5-80gb", 1024, plan + ",recompute=selective", wl, OTHER)
+    assert sel["memory_breakdown_gib"]["activations"] < 0.85 * none["memory_breakdown_gib"]["activations"]
+    assert 0 < sel["time_breakdown_s"]["recompute"] < 0.05 * sel["step_time_s"]
+
+
+# --- DualPipe ------------------------------------------------------------------------------------------
+
+def test_dualpipe_hides_the_all_to_all_halves_the_bubble_and_holds_two_stages():
+    one = estimate("deepseek-v3", "h800-sxm5-80gb", 2048, PUBLISHED, DSV3_WL, OTHER)
+    dual = estimate("deepseek-v3", "h800-sxm5-80gb", 2048, PUBLISHED + ",schedule=dualpipe", DSV3_WL, OTHER)
+    assert dual["time_breakdown_s"]["ep_comm"] < 0.5 * one["time_breakdown_s"]["ep_comm"]
+    assert dual["time_breakdown_s"]["pipeline_bubble"] < 0.6 * one["time_breakdown_s"]["pipeline_bubble"]
+    assert dual["time_breakdown_s"]["pp_comm"] == 0.0
+    assert dual["memory_breakdown_gib"]["weights"] == pytest.approx(2 * one["memory_breakdown_gib"]["weights"])
+    assert dual["tokens_per_s_per_gpu"] > one["tokens_per_s_per_gpu"]
+
+
+# --- DeepSeek-V3's own pretraining (issue 12) ------------------------------------------------------------
+
+@pytest.mark.parametrize("schedule", ["", ",schedule=dualpipe"])
+def test_deepseek_v3_published_layout_within_25_percent(schedule):
+    # arXiv 2412.19437: 180K H800 GPU-hours per trillion tokens = 1,543 tokens/s/GPU.
+    got = estimate("deepseek-v3", "h800-sxm5-80gb", 2048, PUBLISHED + schedule, DSV3_WL, OTHER)
+    assert 0.75 * 1543 <= got["tokens_per_s_per_gpu"] <= 1.25 * 1543
+
+
+# --- load imbalance and grouped GEMMs --------------------------------------------------------------------
+
+def test_expert_imbalance_slows_the_busiest_rank():
+    even = estimate("qwen3-30b-a3b", "h100-sxm5-80gb", 16, "ep=16,zero=1,mbs=1", TrainWorkload(4096, 64))
+    hot = estimate("qwen3-30b-a3b", "h100-sxm5-80gb", 16, "ep=16,zero=1,mbs=1",
+                   TrainWorkload(4096, 64, moe_imbalance=1.5))
+    assert hot["step_time_s"] > even["step_time_s"]
+    assert hot["time_breakdown_s"]["ep_comm"] == pytest.approx(1.5 * even["time_breakdown_s"]["ep_comm"], rel=0.05)
+    with pytest.raises(ValueError):
+        TrainWorkload(4096, 64, moe_imbalance=0.9)
+
+
+def test_grouped_gemm_pads_each_expert_to_a_tile_and_launches_once():
+    k = Kernels(load_hardware("h100-sxm5-80gb"), np.array([False]))
+    # 130 tokens per expert cost two whole 128-row tiles, as 256 do (compute-bound at this width).
+    few = k.grouped_linear_parts(np.array([130.0]), 8192.0, 8192.0, 16.0)[0]
+    tiles = k.grouped_linear_parts(np.array([2 * GROUPED_GEMM_M_TILE]), 8192.0, 8192.0, 16.0)[0]
+    assert few[0] == pytest.approx(tiles[0], rel=0.05)
+    # One launch, not sixteen: small experts pay the fixed per-GEMM cost once.
+    grouped = k.grouped_linear_parts(np.array([GROUPED_GEMM_M_TILE]), 256.0, 256.0, 16.0)[0]
+    separate = k.linear_parts(np.array([GROUPED_GEMM_M_TILE]), 256.0, 256.0, 16.0)[0]
+    assert grouped[0] < separate[0]
+
+
+def test_a_plan_string_without_the_new_keys_means_what_it_meant():
+    plan = parse_plan("tp=2,pp=2,ep=4,zero=1", 64)
+    assert (plan.etp, plan.schedule) == (2, "1f1b")
+    assert "etp" not in plan.as_string() and "schedule" not in plan.as_string()
+    assert Plan(n_gpus=64, tp=4).etp == 4
+
+
+def test_per_expert_gemm_launches_cost_what_one_grouped_kernel_saves():
+    wl = TrainWorkload(4096, 64)
+    plan = "ep=1,zero=3,mbs=1"
+    grouped = estimate("qwen3-30b-a3b", "h100-sxm5-80gb", 16, plan, wl, OTHER)
+    looped = estimate("qwen3-30b-a3b", "h100-sxm5-80gb", 16, plan, wl, OTHER.with_traits(grouped_gemm="per_expert"))
+    # 128 local experts: TransformerEngine's GroupedLinear launches a GEMM per expert (Megatron-Core).
+    assert looped["time_breakdown_s"]["compute"] > grouped["time_breakdown_s"]["compute"]
+    assert load_framework("megatron-lm").grouped_gemm == "per_expert" and OTHER.grouped_gemm == "single_kernel"
+
+
+def test_cli_takes_the_imbalance_and_refuses_one_below_the_mean():
+    import json
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "autotune.cli", "predict", "-m", "qwen3-30b-a3b", "-H", "h100-sxm5-80gb",
+            "--gpus", "16", "-s", "4096", "-b", "64", "--plan", "ep=16", "--json"]
+    even = json.loads(subprocess.run(base, capture_output=True, text=True, check=True).stdout)
+    hot = json.loads(subprocess.run(base + ["--moe-imbalance", "1.3"], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert hot["estimate"]["tokens_per_s_per_gpu"] < even["estimate"]["tokens_per_s_per_gpu"]
+    bad = subprocess.run(base + ["--moe-imbalance", "0.5"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "--moe-imbalance" in bad.stderr + bad.stdout
