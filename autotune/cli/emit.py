@@ -28,12 +28,16 @@ from ..outputs.emit.formats import (
     serving_files,
 )
 from ..outputs.files import plans_path, read_plans, write_files
+from ..search.api import serving_checkpoint
 from ..serving.plan import parse_serve_fields, serve_plan_from_fields
 from ..training.estimate import estimate_training
 from ..training.plan import PlanBatch, parse_plan
 from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
 from .app import (
     Calibration,
+    CheckpointOpt,
+    InputLen,
+    OutputLen,
     Gpus,
     GpusPerNode,
     JsonOut,
@@ -55,7 +59,8 @@ from .app import (
         "    autotune emit \"tp=4,cp=16,zero=3\" -m llama3-70b -H h100-sxm5-80gb --gpus 128 -s 131072 -b 32 "
         "--format torchtitan\n\n"
         "    autotune emit tp=4,weights=fp8,kv=fp8,max_batch=64 --format vllm -m llama3-70b -H h100-sxm5-80gb "
-        "--gpus 8 -s 2304\n\n"
+        "--gpus 8 --input-len 2048 --output-len 256\n\n"
+        "    autotune emit runs/serve/plans.json --format sglang --model-path /models/Llama-3.1-70B\n\n"
         "Targets: " + "; ".join(f"{name}: {em.release}" for name, em in FRAMEWORKS.items())
         + ". See docs/launch-configs.md."
     )
@@ -81,13 +86,19 @@ def emit(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the files into this folder [default: print them].")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite files that already exist in --out.")] = False,
     json_out: JsonOut = False,
+    input_len: InputLen = None,
+    output_len: OutputLen = None,
+    checkpoint: CheckpointOpt = None,
+    model_path: Annotated[Optional[str], typer.Option("--model-path", help="Serving: the weights the script loads (a Hugging Face name or folder) [default: the model name].")] = None,
 ) -> None:
     """Write the launch config of a plan for Megatron-LM, DeepSpeed, torchtitan, Slurm, vLLM or SGLang."""
     with user_errors():
         if plan_source is not None and plan is not None:
             raise InputError("give the plan once: as PLAN or as --plan", field="--plan")
         if format in SERVING_FORMATS:
-            files, estimate = _serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len)
+            files, estimate = _serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len,
+                                       input_len=input_len, output_len=output_len, gpus_per_node=gpus_per_node,
+                                       checkpoint=checkpoint, model_path=model_path)
         else:
             if format not in EMITTERS:
                 raise InputError(f"unknown format {format!r}; choose from {', '.join(FORMATS + SERVING_FORMATS)}",
@@ -188,9 +199,11 @@ def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[s
 
 
 def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: int, model: str | None,
-             hardware: str | None, gpus: int | None, seq_len: int | None) -> tuple[dict[str, str], Any]:
+             hardware: str | None, gpus: int | None, seq_len: int | None, *, input_len: int | None = None,
+             output_len: int | None = None, gpus_per_node: int | None = None, checkpoint: str | None = None,
+             model_path: str | None = None) -> tuple[dict[str, str], Any]:
     """The launch files of a serve plan: from a serving plans.json, or a plan string with --model,
-    --hardware, --gpus and --seq-len (the longest sequence: prompt + output)."""
+    --hardware, --gpus and the request shape (--input-len and --output-len, or --seq-len: prompt + output)."""
     source = plan_source or plan_text
     if source is None:
         raise InputError("give a serving plans.json (search --workload serve --out DIR) or a plan string such as "
@@ -206,23 +219,37 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         entries = {e.get("rank"): e for e in document["plans"] if isinstance(e, dict)}
         if rank not in entries:
             raise InputError(f"has no plan of rank {rank}", source=str(path), field="--rank")
-        spec = load_model(model or inputs["model"])
+        model_name = model or inputs["model"]
+        spec = load_model(model_name)
         try:
             chosen = serve_plan_from_fields(entries[rank]["plan"], int(inputs["gpus"]))
-            hw_name = str(inputs["hardware"])
-            max_len = int(inputs["input_len"]) + int(inputs["output_len"])
+            hw = load_hardware(str(inputs["hardware"]))
+            input_len, output_len = int(inputs["input_len"]), int(inputs["output_len"])
+            gpn = int(inputs.get("gpus_per_node") or hw.gpus_per_node)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"plan of rank {rank} is malformed: {exc}", source=str(path), field="plans.plan") from None
         estimate = entries[rank].get("estimate")
+        ckpt = serving_checkpoint(model_name, checkpoint or inputs.get("checkpoint"))
+        if inputs.get("engine") and inputs["engine"] != format:
+            stderr.print(f"[yellow]note:[/] the plan was searched for {inputs['engine']}; its batch is re-checked "
+                         f"against {format}'s memory budget.", highlight=False)
     else:
-        if model is None or hardware is None or gpus is None or seq_len is None:
-            raise InputError("a plan string needs --model, --hardware, --gpus and --seq-len (prompt + output tokens)",
-                             field="--plan")
+        if model is None or hardware is None or gpus is None or (seq_len is None and (input_len is None or output_len is None)):
+            raise InputError("a plan string needs --model, --hardware, --gpus and --input-len/--output-len (or "
+                             "--seq-len, prompt + output tokens)", field="--plan")
         spec = load_model(model)
-        hw_name = load_hardware(hardware).name
+        hw = load_hardware(hardware)
+        gpn = gpus_per_node or hw.gpus_per_node
         try:
             chosen = serve_plan_from_fields(parse_serve_fields(source), int(gpus))
         except ValueError as exc:
             raise InputError(str(exc), field="--plan") from None
-        max_len = seq_len
-    return serving_files(format, chosen, spec, hw_name, max_len, estimate), estimate
+        if input_len is None or output_len is None:
+            if seq_len is None or seq_len < 2:
+                raise InputError(f"must be >= 2 (prompt + output tokens), but got {seq_len}", field="--seq-len")
+            output_len = output_len or min(256, seq_len // 2)
+            input_len = input_len or seq_len - output_len
+        ckpt = serving_checkpoint(model, checkpoint)
+    files, mine = serving_files(format, chosen, spec, hw, input_len, output_len, estimate, model_path,
+                                gpus_per_node=gpn, checkpoint=ckpt)
+    return files, mine

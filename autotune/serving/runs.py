@@ -174,12 +174,15 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         return SkippedServingRow(rid, group, "static-batch row without its batch size")
     rate = _float(row, "request_rate") if kind == "rate" else None
     tp, pp = _int(row, "tp") or 1, _int(row, "pp") or 1
+    input_len, output_len = _int(row, "input_len"), _int(row, "output_len")
+    if input_len is None or output_len is None:
+        return SkippedServingRow(rid, group, "input/output lengths not recorded")
     if model.n_heads % tp:
         return SkippedServingRow(rid, group, f"heads {model.n_heads} not divisible by tp {tp}")
     return ServingRun(
         id=rid, source_group=group, engine=engine_key(row.get("engine", ""), row.get("engine_version", ""), group), kind=kind, model=model, gpu=gpu,
         n_gpus=_int(row, "n_gpus") or tp * pp, tp=tp, pp=pp, weights=weights, kv=kv,
-        input_len=_int(row, "input_len"), output_len=max(_int(row, "output_len") or 1, 1), batch=batch,
+        input_len=input_len, output_len=max(output_len, 1), batch=batch,
         request_rate=rate, measured_tokens_per_s_per_gpu=measured, measured_ttft_ms=ttft, measured_itl_ms=itl,
     )
 
