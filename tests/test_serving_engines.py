@@ -101,7 +101,7 @@ def test_memory_reserve_depends_on_model_and_batch():
     ("int8", "bf16", None, None, True),
     ("fp4", "nvfp4", None, "modelopt_fp4", False),
     ("fp4", "modelopt", None, "modelopt_fp4", False),
-    ("fp4", "bf16", "nvfp4_per_token", "nvfp4_online", False),
+    ("fp4", "bf16", None, None, True),  # the engines' online NVFP4 quantizes MoE experts only
     ("bf16", "fp8", None, None, True),
 ])
 def test_quantization_flags_follow_the_checkpoint(weights, checkpoint, vllm_flag, sglang_flag, needs):
@@ -114,6 +114,13 @@ def test_quantization_flags_follow_the_checkpoint(weights, checkpoint, vllm_flag
         assert quant == ([expected] if expected else []), (fmt, quant)
         assert ("NEEDS A PRE-QUANTIZED" in script or "point MODEL at a bf16" in script) == needs
         assert ("needs_checkpoint" in est) == needs
+
+
+def test_online_nvfp4_is_for_moe_experts():
+    plan = ServePlan(n_gpus=8, tp=8, ep=8, weights="fp4", kv="fp8", max_batch=64)
+    for fmt, flag in (("vllm", "nvfp4_per_token"), ("sglang", "nvfp4_online")):
+        files, est = serving_files(fmt, plan, load_model("mixtral-8x7b"), "b200-sxm-180gb", 2048, 256)
+        assert f"--quantization {flag}" in next(iter(files.values())) and est["weights_from"] == "online"
 
 
 def test_search_says_when_a_plan_needs_a_prequantized_checkpoint():
@@ -207,7 +214,7 @@ DISAGG = "prefill_workers=2,prefill_tp=2,decode_workers=1,decode_tp=4,weights=fp
 
 def test_disaggregated_launch_flags():
     vllm = _script("vllm", DISAGG, 8)
-    assert vllm.count('"kv_connector":"NixlConnector"') == 3
+    assert vllm.count('"kv_role":"kv_producer"') == 2 and vllm.count('"kv_role":"kv_consumer"') == 1
     assert "--vllm-pd-disaggregation" in vllm and vllm.count("--prefill ") == 2 and vllm.count("--decode ") == 1
     sg = _script("sglang", DISAGG, 8)
     assert sg.count("--disaggregation-mode prefill") == 2 and sg.count("--disaggregation-mode decode") == 1

@@ -471,7 +471,7 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     batch = ServePlanBatch.from_plans([chosen])
     reason = int(serve_rejection_reasons(spec, cluster, batch, frozenset({"dp"}))[0])
     estimate = annotate_checkpoint(estimate_serving(spec, cluster, workload, batch, params, engine=engine).row(0),
-                                   chosen, ckpt, engine)
+                                   chosen, ckpt, engine, spec.is_moe)
     if reason:
         estimate["fits"] = False
         estimate["meets_targets"] = False

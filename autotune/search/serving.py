@@ -86,12 +86,13 @@ def _with_fit_batches(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch,
     return merged.take(np.sort(unique))
 
 
-def annotate_checkpoint(estimate: dict[str, Any], plan: ServePlan, checkpoint: str, engine: str) -> dict[str, Any]:
+def annotate_checkpoint(estimate: dict[str, Any], plan: ServePlan, checkpoint: str, engine: str,
+                        is_moe: bool = True) -> dict[str, Any]:
     """Say how the plan's weights come from the checkpoint (and what it needs when they cannot)."""
     out = dict(estimate)
     out["checkpoint"] = checkpoint
-    out["weights_from"] = how(plan.weights, checkpoint, engine)
-    need = requirement(plan.weights, checkpoint, engine)
+    out["weights_from"] = how(plan.weights, checkpoint, engine, is_moe)
+    need = requirement(plan.weights, checkpoint, engine, is_moe)
     if need:
         out["needs_checkpoint"] = need
     return out
@@ -114,16 +115,17 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
         rejected[str(reason)] = rejected.get(str(reason), 0) + int(count)
     fits = np.flatnonzero(est.fits)
     meets = est.meets_targets[fits]
-    runnable = np.array([how(WEIGHTS[int(w)], checkpoint, engine) != "needs" for w in plans.weights[fits]])
+    moe = model.is_moe
+    runnable = np.array([how(WEIGHTS[int(w)], checkpoint, engine, moe) != "needs" for w in plans.weights[fits]])
     throughput = np.round(est.output_tokens_per_s[fits], 6)
     memory = est.memory_gib_per_gpu[fits]
     width = plans.gpus_per_replica[fits]
     order = np.lexsort((memory, width, -throughput, ~runnable, ~meets))
     ranked = [RankedServePlan(0, plans.plan(int(fits[i])), est.row(int(fits[i]))) for i in order[: max(top * 4, top)]]
-    ranked.sort(key=lambda r: (not r.estimate["meets_targets"], how(r.plan.weights, checkpoint, engine) == "needs",
+    ranked.sort(key=lambda r: (not r.estimate["meets_targets"], how(r.plan.weights, checkpoint, engine, moe) == "needs",
                                -round(r.estimate["output_tokens_per_s"], 6), r.plan.gpus_per_replica,
                                round(r.estimate["memory_gib_per_gpu"], 6), r.plan.as_string()))
-    ranked = [RankedServePlan(k, r.plan, annotate_checkpoint(r.estimate, r.plan, checkpoint, engine))
+    ranked = [RankedServePlan(k, r.plan, annotate_checkpoint(r.estimate, r.plan, checkpoint, engine, moe))
               for k, r in enumerate(ranked[:top], start=1)]
     return ServeSearchResult(ranked, len(plans), enumeration.space_size, time.perf_counter() - started, rejected,
                              int(len(fits)), int(meets.sum()), cluster.n_gpus)

@@ -3,8 +3,9 @@
 ``--checkpoint`` names the weights the user has (default bf16, or the format the catalogue records for a
 Hugging Face id).  A plan's ``weights`` is runnable from it when the checkpoint holds that precision
 (the engine reads the scheme from the checkpoint's config and no ``--quantization`` flag is needed), or
-when the checkpoint is bf16 and the engine quantises it at load (online: vLLM 0.33 ``fp8_per_tensor`` and
-``nvfp4_per_token``, SGLang 0.5.23 ``fp8`` and ``nvfp4_online`` on Blackwell).  Otherwise the plan needs
+when the checkpoint is bf16 and the engine quantises it at load (online: vLLM 0.33 ``fp8_per_tensor``, SGLang
+0.5.23 ``fp8``; NVFP4 only for a MoE model's experts on Blackwell: vLLM ``nvfp4_per_token``, SGLang
+``nvfp4_online``; a dense model's NVFP4 needs a checkpoint).  Otherwise the plan needs
 a pre-quantized checkpoint, and says which (``requirement``).
 """
 
@@ -50,18 +51,21 @@ def check_checkpoint(name: str) -> str:
     return key
 
 
-def how(weights: str, checkpoint: str, engine: str) -> str:
+MOE_ONLY_ONLINE = frozenset({"fp4"})  # the engines' online NVFP4 quantizes MoE experts only
+
+
+def how(weights: str, checkpoint: str, engine: str, is_moe: bool = True) -> str:
     """``checkpoint`` (read from it), ``online`` (quantized at load) or ``needs`` (another checkpoint)."""
     if weights in HOLDS[checkpoint]:
         return "checkpoint"
-    if checkpoint == "bf16" and weights in ONLINE[engine_family(engine)]:
+    if checkpoint == "bf16" and weights in ONLINE[engine_family(engine)] and (is_moe or weights not in MOE_ONLY_ONLINE):
         return "online"
     return "needs"
 
 
-def requirement(weights: str, checkpoint: str, engine: str) -> str | None:
+def requirement(weights: str, checkpoint: str, engine: str, is_moe: bool = True) -> str | None:
     """None when the plan runs from ``checkpoint``; else what it needs, as a sentence fragment."""
-    if how(weights, checkpoint, engine) != "needs":
+    if how(weights, checkpoint, engine, is_moe) != "needs":
         return None
     return f"needs {SOURCES[weights]}; --checkpoint is {checkpoint}"
 

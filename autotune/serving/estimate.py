@@ -178,7 +178,8 @@ def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep):
     f = _overhead_factor(g, p)
     stage = t_gemm + t_attn + t_ar + t_a2a + (p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]) / pp * 1e-6 * f
     send = np.where(pp > 1, (pp - 1.0) * (g["nvlink_lat"] + bm * a["h"] * ACTIVATION_BYTES / g["nvlink"]), 0.0)
-    return pp * stage + send + (p.step_us + p.seq_us * b) * 1e-6 * f
+    # the scheduler runs once per micro-batch in flight (one step each); sampling once per sequence
+    return pp * stage + send + (p.step_us * micro + p.seq_us * b) * 1e-6 * f
 
 
 def prefill_s(a, q, g, p, n, tp, pp, dp, ep, chunk, *, seqs=1.0, moe_share=1.0):

@@ -204,7 +204,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     gpn = gpus_per_node or hw.gpus_per_node
     cluster = Cluster(hw, plan.n_gpus, min(gpn, plan.n_gpus))
     est = estimate_serving(model, cluster, workload, ServePlanBatch.from_plans([plan]), CURRENT[format], engine=format)
-    mine = annotate_checkpoint(est.row(0), plan, checkpoint, format)
+    mine = annotate_checkpoint(est.row(0), plan, checkpoint, format, model.is_moe)
     knob = float(est.memory_knob[0])
     shown = dict(estimate) if estimate else mine
     shown = {**shown, "memory_gib_per_gpu": mine["memory_gib_per_gpu"]}

@@ -16,7 +16,8 @@ Mapping (checked by vLLM's own argument parser and config validation in CI, test
 * Memory: ``--gpu-memory-utilization`` is the budget the plan's batch was checked against (it caps weights,
   activations, CUDA graphs and KV cache together); ``--max-num-seqs`` the batch limit per DP rank;
   ``--max-num-batched-tokens`` the prefill chunk; ``--max-model-len`` the context length with slack.
-* Disaggregated plans: ``--kv-transfer-config`` with the NIXL connector on prefill and decode servers, and
+* Disaggregated plans: ``--kv-transfer-config`` with the NIXL connector (kv_producer on prefill servers,
+  kv_consumer on decode servers), and
   ``vllm-router --vllm-pd-disaggregation`` in front; replicas of an agg plan: ``vllm-router --worker-urls``.
 """
 
@@ -35,7 +36,9 @@ MASTER_PORT = 29501
 DP_RPC_PORT = 13345
 # weights -> the online scheme that makes them from a bf16 checkpoint
 ONLINE: Mapping[str, str] = {"fp8": "fp8_per_tensor", "fp4": "nvfp4_per_token"}
-NIXL = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":"))
+# the NIXL connector with a role per side (kv_both is deprecated for it in 0.33)
+NIXL = {role: json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role}, separators=(",", ":"))
+        for role, kv_role in (("prefill", "kv_producer"), ("decode", "kv_consumer"))}
 
 
 def refusals(ctx: ServeContext) -> list[str]:
@@ -59,7 +62,7 @@ def refusals(ctx: ServeContext) -> list[str]:
 
 def quantization_flags(ctx: ServeContext) -> tuple[list[shell.Group], str]:
     w = ctx.plan.weights
-    source = how(w, ctx.checkpoint, "vllm")
+    source = how(w, ctx.checkpoint, "vllm", ctx.model.is_moe)
     if source == "online":
         return [("--quantization", ONLINE[w])], f"{w} weights quantized at load from the bf16 checkpoint ({ONLINE[w]})"
     if w == "bf16":
@@ -106,7 +109,7 @@ def vllm_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[Eng
         if rank:
             groups.append(("--headless",))
     if p.disaggregated:
-        groups.append(("--kv-transfer-config", NIXL))
+        groups.append(("--kv-transfer-config", NIXL[slot.role]))
     if not rank:
         groups.append(("--port", port_of(slot, slots)))
     return groups
