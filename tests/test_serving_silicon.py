@@ -140,3 +140,46 @@ def test_calibrate_reproduces_the_bundled_serving_parameters(tmp_path):
                                   "1", "-p", "tp=1", "--input-len", "512", "--output-len", "128", "--calibration",
                                   str(tmp_path / "silicon.yaml"), "--json"])
     assert applied.exit_code == 0, applied.output
+
+
+def test_serving_runs_rows_named_by_hf_id_on_aliased_gpus_and_under_concurrency(tmp_path):
+    """Held-back style rows: a model named only by its Hugging Face id, a GPU named by an alias, a closed loop
+    of users (a NIM-style table: TTFT at 100 users is mostly waiting, not one prefill), an unreadable cell."""
+    with open(RUNS, newline="") as handle:
+        reader = csv.DictReader(handle)
+        columns, base = reader.fieldnames, next(reader)
+    blank = {k: "" for k in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "vocab_size",
+                             "moe_experts", "moe_topk", "output_tokens_per_s_per_gpu", "request_rate")}
+    common = {**base, **blank, "engine": "nim", "engine_version": "", "tp": "1", "pp": "1", "n_gpus": "1",
+              "weight_precision": "fp8", "kv_cache_dtype": "fp8", "input_len": "2048", "output_len": "256",
+              "scenario": "online", "concurrency_kind": "concurrent users (closed loop)", "dataset": ""}
+    rows = [
+        {**common, "id": "users-1", "hf_model_id": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm",
+         "concurrency_or_batch": "1", "ttft_ms_mean": "60", "itl_ms_mean": "8"},
+        {**common, "id": "users-100", "hf_model_id": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm",
+         "concurrency_or_batch": "100", "ttft_ms_mean": "300", "itl_ms_mean": "15"},
+        {**common, "id": "users-1000", "hf_model_id": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm",
+         "concurrency_or_batch": "4000", "ttft_ms_mean": "8000", "itl_ms_mean": "30"},
+        {**common, "id": "gb200", "hf_model_id": "deepseek-ai/DeepSeek-R1", "gpu": "other: gb200", "tp": "8",
+         "n_gpus": "8", "concurrency_or_batch": "64", "ttft_ms_mean": "500", "itl_ms_mean": "20"},
+        {**common, "id": "unknown-model", "hf_model_id": "someone/secret-model", "gpu": "h100_sxm",
+         "concurrency_or_batch": "8", "ttft_ms_mean": "100"},
+        {**common, "id": "bad-cell", "hf_model_id": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100_sxm",
+         "concurrency_or_batch": "8", "ttft_ms_mean": "fast"},
+    ]
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    result = runner.invoke(app, ["validate", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    got = {r["id"]: r for r in doc["rows"]}
+    assert set(got) == {"users-1", "users-100", "users-1000", "gb200"}
+    assert all(r["kind"] == "concurrency" for r in got.values())
+    ttft = [got[k]["predicted_ttft_ms"] for k in ("users-1", "users-100", "users-1000")]
+    assert ttft == sorted(ttft) and ttft[2] > 10 * ttft[0]  # beyond the engine's batch limit users wait
+    assert got["gb200"]["gpu"] == "gb200-nvl72" and got["gb200"]["predicted_tpot_ms"]
+    reasons = {s["id"]: s["reason"] for s in doc["skipped"]}
+    assert "catalogue" in reasons["unknown-model"] and "unreadable" in reasons["bad-cell"]

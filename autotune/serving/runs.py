@@ -24,7 +24,7 @@ REQUIRED_COLUMNS = (
     "vocab_size", "gpu", "n_gpus", "tp", "pp", "weight_precision", "kv_cache_dtype", "input_len", "output_len",
     "scenario", "output_tokens_per_s_per_gpu",
 )
-KINDS = ("max-throughput", "static", "prefill", "rate")
+KINDS = ("max-throughput", "static", "prefill", "rate", "concurrency")
 
 
 def is_serving_schema(columns) -> bool:
@@ -46,7 +46,7 @@ class ServingRun:
     kv: tuple[str, ...]  # one dtype, or every candidate when the row does not say
     input_len: int
     output_len: int
-    batch: int | None  # static batch size (the engine picks it otherwise)
+    batch: int | None  # static batch size, or the users in flight of a concurrency (closed-loop) row
     request_rate: float | None
     measured_tokens_per_s_per_gpu: float | None
     measured_ttft_ms: float | None
@@ -79,6 +79,10 @@ def _kind(row: dict) -> str:
     rate = (row.get("request_rate") or "").strip().lower()
     if rate and rate not in ("inf", "infinite"):
         return "rate"
+    how = (row.get("concurrency_kind") or "").lower()
+    if (row.get("concurrency_or_batch") or "").strip() and any(w in how for w in ("concurren", "user", "client",
+                                                                                   "closed loop", "closed-loop")):
+        return "concurrency"
     return "max-throughput"
 
 
@@ -127,15 +131,38 @@ def _engine(group: str) -> str:
     return group
 
 
+def _model_of(row: dict, shape: dict) -> ModelSpec | str:
+    """The row's model: its own architecture columns, else the bundled spec of its Hugging Face id."""
+    missing = [k for k, v in shape.items() if not v]
+    if not missing:
+        return ""
+    hf_id = (row.get("hf_model_id") or "").strip()
+    if hf_id:
+        from ..inputs.catalogue import lookup_hf_id
+        from ..inputs.modelspec import load_model
+
+        entry = lookup_hf_id(hf_id)
+        if entry is not None and entry.spec:
+            return load_model(entry.spec)
+        why = entry.reason if entry is not None else "not in profiles/catalogue/hf_models.yaml"
+        return f"architecture not stated ({', '.join(missing)}) and model {hf_id!r}: {why}"
+    return f"architecture not stated: {', '.join(missing)}"
+
+
 def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> ServingRun | SkippedServingRow:
     rid, group = row["id"], row["source_group"]
     shape = {k: _int(row, k) for k in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "vocab_size")}
-    missing = [k for k, v in shape.items() if not v]
-    if missing:
-        return SkippedServingRow(rid, group, f"architecture not stated: {', '.join(missing)}")
+    catalogued = _model_of(row, shape)
+    if isinstance(catalogued, str) and catalogued:
+        return SkippedServingRow(rid, group, catalogued)
     gpu = row["gpu"].strip()
     if gpu not in supported_gpus:
-        return SkippedServingRow(rid, group, f"GPU {gpu!r} has no bundled profile")
+        from ..inputs.hardware import resolve_hardware_name
+
+        alias = resolve_hardware_name(gpu)
+        if alias is None or alias not in supported_gpus:
+            return SkippedServingRow(rid, group, f"GPU {gpu!r} has no bundled profile")
+        gpu = alias
     weights = _weights(row["weight_precision"])
     if weights is None:
         return SkippedServingRow(rid, group, f"unknown weight precision {row['weight_precision']!r}")
@@ -144,20 +171,25 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         kv: tuple[str, ...] = ("fp8",) if kv_text.startswith("fp8") else ("bf16",)
     else:
         kv = ("bf16", "fp8") if gpu in fp8_gpus else ("bf16",)
-    experts, topk = _int(row, "moe_experts"), _int(row, "moe_topk")
-    moe = MoESpec(n_experts=experts, top_k=topk, expert_ffn_hidden_size=shape["ffn_hidden_size"]) if experts else None
-    try:
-        model = ModelSpec(
-            name=row["model_name"], n_layers=shape["n_layers"], hidden_size=shape["hidden_size"],
-            ffn_hidden_size=shape["ffn_hidden_size"], n_heads=shape["n_heads"], n_kv_heads=shape["n_kv_heads"],
-            head_dim=shape["hidden_size"] // shape["n_heads"], vocab_size=shape["vocab_size"], mlp="swiglu", moe=moe,
-        )
-    except ValueError as exc:
-        return SkippedServingRow(rid, group, f"architecture invalid: {exc}")
+    if isinstance(catalogued, ModelSpec):
+        model = catalogued
+    else:
+        experts, topk = _int(row, "moe_experts"), _int(row, "moe_topk")
+        moe = MoESpec(n_experts=experts, top_k=topk, expert_ffn_hidden_size=shape["ffn_hidden_size"]) if experts else None
+        try:
+            model = ModelSpec(
+                name=row["model_name"], n_layers=shape["n_layers"], hidden_size=shape["hidden_size"],
+                ffn_hidden_size=shape["ffn_hidden_size"], n_heads=shape["n_heads"], n_kv_heads=shape["n_kv_heads"],
+                head_dim=shape["hidden_size"] // shape["n_heads"], vocab_size=shape["vocab_size"], mlp="swiglu", moe=moe,
+            )
+        except ValueError as exc:
+            return SkippedServingRow(rid, group, f"architecture invalid: {exc}")
     kind = _kind(row)
     measured = _float(row, "output_tokens_per_s_per_gpu")
-    ttft = _float(row, "ttft_ms_mean")
-    itl = _float(row, "itl_ms_mean") or _float(row, "tpot_ms_mean")
+    # means where the row has them, else medians (the columns name their statistic)
+    ttft = _float(row, "ttft_ms_mean") or _float(row, "ttft_ms_median")
+    itl = (_float(row, "itl_ms_mean") or _float(row, "tpot_ms_mean") or _float(row, "itl_ms_median")
+           or _float(row, "tpot_ms_median"))
     for key, value in (("output_tokens_per_s_per_gpu", measured), ("ttft_ms_mean", ttft), ("itl_ms_mean", itl)):
         if value is not None and value <= 0:
             raise InputError(f"row {rid!r}: a measurement must be > 0, but got {value!r}", field=key)
@@ -165,11 +197,13 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         value = _int(row, key)
         if value is not None and value < 1:
             raise InputError(f"row {rid!r}: must be >= 1, but got {value!r}", field=key)
-    if kind != "prefill" and measured is None:
+    if kind not in ("prefill", "concurrency") and measured is None:
         return SkippedServingRow(rid, group, "no output tokens/s per GPU")
+    if kind == "concurrency" and measured is None and ttft is None and itl is None:
+        return SkippedServingRow(rid, group, "concurrency row without throughput, TTFT or TPOT")
     if kind == "prefill" and ttft is None:
         return SkippedServingRow(rid, group, "single-request row without TTFT")
-    batch = _int(row, "concurrency_or_batch") if kind in ("static", "prefill") else None
+    batch = _int(row, "concurrency_or_batch") if kind in ("static", "prefill", "concurrency") else None
     if kind == "static" and not batch:
         return SkippedServingRow(rid, group, "static-batch row without its batch size")
     rate = _float(row, "request_rate") if kind == "rate" else None
@@ -200,10 +234,11 @@ def read_serving_runs(path: Path, supported_gpus: set[str], fp8_gpus: set[str]) 
         if absent:
             raise InputError(f"missing serving column(s) {', '.join(absent)}; see docs/serving.md for the schema",
                              source=source)
-        out = []
+        out: list[ServingRun | SkippedServingRow] = []
         for row in reader:
             try:
                 out.append(parse_row(row, supported_gpus, fp8_gpus))
-            except InputError as exc:
-                raise InputError(str(exc), source=source) from None
+            except (InputError, ValueError, KeyError) as exc:  # a row it cannot read is skipped, with the reason
+                out.append(SkippedServingRow(str(row.get("id", "")), str(row.get("source_group", "")),
+                                             f"unreadable: {exc}"))
         return out

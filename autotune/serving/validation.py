@@ -330,15 +330,29 @@ def _legacy_batch(runs: Sequence[ServingRun], hardware_loader: Callable[[str], H
     requests = np.array([float(_requests((datasets or {}).get(r.id)) or 0) for r in expanded])
     limit = np.array([float(engine_max_batch(r.engine)) for r in expanded])
     limit = np.where(requests > 0, np.minimum(limit, requests), limit)
-    chunk = 8192.0 * one
-    frac = np.array([LEGACY_KV_FRACTION.get(legacy_engine(r.engine), 0.90) for r in expanded])
-    mem = E.memory_budget("trtllm", a, q, g, tp, pp, one, one, limit, chunk, fraction=frac)
-    load = np.where(kind == "rate", LOAD_RATE, LOAD_FULL)
+    # each engine's own defaults and memory rule (TensorRT-LLM: its free-memory fraction, 0.95 in the v0.20 tables)
+    families = np.array([E.engine_family(r.engine) for r in expanded], dtype=object)
+    mem_gib = np.array([hws[r.gpu].memory_gib for r in expanded])
+    chunk = np.array([E.DEFAULTS[f].chunk_tokens(m) if f != "trtllm" else 8192.0 for f, m in zip(families, mem_gib)])
+    mixed = np.array([float(E.DEFAULTS[f].mixed_prefill) for f in families])
+    pool = np.zeros(len(expanded))
+    for fam in set(families):
+        idx = families == fam
+        sub = lambda x: x[idx] if isinstance(x, np.ndarray) else x  # noqa: E731
+        frac = (np.array([LEGACY_KV_FRACTION.get(legacy_engine(r.engine), 0.90) for r, i in zip(expanded, idx) if i])
+                if fam == "trtllm" else None)
+        mem = E.memory_budget(fam, {k: sub(v) for k, v in a.items()}, {k: sub(v) for k, v in q.items()},
+                              {k: sub(v) for k, v in g.items()}, tp[idx], pp[idx], one[idx], one[idx], limit[idx],
+                              chunk[idx], fraction=frac)
+        pool[idx] = mem.kv_pool
+    load = np.where(kind == "rate", LOAD_RATE, np.where(kind == "concurrency", LOAD_CONCURRENCY, LOAD_FULL))
+    replicas = np.array([max(r.n_gpus // (r.tp * r.pp), 1) for r in expanded], dtype=np.float64)
+    users = np.array([float(r.batch or 0) for r in expanded]) / replicas
     rows = Rows(a=a, g=g, q=q, disagg=0.0 * one, p_workers=one, p_tp=tp, p_pp=pp, p_dp=one, p_ep=one,
                 d_workers=one, d_tp=tp, d_pp=pp, d_dp=one, d_ep=one, load=load,
                 I=np.array([float(r.input_len) for r in expanded]), O=np.array([float(r.output_len) for r in expanded]),
-                C=0.0 * one, lam=np.array([float(r.request_rate or 0.0) for r in expanded]), chunk=chunk,
-                mixed=one, limit=limit, kv_pool=mem.kv_pool, n=len(expanded))
+                C=users, lam=np.array([float(r.request_rate or 0.0) for r in expanded]), chunk=chunk,
+                mixed=mixed, limit=limit, kv_pool=pool, n=len(expanded))
     batch = np.array([float(r.batch or 1) for r in expanded])
     return _LegacyBatch(expanded, np.array(owner), rows, kind, batch, requests, tp * pp)
 
@@ -423,7 +437,7 @@ def _mean_finite(x: np.ndarray) -> float | None:
 
 def _row_result(run: ServingRun, pred: Mapping[str, np.ndarray]) -> ServingRowResult:
     thr = _mean_finite(pred["thr"])
-    ttft = _mean_finite(pred["ttft"]) if run.kind in ("prefill", "rate") else None
+    ttft = _mean_finite(pred["ttft"]) if run.kind in ("prefill", "rate", "concurrency") else None
     itl = _mean_finite(pred["itl"])
     err = _pct(thr, run.measured_tokens_per_s_per_gpu) if thr is not None and run.measured_tokens_per_s_per_gpu else None
     finite = pred["thr"][np.isfinite(pred["thr"])]
@@ -563,7 +577,7 @@ def fit_runs(runs: Sequence[ServingRun], hardware_loader: Callable[[str], Hardwa
     base = {e: PRIOR.replace(**engine_properties(e), kv_reserve=1.0) for e in engines}
     start = {e: (start or {}).get(e, base[e]) for e in engines}
     meas_thr = np.array([r.measured_tokens_per_s_per_gpu or np.nan for r in lb.runs])
-    meas_ttft = np.array([r.measured_ttft_ms if r.kind in ("prefill", "rate") and r.measured_ttft_ms else np.nan
+    meas_ttft = np.array([r.measured_ttft_ms if r.kind in ("prefill", "rate", "concurrency") and r.measured_ttft_ms else np.nan
                           for r in lb.runs])
     meas_itl = np.array([r.measured_itl_ms or np.nan for r in lb.runs])
     # each run weighs once, whatever the number of KV dtypes it is evaluated with
