@@ -78,6 +78,7 @@ class ServingParams:
     step_us: float = 300.0  # fixed time per engine step (scheduler, sampling, launch, sync)
     layer_us: float = 20.0  # fixed time per layer per step (kernel latency floor under CUDA graphs)
     seq_us: float = 10.0  # time per running sequence per step (sampling, detokenising, streaming)
+    seq_layer_us: float = 0.0  # time per running sequence per attention layer (the decode attention kernel's per-sequence floor)
     request_ms: float = 20.0  # fixed TTFT per request (HTTP, tokeniser, scheduling, first chunk)
     admission_steps: float = 2.0  # scheduler pick-up delay, in decode steps of the running batch
     sync_share: float = 0.1  # share of closed-loop arrivals that come in synchronised waves of all C clients
@@ -100,11 +101,12 @@ SERVING_PARAM_BOUNDS: Mapping[str, tuple[float, float]] = {
     "alltoall_us": (1.0, 150.0), "moe_layer_us": (0.0, 200.0), "prompt_token_us": (0.0, 20.0),
     "arrival_cv2": (0.0, 8.0), "kv_handoff_ms": (0.0, 1000.0), "older_overhead": (0.5, 2.0), "kv_reserve": (0.0, 1.0),
     "weight_bandwidth": (0.3, 0.95), "step_us": (0.0, 20000.0), "layer_us": (0.0, 200.0), "seq_us": (0.0, 300.0),
-    "request_ms": (0.0, 300.0), "admission_steps": (0.0, 20.0), "sync_share": (0.0, 1.0),
+    "request_ms": (0.0, 300.0), "admission_steps": (0.0, 20.0), "sync_share": (0.0, 1.0), "seq_layer_us": (0.0, 5.0),
     "kv_reread_fraction": (0.0, 1.0),
 }
 # Fitted per engine; the others are shared by every engine of one calibration.
-ENGINE_PARAMS = ("weight_bandwidth", "step_us", "layer_us", "seq_us", "request_ms", "admission_steps", "sync_share")
+ENGINE_PARAMS = ("weight_bandwidth", "step_us", "layer_us", "seq_us", "request_ms", "admission_steps", "sync_share",
+                 "seq_layer_us")
 
 
 def weight_bytes_per_param(weights: str) -> float:
@@ -176,7 +178,9 @@ def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep):
     t_ar = 2.0 * a["L"] / pp * _allreduce_s(bm * a["h"] * ACTIVATION_BYTES, tp, g, p)
     t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
     f = _overhead_factor(g, p)
-    stage = t_gemm + t_attn + t_ar + t_a2a + (p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]) / pp * 1e-6 * f
+    attn_layers = a["n_full"] + a["n_swa"] + a["n_lin"]
+    stage = t_gemm + t_attn + t_ar + t_a2a + (p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]
+                                              + p.seq_layer_us * bm * attn_layers) / pp * 1e-6 * f
     send = np.where(pp > 1, (pp - 1.0) * (g["nvlink_lat"] + bm * a["h"] * ACTIVATION_BYTES / g["nvlink"]), 0.0)
     # the scheduler runs once per micro-batch in flight (one step each); sampling once per sequence
     return pp * stage + send + (p.step_us * micro + p.seq_us * b) * 1e-6 * f
