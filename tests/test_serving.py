@@ -18,6 +18,7 @@ from autotune.serving.estimate import (
     GIB,
     ServingParams,
     decode_weight_bytes_per_step,
+    engine_memory,
     estimate_serving,
     kv_bytes_per_token,
     max_batch_fit,
@@ -35,8 +36,13 @@ LAYERS = 68_451_041_280
 BF16_REST = (1_318_912 + 1_050_673_152) * 2
 
 
-@pytest.mark.parametrize("weights, per_param", [("bf16", 2.0), ("fp8", 1.0), ("int8", 1.0), ("int4", 0.5 + 2 / 128),
-                                               ("fp4", 0.5 + 1 / 16)])
+# fp8 carries one fp32 scale per 128x128 block (DeepSeek/Qwen-style block scaling), int4 one bf16 scale per
+# group of 128 weights, NVFP4 one fp8 scale per 16.
+FP8 = 1.0 + 4 / (128 * 128)
+
+
+@pytest.mark.parametrize("weights, per_param", [("bf16", 2.0), ("fp8", FP8), ("int8", 1.0), ("int4", 0.5 + 2 / 128),
+                                               ("fp4", 0.5 + 1 / 16), ("mxfp4", 0.5 + 1 / 32)])
 def test_decode_weight_bytes_llama3_70b(weights, per_param):
     model = load_model("llama3-70b")
     assert decode_weight_bytes_per_step(model, weights) == pytest.approx(LAYERS * per_param + BF16_REST)
@@ -45,7 +51,7 @@ def test_decode_weight_bytes_llama3_70b(weights, per_param):
 def test_weight_bytes_hand_values():
     model = load_model("llama3-70b")
     assert decode_weight_bytes_per_step(model, "bf16") == pytest.approx(139.006e9, rel=1e-5)
-    assert decode_weight_bytes_per_step(model, "fp8") == pytest.approx(70.555e9, rel=1e-5)
+    assert decode_weight_bytes_per_step(model, "fp8") == pytest.approx(70.572e9, rel=1e-5)
     assert decode_weight_bytes_per_step(model, "int4") == pytest.approx(37.399e9, rel=1e-5)
 
 
@@ -60,29 +66,52 @@ def _batch(n_gpus, **kw):
 
 
 def test_kv_capacity_by_hand():
+    """vLLM's rule: --gpu-memory-utilization (0.92 in 0.33) caps weights, non-torch memory, activations,
+    CUDA graphs and the KV cache together; the KV pool is what is left."""
     model, hw = load_model("llama3-70b"), load_hardware("h100-sxm5-80gb")
-    params = ServingParams(reserve_gib=3.0, kv_fraction=0.9)
     cluster = Cluster(hw, 8, 8)
     plans = _batch(8, tp=8, weights="fp8", kv="fp8")
-    weights_per_gpu = (LAYERS * 1.0 + (1_318_912 + 2 * 1_050_673_152) * 2) / 8  # embedding + output, bf16
+    # layers at fp8 (+ block scales) split 8 ways; embedding and output layer bf16, vocabulary-parallel; norms bf16
+    weights_per_gpu = LAYERS * FP8 / 8 + 2 * 1_050_673_152 * 2 / 8 + 1_318_912 * 2
+    mem = engine_memory(model, cluster, plans, "vllm")
+    assert mem.weights[0] == pytest.approx(weights_per_gpu)
+    pool = 0.92 * 80 * GIB - weights_per_gpu - mem.runtime[0] - mem.activations[0] - mem.cuda_graphs[0]
+    assert mem.kv_pool[0] == pytest.approx(pool)
+    assert 0.5 * GIB < mem.activations[0] < 4 * GIB  # an 8192-token chunk of 70B over 8 GPUs, and the sampler
     kv_per_token_per_gpu = 2 * 80 * 1 * 128 * 1  # one KV head per GPU at tp 8, fp8
-    free = (80 * GIB - weights_per_gpu - 3 * GIB) * 0.9
-    expected = int(free / kv_per_token_per_gpu // 2304)
-    assert max_batch_fit(model, cluster, plans, params, 2304)[0] == expected
-    # A bf16 70B model does not fit one 80 GB GPU at all.
-    assert max_batch_fit(model, Cluster(hw, 1, 8), _batch(1, weights="bf16"), params, 2304)[0] == 0
+    assert max_batch_fit(model, cluster, plans, 2304)[0] == int(pool // (kv_per_token_per_gpu * 2304))
+    # A bf16 70B model does not fit one 80 GB GPU at all, under any engine's budget.
+    for engine in ("vllm", "sglang", "trtllm"):
+        assert max_batch_fit(model, Cluster(hw, 1, 8), _batch(1, weights="bf16"), 2304, engine)[0] == 0
+
+
+def test_sglang_and_trtllm_budget_rules_by_hand():
+    """SGLang's --mem-fraction-static caps weights plus KV (its default reserve for activations and CUDA graphs:
+    512 MiB + 1.5 MiB per chunk token + 1 GiB per 8 GPUs + 2 MiB per decode graph batch, at least 10 GiB on
+    GPUs over 60 GiB); TensorRT-LLM gives the KV cache 0.9 of what weights and activations leave."""
+    model, hw = load_model("llama3-70b"), load_hardware("h100-sxm5-80gb")
+    cluster = Cluster(hw, 8, 8)
+    plans = _batch(8, tp=8, weights="fp8", kv="fp8", max_batch=256)
+    sg = engine_memory(model, cluster, plans, "sglang")
+    reserve_mib = 512 + 8192 * 1.5 + 1024 + 256 * 2  # the graph batch is capped by max_running_requests
+    fraction = int((81920 - reserve_mib) / 81920 * 1000) / 1000
+    assert sg.knob[0] == pytest.approx(fraction)
+    assert sg.kv_pool[0] == pytest.approx(fraction * 80 * GIB - sg.weights[0])
+    trt = engine_memory(model, cluster, plans, "trtllm")
+    free = 80 * GIB - trt.weights[0] - trt.activations[0] - trt.runtime[0] - trt.cuda_graphs[0]
+    assert trt.kv_pool[0] == pytest.approx(0.9 * free)
 
 
 def test_decode_is_memory_bound_at_batch_one_and_roofline():
     model, hw = load_model("llama3-70b"), load_hardware("h100-sxm5-80gb")
-    params = ServingParams(decode_bandwidth=0.8, kv_bandwidth=0.8, step_overhead_us=0.0)
+    params = ServingParams(weight_bandwidth=0.8, kv_bandwidth=0.8, step_us=0.0, layer_us=0.0, seq_us=0.0,
+                           allreduce_us=1.0)
     cluster = Cluster(hw, 8, 8)
     plans = _batch(8, tp=8, weights="fp8", kv="fp8", max_batch=1)
     est = estimate_serving(model, cluster, ServeWorkload(1, 1000), plans, params)
     floor = decode_weight_bytes_per_step(model, "fp8") / 8 / (3350e9 * 0.8)  # every GPU streams its 1/8
     assert est.tpot_ms[0] / 1e3 > floor
-    assert est.tpot_ms[0] / 1e3 < floor * 2.0  # plus all-reduce latency, KV and the head
-    assert est.bound[0] == "memory"
+    assert est.tpot_ms[0] / 1e3 < floor * 1.3  # plus all-reduce latency, KV and the head
     # Quantising the weights halves the weight stream: fp8 decodes faster than bf16 at batch 1.
     bf16 = estimate_serving(model, cluster, ServeWorkload(1, 1000), _batch(8, tp=8, max_batch=1), params)
     assert bf16.tpot_ms[0] > 1.6 * est.tpot_ms[0] * 0.9
@@ -94,9 +123,10 @@ def test_predict_json_shape():
                                  "--plan", "tp=4,pp=1,replicas=2,weights=fp8,kv=fp8,max_batch=64", "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert doc["plan"] == {"tp": 4, "pp": 1, "ep": 1, "weights": "fp8", "kv": "fp8", "max_batch": 64, "replicas": 2}
+    assert doc["plan"] == {"mode": "agg", "tp": 4, "pp": 1, "dp": 1, "ep": 1, "weights": "fp8", "kv": "fp8",
+                           "max_batch": 64, "replicas": 2}
     for key in ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "ttft_ms", "tpot_ms", "max_batch_fit",
-                "memory_gib_per_gpu", "fits"):
+                "memory_gib_per_gpu", "memory_budget_gib", "engine_memory_flag", "fits", "checkpoint", "weights_from"):
         assert key in doc["estimate"]
     assert doc["estimate"]["fits"] is True
 
@@ -120,7 +150,8 @@ def test_no_fp8_on_a100_and_fp4_only_on_blackwell():
     space = load_serve_space(None)
     for gpu, allowed in (("a100-sxm4-80gb", {"bf16", "int8", "int4"}), ("h100-sxm5-80gb", {"bf16", "fp8", "int8", "int4"}),
                          ("b200-sxm-180gb", {"bf16", "fp8", "int8", "int4", "fp4"})):
-        result = serve_search(model, Cluster(load_hardware(gpu), 1, 8), ServeWorkload(128, 128), space, ServingParams(), top=500)
+        result = serve_search(model, Cluster(load_hardware(gpu), 1, 8), ServeWorkload(128, 128), space, ServingParams(),
+                              top=5000)
         assert {r.plan.weights for r in result.ranked} == allowed
         if gpu.startswith("a100"):
             assert {r.plan.kv for r in result.ranked} == {"bf16"}
@@ -138,8 +169,14 @@ def test_slo_ranking_puts_misses_last_and_shows_them():
             assert r.estimate["tpot_ms"] <= 30 and r.estimate["ttft_ms"] <= 2000
         else:
             assert "misses" in r.estimate
-    met = [r.estimate["output_tokens_per_s"] for r in result.ranked if r.estimate["meets_targets"]]
-    assert met == sorted(met, reverse=True)
+    # among the plans that meet them, those the checkpoint (bf16 here) can run come first, then those that need
+    # a pre-quantized checkpoint; each group by throughput
+    met = [r for r in result.ranked if r.estimate["meets_targets"]]
+    needs = [r.estimate["weights_from"] == "needs" for r in met]
+    assert needs == sorted(needs) and any(needs) and not all(needs)
+    for group in (False, True):
+        values = [r.estimate["output_tokens_per_s"] for r, n in zip(met, needs) if n == group]
+        assert values == sorted(values, reverse=True)
 
 
 def test_capacity_finds_fewest_gpus():
@@ -183,47 +220,54 @@ def test_validate_detects_serving_schema_on_fixture():
     assert text.exit_code == 0 and "Serving error by source group and kind" in text.stdout
 
 
-GOLDEN_VLLM_REPLICA = """CUDA_VISIBLE_DEVICES=4,5,6,7 \\
-    vllm serve "$MODEL" \\
-    --tensor-parallel-size 4 \\
-    --pipeline-parallel-size 1 \\
-    --quantization fp8 \\
-    --kv-cache-dtype fp8 \\
-    --max-num-seqs 64 \\
-    --max-model-len 2304 \\
-    --gpu-memory-utilization 0.9 \\
-    --port 8001 &"""
+GOLDEN_VLLM_REPLICA = """    CUDA_VISIBLE_DEVICES=4,5,6,7 \\
+        vllm serve "$MODEL" \\
+        --tensor-parallel-size 4 \\
+        --pipeline-parallel-size 1 \\
+        --quantization fp8_per_tensor \\
+        --kv-cache-dtype fp8 \\
+        --max-num-seqs 64 \\
+        --max-num-batched-tokens 8192 \\
+        --max-model-len 3072 \\
+        --gpu-memory-utilization 0.92 \\
+        --port 8001 &"""
 
-GOLDEN_SGLANG = """CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \\
-    python -m sglang.launch_server \\
-    --model-path "$MODEL" \\
-    --tp-size 8 \\
-    --ep-size 8 \\
-    --quantization awq \\
-    --kv-cache-dtype auto \\
-    --max-running-requests 32 \\
-    --context-length 4096 \\
-    --mem-fraction-static 0.9 \\
-    --port 8000 &"""
+GOLDEN_SGLANG = """    CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \\
+        python -m sglang.launch_server \\
+        --model-path "$MODEL" \\
+        --tp-size 8 \\
+        --ep-size 8 \\
+        --kv-cache-dtype auto \\
+        --max-running-requests 32 \\
+        --chunked-prefill-size 8192 \\
+        --context-length 5120 \\
+        --mem-fraction-static 0.83 \\
+        --host 0.0.0.0 \\
+        --port 8000 &"""
 
 
 def test_golden_launch_commands():
+    """vLLM 0.33 and SGLang 0.5.23 spellings: online fp8 from a bf16 checkpoint is fp8_per_tensor; the memory
+    flag is the budget the batch was checked against; the context length has slack (2304 -> 3072)."""
     result = runner.invoke(app, ["emit", "tp=4,pp=1,weights=fp8,kv=fp8,max_batch=64", "--format", "vllm", "-m", "llama3-70b",
                                  "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "2304"])
     assert result.exit_code == 0, result.output
     assert GOLDEN_VLLM_REPLICA in result.stdout
-    assert "load balancer" in result.stdout and result.stdout.count("vllm serve") == 2
+    assert "vllm-router" in result.stdout and result.stdout.count("vllm serve") == 2
+    assert "vLLM 0.33" in result.stdout
     result = runner.invoke(app, ["emit", "tp=8,ep=8,weights=int4,max_batch=32", "--format", "sglang", "-m", "mixtral-8x7b",
                                  "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096"])
     assert result.exit_code == 0, result.output
     assert GOLDEN_SGLANG in result.stdout
+    assert "SGLang 0.5.23" in result.stdout and "NEEDS A PRE-QUANTIZED INT4 CHECKPOINT" in result.stdout
 
 
 def test_emit_quotes_model_path_and_reads_search_output(tmp_path):
     from autotune.outputs.emit.formats import serving_files
 
     plan = ServePlan(n_gpus=1, weights="bf16")
-    files = serving_files("vllm", plan, load_model("llama3-8b"), "h100-sxm5-80gb", 1024, model_path="my model; rm -rf /")
+    files, _ = serving_files("vllm", plan, load_model("llama3-8b"), "h100-sxm5-80gb", 896, 128,
+                             model_path="my model; rm -rf /")
     assert "MODEL='my model; rm -rf /'" in files["serve_vllm.sh"]
     out = tmp_path / "s"
     result = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "2",
@@ -231,7 +275,7 @@ def test_emit_quotes_model_path_and_reads_search_output(tmp_path):
     assert result.exit_code == 0, result.output
     emitted = runner.invoke(app, ["emit", str(out / "plans.json"), "--format", "sglang"])
     assert emitted.exit_code == 0, emitted.output
-    assert "--context-length 640" in emitted.stdout
+    assert "--context-length 1024" in emitted.stdout  # 512 + 128 tokens with slack, rounded up to 1024
 
 
 def test_training_still_requires_seq_len():

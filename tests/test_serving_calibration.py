@@ -1,7 +1,9 @@
-"""Serving calibration: engine keys and properties, the pooled fallback, per-sequence cost, GQA re-reads,
-finite rate-limited benchmarks, and the launch flags of the named releases."""
+"""Serving parameters: engine keys and properties, which calibration an engine release gets, GQA re-reads,
+per-sequence cost, finite rate-limited benchmarks, and the launch flags of the targeted releases."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,18 +12,16 @@ from autotune.inputs.hardware import Cluster, load_hardware
 from autotune.inputs.modelspec import ModelSpec
 from autotune.inputs.workload import ServeWorkload
 from autotune.serving import calibrated
-from autotune.serving.calibrated import (
-    engine_max_batch,
-    engine_properties,
-    params_for,
-    params_for_gpu,
-)
-from autotune.serving.estimate import ServingParams, engine_for, estimate_serving
+from autotune.serving.arch import gpu_scalars, model_scalars, precision_arrays
+from autotune.serving.calibrated import engine_properties, params_for
+from autotune.serving.estimate import ServingParams, decode_step_s, estimate_serving
 from autotune.serving.plan import ServePlan, ServePlanBatch
 from autotune.serving.runs import engine_key
+from autotune.serving.validation import engine_max_batch
 
 MISTRAL = ModelSpec(name="mistral-like", n_layers=32, hidden_size=4096, ffn_hidden_size=14336, n_heads=32, n_kv_heads=8,
                     head_dim=128, vocab_size=32000, mlp="swiglu")
+FLAGS = Path(__file__).parent / "data" / "engine_flags"
 
 
 @pytest.mark.parametrize("engine, version, group, key", [
@@ -42,119 +42,139 @@ def test_engine_properties_come_from_the_release():
     assert engine_properties("trtllm-0.8")["kv_reread_fraction"] > 0  # older releases: same kernels
     for engine in ("trtllm-0.14", "trtllm-0.20", "vllm-0.6", "sglang-0.4", "unknown"):
         assert engine_properties(engine) == {}
-    assert params_for("trtllm-0.9", "h100-sxm5-80gb").kv_reread_fraction > 0
-    assert params_for("vllm-0.8", "h100-sxm5-80gb").kv_reread_fraction == 0
+    assert params_for("trtllm-0.9").kv_reread_fraction > 0
+    assert params_for("trtllm-0.8").kv_reread_fraction > 0
+    assert params_for("vllm-0.8").kv_reread_fraction == 0
 
 
 def test_engine_max_batch_defaults():
     assert engine_max_batch("trtllm-0.14") == 2048
+    assert engine_max_batch("trtllm-0.14-triton") == 256
     assert engine_max_batch("vllm-0.6") == 256
     assert engine_max_batch("vllm-0.8") == 1024
     assert engine_max_batch("sglang-0.4") == 2048
 
 
-def test_unknown_engine_and_gpu_fall_back_to_pooled_fits():
-    assert calibrated.FITTED and calibrated.POOLED and calibrated.POOLED_ALL
-    gpu = next(iter(calibrated.POOLED))
-    unknown = params_for("vllm-0.8", gpu)
-    for name, value in calibrated.POOLED[gpu].items():
-        assert getattr(unknown, name) == pytest.approx(value)
-    pooled_all = params_for("vllm-0.8", "no-such-gpu")
-    for name, value in calibrated.POOLED_ALL.items():
-        assert getattr(pooled_all, name) == pytest.approx(value)
-    own = next(iter(calibrated.FITTED))
-    for name, value in calibrated.FITTED[own].items():
-        assert getattr(params_for(*own), name) == pytest.approx(value)
-    # Planning on a GPU without serving runs says where its parameters come from.
-    _, note = params_for_gpu("no-such-gpu")
-    assert "pooled" in note
+def test_each_release_gets_its_own_or_its_familys_calibration():
+    # the engines of the silicon data have their own fits; every engine of one calibration shares the kernel
+    # and link parameters, and differs in its own (fixed costs, weight streaming, scheduler)
+    for engine in ("vllm", "sglang", "trtllm"):
+        assert params_for(engine) == calibrated.CURRENT[engine]
+    assert calibrated.CURRENT["vllm"].gemm == calibrated.CURRENT["sglang"].gemm
+    assert calibrated.CURRENT["vllm"].request_ms != calibrated.CURRENT["sglang"].request_ms
+    # a release of a family: the family's fit; TensorRT-LLM 1.x: the current fit; 0.x: the nearest table's
+    assert params_for("vllm-0.19") == calibrated.CURRENT["vllm"]
+    assert params_for("sglang-0.5") == calibrated.CURRENT["sglang"]
+    assert params_for("trtllm-1.2") == calibrated.CURRENT["trtllm"]
+    assert params_for("trtllm-0.14-triton") == calibrated.LEGACY["trtllm-0.14"]
+    assert params_for("trtllm-0.17").weight_bandwidth == calibrated.LEGACY["trtllm-0.14"].weight_bandwidth
+    assert params_for("trtllm-0.19").weight_bandwidth == calibrated.LEGACY["trtllm-0.20"].weight_bandwidth
+    assert params_for("unknown-engine") == calibrated.CURRENT["vllm"]
 
 
-def _plans(n=1, **kw):
-    return ServePlanBatch.from_plans([ServePlan(n_gpus=n, **kw)])
+def _rows(model, hw, plans: ServePlanBatch, kv="bf16"):
+    a, g = model_scalars(model), gpu_scalars(hw)
+    q = precision_arrays([("bf16", "bf16", "bf16")] * len(plans), [g] * len(plans), [kv] * len(plans))
+    return a, q, g
 
 
 def test_kv_reread_fraction_scales_attention_traffic_by_group():
     hw = load_hardware("h100-sxm5-80gb")
-    cluster = Cluster(hw, 1, 8)
-    shared = engine_for(MISTRAL, cluster, _plans(), ServingParams())
-    per_head = engine_for(MISTRAL, cluster, _plans(), ServingParams(kv_reread_fraction=1.0))
-    half = engine_for(MISTRAL, cluster, _plans(), ServingParams(kv_reread_fraction=0.5))
-    # group of 4 query heads per KV head: 4x the traffic at fraction 1, 1 + 3/2 at 0.5; capacity unchanged
-    assert per_head.kv_read_per_token_gpu[0] == pytest.approx(4 * shared.kv_read_per_token_gpu[0])
-    assert half.kv_read_per_token_gpu[0] == pytest.approx(2.5 * shared.kv_read_per_token_gpu[0])
-    assert per_head.kv_per_token_gpu[0] == shared.kv_per_token_gpu[0] == 2 * 32 * 8 * 128 * 2
+    plans = ServePlanBatch.from_plans([ServePlan(n_gpus=1)])
+    a, q, g = _rows(MISTRAL, hw, plans)
+    # attention-bound case: a long context, no weights or fixed costs in the way
+    base = ServingParams(kv_bandwidth=0.5, weight_bandwidth=0.95, step_us=0, layer_us=0, seq_us=0, attention=0.75)
+    one = np.array([1.0])
+
+    def attention(p):
+        slow = decode_step_s(a, q, g, p, np.array([64.0]), np.array([100_000.0]), one, one, one, one)
+        weights_only = decode_step_s(a, q, g, p, np.array([64.0]), np.array([1.0]), one, one, one, one)
+        return slow[0] - weights_only[0]
+
+    shared, per_head, half = (attention(base.replace(kv_reread_fraction=f)) for f in (0.0, 1.0, 0.5))
+    # a group of 4 query heads per KV head: 4x the traffic at fraction 1, 1 + 3/2 at 0.5
+    assert per_head == pytest.approx(4 * shared, rel=0.02)
+    assert half == pytest.approx(2.5 * shared, rel=0.02)
 
 
 def test_seq_overhead_adds_time_per_decoding_sequence():
     hw = load_hardware("h100-sxm5-80gb")
-    cluster = Cluster(hw, 1, 8)
-    plans = _plans(max_batch=64)
-    base = ServingParams(step_overhead_us=100.0)
-    a = estimate_serving(MISTRAL, cluster, ServeWorkload(128, 128), plans, base)
-    b = estimate_serving(MISTRAL, cluster, ServeWorkload(128, 128), plans, base.replace(seq_overhead_us=10.0))
-    assert b.tpot_ms[0] - a.tpot_ms[0] == pytest.approx(64 * 10.0 / 1e3)
+    plans = ServePlanBatch.from_plans([ServePlan(n_gpus=1)])
+    a, q, g = _rows(MISTRAL, hw, plans)
+    one = np.array([1.0])
+    base = ServingParams(step_us=100.0, seq_us=0.0)
+    t0 = decode_step_s(a, q, g, base, np.array([64.0]), np.array([256.0]), one, one, one, one)
+    t1 = decode_step_s(a, q, g, base.replace(seq_us=10.0), np.array([64.0]), np.array([256.0]), one, one, one, one)
+    factor = 1.0 if g["blackwell"] else base.older_overhead
+    assert (t1 - t0)[0] == pytest.approx(64 * 10e-6 * factor)
 
 
 def test_rate_row_over_capacity_runs_at_the_benchmark_batch():
     """Over capacity the engine's batch is the request set or the engine limit, never the whole KV cache."""
     from autotune.serving.runs import ServingRun
-    from autotune.serving.validation import predict_run
+    from autotune.serving.validation import validate_serving
 
     run = ServingRun(id="x", source_group="g", engine="trtllm-0.14-triton", kind="rate", model=MISTRAL,
                      gpu="h100-sxm5-80gb", n_gpus=1, tp=1, pp=1, weights="bf16", kv=("bf16",), input_len=512,
-                     output_len=256, batch=None, request_rate=1e4, measured_tokens_per_s_per_gpu=None,
+                     output_len=256, batch=None, request_rate=1e4, measured_tokens_per_s_per_gpu=1000.0,
                      measured_ttft_ms=None, measured_itl_ms=None)
-    hw = load_hardware("h100-sxm5-80gb")
-    pred = predict_run(run, hw, params_for(run.engine, run.gpu), requests=100)
-    assert pred.batch == pytest.approx(100)
-    assert np.isfinite(pred.itl_ms) and pred.ttft_ms is None
-    low = predict_run(run.__class__(**{**run.__dict__, "request_rate": 0.5}), hw, params_for(run.engine, run.gpu),
-                      requests=100)
+    hw = {"h100-sxm5-80gb": load_hardware("h100-sxm5-80gb")}
+    datasets = {"x": "synthetic, 100 requests", "y": "synthetic, 100 requests"}
+    over = validate_serving([run], hw.__getitem__, datasets).rows[0]
+    # the engine holds the 100 requests (its batch limit of 256 and the KV cache would allow more); at any time a
+    # few of them are in their prefill, the rest decode
+    assert 85 <= over.predicted_batch <= 100
+    assert over.predicted_itl_ms and over.predicted_ttft_ms is None
+    low = validate_serving([run.__class__(**{**run.__dict__, "id": "y", "request_rate": 0.5})], hw.__getitem__,
+                           datasets).rows[0]
     # a finite run at a low rate: N*O over (N / rate + one request's latency), a little under rate*O
-    assert low.tokens_per_s_per_gpu < 0.5 * 256
-    assert low.tokens_per_s_per_gpu == pytest.approx(0.5 * 256, rel=0.05)
+    assert low.predicted_tokens_per_s_per_gpu < 0.5 * 256
+    assert low.predicted_tokens_per_s_per_gpu == pytest.approx(0.5 * 256, rel=0.05)
+    assert low.predicted_ttft_ms is not None and low.predicted_ttft_ms < 1000
 
 
-# --- launch flags: verified against vLLM 0.8.x `vllm serve --help` (docs.vllm.ai/en/v0.8.5 engine args) and
-# SGLang's server-argument reference (docs/advanced_features/server_arguments.md) ------------------------------
-
-VLLM_FLAGS = {"--tensor-parallel-size", "--pipeline-parallel-size", "--quantization", "--kv-cache-dtype",
-              "--max-num-seqs", "--max-model-len", "--gpu-memory-utilization", "--dtype", "--port",
-              "--enable-expert-parallel"}
-SGLANG_FLAGS = {"--model-path", "--tp-size", "--pp-size", "--ep-size", "--quantization", "--kv-cache-dtype",
-                "--max-running-requests", "--context-length", "--mem-fraction-static", "--dtype", "--port"}
+# --- launch flags: every option an emitted command passes exists in the targeted release ----------------------
 
 
-def _ctx(**plan):
-    from autotune.outputs.emit.vllm import ServeContext
-
-    return ServeContext(plan=ServePlan(**plan), model=MISTRAL, hardware="h100-sxm5-80gb", max_model_len=4096)
+def _options(name: str) -> set[str]:
+    return set((FLAGS / name).read_text().split())
 
 
-def _flags(groups):
-    return [g[0] for g in groups if isinstance(g[0], str) and g[0].startswith("--")]
+def _emitted_options(text: str, program: str) -> set[str]:
+    found = set()
+    for word in text.replace("\\\n", " ").split():
+        if word.startswith("--"):
+            found.add(word)
+    return found
 
 
-@pytest.mark.parametrize("weights, kv", [("bf16", "bf16"), ("fp8", "fp8"), ("int8", "bf16"), ("int4", "fp8"), ("fp4", "fp8")])
-def test_vllm_flags_and_values(weights, kv):
-    from autotune.outputs.emit.vllm import vllm_groups
+@pytest.mark.parametrize("plan, gpus, model", [
+    ("tp=4,pp=2,weights=fp8,kv=fp8,max_batch=128", 16, "llama3-70b"),
+    ("tp=8,pp=2,weights=bf16,max_batch=64", 16, "llama3-405b"),
+    ("tp=1,dp=8,ep=8,weights=fp8,kv=fp8,max_batch=512", 16, "mixtral-8x7b"),
+    ("prefill_workers=2,prefill_tp=2,decode_workers=1,decode_tp=4,weights=fp8,kv=fp8,max_batch=128", 8, "llama3-70b"),
+])
+@pytest.mark.parametrize("fmt, engine_flags, router_flags", [
+    ("vllm", "vllm-0.33.0.txt", "vllm-router-0.1.17.txt"),
+    ("sglang", "sglang-0.5.23.txt", "sglang-router-0.3.2.txt"),
+])
+def test_every_emitted_flag_exists_in_the_targeted_release(plan, gpus, model, fmt, engine_flags, router_flags):
+    from autotune.inputs.modelspec import load_model
+    from autotune.outputs.emit.formats import serving_files
+    from autotune.serving.plan import parse_serve_plan
 
-    groups = vllm_groups(_ctx(n_gpus=8, tp=4, pp=2, weights=weights, kv=kv, max_batch=128), 8000)
-    assert set(_flags(groups)) <= VLLM_FLAGS
-    values = {g[0]: g[1] for g in groups if len(g) == 2}
-    assert values["--kv-cache-dtype"] in ("auto", "fp8")  # vLLM 0.8 choices: auto, fp8, fp8_e5m2, fp8_e4m3
-    assert values.get("--quantization") in (None, "fp8", "awq")
-    assert values["--tensor-parallel-size"] == 4 and values["--pipeline-parallel-size"] == 2
+    files, _ = serving_files(fmt, parse_serve_plan(plan, gpus), load_model(model), "h100-sxm5-80gb", 2048, 256)
+    script = next(iter(files.values()))
+    engine_part, _, router_part = script.partition("# the router")
+    assert _emitted_options(engine_part, fmt) <= _options(engine_flags)
+    assert _emitted_options(router_part, fmt) <= _options(router_flags) | _options(engine_flags) or not router_part
 
 
-@pytest.mark.parametrize("weights, kv", [("bf16", "bf16"), ("fp8", "fp8"), ("int8", "bf16"), ("int4", "fp8"), ("fp4", "fp8")])
-def test_sglang_flags_and_values(weights, kv):
-    from autotune.outputs.emit.sglang import sglang_groups
-
-    groups = sglang_groups(_ctx(n_gpus=8, tp=4, pp=2, weights=weights, kv=kv, max_batch=128), 30000)
-    assert set(_flags(groups)) <= SGLANG_FLAGS
-    values = {g[0]: g[1] for g in groups if len(g) == 2}
-    assert values["--kv-cache-dtype"] in ("auto", "fp8_e4m3", "fp8_e5m2")
-    assert values.get("--quantization") in (None, "fp8", "awq", "w8a8_int8", "modelopt_fp4")
-    assert values["--tp-size"] == 4 and values["--pp-size"] == 2
+def test_estimate_speaks_for_the_engine_it_was_asked_about():
+    hw = load_hardware("h100-sxm5-80gb")
+    plans = ServePlanBatch.from_plans([ServePlan(n_gpus=1, max_batch=64)])
+    for engine in ("vllm", "sglang", "trtllm"):
+        est = estimate_serving(MISTRAL, Cluster(hw, 1, 8), ServeWorkload(512, 128, concurrency=16), plans,
+                               params_for(engine), engine=engine)
+        assert est.engine == engine and est.fits[0]
+        assert np.isfinite(est.ttft_ms[0]) and np.isfinite(est.tpot_ms[0])

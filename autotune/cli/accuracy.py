@@ -14,8 +14,10 @@ from ..inputs.hardware import load_hardware
 from ..inputs.measured_runs import read_columns
 from ..inputs.resources import bundled_data
 from ..outputs.files import check_out_file
+from ..serving.overlay import load_serving_calibration, serving_calibration_text
 from ..serving.runs import is_serving_schema
-from ..serving.validation import validate_serving_csv
+from ..serving.silicon import is_silicon_schema
+from ..serving.validation import validate_serving_csv, validate_silicon_csv
 from ..training.calibration import fit
 from ..training.runs import MeasuredRun, SkippedRow, read_runs
 from ..training.validation import validate_runs
@@ -46,8 +48,9 @@ def _runs_csv(path: Path | None, bundled: str | None) -> Path:
         "    autotune validate autotune/data/training_runs.csv\n\n"
         "    autotune validate my_runs.csv --calibration calib.yaml --json\n\n"
         "    autotune validate autotune/data/serving_runs.csv\n\n"
-        "The CSV columns are those of training_runs.csv (docs/validation.md) or of serving_runs.csv "
-        "(docs/serving.md); the schema is detected from the columns. Optional columns may be left out. "
+        "    autotune validate autotune/data/serving_silicon.csv --json\n\n"
+        "The CSV columns are those of training_runs.csv (docs/validation.md), of serving_runs.csv or of "
+        "serving_silicon.csv (docs/serving.md); the schema is detected from the columns. Optional columns may be left out. "
         "A setting a row leaves empty is evaluated over its possible values and the range is shown."
     )
 )
@@ -61,12 +64,12 @@ def validate(
     """Predict every measured run (training or serving) with its own layout; report the error per row and per group."""
     with user_errors():
         runs_csv = _runs_csv(runs_csv, bundled)
-        if is_serving_schema(read_columns(runs_csv)):  # serving_runs.csv schema
-            if calibration:
-                raise InputError("a calibration overlay adjusts the training cost model; the serving runs in "
-                                 f"{runs_csv} are predicted with the serving model's own fitted parameters; leave "
-                                 "--calibration out", field="--calibration")
-            _validate_serving(runs_csv, json_out=json_out, worst=worst)
+        columns = read_columns(runs_csv)
+        if is_silicon_schema(columns):  # serving_silicon.csv schema (TTFT and TPOT per operating point)
+            _validate_silicon(runs_csv, json_out=json_out, worst=worst, calibration=calibration)
+            return
+        if is_serving_schema(columns):  # serving_runs.csv schema
+            _validate_serving(runs_csv, json_out=json_out, worst=worst, calibration=calibration)
             return
         runs = read_runs(runs_csv)
         overlay = load_calibration(calibration) if calibration else None
@@ -109,8 +112,42 @@ def validate(
             stderr.print(f"[dim]skipped {skipped.id}: {skipped.reason}[/]", highlight=False, soft_wrap=True)
 
 
-def _validate_serving(path: Path, *, json_out: bool, worst: int) -> None:
-    report = validate_serving_csv(path)
+def _validate_silicon(path: Path, *, json_out: bool, worst: int, calibration: str | None) -> None:
+    params = load_serving_calibration(calibration) if calibration else None
+    report = validate_silicon_csv(path, params)
+    if json_out:
+        print_json(report.to_json())
+        return
+    if not report.rows:
+        reasons = "; ".join(f"{s.id}: {s.reason}" for s in report.skipped[:3])
+        raise InputError(f"no serving row could be expressed ({len(report.skipped)} skipped: {reasons})",
+                         source=str(path))
+    rows = sorted(report.rows, key=lambda r: -max(abs(r.ttft_error_pct or 0), abs(r.tpot_error_pct or 0)))
+    table = Table(title=f"{len(report.rows)} measured operating points, worst first", header_style="bold")
+    for col in ("id", "engine", "mode", "model", "GPU", "layout", "I/O", "conc.", "TTFT meas/pred ms", "err",
+                "TPOT meas/pred ms", "err"):
+        table.add_column(col, justify="right" if col in ("conc.", "err") else "left", no_wrap=col not in ("id", "model"))
+    for r in rows[: worst or None]:
+        pt = "inf" if r.predicted_ttft_ms is None else f"{r.predicted_ttft_ms:,.0f}"
+        ps = "inf" if r.predicted_tpot_ms is None else f"{r.predicted_tpot_ms:,.1f}"
+        table.add_row(r.id[:40], r.engine, r.mode, r.hf_model_id.split("/")[-1], r.gpu, r.layout,
+                      f"{r.input_len}/{r.output_len}", f"{r.concurrency:g}", f"{r.measured_ttft_ms:,.0f}/{pt}",
+                      "-" if r.ttft_error_pct is None else f"{r.ttft_error_pct:+.0f}%",
+                      f"{r.measured_tpot_ms:,.1f}/{ps}", "-" if r.tpot_error_pct is None else f"{r.tpot_error_pct:+.0f}%")
+    stdout.print(table)
+    groups = Table(title="MAPE by engine and mode", header_style="bold")
+    for col in ("engine", "mode", "rows", "TTFT", "TPOT"):
+        groups.add_column(col, justify="left" if col in ("engine", "mode") else "right")
+    for (engine, mode), (ttft, tpot) in sorted(report.groups.items()):
+        groups.add_row(engine, mode, str(ttft.n), f"{ttft.mape_pct:.1f}%", f"{tpot.mape_pct:.1f}%")
+    stdout.print(groups)
+    stdout.print(f"[bold]TTFT MAPE {report.ttft_mape_pct:.1f}%, TPOT MAPE {report.tpot_mape_pct:.1f}%[/] over "
+                 f"{len(report.rows)} rows; {len(report.skipped)} skipped (reasons with --json). {report.parameters}.",
+                 highlight=False, soft_wrap=True)
+
+
+def _validate_serving(path: Path, *, json_out: bool, worst: int, calibration: str | None = None) -> None:
+    report = validate_serving_csv(path, load_serving_calibration(calibration) if calibration else None)
     if json_out:
         print_json(report.to_json())
         return
@@ -156,19 +193,28 @@ def _validate_serving(path: Path, *, json_out: bool, worst: int) -> None:
     epilog=(
         "**Example**\n\n"
         "    autotune calibrate my_runs.csv --out calib.yaml\n\n"
+        "    autotune calibrate autotune/data/serving_silicon.csv --out serving.yaml --leave-one-out\n\n"
         "    autotune search ... --calibration calib.yaml"
     )
 )
 def calibrate(
-    runs_csv: Annotated[Path, typer.Argument(help="CSV of measured training runs (schema: docs/validation.md).")],
+    runs_csv: Annotated[Path, typer.Argument(help="CSV of measured runs, training or serving (schema: docs/validation.md, docs/serving.md).")],
     out: Annotated[Path, typer.Option("--out", help="Where to write the calibration overlay YAML (parent folders are created).")],
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out file.")] = False,
     json_out: JsonOut = False,
+    leave_one_out: Annotated[bool, typer.Option("--leave-one-out", help="Serving: also refit once per model with its rows held out and report their error (minutes).")] = False,
 ) -> None:
-    """Fit the profiles' efficiency parameters to measured training runs; report MAPE before, after and held out.
-    (Serving runs: `autotune validate` reports the serving model's error; its parameters ship fitted.)"""
+    """Fit efficiency parameters to measured runs (training or serving CSV); report MAPE before, after and held out."""
     with user_errors():
         check_out_file(out, force)
+        columns = read_columns(runs_csv)
+        if is_silicon_schema(columns) or is_serving_schema(columns):
+            _calibrate_serving(runs_csv, out, json_out=json_out, silicon=is_silicon_schema(columns),
+                               leave_one_out=leave_one_out)
+            return
+        if leave_one_out:
+            raise InputError("leave-one-model-out is for serving runs; a training calibration reports "
+                             "leave-one-source-group-out already", field="--leave-one-out")
         runs = read_runs(runs_csv)
         usable = [r for r in runs if isinstance(r, MeasuredRun)]
         if not usable:
@@ -198,3 +244,36 @@ def calibrate(
         for group, summary in result.logo.items():
             stdout.print(f"  held out {group}: {summary.n} rows, MAPE {summary.mape_pct:.1f}%", highlight=False)
         stdout.print(f"Wrote {out}; apply it with --calibration {out}.", highlight=False)
+
+
+def _calibrate_serving(path: Path, out: Path, *, json_out: bool, silicon: bool, leave_one_out: bool) -> None:
+    from ..serving.calibrated import CURRENT, LEGACY
+    from ..serving.estimate import SERVING_PARAM_FIELDS
+    from ..serving.validation import calibrate_serving_csv
+
+    with stderr.status("fitting the serving parameters per engine (scipy least squares)"
+                       + (", then leave-one-model-out" if leave_one_out else "")):
+        result = calibrate_serving_csv(path, silicon=silicon, leave_one_out=leave_one_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(serving_calibration_text(result.table, source=str(path), fit=result.summary()))
+    if json_out:
+        print_json({"schema": "serving-calibration", "engines": {e: p.as_dict() for e, p in result.table.items()},
+                    **result.summary()})
+        return
+    shipped = CURRENT if silicon else LEGACY
+    table = Table(title="Fitted serving parameters (shipped value in brackets)", header_style="bold")
+    table.add_column("parameter")
+    engines = sorted(result.table)
+    for e in engines:
+        table.add_column(e, justify="right")
+    for name in SERVING_PARAM_FIELDS:
+        cells = []
+        for e in engines:
+            base = shipped.get(e)
+            ref = f" ({getattr(base, name):.4g})" if base is not None else ""
+            cells.append(f"{getattr(result.table[e], name):.4g}{ref}")
+        table.add_row(name, *cells)
+    stdout.print(table)
+    for line in result.lines():
+        stdout.print(line, highlight=False, soft_wrap=True)
+    stdout.print(f"Wrote {out}; apply it with --calibration {out}.", highlight=False)

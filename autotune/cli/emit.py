@@ -34,8 +34,9 @@ from ..outputs.files import (
     read_plans,
     write_files,
 )
+from ..search.api import serving_checkpoint
 from ..search.plans_file import serving_inputs_from_plans
-from ..serving.calibrated import params_for_gpu
+from ..search.serving import annotate_checkpoint
 from ..serving.estimate import estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
 from ..training.estimate import estimate_training
@@ -43,10 +44,13 @@ from ..training.plan import PlanBatch, parse_plan
 from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
 from .app import (
     Calibration,
+    CheckpointOpt,
     Gpus,
     GpusPerNode,
+    InputLen,
     JsonOut,
     Nodes,
+    OutputLen,
     Tokens,
     app,
     print_json,
@@ -64,9 +68,9 @@ from .app import (
         "    autotune emit \"tp=4,cp=16,zero=3\" -m llama3-70b -H h100-sxm5-80gb --gpus 128 -s 131072 -b 32 "
         "--format torchtitan\n\n"
         "    autotune emit tp=4,weights=fp8,kv=fp8,max_batch=64 --format vllm -m llama3-70b -H h100-sxm5-80gb "
-        "--gpus 8 -s 2304\n\n"
-        "    autotune emit runs/70b-serve --rank 2 --format sglang --out runs/70b-serve/launch   "
-        "(a serving plans.json)\n\n"
+        "--gpus 8 --input-len 2048 --output-len 256\n\n"
+        "    autotune emit runs/70b-serve --rank 2 --format sglang --model-path /models/Llama-3.1-70B "
+        "--out runs/70b-serve/launch   (a serving plans.json)\n\n"
         "Targets: " + "; ".join(f"{name}: {em.release}" for name, em in FRAMEWORKS.items())
         + ". See docs/launch-configs.md."
     )
@@ -92,6 +96,10 @@ def emit(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the files into this folder [default: print them].")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite files that already exist in --out.")] = False,
     json_out: JsonOut = False,
+    input_len: InputLen = None,
+    output_len: OutputLen = None,
+    checkpoint: CheckpointOpt = None,
+    model_path: Annotated[Optional[str], typer.Option("--model-path", help="Serving: the weights the script loads (a Hugging Face name or folder) [default: the model name].")] = None,
 ) -> None:
     """Write the launch config of a plan for Megatron-LM, DeepSpeed, torchtitan, Slurm, vLLM or SGLang."""
     with user_errors():
@@ -102,7 +110,9 @@ def emit(
         if out is not None:  # before any work: a file, an unwritable place
             check_out_dir(out, force, must_be_empty=False)
         if format in SERVING_FORMATS:
-            files, estimate = _serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len)
+            files, estimate = _serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len,
+                                       input_len=input_len, output_len=output_len, gpus_per_node=gpus_per_node,
+                                       checkpoint=checkpoint, model_path=model_path)
         else:
             if format not in EMITTERS:
                 raise InputError(f"unknown format {format!r}; choose from {', '.join(FORMATS + SERVING_FORMATS)}",
@@ -203,9 +213,11 @@ def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[s
 
 
 def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: int, model: str | None,
-             hardware: str | None, gpus: int | None, seq_len: int | None) -> tuple[dict[str, str], Any]:
+             hardware: str | None, gpus: int | None, seq_len: int | None, *, input_len: int | None = None,
+             output_len: int | None = None, gpus_per_node: int | None = None, checkpoint: str | None = None,
+             model_path: str | None = None) -> tuple[dict[str, str], Any]:
     """The launch files of a serve plan: from a serving plans.json, or a plan string with --model,
-    --hardware, --gpus and --seq-len (the longest sequence: prompt + output)."""
+    --hardware, --gpus and the request shape (--input-len and --output-len, or --seq-len: prompt + output)."""
     source = plan_source or plan_text
     if source is None:
         raise InputError("give a serving plans.json (search --workload serve --out DIR) or a plan string such as "
@@ -218,29 +230,46 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         if inputs.get("workload") != "serve":
             raise InputError("is not a serving plans.json (inputs.workload is not serve); rerun "
                              "`autotune search --workload serve --out DIR`", source=str(path))
-        for flag, value in (("--hardware", hardware), ("--gpus", gpus), ("--seq-len", seq_len)):
+        for flag, value in (("--hardware", hardware), ("--gpus", gpus), ("--seq-len", seq_len),
+                            ("--input-len", input_len), ("--output-len", output_len)):
             if value is not None:
                 raise InputError(f"comes from {path}; leave it out, or emit a plan string instead", field=flag)
         entry = plan_entry(document, rank, str(path))
         served = serving_inputs_from_plans(inputs, str(path), model=model)
-        spec, hw_name, max_len = served.model, served.cluster.hardware.name, served.workload.max_len
+        spec, hw = served.model, served.cluster.hardware
+        input_len, output_len = served.workload.input_len, served.workload.output_len
+        gpn = gpus_per_node or served.cluster.gpus_per_node
         try:
             chosen = serve_plan_from_fields(entry["plan"], served.cluster.n_gpus)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"plan of rank {rank} is malformed: {exc}", source=str(path), field="plans.plan") from None
-        # Estimated again from the embedded inputs (the launch script's comments quote it), not copied.
-        params, _ = params_for_gpu(hw_name)
-        estimate = estimate_serving(spec, served.cluster, served.workload, ServePlanBatch.from_plans([chosen]),
-                                    params).row(0)
+        ckpt = served.checkpoint if checkpoint is None else serving_checkpoint(spec.name, checkpoint)
+        if served.engine == format:
+            # Estimated again from the embedded inputs and parameters (the script's comments quote it), not copied.
+            estimate = annotate_checkpoint(
+                estimate_serving(spec, served.cluster, served.workload, ServePlanBatch.from_plans([chosen]),
+                                 served.params, engine=served.engine).row(0),
+                chosen, ckpt, served.engine, spec.is_moe)
+        else:
+            stderr.print(f"[yellow]note:[/] the plan was searched for {served.engine}; its batch is re-checked "
+                         f"against {format}'s memory budget.", highlight=False)
     else:
-        if model is None or hardware is None or gpus is None or seq_len is None:
-            raise InputError("a plan string needs --model, --hardware, --gpus and --seq-len (prompt + output tokens)",
-                             field="--plan")
+        if model is None or hardware is None or gpus is None or (seq_len is None and (input_len is None or output_len is None)):
+            raise InputError("a plan string needs --model, --hardware, --gpus and --input-len/--output-len (or "
+                             "--seq-len, prompt + output tokens)", field="--plan")
         spec = load_model(model)
-        hw_name = load_hardware(hardware).name
+        hw = load_hardware(hardware)
+        gpn = gpus_per_node or hw.gpus_per_node
         try:
             chosen = serve_plan_from_fields(parse_serve_fields(source), int(gpus))
         except ValueError as exc:
             raise InputError(str(exc), field="--plan") from None
-        max_len = seq_len
-    return serving_files(format, chosen, spec, hw_name, max_len, estimate), estimate
+        if input_len is None or output_len is None:
+            if seq_len is None or seq_len < 2:
+                raise InputError(f"must be >= 2 (prompt + output tokens), but got {seq_len}", field="--seq-len")
+            output_len = output_len or min(256, seq_len // 2)
+            input_len = input_len or seq_len - output_len
+        ckpt = serving_checkpoint(model, checkpoint)
+    files, mine = serving_files(format, chosen, spec, hw, input_len, output_len, estimate, model_path,
+                                gpus_per_node=gpn, checkpoint=ckpt)
+    return files, mine

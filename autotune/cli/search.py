@@ -50,10 +50,12 @@ from ..search.api import (
     plan_capacity_search,
     search_serving,
     search_training,
+    serving_checkpoint,
+    serving_parameters,
     wants_capacity,
 )
 from ..search.plans_file import serving_inputs_from_plans, training_inputs_from_plans
-from ..serving.calibrated import params_for_gpu
+from ..search.serving import annotate_checkpoint
 from ..serving.estimate import estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
 from ..serving.space import REASONS as SERVE_REASONS
@@ -71,7 +73,9 @@ from ..training.plan import (
 from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
 from .app import (
     Calibration,
+    CheckpointOpt,
     Concurrency,
+    EngineOpt,
     Fix,
     FrameworkOpt,
     GpusPerNode,
@@ -170,6 +174,8 @@ def search(
     precision: Annotated[Optional[str], typer.Option("--precision", help="Training: GEMM precisions to search, comma-separated: bf16 (default), bf16,fp8 or fp8. fp8 is never searched unless named.")] = None,
     memory_headroom: Annotated[Optional[float], typer.Option("--memory-headroom", help="Training: fraction of HBM ranked plans must leave free [default: 0.03: plans use at most 97% of the GPU's memory].")] = None,
     moe_imbalance: MoeImbalance = None,
+    engine: EngineOpt = "vllm",
+    checkpoint: CheckpointOpt = None,
 ) -> None:
     """Search the plans of a training run (layouts and settings) or, with --workload serve, of a serving deployment
     (tp, pp, replicas, quantization, batch limit under latency targets); print the best, ranked."""
@@ -179,7 +185,7 @@ def search(
         training_flags = {
             "--seq-len": seq_len, "--global-batch": global_batch, "--tokens": tokens, "--deadline": deadline,
             "--pue": pue, "--grid-intensity": grid_intensity, "--storage": storage, "--study": study,
-            "--emit": emit, "--calibration": calibration, "--framework": framework, "--precision": precision,
+            "--emit": emit, "--framework": framework, "--precision": precision,
             "--memory-headroom": memory_headroom, "--moe-imbalance": moe_imbalance,
             "--objective": None if objective == "throughput" else objective,
             "--sampler": None if sampler == "auto" else sampler,
@@ -197,9 +203,11 @@ def search(
             request = ServingSearch(
                 model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                 workload=serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate),
-                space=space, fixes=tuple(fix or ()), top=top, price=price)
+                space=space, fixes=tuple(fix or ()), top=top, price=price, engine=engine, checkpoint=checkpoint,
+                calibration=calibration)
             raise typer.Exit(code=_search_serving(request, json_out=json_out, out=out, gpus_text=gpus, force=force,
                                                   formats=serving_formats))
+        serving_flags.update({"--checkpoint": checkpoint, "--engine": None if engine == "vllm" else engine})
         reject_flags(serving_flags, "training (add --workload serve for serving)")
         require_training(seq_len, global_batch)
         gpu_count, gpu_range = parse_gpus(gpus)
@@ -335,7 +343,13 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
             best = result.ranked[0]
             files: dict[str, str] = {}
             for name in formats:
-                files.update(serving_files(name, best.plan, outcome.model, hw.name, workload.max_len, best.estimate))
+                engine_files, _ = serving_files(name, best.plan, outcome.model, hw, workload.input_len,
+                                                workload.output_len, best.estimate if name == request.engine else None,
+                                                gpus_per_node=outcome.gpus_per_node, checkpoint=outcome.checkpoint)
+                if set(engine_files) & set(files):
+                    # vLLM and SGLang both write per-node scripts: keep each engine's under its own name
+                    engine_files = {f"{name}/{k}": v for k, v in engine_files.items()}
+                files.update(engine_files)
             written += write_files(out, files, force)
 
     if json_out:
@@ -357,15 +371,20 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                      f"the targets (GPUs tried: plans meeting them: {tried}).", highlight=False, soft_wrap=True)
     stdout.print(f"[bold]{outcome.model.name}[/] serving on {outcome.n_gpus} x {hw.name}; input {workload.input_len}, "
                  f"output {workload.output_len} tokens; load: {load}; targets: {targets}", highlight=False)
-    stdout.print(f"[dim]{outcome.parameters_note}[/]", highlight=False)
+    stdout.print(f"[dim]engine {request.engine}: {outcome.parameters_note}; checkpoint {outcome.checkpoint}[/]",
+                 highlight=False, soft_wrap=True)
     if result.ranked:
         stdout.print(tables.serving_plans_table(result, hw.memory_gib))
         best = result.ranked[0]
         e = best.estimate
         verdict = "meets the targets" if e["meets_targets"] else f"misses: {e.get('misses', '')}"
+        needs = f" It {e['needs_checkpoint']}." if e.get("needs_checkpoint") else ""
         stdout.print(f"Best: {best.plan.layout()} ({best.plan.as_string()}): {e['output_tokens_per_s']:,.0f} output "
-                     f"tokens/s ({e['output_tokens_per_s_per_gpu']:,.0f} per GPU), TTFT {e['ttft_ms']:,.0f} ms, TPOT "
-                     f"{e['tpot_ms']:,.1f} ms; {verdict}.", highlight=False, soft_wrap=True)
+                     f"tokens/s ({e['output_tokens_per_s_per_gpu']:,.0f} per GPU), TTFT {tables.ms_text(e['ttft_ms'])} ms, "
+                     f"TPOT {tables.ms_text(e['tpot_ms'], 1)} ms; {verdict}; {e['memory_gib_per_gpu']:.1f} GiB per GPU "
+                     f"within the {request.engine} budget of {e['memory_budget_gib']:.1f} GiB "
+                     f"({', '.join(f'{k} {v:g}' for k, v in e['engine_memory_flag'].items())}).{needs}",
+                     highlight=False, soft_wrap=True)
     rejected = ", ".join(f"{k}: {v:,}" for k, v in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
     stdout.print(f"[dim]exact: {result.evaluations:,} plans evaluated of a space of {result.space_size:,} in "
                  f"{result.elapsed_s:.2f} s; {result.feasible:,} fit, {result.meeting:,} meet the targets. "
@@ -419,18 +438,22 @@ def predict(
     request_rate: RequestRate = None,
     framework: FrameworkOpt = None,
     moe_imbalance: MoeImbalance = None,
+    engine: EngineOpt = "vllm",
+    checkpoint: CheckpointOpt = None,
 ) -> None:
     """Estimate one plan: training (step time and its parts, throughput, MFU, memory) or, with --workload serve,
     serving (output tokens/s, TTFT, TPOT, batch, memory)."""
     with user_errors():
         if check_workload(workload) == "serve":
-            reject_flags({"--framework": framework, "--calibration": calibration, "--seq-len": seq_len,
-                          "--global-batch": global_batch, "--tokens": tokens, "--moe-imbalance": moe_imbalance},
-                         "--workload serve")
+            reject_flags({"--framework": framework, "--seq-len": seq_len, "--global-batch": global_batch,
+                          "--tokens": tokens, "--moe-imbalance": moe_imbalance}, "--workload serve")
             load = serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
             _predict_serving(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
-                             workload=load, plan=plan, json_out=json_out, price=price)
+                             workload=load, plan=plan, json_out=json_out, price=price, engine=engine,
+                             checkpoint=checkpoint, calibration=calibration)
             return
+        reject_flags({"--checkpoint": checkpoint, "--engine": None if engine == "vllm" else engine},
+                     "training (add --workload serve for serving)")
         require_training(seq_len, global_batch)
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=single_gpu_count(gpus), gpus_per_node=gpus_per_node,
                                  nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
@@ -483,7 +506,8 @@ def predict(
 
 
 def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_node: int | None, nodes: int | None,
-                     workload, plan: str, json_out: bool, price: float | None) -> None:
+                     workload, plan: str, json_out: bool, price: float | None, engine: str = "vllm",
+                     checkpoint: str | None = None, calibration: str | None = None) -> None:
     spec = load_model(model)
     hw = priced_hardware(hardware, price)
     cluster = cluster_from_options(hw, single_gpu_count(gpus), gpus_per_node, nodes)
@@ -491,28 +515,34 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
         chosen = serve_plan_from_fields(parse_serve_fields(plan), cluster.n_gpus)
     except ValueError as exc:
         raise InputError(f"{exc}", field="--plan") from None
-    params, note = params_for_gpu(hw.name)
+    params, note = serving_parameters(engine, calibration)
+    ckpt = serving_checkpoint(model, checkpoint)
     batch = ServePlanBatch.from_plans([chosen])
-    reason = int(serve_rejection_reasons(spec, cluster, batch)[0])
-    estimate = estimate_serving(spec, cluster, workload, batch, params).row(0)
+    reason = int(serve_rejection_reasons(spec, cluster, batch, frozenset({"dp"}))[0])
+    estimate = annotate_checkpoint(estimate_serving(spec, cluster, workload, batch, params, engine=engine).row(0),
+                                   chosen, ckpt, engine, spec.is_moe)
     if reason:
         estimate["fits"] = False
         estimate["meets_targets"] = False
         estimate["infeasible_reason"] = SERVE_REASONS[reason]
     if json_out:
-        print_json({"plan": chosen.as_dict(), "estimate": estimate})
+        print_json({"plan": chosen.as_dict(), "engine": engine, "estimate": estimate})
         return
     e = estimate
     stdout.print(f"[bold]{spec.name}[/] on {cluster.n_gpus} x {hw.name}: {chosen.layout()} ({chosen.as_string()})",
                  highlight=False)
-    stdout.print(f"[dim]{note}[/]", highlight=False)
+    stdout.print(f"[dim]engine {engine}: {note}; checkpoint {ckpt}[/]", highlight=False, soft_wrap=True)
     mem = e["memory_breakdown_gib"]
+    flag = ", ".join(f"{k} {v:g}" for k, v in e["engine_memory_flag"].items())
     stdout.print(f"{e['output_tokens_per_s']:,.0f} output tokens/s ({e['output_tokens_per_s_per_gpu']:,.0f} per GPU, "
                  f"{e['tokens_per_s_per_user']:,.1f} per user); TTFT {tables.ms_text(e['ttft_ms'])} ms, TPOT "
-                 f"{tables.ms_text(e['tpot_ms'], 1)} ms; batch {e['batch']:.1f} per replica (KV cache fits "
-                 f"{e['max_batch_fit']}); memory {e['memory_gib_per_gpu']:.1f} of {hw.memory_gib:g} GiB per GPU "
-                 f"(weights {mem['weights']:.1f}, KV {mem['kv_cache']:.1f}, reserve {mem['reserve']:.1f}).",
-                 highlight=False, soft_wrap=True)
+                 f"{tables.ms_text(e['tpot_ms'], 1)} ms; batch {e['batch']:.1f} per replica (KV budget fits "
+                 f"{e['max_batch_fit']}); memory {e['memory_gib_per_gpu']:.1f} GiB per GPU of the engine's "
+                 f"{e['memory_budget_gib']:.1f} ({flag}): weights {mem['weights']:.1f}, KV {mem['kv_cache']:.1f} "
+                 f"(pool {mem['kv_pool']:.1f}), activations {mem['activations']:.1f}, CUDA graphs "
+                 f"{mem['cuda_graphs']:.1f}, runtime {mem['runtime']:.1f}.", highlight=False, soft_wrap=True)
+    if e.get("needs_checkpoint"):
+        stdout.print(f"[bold yellow]checkpoint[/]: this plan {e['needs_checkpoint']}.", highlight=False, soft_wrap=True)
     if not e["fits"]:
         stdout.print(f"[bold red]does not fit[/]: {e.get('infeasible_reason')}", highlight=False)
     elif e.get("misses"):
@@ -604,15 +634,16 @@ def _explain_serving(source: str, inputs: dict, fields: Any, *, model: str | Non
         raise InputError(f"the plan is malformed ({exc}); rerun `autotune search --workload serve --out DIR`",
                          source=source, field="plans.plan") from None
     hw = cluster.hardware
-    params, note = params_for_gpu(hw.name)
-    found = explain_serving(found_inputs.model, cluster, workload, chosen, params)
+    params, engine = found_inputs.params, found_inputs.engine
+    note = f"engine {engine}, checkpoint {found_inputs.checkpoint}; {inputs.get('parameters') or 'shipped parameters'}"
+    found = explain_serving(found_inputs.model, cluster, workload, chosen, params, engine=engine)
     if json_out:
         print_json(found.to_json())
         return
     stdout.print(f"[bold]{found_inputs.model.name}[/] serving on {cluster.n_gpus} x {hw.name}: {chosen.layout()} "
                  f"({chosen.as_string()}); input {workload.input_len}, output {workload.output_len} tokens",
                  highlight=False)
-    stdout.print(f"[dim]{note}[/]", highlight=False)
+    stdout.print(f"[dim]{escape(note)}[/]", highlight=False, soft_wrap=True)
     numbers, memory = tables.serving_estimate_tables(found.estimate, hw.memory_gib)
     stdout.print(numbers)
     stdout.print(memory)

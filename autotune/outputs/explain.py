@@ -208,22 +208,45 @@ class ServingExplanation:
                 "sensitivity": [n.to_json() for n in self.sensitivity]}
 
 
-def _serving_moves(plan) -> list[tuple[str, str, dict[str, Any]]]:
-    from ..serving.plan import KV_DTYPES, WEIGHTS
-
-    out: list[tuple[str, str, dict[str, Any]]] = []
-    for axis in ("tp", "pp"):
-        old = getattr(plan, axis)
+def _engine_moves(prefix: str, tp: int, pp: int, dp: int, ep: int) -> list[tuple[str, dict[str, int]]]:
+    """One-step changes of one engine layout: tp and pp doubled or halved, dp doubled or halved.  The experts keep
+    their spread: ep = tp*dp (wide EP) or ep = tp stays so after the change, ep = 1 stays 1."""
+    out: list[tuple[str, dict[str, int]]] = []
+    for axis in ("tp", "pp", "dp"):
+        old = {"tp": tp, "pp": pp, "dp": dp}[axis]
         for new in (old * 2, old // 2):
             if new < 1 or new == old:
                 continue
-            fields: dict[str, Any] = {axis: new}
-            if axis == "tp" and plan.ep > 1:
-                fields["ep"] = new  # experts stay spread over the TP ranks
-            width = (new if axis == "tp" else plan.tp) * (new if axis == "pp" else plan.pp)
-            replicas = (f"replicas {plan.replicas} -> {plan.n_gpus // width}" if plan.n_gpus % width == 0
-                        else "replicas not whole")
-            out.append((axis, f"{axis} {old} -> {new} ({replicas})", fields))
+            fields = {"tp": tp, "pp": pp, "dp": dp, axis: new}
+            new_ep = ep
+            if ep > 1 and ep == tp * dp:
+                new_ep = fields["tp"] * fields["dp"]
+            elif ep > 1 and ep == tp:
+                new_ep = fields["tp"]
+            changed = {prefix + axis: new}
+            if new_ep != ep:
+                changed[prefix + "ep"] = new_ep
+            out.append((f"{prefix}{axis} {old} -> {new}", changed))
+    return out
+
+
+def _serving_moves(plan) -> list[tuple[str, str, dict[str, Any]]]:
+    """(axis, label, changed fields) of every one-step change of a serve plan; replicas follow the GPU count."""
+    from ..serving.plan import KV_DTYPES, WEIGHTS
+
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    if plan.disaggregated:
+        for side in ("prefill", "decode"):
+            pool = getattr(plan, side)
+            for label, fields in _engine_moves(f"{side}_", pool.tp, pool.pp, pool.dp, pool.ep):
+                out.append((f"{side}_layout", label, fields))
+            for new in (pool.workers + 1, pool.workers - 1):
+                if new >= 1:
+                    out.append((f"{side}_workers", f"{side} workers {pool.workers} -> {new}",
+                                {f"{side}_workers": new}))
+    else:
+        for label, fields in _engine_moves("", plan.tp, plan.pp, plan.dp, plan.ep):
+            out.append((label.split(" ")[0], label, fields))
     for new in WEIGHTS:
         if new != plan.weights:
             out.append(("weights", f"weights {plan.weights} -> {new}", {"weights": new}))
@@ -236,7 +259,16 @@ def _serving_moves(plan) -> list[tuple[str, str, dict[str, Any]]]:
     return out
 
 
-def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params) -> ServingExplanation:
+def _changed_plan(plan, fields: Mapping[str, Any]):
+    """``plan`` with ``fields`` (plan-string keys) changed, as a new validated plan."""
+    from ..serving.plan import serve_plan_from_fields
+
+    current = {k: v for k, v in plan.as_dict().items() if k != "replicas"}  # replicas follow the new layout
+    return serve_plan_from_fields({**current, **fields}, plan.n_gpus)
+
+
+def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params, *,
+                    engine: str = "vllm") -> ServingExplanation:
     """The estimate of serve ``plan``, what binds it (a rule, memory, a latency target) and each one-step change."""
     from ..serving.estimate import estimate_serving
     from ..serving.plan import ServePlanBatch
@@ -246,15 +278,15 @@ def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params) 
     def evaluate(plans: list) -> tuple[list[dict[str, Any]], list[str]]:
         batch = ServePlanBatch.from_plans(plans)
         codes = serve_rejection_reasons(model, cluster, batch)
-        est = estimate_serving(model, cluster, workload, batch, params)
+        est = estimate_serving(model, cluster, workload, batch, params, engine=engine)
         return [est.row(i) for i in range(len(plans))], [SERVE_REASONS[int(c)] if int(c) else "" for c in codes]
 
     (base,), (base_reason,) = evaluate([plan])
     candidates: list[tuple[str, str, Any, str]] = []
     for axis, label, fields in _serving_moves(plan):
         try:
-            changed = dataclasses.replace(plan, **fields)
-        except ValueError as exc:
+            changed = _changed_plan(plan, fields)
+        except (TypeError, ValueError) as exc:
             candidates.append((axis, label, None, str(exc).split(", but got")[0]))
             continue
         candidates.append((axis, label, changed, ""))

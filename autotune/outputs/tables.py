@@ -122,16 +122,22 @@ def ms_text(value: float | None, digits: int = 0) -> str:
 
 
 def serving_plans_table(result, capacity_gib: float) -> Table:
-    table = Table(title=f"Top {len(result.ranked)} serving plans", header_style="bold")
-    for name in ("#", "layout", "weights/kv", "max batch", "out tok/s", "tok/s/GPU", "tok/s/user", "TTFT ms",
-                 "TPOT ms", "fit batch", "GiB/GPU", "targets"):
-        table.add_column(name, justify="left" if name in ("layout", "weights/kv", "targets") else "right", no_wrap=True)
+    table = Table(title=f"Top {len(result.ranked)} serving plans", header_style="bold",
+                  caption="w/kv: weight and KV-cache precision; from: ckpt = read from the checkpoint, online = "
+                          "quantized at load, NEEDS = another checkpoint (see --json); batch: the engine's limit "
+                          "(fit: what its KV budget holds); GiB: what the plan needs per GPU (the engine's budget)",
+                  caption_justify="left")
+    for name in ("#", "layout", "w/kv", "from", "batch", "out tok/s", "/GPU", "/user", "TTFT ms", "TPOT ms", "fit",
+                 "GiB (budget)", "targets"):
+        table.add_column(name, justify="left" if name in ("layout", "w/kv", "from", "targets") else "right",
+                         no_wrap=name != "layout")
     for r in result.ranked:
         p, e = r.plan, r.estimate
-        table.add_row(str(r.rank), p.layout(), f"{p.weights}/{p.kv}", str(p.max_batch),
+        source = {"checkpoint": "ckpt", "online": "online", "needs": "NEEDS"}.get(e.get("weights_from", ""), "")
+        table.add_row(str(r.rank), p.layout(), f"{p.weights}/{p.kv}", source, str(p.max_batch),
                       f"{e['output_tokens_per_s']:,.0f}", f"{e['output_tokens_per_s_per_gpu']:,.0f}",
                       f"{e['tokens_per_s_per_user']:,.1f}", ms_text(e["ttft_ms"]), ms_text(e["tpot_ms"], 1),
-                      str(e["max_batch_fit"]), f"{e['memory_gib_per_gpu']:.1f}",
+                      str(e["max_batch_fit"]), f"{e['memory_gib_per_gpu']:.1f} ({e.get('memory_budget_gib', capacity_gib):.0f})",
                       "met" if e["meets_targets"] else "miss: " + e.get("misses", ""))
     return table
 

@@ -24,7 +24,11 @@ from ..inputs.request import (
     priced_hardware,
 )
 from ..inputs.workload import ServeWorkload
-from ..serving.calibrated import params_for_gpu
+from ..serving.calibrated import CURRENT, parameters_note
+from ..serving.checkpoint import check_checkpoint, default_checkpoint
+from ..serving.engines import ENGINES
+from ..serving.estimate import ServingParams
+from ..serving.overlay import load_serving_calibration
 from ..serving.plan import parse_serve_fields
 from ..serving.space import ServeSpace, load_serve_space
 from ..training.confidence import with_confidence
@@ -311,7 +315,13 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
 
 @dataclass(frozen=True, kw_only=True)
 class ServingSearch:
-    """One serving search, as given: names are loaded and checked by :func:`search_serving`."""
+    """One serving search, as given: names are loaded and checked by :func:`search_serving`.
+
+    ``engine`` is the serving engine the plans are estimated for (its memory budget rule and fitted
+    parameters: vllm, sglang or trtllm); ``checkpoint`` the weights the user has (None: the catalogue's
+    record for a Hugging Face id, else bf16); ``calibration`` a serving calibration YAML from
+    ``autotune calibrate`` on serving runs.
+    """
 
     model: str
     hardware: str
@@ -323,6 +333,9 @@ class ServingSearch:
     fixes: tuple[str, ...] = ()
     top: int = 10
     price: float | None = None
+    engine: str = "vllm"
+    checkpoint: str | None = None
+    calibration: str | None = None
 
 
 @dataclass(frozen=True)
@@ -336,17 +349,21 @@ class ServingSearchOutcome:
     parameters_note: str
     capacity: Any = None  # search.serving.CapacityResult when --gpus is a range
     space: ServeSpace | None = None  # the space searched (after --fix)
+    checkpoint: str = "bf16"
+    params: ServingParams | None = None  # the serving parameters the plans were estimated with
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = self.result.to_json() if self.result else {"plans": [], "search": {}}
         w = self.request.workload
         gpn = self.gpus_per_node
         document["inputs"] = {
-            "workload": "serve", "model": self.model.name, "hardware": self.hardware.name, "gpus": self.n_gpus,
+            "workload": "serve", "model": self.request.model, "model_spec": self.model.name,
+            "hardware": self.hardware.name, "gpus": self.n_gpus,
             "gpus_per_node": min(gpn, self.n_gpus or gpn), "input_len": w.input_len, "output_len": w.output_len,
             "ttft_ms": w.ttft_ms, "tpot_ms": w.tpot_ms, "concurrency": w.concurrency, "request_rate": w.request_rate,
             "mode": w.mode, "space": self.request.space or SERVE_SPACE, "parameters": self.parameters_note,
-            **serving_inputs_json(self.model, self.hardware, self.space),
+            **serving_inputs_json(self.model, self.hardware, self.space, engine=self.request.engine,
+                                  checkpoint=self.checkpoint, params=self.params),
         }
         if self.capacity is not None:
             document["capacity"] = {"gpus": self.capacity.n_gpus,
@@ -354,11 +371,39 @@ class ServingSearchOutcome:
         return document
 
 
+def serving_parameters(engine: str, calibration: str | None) -> tuple[ServingParams, str]:
+    """The serving parameters of ``engine``: the shipped calibration, or a --calibration overlay's."""
+    check_serving_engine(engine)
+    if calibration is None:
+        return CURRENT[engine], parameters_note(engine=engine)
+    table = load_serving_calibration(calibration)
+    if engine not in table:
+        raise InputError(f"has no parameters for engine {engine!r} (it has {', '.join(sorted(table))})",
+                         source=calibration, field="--calibration")
+    return table[engine], parameters_note(overlay=True)
+
+
+def check_serving_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise InputError(f"must be one of {', '.join(ENGINES)}, but got {engine!r}", field="--engine")
+    return engine
+
+
+def serving_checkpoint(model: str, checkpoint: str | None) -> str:
+    if checkpoint is None:
+        return default_checkpoint(model)
+    try:
+        return check_checkpoint(checkpoint)
+    except ValueError as exc:
+        raise InputError(str(exc), field="--checkpoint") from None
+
+
 def search_serving(request: ServingSearch) -> ServingSearchOutcome:
     """Rank serving plans (targets met first); with a GPU range and a request rate, the fewest GPUs."""
     spec = load_model(request.model)
     hw = priced_hardware(request.hardware, request.price)
-    params, note = params_for_gpu(hw.name)
+    params, note = serving_parameters(request.engine, request.calibration)
+    checkpoint = serving_checkpoint(request.model, request.checkpoint)
     fixed: dict[str, Any] = {}
     for item in request.fixes:
         try:
@@ -372,23 +417,24 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
     search_space = load_serve_space(request.space).fixed(fixed)
     gpn = request.gpus_per_node or hw.gpus_per_node
     count, bounds = parse_gpus(request.gpus)
+    options = dict(top=request.top, engine=request.engine, checkpoint=checkpoint)
     if bounds is not None and bounds[0] != bounds[1]:
         if request.workload.request_rate is None:
             raise InputError("a GPU range finds the fewest GPUs for a request rate: add --request-rate R",
                              field="--gpus")
         capacity = capacity_search(spec, hw, gpn, bounds[0], bounds[1], request.workload, search_space, params,
-                                   top=request.top)
+                                   **options)
         return ServingSearchOutcome(request, spec, hw, capacity.n_gpus, gpn, capacity.result, note, capacity,
-                                    search_space)
+                                    search_space, checkpoint, params)
     cluster = cluster_from_options(hw, count if bounds is None else bounds[0], request.gpus_per_node, request.nodes)
-    result = serve_search(spec, cluster, request.workload, search_space, params, top=request.top)
+    result = serve_search(spec, cluster, request.workload, search_space, params, **options)
     return ServingSearchOutcome(request, spec, hw, cluster.n_gpus, cluster.gpus_per_node, result, note,
-                                space=search_space)
+                                space=search_space, checkpoint=checkpoint, params=params)
 
 
 __all__ = [
     "DEFAULT_PRECISIONS", "parse_precisions", "CapacityOutcome", "CapacitySearch", "SearchSettings", "ServingSearch",
     "ServingSearchOutcome", "StudyOptions", "TrainingSearch", "TrainingSearchOutcome", "check_trials", "inputs_json",
-    "parse_fixes", "plan_capacity_search",
-    "search_serving", "search_training", "training_problem", "wants_capacity",
+    "parse_fixes", "plan_capacity_search", "search_serving", "serving_parameters", "serving_checkpoint",
+    "check_serving_engine", "training_problem", "wants_capacity",
 ]

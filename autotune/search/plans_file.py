@@ -36,6 +36,10 @@ from ..inputs.modelspec import (
 )
 from ..inputs.request import TrainingInputs, cluster_from_options
 from ..inputs.workload import ServeWorkload, TrainWorkload
+from ..serving.calibrated import params_for
+from ..serving.checkpoint import check_checkpoint
+from ..serving.engines import DEFAULT_ENGINE, ENGINES
+from ..serving.estimate import SERVING_PARAM_BOUNDS, SERVING_PARAM_FIELDS, ServingParams
 from ..serving.space import ServeSpace, load_serve_space, serve_space_from_mapping
 from ..training.problem import TrainingProblem
 from ..training.space import Space, load_space, space_from_mapping
@@ -96,9 +100,14 @@ def training_inputs_json(inputs: TrainingInputs, space_path: str | None, space: 
     })
 
 
-def serving_inputs_json(model: ModelSpec, hardware: Hardware, space: ServeSpace | None) -> dict[str, Any]:
-    """What a serving ``plans.json`` embeds besides the workload: the spec, the profile and the space."""
-    out: dict[str, Any] = {"model_spec": model_to_mapping(model), "hardware_profile": hardware_to_mapping(hardware)}
+def serving_inputs_json(model: ModelSpec, hardware: Hardware, space: ServeSpace | None, *,
+                        engine: str = DEFAULT_ENGINE, checkpoint: str = "bf16",
+                        params: ServingParams | None = None) -> dict[str, Any]:
+    """What a serving ``plans.json`` embeds besides the workload: the spec, the profile, the space, and the
+    engine, checkpoint and serving parameters (shipped or a --calibration's) its plans were estimated with."""
+    out: dict[str, Any] = {"model_spec": model_to_mapping(model), "hardware_profile": hardware_to_mapping(hardware),
+                           "engine": engine, "checkpoint": checkpoint,
+                           "serving_params": (params or params_for(engine)).as_dict()}
     if space is not None:
         out["space_spec"] = space_mapping(space)
     return _plain(out)
@@ -236,6 +245,37 @@ class ServingInputs:
     cluster: Cluster
     workload: ServeWorkload
     space: ServeSpace
+    engine: str = DEFAULT_ENGINE
+    checkpoint: str = "bf16"
+    params: ServingParams = dataclasses.field(default_factory=lambda: params_for(DEFAULT_ENGINE))
+
+
+def _serving_stack(inputs: Mapping[str, Any], source: str) -> tuple[str, str, ServingParams]:
+    """Engine, checkpoint and parameters of a serving plans.json; a file written before they were recorded
+    reads as vLLM with bf16 weights and the shipped parameters."""
+    engine = inputs.get("engine") or DEFAULT_ENGINE
+    if engine not in ENGINES:
+        raise InputError(f"must be one of {', '.join(ENGINES)}, but got {engine!r}", source=source,
+                         field="inputs.engine")
+    try:
+        checkpoint = check_checkpoint(str(inputs.get("checkpoint") or "bf16"))
+    except ValueError as exc:
+        raise InputError(str(exc), source=source, field="inputs.checkpoint") from None
+    params = params_for(engine)
+    raw = _mapping(inputs, "serving_params", source)
+    if raw is not None:
+        section = "inputs.serving_params"
+        unknown = sorted(set(raw) - set(SERVING_PARAM_FIELDS))
+        if unknown:
+            raise InputError(f"has unknown parameters {', '.join(map(repr, unknown))}; rerun the search",
+                             source=source, field=section)
+        values = {}
+        for key in raw:
+            lo, hi = SERVING_PARAM_BOUNDS[key]
+            values[key] = loading.number(raw, key, source=source, section=section, positive=False, minimum=lo,
+                                         maximum=hi)
+        params = params.replace(**values)
+    return engine, checkpoint, params
 
 
 def serving_inputs_from_plans(inputs: Mapping[str, Any], source: str, *,
@@ -275,7 +315,8 @@ def serving_inputs_from_plans(inputs: Mapping[str, Any], source: str, *,
     else:
         path = inputs.get("space")
         space = load_serve_space(None if path in (None, SERVE_SPACE) else str(path))
-    return ServingInputs(spec, cluster, workload, space)
+    engine, checkpoint, params = _serving_stack(inputs, source)
+    return ServingInputs(spec, cluster, workload, space, engine, checkpoint, params)
 
 
 __all__ = ["SERVE_SPACE", "TRAIN_SPACE", "ServingInputs", "framework_of", "hardware_from_plans", "model_from_plans",

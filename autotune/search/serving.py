@@ -1,9 +1,10 @@
-"""Serving search: exact enumeration of the (small) serving space, ranked with the targets first.
+"""Serving search: exact enumeration of the serving space, ranked with the targets first.
 
-Plans that meet every target (TTFT, TPOT, and a request rate the deployment sustains) rank
-before those that miss one; within each set, higher output tokens/s wins (ties: less memory,
-then the plan string, so the same inputs give the same order).  ``capacity_search`` finds the
-fewest GPUs whose best plan serves a request rate within the targets.
+Plans that meet every target (TTFT, TPOT, and a request rate the deployment sustains) rank before
+those that miss one; within each set, higher output tokens/s wins (ties: fewer GPUs per replica, less
+memory, then the plan string, so the same inputs give the same order).  Each plan is estimated on the
+chosen engine (its memory rule and fitted parameters), and says whether the checkpoint can run it.
+``capacity_search`` finds the fewest GPUs whose best plan serves a request rate within the targets.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import numpy as np
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
 from ..inputs.workload import ServeWorkload
+from ..serving.checkpoint import how, requirement
+from ..serving.engines import DEFAULT_ENGINE
 from ..serving.estimate import ServingParams, estimate_serving, max_batch_fit
-from ..serving.plan import SERVE_KEYS, ServePlan, ServePlanBatch
+from ..serving.plan import WEIGHTS, ServePlan, ServePlanBatch
 from ..serving.space import ServeSpace, enumerate_serve
 
 
@@ -61,55 +64,69 @@ class ServeSearchResult:
         }
 
 
-def _with_fit_batches(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, params: ServingParams,
-                      workload: ServeWorkload) -> ServePlanBatch:
-    """Add, per layout and precision, the plan whose max_batch is the KV-cache-bound batch."""
-    fit = max_batch_fit(model, cluster, plans, params, workload.max_len)
-    key = np.stack([plans.tp, plans.pp, plans.ep, plans.weights, plans.kv], axis=1)
+def _with_fit_batches(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, workload: ServeWorkload,
+                      engine: str) -> ServePlanBatch:
+    """Add, per layout and precision, the plan whose max_batch is what the engine's KV budget holds."""
+    fit = max_batch_fit(model, cluster, plans, workload.max_len, engine)
+    key = plans.key_matrix()
+    key[:, -1] = 0  # max_batch
     _, first = np.unique(key, axis=0, return_index=True)
     extra = plans.take(first)
     extra_fit = fit[first]
-    keep = extra_fit >= 1
+    keep = extra_fit >= extra.d_dp
     if not keep.any():
         return plans
     extra = extra.take(np.flatnonzero(keep))
-    columns = {k: np.concatenate([getattr(plans, k), getattr(extra, k) if k != "max_batch" else extra_fit[keep]])
-               for k in SERVE_KEYS}
-    merged = ServePlanBatch.from_columns(plans.n_gpus, columns)
-    _, unique = np.unique(np.stack([getattr(merged, k).astype(np.int64) for k in SERVE_KEYS], axis=1), axis=0,
-                          return_index=True)
+    extra = extra.with_column("max_batch", extra_fit[keep] - extra_fit[keep] % extra.d_dp)
+    merged = ServePlanBatch.from_columns(plans.n_gpus, {k: np.concatenate([getattr(plans, k), getattr(extra, k)])
+                                                        for k in ("mode", "tp", "pp", "dp", "ep", "weights", "kv",
+                                                                  "max_batch", *(f"{s}_{c}" for s in "pd" for c in
+                                                                                 ("workers", "tp", "pp", "dp", "ep")))})
+    _, unique = np.unique(merged.key_matrix(), axis=0, return_index=True)
     return merged.take(np.sort(unique))
 
 
+def annotate_checkpoint(estimate: dict[str, Any], plan: ServePlan, checkpoint: str, engine: str,
+                        is_moe: bool = True) -> dict[str, Any]:
+    """Say how the plan's weights come from the checkpoint (and what it needs when they cannot)."""
+    out = dict(estimate)
+    out["checkpoint"] = checkpoint
+    out["weights_from"] = how(plan.weights, checkpoint, engine, is_moe)
+    need = requirement(plan.weights, checkpoint, engine, is_moe)
+    if need:
+        out["needs_checkpoint"] = need
+    return out
+
+
 def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, space: ServeSpace,
-                 params: ServingParams, *, top: int = 10) -> ServeSearchResult:
+                 params: ServingParams, *, top: int = 10, engine: str = DEFAULT_ENGINE,
+                 checkpoint: str = "bf16") -> ServeSearchResult:
     started = time.perf_counter()
     enumeration = enumerate_serve(model, cluster, space)
     plans = enumeration.plans
     rejected = dict(enumeration.rejected)
     if len(plans) and enumeration.fit_batch:
-        plans = _with_fit_batches(model, cluster, plans, params, workload)
+        plans = _with_fit_batches(model, cluster, plans, workload, engine)
     if not len(plans):
         return ServeSearchResult([], 0, enumeration.space_size, time.perf_counter() - started, rejected, 0, 0,
                                  cluster.n_gpus)
-    est = estimate_serving(model, cluster, workload, plans, params)
+    est = estimate_serving(model, cluster, workload, plans, params, engine=engine)
     for reason, count in zip(*np.unique(est.reason[~est.fits].astype(str), return_counts=True)):
         rejected[str(reason)] = rejected.get(str(reason), 0) + int(count)
     fits = np.flatnonzero(est.fits)
     meets = est.meets_targets[fits]
-    throughput = est.output_tokens_per_s[fits]
+    moe = model.is_moe
+    runnable = np.array([how(WEIGHTS[int(w)], checkpoint, engine, moe) != "needs" for w in plans.weights[fits]])
+    throughput = np.round(est.output_tokens_per_s[fits], 6)
     memory = est.memory_gib_per_gpu[fits]
-    order = np.lexsort((memory, -throughput, ~meets))
-    ranked = []
-    seen = 0
-    for position, idx in enumerate(order[:top], start=1):
-        i = int(fits[idx])
-        ranked.append(RankedServePlan(position, plans.plan(i), est.row(i)))
-        seen += 1
-    # Stable tie-break by plan string among equal scores.
-    ranked.sort(key=lambda r: (not r.estimate["meets_targets"], -round(r.estimate["output_tokens_per_s"], 6),
+    width = plans.gpus_per_replica[fits]
+    order = np.lexsort((memory, width, -throughput, ~runnable, ~meets))
+    ranked = [RankedServePlan(0, plans.plan(int(fits[i])), est.row(int(fits[i]))) for i in order[: max(top * 4, top)]]
+    ranked.sort(key=lambda r: (not r.estimate["meets_targets"], how(r.plan.weights, checkpoint, engine, moe) == "needs",
+                               -round(r.estimate["output_tokens_per_s"], 6), r.plan.gpus_per_replica,
                                round(r.estimate["memory_gib_per_gpu"], 6), r.plan.as_string()))
-    ranked = [RankedServePlan(k, r.plan, r.estimate) for k, r in enumerate(ranked, start=1)]
+    ranked = [RankedServePlan(k, r.plan, annotate_checkpoint(r.estimate, r.plan, checkpoint, engine, moe))
+              for k, r in enumerate(ranked[:top], start=1)]
     return ServeSearchResult(ranked, len(plans), enumeration.space_size, time.perf_counter() - started, rejected,
                              int(len(fits)), int(meets.sum()), cluster.n_gpus)
 
@@ -127,12 +144,13 @@ class CapacityResult:
 
 
 def capacity_search(model: ModelSpec, hardware, gpus_per_node: int, low: int, high: int, workload: ServeWorkload,
-                    space: ServeSpace, params: ServingParams, *, top: int = 10) -> CapacityResult:
+                    space: ServeSpace, params: ServingParams, *, top: int = 10, engine: str = DEFAULT_ENGINE,
+                    checkpoint: str = "bf16") -> CapacityResult:
     """The fewest GPUs in ``low..high`` whose best plan meets the targets at the workload's request rate."""
     tried = []
     for n in gpu_counts(low, high, gpus_per_node):
         cluster = Cluster(hardware=hardware, n_gpus=n, gpus_per_node=min(gpus_per_node, n))
-        result = serve_search(model, cluster, workload, space, params, top=top)
+        result = serve_search(model, cluster, workload, space, params, top=top, engine=engine, checkpoint=checkpoint)
         tried.append((n, result.meeting))
         if result.meeting:
             return CapacityResult(n, result, tried)

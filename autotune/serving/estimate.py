@@ -1,156 +1,390 @@
-"""The serving cost model: ``estimate_serving(model, cluster, workload, plans, params)``.
+"""The serving cost model: ``estimate_serving(model, cluster, workload, plans, params, engine=...)``.
 
-A pure function, vectorised over a :class:`~autotune.serving.plan.ServePlanBatch`
-(docs/cost-model.md, "Serving").  Per engine (one replica of ``tp * pp``
-GPUs) in steady-state continuous batching with ``B`` sequences in flight:
+A pure function, vectorised with numpy (docs/serving.md, "What the model assumes", has the formulas
+and their sources).  The same core (``solve``) evaluates many plans of one model (search, predict)
+and many measured rows of many models and GPUs at once (validate, calibrate): everything it reads
+is an array that broadcasts over rows.
 
-* One decode *round* advances every sequence by a token.  Each pipeline stage reads its
-  weights once per micro-batch (``pp`` micro-batches of ``B / pp``) and the KV cache of
-  its sequences, and runs the GEMMs of the decode tokens plus, on average, the prefill
-  tokens that arrive meanwhile (``B * I / O`` per round: each sequence is prefilled once
-  per ``O`` output tokens, in the same mixed steps, as in-flight batching does).  A step
-  takes the longer of its HBM traffic (at ``decode_bandwidth`` of HBM bandwidth) and its
-  FLOPs (at ``gemm`` of the tensor-core peak of the plan's compute precision): a roofline.
-* TP adds two all-reduces per layer per step (attention output and MLP down projection);
-  at decode sizes their cost is latency: two NVLink hops per one-shot all-reduce plus the
-  bandwidth term.  PP adds a send per stage boundary.  Each step pays ``step_overhead_us``
-  (scheduling, sampling, launches).
-* TPOT is the round time; throughput per engine is ``B`` tokens per round.  TTFT is one
-  mixed step that carries the request's whole prompt (plus queueing under a request rate).
-* KV capacity: ``(memory - weights - reserve_gib) * kv_fraction`` per GPU, over the KV
-  bytes per token per GPU, gives the largest batch of full-length sequences that fits.
+Per engine, in steady state:
 
-Weight bytes per parameter (``weight_bytes_per_param``): bf16 2, fp8 and int8 1, int4 0.5
-plus one bf16 scale per group of 128 (0.515625), fp4 (NVFP4) 0.5 plus one fp8 scale per
-16 (0.5625).  Embeddings, the output layer and norms stay bf16 in every scheme.
+* **Decode round** (``decode_step_s``): every attention-DP rank advances its ``b`` sequences by one
+  token.  Roofline of the weights streamed (only the experts the round's tokens touch: with uniform
+  top-k routing the touched share is ``1 - (1 - k/E)^T``) against the GEMM FLOPs at their precision's
+  peak; the attention's KV/state bytes against its FLOPs; two TP all-reduces per layer; for attention
+  DP with MoE a dispatch and a combine all-to-all per MoE layer over the link tier the group spans
+  (NVLink in a node or an NVL72 rack, else the network); fixed costs per step, per layer, per MoE
+  layer and per running sequence.  Pipeline stages run ``pp`` micro-batches.
+* **Prefill** (``prefill_s``): a prompt's GEMMs (routed experts at a grouped-GEMM efficiency),
+  causal attention (bounded by sliding windows and DSA's top-k), the weights streamed once per chunk
+  of the engine's token budget (chunked prefill), collectives and fixed costs per chunk.
+* **Load.**  A closed loop of ``C`` clients (``--concurrency``), an open loop of ``λ`` requests/s
+  (``--request-rate``), or the engine full (max-throughput).  Little's law on the decode phase gives
+  the request rate; prefill work steals engine time from decode in an aggregated engine
+  (``TPOT = t_dec / (1 - ρ)``); prefill waits in a G/D/c queue (Sakasegawa's approximation, M/D/1 of
+  DistServe for one server), plus the synchronised waves a closed-loop benchmark starts with and the
+  scheduler's pick-up delay; requests beyond the KV cache or the engine's batch limit wait for a slot.
+* **Disaggregated** plans: prefill engines and decode engines, each with their own layout; TPOT is the
+  decode pool's round; TTFT adds the KV hand-off over the link between them.
+
+Memory comes from the engine's own budget rule (``engines.memory_budget``): the KV pool, and from it
+the batch the engine can hold.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
-from ..inputs.hardware import Cluster, Hardware
+from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
 from ..inputs.workload import ServeWorkload
-from .plan import COMPUTE_PRECISION, KV_DTYPES, WEIGHTS, ServePlanBatch
+from . import engines as E
+from .arch import (
+    KV_BYTES,
+    WEIGHT_BYTES,
+    class_formats,
+    gpu_scalars,
+    model_scalars,
+    precision_arrays,
+)
+from .plan import KV_DTYPES, WEIGHTS, ServePlanBatch
 
-GIB = float(2**30)
-INT4_GROUP = 128  # weights per bf16 scale (AWQ/GPTQ default group size)
-FP4_GROUP = 16  # weights per fp8 scale (NVFP4 block size)
-WEIGHT_BYTES: Mapping[str, float] = {
-    "bf16": 2.0,
-    "fp8": 1.0,
-    "int8": 1.0,
-    "int4": 0.5 + 2.0 / INT4_GROUP,
-    "fp4": 0.5 + 1.0 / FP4_GROUP,
-}
-KV_BYTES: Mapping[str, float] = {"bf16": 2.0, "fp8": 1.0}
+GIB = E.GIB
 ACTIVATION_BYTES = 2.0  # bf16 activations on the wire (TP all-reduce, PP sends)
 
 
 @dataclass(frozen=True)
 class ServingParams:
-    """The serving model's free parameters: few and physical (fitted per GPU and engine release).
+    """The serving model's free parameters: few, physical, bounded (``SERVING_PARAM_BOUNDS``).
 
-    ``decode_bandwidth``: achieved fraction of HBM bandwidth when streaming weights.
-    ``kv_bandwidth``: the same for decode attention reading the paged KV cache (scattered
-    blocks, per-sequence kernels: measurably lower than a weight GEMV).  ``gemm``: achieved fraction of the tensor-core peak in compute-bound (prefill,
-    large-batch) GEMMs and attention.  ``step_overhead_us``: fixed time per engine step.
-    ``reserve_gib``: memory per GPU that is neither weights nor KV cache (CUDA context,
-    activations, CUDA graphs, workspaces).  ``kv_fraction``: share of the remaining memory
-    the engine gives the KV cache (vLLM's gpu-memory-utilization, TensorRT-LLM's
-    kv_cache_free_gpu_mem_fraction).  ``seq_overhead_us``: time per decoding sequence per
-    step (sampling, logits, per-sequence scheduling and KV paging).
-    ``kv_reread_fraction`` (an engine property, fitted once per engine release, not per GPU):
-    the share of the re-reads of a KV head by the other query heads of its group
-    that reach HBM.  0: the kernel loads each KV head once for its whole group (grouped-query
-    attention cuts KV traffic by the group size); 1: it streams the cache once per query head
-    (GQA saves KV memory but not KV traffic).
+    Fitted per engine (``calibrated.py``; ``autotune calibrate`` on a serving CSV).  A field may hold
+    a numpy array (one value per row) when many rows of several engines are evaluated at once.
     """
 
-    decode_bandwidth: float = 0.75
-    kv_bandwidth: float = 0.40
-    gemm: float = 0.55
-    step_overhead_us: float = 300.0
-    reserve_gib: float = 4.0
-    kv_fraction: float = 0.90
-    seq_overhead_us: float = 0.0
+    # kernels and hardware (shared by the engines of one calibration)
+    gemm: float = 0.60  # fraction of the dense tensor-core peak reached by prefill GEMMs
+    attention: float = 0.50  # fraction of the bf16 peak reached by prefill attention (flash kernels)
+    kv_bandwidth: float = 0.70  # fraction of HBM bandwidth reading the paged KV cache / recurrent state
+    grouped_gemm: float = 0.50  # MoE expert (grouped) GEMMs in prefill, relative to gemm
+    fp4_gemm: float = 0.70  # FP4 GEMMs relative to gemm (FP4 peaks are hard to reach)
+    weight_only: float = 0.80  # streaming rate of 4-bit weight-only (dequantising) GEMMs relative to native
+    link_bandwidth: float = 0.75  # fraction of NVLink / NIC bandwidth reached by collectives
+    allreduce_us: float = 10.0  # latency of one all-reduce
+    alltoall_us: float = 20.0  # latency of one all-to-all (EP dispatch or combine)
+    moe_layer_us: float = 10.0  # fixed time per MoE layer per step (routing, permute, EP sync)
+    prompt_token_us: float = 2.0  # CPU time per prompt token before prefill (tokenising, input processing)
+    arrival_cv2: float = 1.0  # squared coefficient of variation of closed-loop prefill arrivals (1: Poisson)
+    kv_handoff_ms: float = 20.0  # disagg: fixed prefill -> decode hand-off per request
+    older_overhead: float = 1.0  # fixed per-step / per-layer costs before Blackwell, relative to Blackwell
+    kv_reserve: float = 0.6  # share of a request's output tokens the scheduler reserves KV for at admission
+    # the engine
+    weight_bandwidth: float = 0.80  # fraction of HBM bandwidth streaming weights in decode
+    step_us: float = 300.0  # fixed time per engine step (scheduler, sampling, launch, sync)
+    layer_us: float = 20.0  # fixed time per layer per step (kernel latency floor under CUDA graphs)
+    seq_us: float = 10.0  # time per running sequence per step (sampling, detokenising, streaming)
+    seq_layer_us: float = 0.0  # time per running sequence per attention layer (the decode attention kernel's per-sequence floor)
+    request_ms: float = 20.0  # fixed TTFT per request (HTTP, tokeniser, scheduling, first chunk)
+    admission_steps: float = 2.0  # scheduler pick-up delay, in decode steps of the running batch
+    sync_share: float = 0.1  # share of closed-loop arrivals that come in synchronised waves of all C clients
+    # an engine property (set from the release, not fitted): share of the re-reads of a KV head by the
+    # other query heads of its group that reach HBM (TensorRT-LLM <= 0.9: 0.25; modern kernels: 0)
     kv_reread_fraction: float = 0.0
 
-    def replace(self, **changes: float) -> "ServingParams":
-        import dataclasses
-
+    def replace(self, **changes: Any) -> "ServingParams":
         return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, float]:
+        return {f.name: float(getattr(self, f.name)) for f in fields(self)}
 
 
 SERVING_PARAM_FIELDS = tuple(f.name for f in fields(ServingParams))
+# (low, high) of every parameter: what is physically possible.
 SERVING_PARAM_BOUNDS: Mapping[str, tuple[float, float]] = {
-    "decode_bandwidth": (0.2, 1.0),
-    "kv_bandwidth": (0.02, 1.0),
-    "gemm": (0.1, 1.0),
-    "step_overhead_us": (0.0, 1500.0),
-    "reserve_gib": (0.0, 32.0),
-    "kv_fraction": (0.3, 1.0),
-    "seq_overhead_us": (0.0, 100.0),
+    "gemm": (0.05, 0.85), "attention": (0.05, 0.75), "kv_bandwidth": (0.2, 0.95), "grouped_gemm": (0.1, 1.0),
+    "fp4_gemm": (0.2, 1.0), "weight_only": (0.3, 1.0), "link_bandwidth": (0.3, 1.0), "allreduce_us": (1.0, 60.0),
+    "alltoall_us": (1.0, 150.0), "moe_layer_us": (0.0, 200.0), "prompt_token_us": (0.0, 20.0),
+    "arrival_cv2": (0.0, 8.0), "kv_handoff_ms": (0.0, 1000.0), "older_overhead": (0.5, 2.0), "kv_reserve": (0.0, 1.0),
+    "weight_bandwidth": (0.3, 0.95), "step_us": (0.0, 20000.0), "layer_us": (0.0, 200.0), "seq_us": (0.0, 300.0),
+    "request_ms": (0.0, 300.0), "admission_steps": (0.0, 20.0), "sync_share": (0.0, 1.0), "seq_layer_us": (0.0, 5.0),
+    "kv_reread_fraction": (0.0, 1.0),
 }
+# Fitted per engine; the others are shared by every engine of one calibration.
+ENGINE_PARAMS = ("weight_bandwidth", "step_us", "layer_us", "seq_us", "request_ms", "admission_steps", "sync_share",
+                 "seq_layer_us")
 
 
 def weight_bytes_per_param(weights: str) -> float:
     return WEIGHT_BYTES[weights]
 
 
-@dataclass(frozen=True)
-class ModelBytes:
-    """Parameter counts the serving model needs, split by how they are stored and read."""
+# --- building blocks (numpy, broadcasting over rows) -----------------------------------------------
 
-    layer_dense: float  # per layer: attention + dense MLP + router + shared experts (quantised)
-    layer_experts: float  # per MoE-averaged layer: routed experts (quantised)
-    norms: float  # all layers + final norm (bf16)
-    embedding: float  # input embedding (bf16; gathered, not streamed)
-    output: float  # output layer (bf16; streamed every step); 0 when tied
-    linear_active_per_token: float  # quantised GEMM parameters one token passes through (all layers)
+def _link_bw(g, group):
+    """Bytes/s per GPU of the slowest link a group of ``group`` GPUs crosses: NVLink inside a node,
+    the scale-up fabric inside an NVLink domain (NVL72), else the network."""
+    return np.where(group <= g["node"], g["nvlink"], np.where(group <= g["domain"], g["scale_up"], g["net"]))
 
 
-def model_bytes(model: ModelSpec) -> ModelBytes:
-    L = model.n_layers
-    experts_total = model.n_moe_layers * model.expert_params_per_moe_layer
-    dense_total = L * model.attention_params_per_layer + model.n_dense_layers * model.dense_mlp_params_per_layer
-    dense_total += model.n_moe_layers * model.shared_params_per_moe_layer
-    active_experts = 0.0
-    if model.moe:
-        active_experts = experts_total * model.moe.top_k / model.moe.n_experts
-    return ModelBytes(
-        layer_dense=dense_total / L,
-        layer_experts=experts_total / L,
-        norms=float(L * model.norm_params_per_layer + model.hidden_size),
-        embedding=float(model.embedding_params),
-        output=float(model.output_params),
-        linear_active_per_token=dense_total + active_experts,
-    )
+def _allreduce_s(nbytes, group, g, p):
+    t = p.allreduce_us * 1e-6 + 2.0 * (group - 1.0) / np.maximum(group, 1.0) * nbytes / (_link_bw(g, group) * p.link_bandwidth)
+    return np.where(group > 1, t, 0.0)
 
 
-def decode_weight_bytes_per_step(model: ModelSpec, weights: str) -> float:
-    """Bytes of weights one decode step at batch 1 reads on one GPU holding the whole model.
+def _alltoall_s(nbytes, group, g, p):
+    t = p.alltoall_us * 1e-6 + (group - 1.0) / np.maximum(group, 1.0) * nbytes / (_link_bw(g, group) * p.link_bandwidth)
+    return np.where(group > 1, t, 0.0)
 
-    Quantised layer weights (MoE: only the ``top_k`` routed experts a single token uses),
-    bf16 norms and the bf16 output layer; the input embedding is gathered, not streamed.
+
+def experts_touched(tokens, a):
+    """Expected share of the E experts that at least one of ``tokens`` tokens (top-k each) routes to."""
+    E_, k = a["E"], a["topk"]
+    miss = np.where(E_ > 0, 1.0 - k / np.maximum(E_, 1.0), 0.0)
+    return np.where(E_ > 0, 1.0 - np.power(miss, np.maximum(tokens, 0.0)), 0.0)
+
+
+def _overhead_factor(g, p):
+    return np.where(g["blackwell"] > 0, 1.0, p.older_overhead)
+
+
+def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep):
+    """Seconds of one decode round of an engine: each of its ``dp`` ranks advances ``b`` sequences
+    (mean context ``ctx``) by one token, through ``pp`` stages."""
+    G = tp * dp
+    micro = np.clip(b, 1.0, pp)
+    bm = b / micro
+    T = bm * dp  # tokens a MoE layer of a stage sees per micro-batch
+    wo = lambda c: np.where(q[f"wo_{c}"] > 0, 1.0 / p.weight_only, 1.0)  # noqa: E731
+    w_non = (a["P_attn"] * q["b_attn"] * wo("attn") + (a["P_dense"] + a["P_shared"]) * q["b_mlp"] * wo("mlp")
+             + a["P_head"] * 2.0) / (tp * pp)
+    w_exp = a["n_moe"] * a["E"] * a["P_expert"] * q["b_exp"] * wo("exp") * experts_touched(T, a) / (G * pp)
+    t_w = (w_non + w_exp) / (g["hbm"] * p.weight_bandwidth)
+    eff = lambda c: p.gemm * np.where(q[f"fp4_{c}"] > 0, p.fp4_gemm, 1.0)  # noqa: E731
+    flops = (2.0 * bm * a["P_attn"] / (tp * pp) / (q["pk_attn"] * eff("attn"))
+             + 2.0 * bm * (a["P_dense"] + a["P_shared"]) / (tp * pp) / (q["pk_mlp"] * eff("mlp"))
+             + 2.0 * T * a["topk"] * a["n_moe"] * a["P_expert"] / (G * pp) / (q["pk_exp"] * eff("exp"))
+             + 2.0 * bm * a["P_head"] / (tp * pp) / (g["bf16"] * p.gemm))
+    t_gemm = np.maximum(t_w, flops)
+    # attention: KV (or recurrent state) bytes against attention FLOPs
+    heads = np.maximum(a["n_kv_heads"] / tp, 1.0) / np.maximum(a["n_kv_heads"], 1.0)
+    share = np.where(a["kv_split"] > 0, heads, 1.0)
+    group = np.maximum(a["n_heads"] / np.maximum(a["n_kv_heads"], 1.0), 1.0)
+    reread = np.where(a["kv_split"] > 0, 1.0 + (group - 1.0) * p.kv_reread_fraction, 1.0)
+    kv_layer = a["kv_elems"] * q["kv_b"] * share * reread
+    ctx_full = np.where(a["dsa_topk"] > 0, np.minimum(ctx, np.maximum(a["dsa_topk"], 1.0)), ctx)
+    ctx_swa = np.minimum(ctx, a["window"])
+    kv_read = bm * (a["n_full"] * kv_layer * ctx_full + a["n_swa"] * kv_layer * ctx_swa
+                    + a["n_full"] * a["idx_elems"] * ctx) / pp
+    state = bm * a["n_lin"] * a["lin_state_bytes"] * 2.0 / (tp * pp)
+    attn_fl = bm * (a["dec_attn_flops"] * (a["n_full"] * ctx_full + a["n_swa"] * ctx_swa)
+                    + a["idx_flops"] * a["n_full"] * ctx + a["lin_flops"] * a["n_lin"]) / (tp * pp)
+    t_attn = np.maximum((kv_read + state) / (g["hbm"] * p.kv_bandwidth), attn_fl / (g["bf16"] * p.attention))
+    # communication: TP all-reduces (2 per layer), attention-DP dispatch + combine per MoE layer
+    t_ar = 2.0 * a["L"] / pp * _allreduce_s(bm * a["h"] * ACTIVATION_BYTES, tp, g, p)
+    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
+    f = _overhead_factor(g, p)
+    attn_layers = a["n_full"] + a["n_swa"] + a["n_lin"]
+    stage = t_gemm + t_attn + t_ar + t_a2a + (p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]
+                                              + p.seq_layer_us * bm * attn_layers) / pp * 1e-6 * f
+    send = np.where(pp > 1, (pp - 1.0) * (g["nvlink_lat"] + bm * a["h"] * ACTIVATION_BYTES / g["nvlink"]), 0.0)
+    # the scheduler runs once per micro-batch in flight (one step each); sampling once per sequence
+    return pp * stage + send + (p.step_us * micro + p.seq_us * b) * 1e-6 * f
+
+
+def prefill_s(a, q, g, p, n, tp, pp, dp, ep, chunk, *, seqs=1.0, moe_share=1.0):
+    """Seconds to prefill ``n`` prompt tokens (``seqs`` prompts of ``n/seqs`` tokens) on one attention
+    rank (``tp`` GPUs per stage, stages in turn); routed experts run on the engine's ``tp*dp`` GPUs,
+    ``moe_share`` times slower when the other attention-DP ranks prefill at the same time."""
+    G = tp * dp
+    eff = lambda c: p.gemm * np.where(q[f"fp4_{c}"] > 0, p.fp4_gemm, 1.0)  # noqa: E731
+    t_lin = (2.0 * n * a["P_attn"] / tp / (q["pk_attn"] * eff("attn"))
+             + 2.0 * n * (a["P_dense"] + a["P_shared"]) / tp / (q["pk_mlp"] * eff("mlp"))
+             + 2.0 * n * a["P_head"] / tp / (g["bf16"] * p.gemm) / np.maximum(n / seqs, 1.0))
+    t_exp = 2.0 * n * a["topk"] * a["n_moe"] * a["P_expert"] / G / (q["pk_exp"] * eff("exp") * p.grouped_gemm) * moe_share
+    L1 = n / seqs  # tokens of one prompt
+    pairs_full = np.where(a["dsa_topk"] > 0,
+                          np.where(L1 <= a["dsa_topk"], L1 * L1 / 2.0, a["dsa_topk"] * (L1 - a["dsa_topk"] / 2.0)),
+                          L1 * L1 / 2.0)
+    pairs_swa = np.where(L1 <= a["window"], L1 * L1 / 2.0, a["window"] * (L1 - a["window"] / 2.0))
+    attn_fl = seqs * (a["pf_attn_flops"] * (a["n_full"] * pairs_full + a["n_swa"] * pairs_swa)
+                      + a["idx_flops"] * a["n_full"] * L1 * L1 / 2.0) / tp + a["lin_flops"] * a["n_lin"] * n * 4.0 / tp
+    t_att = attn_fl / (g["bf16"] * p.attention)
+    chunks = np.ceil(n / chunk)
+    w = E.weight_bytes_per_gpu(a, q, tp, 1.0, dp, ep)  # every stage's weights, stages in turn
+    t_w = chunks * w / (g["hbm"] * p.weight_bandwidth)
+    t_comp = np.maximum(t_lin + t_exp, t_w) + t_att
+    t_ar = 2.0 * a["L"] * _allreduce_s(n * a["h"] * ACTIVATION_BYTES, tp, g, p)
+    t_a2a = np.where(dp > 1, a["n_moe"] * 2.0 * _alltoall_s(n * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
+    send = np.where(pp > 1, (pp - 1.0) * (g["nvlink_lat"] + n * a["h"] * ACTIVATION_BYTES / g["nvlink"]), 0.0)
+    t_fix = chunks * (p.step_us + p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]) * 1e-6 * _overhead_factor(g, p)
+    return t_comp + t_ar + t_a2a + send + t_fix
+
+
+def _wq_gdc(S, rho, c, ca2):
+    """Mean wait in a G/D/c queue (Sakasegawa 1977 / Allen-Cunneen): ca2/2 * rho^(sqrt(2(c+1))-1) / (c(1-rho)) * S.
+    c = 1 and ca2 = 1 give M/D/1's rho*S/(2(1-rho)) (DistServe's prefill queue)."""
+    rho = np.clip(rho, 0.0, 0.999999)
+    return 0.5 * ca2 * np.power(rho, np.sqrt(2.0 * (c + 1.0)) - 1.0) / (c * (1.0 - rho)) * S
+
+
+# --- the core ----------------------------------------------------------------------------------------
+
+LOAD_CONCURRENCY, LOAD_RATE, LOAD_FULL = 0, 1, 2
+
+
+@dataclass
+class Rows:
+    """Everything the core reads, as arrays (or scalars) that broadcast over rows.
+
+    ``a`` model quantities (arch.model_scalars), ``g`` GPU quantities (arch.gpu_scalars), ``q``
+    weight formats and KV bytes (arch.precision_arrays), layout columns (``disagg`` 0/1, prefill
+    pool ``p_*`` and decode pool ``d_*``: workers, tp, pp, dp, ep), the load (``load`` kind,
+    ``I``, ``O``, ``C`` clients or ``lam`` requests/s, both per replica), and the engine's
+    settings (``chunk`` tokens per prefill step, ``mixed`` prefill in decode steps, ``limit``
+    sequences per decode rank the engine admits, ``kv_pool`` bytes per decode GPU).
     """
-    mb = model_bytes(model)
-    bpp = WEIGHT_BYTES[weights]
-    experts = mb.layer_experts * model.n_layers
-    if model.moe:
-        experts *= model.moe.top_k / model.moe.n_experts
-    output = mb.output if mb.output else mb.embedding  # tied: the embedding is the output layer
-    return (mb.layer_dense * model.n_layers + experts) * bpp + (mb.norms + output) * 2.0
+
+    a: Mapping[str, Any]
+    g: Mapping[str, Any]
+    q: Mapping[str, Any]
+    disagg: Any
+    p_workers: Any
+    p_tp: Any
+    p_pp: Any
+    p_dp: Any
+    p_ep: Any
+    d_workers: Any
+    d_tp: Any
+    d_pp: Any
+    d_dp: Any
+    d_ep: Any
+    load: Any
+    I: Any  # noqa: E741
+    O: Any  # noqa: E741
+    C: Any
+    lam: Any
+    chunk: Any
+    mixed: Any
+    limit: Any
+    kv_pool: Any
+    n: int
 
 
-def kv_bytes_per_token(model: ModelSpec, kv: str) -> float:
-    """KV-cache bytes of one token over all layers (K and V, every KV head)."""
-    return 2.0 * model.n_layers * model.kv_width * KV_BYTES[kv]
+def kv_seq_bytes(r: Rows, tokens):
+    """Cache bytes one sequence of ``tokens`` tokens holds on one GPU of a decode rank."""
+    return E.kv_bytes_per_sequence(r.a, r.q["kv_b"], r.d_tp, r.d_pp, tokens)
 
+
+def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
+    """TTFT, TPOT and throughput of every row (module docstring); times in seconds, per replica."""
+    a, q, g = r.a, r.q, r.g
+    n = r.n
+    ones = np.ones(n)
+    dis = np.asarray(r.disagg, dtype=float) * ones > 0
+    I, O = np.asarray(r.I, float) * ones, np.asarray(r.O, float) * ones
+    d_ranks = r.d_workers * r.d_dp * ones
+    servers = r.p_workers * r.p_dp * r.p_pp * ones  # prompts in prefill at once (pipeline stages overlap)
+    chunk = np.asarray(r.chunk, float) * ones
+    S_alone = prefill_s(a, q, g, p, I, r.p_tp, r.p_pp, r.p_dp, r.p_ep, chunk)
+    S_busy = prefill_s(a, q, g, p, I, r.p_tp, r.p_pp, r.p_dp, r.p_ep, chunk, moe_share=r.p_dp)
+    ctx = I + O / 2.0
+    # admission: sequences the KV pool holds per decode rank (a sequence reserves its prompt and a
+    # share of its output), capped by the engine's batch limit
+    per_seq = kv_seq_bytes(r, I + p.kv_reserve * O)
+    kv_fit = np.asarray(r.kv_pool, float) / np.maximum(per_seq, 1.0)
+    cap_rank = np.maximum(np.minimum(kv_fit, np.asarray(r.limit, float) * ones), 1.0)
+    cap = cap_rank * d_ranks
+    # KV hand-off (disagg): the prompt's cache over NVLink inside the NVLink domain, else over the
+    # prefill engine's NICs
+    kv_all = kv_seq_bytes(r, I) * r.d_tp * r.d_pp  # the whole prompt's cache (all heads, all stages)
+    n_sys = r.p_workers * r.p_tp * r.p_pp * r.p_dp + r.d_workers * r.d_tp * r.d_pp * r.d_dp
+    xfer_bw = np.where(n_sys <= g["domain"], g["scale_up"] * np.minimum(r.p_tp, 1e9) / np.maximum(r.p_tp, 1.0),
+                       g["net"] * r.p_tp) * p.link_bandwidth
+    t_xfer = np.where(dis, p.kv_handoff_ms * 1e-3 + kv_all / xfer_bw, 0.0)
+    Om1 = np.maximum(O - 1.0, 1.0)
+    n_chunks = np.ceil(I / chunk)
+    mixed = np.asarray(r.mixed, float) * ones
+
+    def t_dec_of(nd):
+        b = np.maximum(nd / d_ranks, 1e-9)
+        return decode_step_s(a, q, g, p, np.maximum(b, 1.0), ctx, r.d_tp, r.d_pp, r.d_dp, r.d_ep)
+
+    def ttft_parts(t_dec, rho, ca2, C_eff):
+        S_own = S_alone + (S_busy - S_alone) * np.clip(rho, 0.0, 1.0)
+        S_own = S_own + np.where(dis, 0.0, mixed * n_chunks * t_dec)
+        wq = _wq_gdc(S_busy, rho, servers, ca2)
+        if C_eff is not None:
+            wq = wq + p.sync_share * np.maximum(C_eff / servers - 1.0, 0.0) * 0.5 * S_busy
+        return p.request_ms * 1e-3 + p.prompt_token_us * 1e-6 * I + S_own + wq + p.admission_steps * t_dec + t_xfer
+
+    # --- closed loop: C clients (max-throughput: the engine full) -------------------------------------
+    load = np.asarray(r.load) * ones
+    C = np.where(load == LOAD_CONCURRENCY, np.asarray(r.C, float) * ones, cap)
+    C_eff = np.minimum(C, cap)
+
+    def closed(nd):
+        t_dec = t_dec_of(nd)
+        lam = np.where(dis, nd / (Om1 * t_dec), nd / (Om1 * t_dec + nd * S_busy / servers))
+        rho = lam * S_busy / servers
+        tpot = np.where(dis, t_dec, t_dec / np.maximum(1.0 - rho, 1e-6))
+        ttft = ttft_parts(t_dec, rho, p.arrival_cv2, C_eff)
+        ttft = np.where(rho >= 0.999999, np.inf, ttft)
+        return lam, tpot, ttft, t_dec, rho
+
+    lo, hi = np.zeros(n), C_eff.copy()
+    for _ in range(n_iter):
+        mid = 0.5 * (lo + hi)
+        lam, _, ttft, _, _ = closed(mid)
+        over = lam * ttft + mid > C_eff
+        hi = np.where(over, mid, hi)
+        lo = np.where(over, lo, mid)
+    nd = lo
+    lam_c, tpot_c, ttft_q, t_dec_c, rho_c = closed(nd)
+    ttft_c = np.where(C_eff - nd > 1e-9 * C_eff, (C_eff - nd) / np.maximum(lam_c, 1e-12), ttft_q)
+    ttft_c = ttft_c + np.maximum(C - cap, 0.0) / np.maximum(lam_c, 1e-12)  # waiting for a KV / batch slot
+
+    # --- open loop: λ requests/s ------------------------------------------------------------------------
+    rate = load == LOAD_RATE
+    lam_o = np.where(rate, np.asarray(r.lam, float) * ones, 0.0)
+    rho_o = lam_o * S_busy / servers
+    if rate.any():
+        def tpot_open(nd):
+            t_dec = t_dec_of(nd)
+            return np.where(dis, t_dec, t_dec / np.maximum(1.0 - rho_o, 1e-6)), t_dec
+
+        lo, hi = np.zeros(n), cap.copy()
+        for _ in range(n_iter):
+            mid = 0.5 * (lo + hi)
+            tp_mid, _ = tpot_open(mid)
+            more = lam_o * Om1 * tp_mid > mid  # the decode phase holds more than mid
+            lo = np.where(more, mid, lo)
+            hi = np.where(more, hi, mid)
+        nd_o = hi
+        tpot_o, t_dec_o = tpot_open(nd_o)
+        stable = (rho_o < 0.999) & (lam_o * Om1 * tpot_o <= cap * 1.0001)
+        ttft_o = np.where(stable, ttft_parts(t_dec_o, rho_o, 1.0, None), np.inf)
+    else:
+        nd_o, tpot_o, t_dec_o, ttft_o, stable = nd, tpot_c, t_dec_c, ttft_c, np.ones(n, bool)
+
+    rate = load == LOAD_RATE
+    out = {
+        "tpot_s": np.where(rate, np.where(stable, tpot_o, tpot_c), tpot_c),
+        "ttft_s": np.where(rate, ttft_o, ttft_c),
+        "requests_per_s": np.where(rate, np.where(stable, lam_o, lam_c), lam_c),
+        "decode_seqs": np.where(rate, np.where(stable, nd_o, nd), nd),
+        "stable": np.where(rate, stable, True),
+        "t_dec_s": np.where(rate, t_dec_o, t_dec_c),
+        "prefill_util": np.where(rate, rho_o, rho_c),
+        "prefill_s": S_alone,
+        "admitted": cap,
+        "xfer_s": t_xfer,
+    }
+    return out
+
+
+# --- plans of one model on one cluster ---------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ServeEstimate:
@@ -161,17 +395,20 @@ class ServeEstimate:
     tokens_per_s_per_user: np.ndarray
     ttft_ms: np.ndarray
     tpot_ms: np.ndarray
-    batch: np.ndarray  # sequences in flight per replica in steady state
-    max_batch_fit: np.ndarray  # KV-cache-limited batch per replica
+    batch: np.ndarray  # sequences decoding per replica in steady state
+    max_batch_fit: np.ndarray  # full-length sequences the KV pool holds per engine (all dp ranks)
     memory_gib_per_gpu: np.ndarray
+    memory_budget_gib: np.ndarray  # what the engine's memory flag lets it use per GPU
+    memory_knob: np.ndarray  # the value of that flag
     memory_breakdown_gib: Mapping[str, np.ndarray]
     requests_per_s: np.ndarray
+    prefill_utilisation: np.ndarray
     fits: np.ndarray
     meets_targets: np.ndarray
     reason: np.ndarray  # object array: "" when fits
     misses: np.ndarray  # object array: "" when every target is met
     memory_capacity_gib: float
-    bound: np.ndarray  # object array: "memory" or "compute" (the decode round's roofline side)
+    engine: str
 
     def __len__(self) -> int:
         return int(self.output_tokens_per_s.shape[0])
@@ -186,11 +423,14 @@ class ServeEstimate:
             "batch": float(self.batch[i]),
             "max_batch_fit": int(self.max_batch_fit[i]),
             "requests_per_s": float(self.requests_per_s[i]),
+            "prefill_utilisation": float(self.prefill_utilisation[i]),
             "memory_gib_per_gpu": float(self.memory_gib_per_gpu[i]),
-            "memory_headroom_gib": self.memory_capacity_gib - float(self.memory_gib_per_gpu[i]),
+            "memory_budget_gib": float(self.memory_budget_gib[i]),
+            "memory_headroom_gib": float(self.memory_budget_gib[i] - self.memory_gib_per_gpu[i]),
+            "engine": self.engine,
+            "engine_memory_flag": {E.DEFAULTS[self.engine].memory_knob: round(float(self.memory_knob[i]), 3)},
             "fits": bool(self.fits[i]),
             "meets_targets": bool(self.meets_targets[i]),
-            "decode_bound": str(self.bound[i]),
             "memory_breakdown_gib": {k: float(v[i]) for k, v in self.memory_breakdown_gib.items()},
         }
         if self.reason[i]:
@@ -204,161 +444,102 @@ def _finite(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
-class _Engine:
-    """Per-plan constants of one engine (replica), shared by the step-time functions."""
-
-    def __init__(self, model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, params: ServingParams):
-        hw: Hardware = cluster.hardware
-        self.model, self.hw, self.params = model, hw, params
-        self.tp = plans.tp.astype(np.float64)
-        self.pp = plans.pp.astype(np.float64)
-        w_names = np.array(WEIGHTS)[plans.weights]
-        self.bpp = np.array([WEIGHT_BYTES[w] for w in WEIGHTS])[plans.weights]
-        kv_b = np.array([KV_BYTES[k] for k in KV_DTYPES])[plans.kv]
-        peaks = {w: (hw.peak_flops(COMPUTE_PRECISION[w]) if hw.supports(COMPUTE_PRECISION[w]) else hw.peak_flops("bf16"))
-                 for w in WEIGHTS}
-        self.rate = np.array([peaks[w] for w in w_names]) * params.gemm  # FLOP/s per GPU
-        self.attn_rate = hw.peak_flops("bf16") * params.gemm
-        self.bw = hw.memory_bandwidth_gb_per_s * 1e9 * params.decode_bandwidth
-        self.kv_bw = hw.memory_bandwidth_gb_per_s * 1e9 * params.kv_bandwidth
-        mb = model_bytes(model)
-        self.mb = mb
-        L = model.n_layers
-        self.layers_per_stage = L / self.pp
-        # Weights per GPU (bytes): quantised layers split over tp and pp; bf16 norms, embedding, output.
-        quantised = (mb.layer_dense + mb.layer_experts) * L * self.bpp
-        bf16 = (mb.norms + mb.embedding + mb.output) * 2.0
-        self.weights_per_gpu = (quantised + bf16) / (self.tp * self.pp)
-        # KV heads split over tp; with tp > KV heads each GPU keeps a copy of one head.
-        kv_heads_per_gpu = np.maximum(model.n_kv_heads / self.tp, 1.0)
-        self.kv_per_token_gpu = 2.0 * self.layers_per_stage * kv_heads_per_gpu * model.head_dim * kv_b
-        # Bytes decode attention streams per token of context: per KV head, or per query head
-        # when the engine's kernel does not share a KV head among its query group.
-        group = max(model.n_heads / model.n_kv_heads, 1.0)
-        read_heads = kv_heads_per_gpu * (1.0 + (group - 1.0) * params.kv_reread_fraction)
-        self.kv_read_per_token_gpu = 2.0 * self.layers_per_stage * read_heads * model.head_dim * kv_b
-        self.output_read = (mb.output if mb.output else mb.embedding) * 2.0
-
-    # --- memory -------------------------------------------------------------------------------
-    def kv_capacity_tokens(self, memory_gib: float) -> np.ndarray:
-        free = memory_gib * GIB - self.weights_per_gpu - self.params.reserve_gib * GIB
-        return np.maximum(free * self.params.kv_fraction, 0.0) / self.kv_per_token_gpu
-
-    # --- time -----------------------------------------------------------------------------------
-    def _experts_read_fraction(self, tokens: np.ndarray) -> np.ndarray:
-        moe = self.model.moe
-        if not moe:
-            return np.ones_like(tokens)
-        e, k = float(moe.n_experts), float(moe.top_k)
-        return 1.0 - (1.0 - k / e) ** np.maximum(tokens, 1.0)
-
-    def allreduce_s(self, message_bytes: np.ndarray, cluster: Cluster) -> np.ndarray:
-        """One-shot all-reduce inside a node: two link hops of latency plus the ring bandwidth term."""
-        link = self.hw.intra_node
-        bw = link.bandwidth_gb_per_s * 1e9 * self.hw.efficiency.intra_node_bandwidth
-        t = 2.0 * (self.tp - 1.0) / self.tp * message_bytes / bw + 2.0 * link.latency_us * 1e-6
-        return np.where(self.tp > 1, t, 0.0)
-
-    def step_s(self, decode: np.ndarray, prefill: np.ndarray, context: np.ndarray, prefill_context: np.ndarray,
-               cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
-        """Time of one engine step that advances ``decode`` sequences (mean KV length ``context``) and
-        prefills ``prefill`` prompt tokens (mean attended length ``prefill_context``), all ``pp`` micro-batches.
-
-        Returns (seconds, compute_bound).
-        """
-        m = self.model
-        pp = self.pp
-        micro = np.maximum(np.minimum(pp, np.maximum(decode, 1.0)), 1.0)  # micro-batches in flight
-        b = decode / micro
-        pf = prefill / micro
-        tokens = b + pf
-        ls = self.layers_per_stage
-        weight_read = ls * (self.mb.layer_dense + self.mb.layer_experts * self._experts_read_fraction(tokens)) * self.bpp
-        weight_read = (weight_read + self.output_read / pp) / self.tp
-        kv_read = b * context * self.kv_read_per_token_gpu + pf * self.kv_per_token_gpu  # read decode context, write prompts
-        linear = 2.0 * tokens * self.mb.linear_active_per_token / (pp * self.tp)
-        head = 2.0 * (b + np.minimum(pf, 1.0)) * m.hidden_size * m.vocab_size / (pp * self.tp)
-        attention = 4.0 * m.q_width * ls * (b * context + pf * prefill_context) / self.tp
-        compute = (linear + head) / self.rate + attention / self.attn_rate
-        memory = weight_read / self.bw + kv_read / self.kv_bw
-        comm = 2.0 * ls * self.allreduce_s(tokens * m.hidden_size * ACTIVATION_BYTES, cluster)
-        stage = np.maximum(compute, memory) + comm
-        send = np.where(pp > 1, (pp - 1.0) * 2.0 * self.hw.intra_node.latency_us * 1e-6, 0.0)
-        total = micro * stage + np.where(micro < pp, (pp - micro) * stage, 0.0) + send + self.params.step_overhead_us * 1e-6
-        total = total + decode * self.params.seq_overhead_us * 1e-6
-        return total, compute > memory
+def plan_precisions(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch) -> dict[str, np.ndarray]:
+    g = gpu_scalars(cluster.hardware)
+    formats = [class_formats(model.is_moe, WEIGHTS[int(w)]) for w in plans.weights]
+    return precision_arrays(formats, [g] * len(plans), [KV_DTYPES[int(k)] for k in plans.kv])
 
 
-def engine_for(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, params: ServingParams) -> _Engine:
-    return _Engine(model, cluster, plans, params)
+def engine_memory(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, engine: str, *, side: str = "d",
+                  fraction=None, max_len=None) -> E.MemoryBudget:
+    """The engine's memory budget on one GPU of each plan's decode (``d``) or prefill (``p``) engines."""
+    a, g = model_scalars(model), gpu_scalars(cluster.hardware)
+    q = plan_precisions(model, cluster, plans)
+    cols = {k: getattr(plans, f"{side}_{k}").astype(np.float64) for k in ("tp", "pp", "dp", "ep")}
+    per_rank = plans.max_batch / cols["dp"]
+    chunk = E.DEFAULTS[E.engine_family(engine)].chunk_tokens(cluster.hardware.memory_gib)
+    return E.memory_budget(engine, a, q, g, cols["tp"], cols["pp"], cols["dp"], cols["ep"], per_rank, chunk,
+                           fraction=fraction)
 
 
-def max_batch_fit(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, params: ServingParams,
-                  max_len: int) -> np.ndarray:
-    """The largest number of ``max_len``-token sequences whose KV cache fits, per replica (0: weights alone do not fit)."""
-    engine = _Engine(model, cluster, plans, params)
-    return np.floor(engine.kv_capacity_tokens(cluster.hardware.memory_gib) / max_len).astype(np.int64)
+def kv_bytes_per_token(model: ModelSpec, kv: str) -> float:
+    """KV-cache bytes of one token over all layers (one replica of the cache; long-context rate)."""
+    return model.kv_cache_bytes_per_token(KV_BYTES[kv])
+
+
+def decode_weight_bytes_per_step(model: ModelSpec, weights: str) -> float:
+    """Bytes of weights one decode step at batch 1 reads on one GPU holding the whole model (only the
+    ``top_k`` routed experts a single token uses; bf16 norms and output layer; the embedding is gathered)."""
+    a = model_scalars(model)
+    attn, mlp, exp = class_formats(model.is_moe, weights)
+    experts = a["n_moe"] * a["P_expert"] * a["topk"] * WEIGHT_BYTES[exp]
+    out = a["P_head"] if a["P_head"] else a["P_embed"]
+    return (a["P_attn"] * WEIGHT_BYTES[attn] + (a["P_dense"] + a["P_shared"]) * WEIGHT_BYTES[mlp] + experts
+            + (a["P_norm"] + out) * 2.0)
+
+
+def max_batch_fit(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, max_len: int, engine: str = E.DEFAULT_ENGINE,
+                  *, fraction=None) -> np.ndarray:
+    """Sequences of ``max_len`` tokens whose KV cache the engine's pool holds, per engine (all dp ranks)."""
+    mem = engine_memory(model, cluster, plans, engine, fraction=fraction)
+    a = model_scalars(model)
+    q = plan_precisions(model, cluster, plans)
+    per_seq = E.kv_bytes_per_sequence(a, q["kv_b"], plans.d_tp, plans.d_pp, float(max_len))
+    return (np.floor(mem.kv_pool / np.maximum(per_seq, 1.0)) * plans.d_dp).astype(np.int64)
+
+
+def plan_rows(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans: ServePlanBatch, engine: str,
+              mem: E.MemoryBudget) -> Rows:
+    a, g = model_scalars(model), gpu_scalars(cluster.hardware)
+    q = plan_precisions(model, cluster, plans)
+    replicas = plans.replicas.astype(np.float64)
+    load = {"concurrency": LOAD_CONCURRENCY, "rate": LOAD_RATE}.get(workload.mode, LOAD_FULL)
+    d = E.DEFAULTS[E.engine_family(engine)]
+    per_rank_limit = plans.max_batch / plans.d_dp.astype(np.float64)
+    f = lambda k: getattr(plans, k).astype(np.float64)  # noqa: E731
+    return Rows(a=a, g=g, q=q, disagg=plans.disagg.astype(np.float64),
+                p_workers=f("p_workers"), p_tp=f("p_tp"), p_pp=f("p_pp"), p_dp=f("p_dp"), p_ep=f("p_ep"),
+                d_workers=f("d_workers"), d_tp=f("d_tp"), d_pp=f("d_pp"), d_dp=f("d_dp"), d_ep=f("d_ep"),
+                load=load, I=float(workload.input_len), O=float(workload.output_len),
+                C=(workload.concurrency or 0) / replicas, lam=(workload.request_rate or 0.0) / replicas,
+                chunk=d.chunk_tokens(cluster.hardware.memory_gib), mixed=float(d.mixed_prefill), limit=per_rank_limit,
+                kv_pool=mem.kv_pool, n=len(plans))
 
 
 def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans: ServePlanBatch,
-                     params: ServingParams, *, batch_override: np.ndarray | None = None) -> ServeEstimate:
-    """Estimate every serve plan.  ``batch_override`` pins the sequences in flight per replica
-    (validation of max-throughput runs, where the engine, not the plan, picks the batch)."""
+                     params: ServingParams, *, engine: str = E.DEFAULT_ENGINE, memory_fraction=None) -> ServeEstimate:
+    """Estimate every serve plan on ``engine`` (its memory rule, its defaults, and ``params``)."""
     hw = cluster.hardware
-    eng = _Engine(model, cluster, plans, params)
     n = len(plans)
-    I, O = float(workload.input_len), float(workload.output_len)
-    replicas = plans.replicas.astype(np.float64)
-    capacity_tokens = eng.kv_capacity_tokens(hw.memory_gib)
-    fit = np.floor(capacity_tokens / workload.max_len).astype(np.int64)
-    max_batch = plans.max_batch.astype(np.float64)
+    mem = engine_memory(model, cluster, plans, engine, fraction=memory_fraction)
+    rows = plan_rows(model, cluster, workload, plans, engine, mem)
+    a, q = rows.a, rows.q
+    max_len = float(workload.max_len)
+    per_seq_full = E.kv_bytes_per_sequence(a, q["kv_b"], rows.d_tp, rows.d_pp, max_len)
+    fit_rank = np.floor(mem.kv_pool / np.maximum(per_seq_full, 1.0))
+    fit = (fit_rank * plans.d_dp).astype(np.int64)
+    per_rank = plans.max_batch / plans.d_dp.astype(np.float64)
     reason = np.full(n, "", dtype=object)
-    reason[fit < max_batch] = "max_batch exceeds the KV-cache capacity"
-    reason[fit < 1] = "weights and reserve leave no room for one sequence's KV cache"
+    reason[fit_rank < per_rank] = f"max_batch exceeds what the {engine} KV-cache budget holds"
+    if (plans.disagg).any():  # the prefill engines must hold their weights and one prompt
+        pmem = engine_memory(model, cluster, plans, engine, side="p", fraction=memory_fraction)
+        p_seq = E.kv_bytes_per_sequence(a, q["kv_b"], rows.p_tp, rows.p_pp, float(workload.input_len))
+        reason[plans.disagg & (pmem.kv_pool < p_seq)] = "the prefill engines' weights leave no room for a prompt's KV cache"
+    reason[fit_rank < 1] = "weights and the engine's reserve leave no room for one sequence's KV cache"
     fits = reason == ""
-    limit = np.maximum(np.minimum(max_batch, fit), 1.0) if batch_override is None else np.asarray(batch_override, float)
-    context = I + O / 2.0
-
-    def round_s(batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return eng.step_s(batch, batch * I / O, np.full(n, context), np.full(n, I / 2.0), cluster)
-
-    mode = workload.mode if batch_override is None else "max-throughput"
-    stable = np.ones(n, dtype=bool)
-    if mode == "concurrency":
-        batch = np.minimum(workload.concurrency / replicas, limit)
-    elif mode == "rate":
-        lam = workload.request_rate / replicas
-        t_max, _ = round_s(limit)
-        capacity = limit / (t_max * O)  # requests/s one replica sustains at its batch limit
-        stable = lam < capacity
-        batch = np.minimum(np.maximum(lam * O * t_max, 1e-9), limit)
-        for _ in range(40):  # Little's law: B = lambda * (O * TPOT(B) + TTFT), a contraction here
-            t, _ = round_s(np.maximum(batch, 1.0))
-            batch = np.minimum(lam * (O * t + t), limit)
-        batch = np.where(stable, batch, limit)
-    else:
-        batch = limit
-    decode_batch = np.maximum(batch, 1.0)
-    t_round, compute_bound = round_s(decode_batch)
-    # TTFT: the step that carries the whole prompt beside the running batch.
-    t_first, _ = eng.step_s(decode_batch, np.full(n, I), np.full(n, context), np.full(n, I / 2.0), cluster)
-    ttft = t_first
-    if mode == "rate":
-        rho = np.clip(lam / np.maximum(capacity, 1e-12), 0.0, 0.999)
-        ttft = np.where(stable, t_first * (1.0 + rho / (2.0 * (1.0 - rho))), np.inf)
-    tpot = t_round
-    per_replica = decode_batch / t_round if mode != "rate" else np.where(stable, lam * O, limit / t_max)
-    if mode == "concurrency":
-        per_replica = np.minimum(per_replica, batch / t_round)
-    total = per_replica * replicas
-    per_user = 1.0 / tpot
-    kv_used = np.minimum(np.ceil(np.maximum(max_batch if batch_override is None else limit, 1.0)), np.maximum(fit, 0)) \
-        * workload.max_len * eng.kv_per_token_gpu
-    weights_gib = eng.weights_per_gpu / GIB
-    kv_gib = kv_used / GIB
-    reserve_gib = np.full(n, params.reserve_gib)
-    memory = weights_gib + kv_gib + reserve_gib
+    res = solve(rows, params)
+    replicas = plans.replicas.astype(np.float64)
+    O = float(workload.output_len)
+    total = res["requests_per_s"] * O * replicas
+    tpot, ttft = res["tpot_s"], res["ttft_s"]
+    kv_needed = np.minimum(per_rank, np.maximum(fit_rank, 0)) * per_seq_full
+    gib = lambda x: np.asarray(x, float) / GIB * np.ones(n)  # noqa: E731
+    breakdown = {"weights": gib(mem.weights), "kv_cache": gib(kv_needed), "activations": gib(mem.activations),
+                 "cuda_graphs": gib(mem.cuda_graphs), "runtime": gib(mem.runtime)}
+    memory = sum(breakdown.values())
+    breakdown["kv_pool"] = gib(mem.kv_pool)
     misses = np.full(n, "", dtype=object)
+    stable = np.asarray(res["stable"], bool)
     meets = fits & stable
     ttft_ms, tpot_ms = ttft * 1e3, tpot * 1e3
     if workload.ttft_ms is not None:
@@ -369,47 +550,35 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
         miss = tpot_ms > workload.tpot_ms
         misses = np.where(miss, misses + _fmt_miss("TPOT", tpot_ms, workload.tpot_ms), misses)
         meets &= ~miss
-    if mode == "rate":
+    if workload.mode == "rate":
+        capacity = res["requests_per_s"] * replicas
         misses = np.where(~stable, misses + np.array([f"rate {workload.request_rate:g}/s exceeds capacity "
-                                                      f"{c * r:.3g}/s; " for c, r in zip(capacity, replicas)], dtype=object),
-                          misses)
+                                                      f"{c:.3g}/s; " for c in capacity], dtype=object), misses)
     misses = np.array([m.rstrip("; ") for m in misses], dtype=object)
+    budget = np.where(E.engine_family(engine) == "vllm", mem.budget, hw.memory_gib * GIB) * np.ones(n)
     return ServeEstimate(
         output_tokens_per_s=total,
         output_tokens_per_s_per_gpu=total / cluster.n_gpus,
-        tokens_per_s_per_user=per_user,
+        tokens_per_s_per_user=1.0 / tpot,
         ttft_ms=ttft_ms,
         tpot_ms=tpot_ms,
-        batch=batch,
+        batch=res["decode_seqs"],
         max_batch_fit=np.maximum(fit, 0),
         memory_gib_per_gpu=memory,
-        memory_breakdown_gib={"weights": weights_gib, "kv_cache": kv_gib, "reserve": reserve_gib},
-        requests_per_s=total / O,
+        memory_budget_gib=budget / GIB,
+        memory_knob=np.asarray(mem.knob, float) * np.ones(n),
+        memory_breakdown_gib=breakdown,
+        requests_per_s=res["requests_per_s"] * replicas,
+        prefill_utilisation=np.asarray(res["prefill_util"], float),
         fits=fits,
         meets_targets=meets,
         reason=reason,
         misses=misses,
         memory_capacity_gib=hw.memory_gib,
-        bound=np.where(compute_bound, "compute", "memory").astype(object),
+        engine=engine,
     )
 
 
 def _fmt_miss(name: str, value: np.ndarray, target: float) -> np.ndarray:
     return np.array([f"{name} {v:,.0f} > {target:g} ms; " if np.isfinite(v) else f"{name} unbounded (overloaded); "
                      for v in value], dtype=object)
-
-
-def static_batch_s(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, params: ServingParams,
-                   batch: np.ndarray, input_len: int, output_len: int) -> np.ndarray:
-    """Seconds for a static batch: prefill ``batch`` prompts at once, then ``output_len`` decode steps."""
-    eng = _Engine(model, cluster, plans, params)
-    n = len(plans)
-    batch = np.asarray(batch, dtype=np.float64)
-    zeros = np.zeros(n)
-    t_prefill, _ = eng.step_s(zeros, batch * input_len, zeros, np.full(n, input_len / 2.0), cluster)
-    steps = max(output_len - 1, 0)
-    if not steps:
-        return t_prefill
-    # Decode time is linear in the context length, so the mean context gives the sum exactly.
-    t_decode, _ = eng.step_s(batch, zeros, np.full(n, input_len + output_len / 2.0), zeros, cluster)
-    return t_prefill + steps * t_decode

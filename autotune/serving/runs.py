@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..inputs.measured_runs import layout_reason, number, parse_rows, read_table
+from ..inputs.measured_runs import (
+    RowSkipped,
+    layout_reason,
+    number,
+    parse_rows,
+    read_table,
+)
 from ..inputs.modelspec import ModelSpec, MoESpec
 
 # Columns that mark the serving schema (``autotune validate`` dispatches on them).
@@ -24,7 +30,7 @@ REQUIRED_COLUMNS = (
     "vocab_size", "gpu", "n_gpus", "tp", "pp", "weight_precision", "kv_cache_dtype", "input_len", "output_len",
     "scenario", "output_tokens_per_s_per_gpu",
 )
-KINDS = ("max-throughput", "static", "prefill", "rate")
+KINDS = ("max-throughput", "static", "prefill", "rate", "concurrency")
 
 
 def is_serving_schema(columns) -> bool:
@@ -46,7 +52,7 @@ class ServingRun:
     kv: tuple[str, ...]  # one dtype, or every candidate when the row does not say
     input_len: int
     output_len: int
-    batch: int | None  # static batch size (the engine picks it otherwise)
+    batch: int | None  # static batch size, or the users in flight of a concurrency (closed-loop) row
     request_rate: float | None
     measured_tokens_per_s_per_gpu: float | None
     measured_ttft_ms: float | None
@@ -79,6 +85,10 @@ def _kind(row: dict) -> str:
     rate = (row.get("request_rate") or "").strip().lower()
     if rate and rate not in ("inf", "infinite"):
         return "rate"
+    how = (row.get("concurrency_kind") or "").lower()
+    if (row.get("concurrency_or_batch") or "").strip() and any(w in how for w in ("concurren", "user", "client",
+                                                                                   "closed loop", "closed-loop")):
+        return "concurrency"
     return "max-throughput"
 
 
@@ -116,15 +126,38 @@ def _engine(group: str) -> str:
     return group
 
 
+def _model_of(row: dict, shape: dict) -> ModelSpec | str:
+    """The row's model: its own architecture columns, else the bundled spec of its Hugging Face id."""
+    missing = [k for k, v in shape.items() if not v]
+    if not missing:
+        return ""
+    hf_id = (row.get("hf_model_id") or "").strip()
+    if hf_id:
+        from ..inputs.catalogue import lookup_hf_id
+        from ..inputs.modelspec import load_model
+
+        entry = lookup_hf_id(hf_id)
+        if entry is not None and entry.spec:
+            return load_model(entry.spec)
+        why = entry.reason if entry is not None else "not in profiles/catalogue/hf_models.yaml"
+        return f"architecture not stated ({', '.join(missing)}) and model {hf_id!r}: {why}"
+    return f"architecture not stated: {', '.join(missing)}"
+
+
 def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> ServingRun | SkippedServingRow:
     rid, group = row["id"], row["source_group"]
     shape = {k: _int(row, k) for k in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "vocab_size")}
-    missing = [k for k, v in shape.items() if not v]
-    if missing:
-        return SkippedServingRow(rid, group, f"architecture not stated: {', '.join(missing)}")
+    catalogued = _model_of(row, shape)
+    if isinstance(catalogued, str) and catalogued:
+        return SkippedServingRow(rid, group, catalogued)
     gpu = row["gpu"].strip()
     if gpu not in supported_gpus:
-        return SkippedServingRow(rid, group, f"GPU {gpu!r} has no bundled profile")
+        from ..inputs.hardware import resolve_hardware_name
+
+        alias = resolve_hardware_name(gpu)
+        if alias is None or alias not in supported_gpus:
+            return SkippedServingRow(rid, group, f"GPU {gpu!r} has no bundled profile")
+        gpu = alias
     weights = _weights(row["weight_precision"])
     if weights is None:
         return SkippedServingRow(rid, group, f"unknown weight precision {row['weight_precision']!r}")
@@ -133,20 +166,25 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         kv: tuple[str, ...] = ("fp8",) if kv_text.startswith("fp8") else ("bf16",)
     else:
         kv = ("bf16", "fp8") if gpu in fp8_gpus else ("bf16",)
-    experts, topk = _int(row, "moe_experts"), _int(row, "moe_topk")
-    moe = MoESpec(n_experts=experts, top_k=topk, expert_ffn_hidden_size=shape["ffn_hidden_size"]) if experts else None
-    try:
-        model = ModelSpec(
-            name=row["model_name"], n_layers=shape["n_layers"], hidden_size=shape["hidden_size"],
-            ffn_hidden_size=shape["ffn_hidden_size"], n_heads=shape["n_heads"], n_kv_heads=shape["n_kv_heads"],
-            head_dim=shape["hidden_size"] // shape["n_heads"], vocab_size=shape["vocab_size"], mlp="swiglu", moe=moe,
-        )
-    except ValueError as exc:
-        return SkippedServingRow(rid, group, f"architecture invalid: {exc}")
+    if isinstance(catalogued, ModelSpec):
+        model = catalogued
+    else:
+        experts, topk = _int(row, "moe_experts"), _int(row, "moe_topk")
+        moe = MoESpec(n_experts=experts, top_k=topk, expert_ffn_hidden_size=shape["ffn_hidden_size"]) if experts else None
+        try:
+            model = ModelSpec(
+                name=row["model_name"], n_layers=shape["n_layers"], hidden_size=shape["hidden_size"],
+                ffn_hidden_size=shape["ffn_hidden_size"], n_heads=shape["n_heads"], n_kv_heads=shape["n_kv_heads"],
+                head_dim=shape["hidden_size"] // shape["n_heads"], vocab_size=shape["vocab_size"], mlp="swiglu", moe=moe,
+            )
+        except ValueError as exc:
+            return SkippedServingRow(rid, group, f"architecture invalid: {exc}")
     kind = _kind(row)
     measured = _float(row, "output_tokens_per_s_per_gpu")
-    ttft = _float(row, "ttft_ms_mean")
-    itl = _float(row, "itl_ms_mean") or _float(row, "tpot_ms_mean")
+    # means where the row has them, else medians (the columns name their statistic)
+    ttft = _float(row, "ttft_ms_mean") or _float(row, "ttft_ms_median")
+    itl = (_float(row, "itl_ms_mean") or _float(row, "tpot_ms_mean") or _float(row, "itl_ms_median")
+           or _float(row, "tpot_ms_median"))
     for key, value in (("output_tokens_per_s_per_gpu", measured), ("ttft_ms_mean", ttft), ("itl_ms_mean", itl)):
         if value is not None and value <= 0:
             raise InputError(f"row {rid!r}: a measurement must be > 0, but got {value!r}", field=key)
@@ -154,13 +192,13 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         value = _int(row, key)
         if value is not None and value < 1:
             raise InputError(f"row {rid!r}: must be >= 1, but got {value!r}", field=key)
-    if _int(row, "input_len") is None or _int(row, "output_len") is None:
-        return SkippedServingRow(rid, group, "no input_len or output_len: the request shape is unknown")
-    if kind != "prefill" and measured is None:
+    if kind not in ("prefill", "concurrency") and measured is None:
         return SkippedServingRow(rid, group, "no output tokens/s per GPU")
+    if kind == "concurrency" and measured is None and ttft is None and itl is None:
+        return SkippedServingRow(rid, group, "concurrency row without throughput, TTFT or TPOT")
     if kind == "prefill" and ttft is None:
         return SkippedServingRow(rid, group, "single-request row without TTFT")
-    batch = _int(row, "concurrency_or_batch") if kind in ("static", "prefill") else None
+    batch = _int(row, "concurrency_or_batch") if kind in ("static", "prefill", "concurrency") else None
     if kind == "static" and not batch:
         return SkippedServingRow(rid, group, "static-batch row without its batch size")
     rate = _float(row, "request_rate") if kind == "rate" else None
@@ -168,18 +206,24 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
     layout = layout_reason(_int(row, "n_gpus"), [("tp", tp), ("pp", pp)])
     if layout:
         return SkippedServingRow(rid, group, layout)
+    input_len, output_len = _int(row, "input_len"), _int(row, "output_len")
+    if input_len is None or output_len is None:
+        return SkippedServingRow(rid, group, "input/output lengths not recorded")
     if model.n_heads % tp:
         return SkippedServingRow(rid, group, f"heads {model.n_heads} not divisible by tp {tp}")
     return ServingRun(
         id=rid, source_group=group, engine=engine_key(row.get("engine", ""), row.get("engine_version", ""), group), kind=kind, model=model, gpu=gpu,
         n_gpus=_int(row, "n_gpus") or tp * pp, tp=tp, pp=pp, weights=weights, kv=kv,
-        input_len=_int(row, "input_len"), output_len=max(_int(row, "output_len") or 1, 1), batch=batch,
+        input_len=input_len, output_len=max(output_len, 1), batch=batch,
         request_rate=rate, measured_tokens_per_s_per_gpu=measured, measured_ttft_ms=ttft, measured_itl_ms=itl,
     )
 
 
 def read_serving_runs(path: Path, supported_gpus: set[str], fp8_gpus: set[str]) -> list[ServingRun | SkippedServingRow]:
-    """Every row of a serving-runs CSV: a :class:`ServingRun`, or a :class:`SkippedServingRow` with the reason."""
+    """Every row of a serving-runs CSV: a :class:`ServingRun`, or a :class:`SkippedServingRow` with the reason
+    (a row autotune cannot express).  A cell that is not a number, or not a finite one, is an error naming the
+    row and column: a corrupt measurement is not silently dropped."""
     table = read_table(Path(path), required=REQUIRED_COLUMNS, schema="docs/serving.md")
     return parse_rows(table, lambda row: parse_row(row, supported_gpus, fp8_gpus),
-                      lambda row, reason: SkippedServingRow(row["id"], row["source_group"], reason))
+                      lambda row, reason: SkippedServingRow(str(row.get("id", "")), str(row.get("source_group", "")),
+                                                            reason))

@@ -1,7 +1,18 @@
-"""The serving search space (search_spaces/serve.yaml): axes, validity rules, exact enumeration."""
+"""The serving search space (search_spaces/serve.yaml): axes, validity rules, exact enumeration.
+
+Axes: ``mode`` (agg, disagg), ``tp``, ``pp``, ``dp``, ``ep`` (an integer, ``tp`` for the experts
+spread over the TP ranks, or ``all`` for one expert group per GPU of the engine: ``ep = tp * dp``),
+``weights``, ``kv``, ``max_batch`` (integers, or ``fit`` for the largest batch the engine's KV budget
+holds), and for disaggregated plans ``workers`` (engines per pool).  A disaggregated plan's pools take
+their layouts from the same ``tp``, ``dp``, ``ep`` choices (one pipeline stage each).
+
+For a dense model, engine-native data parallelism (``dp > 1``) estimates the same as replicas behind a
+router; the search plans replicas and keeps ``dp > 1`` only when it is pinned (``--fix dp=8``).
+"""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -16,22 +27,30 @@ from ..inputs.resources import bundled_dir
 from .plan import (
     COMPUTE_PRECISION,
     KV_PRECISION,
+    MODES,
     SERVE_CATEGORIES,
-    SERVE_KEYS,
+    WEIGHTS,
     ServePlanBatch,
     check_serve_field,
 )
 
+AXES = ("mode", "tp", "pp", "dp", "ep", "weights", "kv", "max_batch", "workers")
+REQUIRED_AXES = ("tp", "pp", "weights", "kv", "max_batch")
+AXIS_DEFAULTS: Mapping[str, tuple] = {"mode": ("agg",), "dp": (1,), "ep": (1,), "workers": (1,)}
+
 REASONS: tuple[str, ...] = (
     "valid",
-    "tp*pp does not divide the GPU count",
-    "tp spans more than one node",
+    "GPUs per replica do not divide the GPU count",
+    "tp spans more than one NVLink domain",
     "heads not divisible by tp",
     "pipeline stages exceed layers",
     "ep > 1 on a dense model",
     "experts not divisible by ep",
     "weight precision not supported by the GPU",
     "KV-cache dtype not supported by the GPU",
+    "ep does not divide tp*dp",
+    "dense model: engine data parallelism equals replicas (pin dp to choose it)",
+    "engine spans more nodes than the pipeline and data-parallel ranks can split",
 )
 
 
@@ -40,12 +59,28 @@ class ServeSpace:
     name: str
     axes: Mapping[str, tuple]
     source: str = ""
+    pinned: frozenset = frozenset()
+
+    pool_fixes: Mapping[str, Any] = None  # prefill_tp=4, decode_dp=8, ...: filters on disagg plans
 
     def fixed(self, fixes: Mapping[str, Any]) -> "ServeSpace":
         axes = dict(self.axes)
+        pinned = set(self.pinned)
+        pool_fixes = dict(self.pool_fixes or {})
         for key, value in fixes.items():
+            side, _, name = key.partition("_")
+            if side in ("prefill", "decode"):  # a pool key pins the mode to disagg and filters that pool
+                axes["mode"] = ("disagg",)
+                pool_fixes[key] = value
+                pinned.add(name)
+                if name == "workers" and value not in axes.get("workers", ()):
+                    axes["workers"] = tuple(dict.fromkeys((*axes.get("workers", ()), value)))
+                elif name != "workers" and value not in axes.get(name, ()):
+                    axes[name] = tuple(dict.fromkeys((*axes.get(name, ()), value)))
+                continue
             axes[key] = (value,)
-        return ServeSpace(self.name, axes, self.source)
+            pinned.add(key)
+        return ServeSpace(self.name, axes, self.source, frozenset(pinned), pool_fixes)
 
 
 def serve_space_from_mapping(data: dict, *, source: str) -> ServeSpace:
@@ -53,23 +88,26 @@ def serve_space_from_mapping(data: dict, *, source: str) -> ServeSpace:
     raw_axes = data.get("axes")
     if not isinstance(raw_axes, dict):
         raise InputError("must map each serve plan key to a list of choices", source=source, field="axes")
-    check_keys(raw_axes, frozenset(SERVE_KEYS), source=source, section="axes")
+    check_keys(raw_axes, frozenset(AXES), source=source, section="axes")
     axes: dict[str, tuple] = {}
-    for key in SERVE_KEYS:
+    for key in AXES:
         raw = raw_axes.get(key)
+        if raw is None and key not in REQUIRED_AXES:
+            axes[key] = AXIS_DEFAULTS[key]
+            continue
         if not isinstance(raw, list) or not raw:
             raise InputError(f"must be a non-empty list of choices, e.g. {key}: [1, 2]", source=source, field=f"axes.{key}")
         values = []
         for v in raw:
-            if (key == "ep" and v == "tp") or (key == "max_batch" and v == "fit"):
+            if (key == "ep" and v in ("tp", "all")) or (key == "max_batch" and v == "fit"):
                 values.append(v)
                 continue
             if key in SERVE_CATEGORIES and isinstance(v, str):
                 v = v.lower()
             try:
-                check_serve_field(key, v)
+                check_serve_field("prefill_workers" if key == "workers" else key, v)
             except ValueError as exc:
-                hint = " (or tp)" if key == "ep" else " (or fit)" if key == "max_batch" else ""
+                hint = " (or tp, all)" if key == "ep" else " (or fit)" if key == "max_batch" else ""
                 raise InputError(f"{exc}{hint}", source=source, field=f"axes.{key}") from None
             values.append(v)
         axes[key] = tuple(dict.fromkeys(values))
@@ -83,23 +121,40 @@ def load_serve_space(path: str | None) -> ServeSpace:
     return serve_space_from_mapping(loading.read_mapping(Path(path)), source=path)
 
 
-def rejection_reasons(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch) -> np.ndarray:
-    """Reason code per plan (index into REASONS); 0 for a runnable plan. The first failing rule wins."""
-    hw = cluster.hardware
-    tp, pp, ep = plans.tp, plans.pp, plans.ep
-    weights_ok = np.array([hw.supports(COMPUTE_PRECISION[w]) for w in SERVE_CATEGORIES["weights"]])
-    kv_ok = np.array([hw.supports(KV_PRECISION[k]) for k in SERVE_CATEGORIES["kv"]])
+def _pool_checks(model: ModelSpec, cluster: Cluster, tp, pp, dp, ep) -> dict[int, np.ndarray]:
     experts = model.moe.n_experts if model.moe else 1
-    checks = {
-        1: cluster.n_gpus % (tp * pp) != 0,
-        2: tp > cluster.gpus_per_node,
-        3: model.n_heads % tp != 0,
+    heads = model.n_heads
+    G = tp * dp
+    node = cluster.gpus_per_node
+    engine = tp * pp * dp
+    return {
+        2: tp > cluster.gpus_per_scale_up_domain,
+        3: heads % tp != 0,
         4: pp > model.n_layers,
         5: (ep > 1) & (model.moe is None),
         6: (model.moe is not None) & (experts % ep != 0),
-        7: ~weights_ok[plans.weights],
-        8: ~kv_ok[plans.kv],
+        9: G % ep != 0,
+        # an engine over several nodes splits by whole nodes: stages or data-parallel ranks per node
+        11: (engine > node) & (tp > node) & (cluster.gpus_per_scale_up_domain <= node),
     }
+
+
+def rejection_reasons(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch,
+                      pinned: frozenset = frozenset({"dp"})) -> np.ndarray:
+    """Reason code per plan (index into REASONS); 0 for a runnable plan. The first failing rule wins."""
+    hw = cluster.hardware
+    weights_ok = np.array([hw.supports(COMPUTE_PRECISION[w]) or (w == "mxfp4" and hw.supports("fp8"))
+                           for w in SERVE_CATEGORIES["weights"]])
+    kv_ok = np.array([hw.supports(KV_PRECISION[k]) for k in SERVE_CATEGORIES["kv"]])
+    checks: dict[int, np.ndarray] = {1: cluster.n_gpus % plans.gpus_per_replica != 0}
+    for side in ("p", "d"):
+        cols = [getattr(plans, f"{side}_{k}") for k in ("tp", "pp", "dp", "ep")]
+        for code, bad in _pool_checks(model, cluster, *cols).items():
+            checks[code] = checks.get(code, False) | np.asarray(bad, dtype=bool)
+    checks[7] = ~weights_ok[plans.weights]
+    checks[8] = ~kv_ok[plans.kv]
+    if "dp" not in pinned and model.moe is None:
+        checks[10] = (plans.p_dp > 1) | (plans.d_dp > 1)
     reasons = np.zeros(len(plans), dtype=np.int16)
     for code in sorted(checks, reverse=True):
         reasons[np.asarray(checks[code], dtype=bool)] = code
@@ -114,29 +169,67 @@ class ServeEnumeration:
     fit_batch: bool  # the space asked for the KV-cache-bound batch as a max_batch choice
 
 
+def _ep_values(choices, tp: int, dp: int) -> list[int]:
+    return sorted({tp if e == "tp" else tp * dp if e == "all" else int(e) for e in choices})
+
+
 def enumerate_serve(model: ModelSpec, cluster: Cluster, space: ServeSpace) -> ServeEnumeration:
     """Every valid plan of the space (``max_batch: fit`` is resolved later, per layout)."""
     axes = dict(space.axes)
     fit_batch = "fit" in axes["max_batch"]
     batches = tuple(v for v in axes["max_batch"] if v != "fit") or (1,)
-    ep_choices = axes["ep"]
-    tp_choices = axes["tp"]
-    rows = []
-    for tp in tp_choices:
-        eps = sorted({tp if e == "tp" else e for e in ep_choices})
-        for pp in axes["pp"]:
-            for ep in eps:
-                for w in axes["weights"]:
-                    for kv in axes["kv"]:
-                        for b in batches:
-                            rows.append((tp, pp, ep, w, kv, b))
-    columns = {k: [r[i] for r in rows] for i, k in enumerate(SERVE_KEYS)}
-    # ep other than 1 or tp is not a plan: drop silently (the axis says "tp").
+    columns: dict[str, list] = {k: [] for k in ("mode", "tp", "pp", "dp", "ep", "weights", "kv", "max_batch",
+                                                 *(f"{s}_{k}" for s in "pd" for k in ("workers", "tp", "pp", "dp", "ep")))}
+    layouts = [(tp, pp, dp, ep) for tp in axes["tp"] for pp in axes["pp"] for dp in axes["dp"]
+               for ep in _ep_values(axes["ep"], tp, dp)]
+    size = 0
+    if "agg" in axes["mode"]:
+        for (tp, pp, dp, ep), w, kv, b in itertools.product(layouts, axes["weights"], axes["kv"], batches):
+            for k, v in zip(("mode", "tp", "pp", "dp", "ep", "weights", "kv", "max_batch"), ("agg", tp, pp, dp, ep, w, kv, b)):
+                columns[k].append(v)
+            for s in "pd":
+                for k, v in zip(("workers", "tp", "pp", "dp", "ep"), (1, tp, pp, dp, ep)):
+                    columns[f"{s}_{k}"].append(v)
+        size += len(layouts) * len(axes["weights"]) * len(axes["kv"]) * len(batches)
+    if "disagg" in axes["mode"] and cluster.n_gpus >= 2:
+        # pools: one pipeline stage each; a prefill engine needs no batch limit (the decode engines' is the plan's)
+        single = [(tp, 1, dp, ep) for (tp, pp, dp, ep) in layouts if pp == 1]
+        if single:  # pools that break a rule on their own never make a valid pair
+            cols = [np.array([lay[i] for lay in single]) for i in range(4)]
+            bad = np.logical_or.reduce([np.asarray(b, dtype=bool) * np.ones(len(single), bool)
+                                        for b in _pool_checks(model, cluster, *cols).values()])
+            if "dp" not in space.pinned and model.moe is None:
+                bad |= cols[2] > 1
+            single = [lay for lay, b in zip(single, bad) if not b]
+        pools = [(w, tp, 1, dp, ep) for (tp, _, dp, ep) in single for w in axes["workers"]]
+        pools = [p for p in pools if p[0] * p[1] * p[3] < cluster.n_gpus]
+        pairs = [(p, d) for p in pools for d in pools
+                 if cluster.n_gpus % (p[0] * p[1] * p[3] + d[0] * d[1] * d[3]) == 0]
+        # a decode pool's batch limit below 64 sequences gives away what disaggregation is for
+        d_batches = tuple(b for b in batches if b >= 64) or (max(batches),)
+        for (p, d), w, kv, b in itertools.product(pairs, axes["weights"], axes["kv"], d_batches):
+            for k, v in zip(("mode", "tp", "pp", "dp", "ep", "weights", "kv", "max_batch"),
+                            ("disagg", d[1], d[2], d[3], d[4], w, kv, b)):
+                columns[k].append(v)
+            for s, pool in (("p", p), ("d", d)):
+                for k, v in zip(("workers", "tp", "pp", "dp", "ep"), pool):
+                    columns[f"{s}_{k}"].append(v)
+        size += len(pairs) * len(axes["weights"]) * len(axes["kv"]) * len(d_batches)
+    if not columns["tp"]:
+        empty = ServePlanBatch.from_columns(cluster.n_gpus, {k: np.zeros(0, np.int64) for k in ("tp", "pp", "dp", "ep", "max_batch")}
+                                            | {"weights": np.zeros(0, np.int8), "kv": np.zeros(0, np.int8)})
+        return ServeEnumeration(empty, size, {}, fit_batch)
     batch = ServePlanBatch.from_columns(cluster.n_gpus, columns)
-    keep_ep = (batch.ep == 1) | (batch.ep == batch.tp)
-    batch = batch.take(np.flatnonzero(keep_ep))
-    reasons = rejection_reasons(model, cluster, batch)
+    for key, value in (space.pool_fixes or {}).items():
+        side, _, name = key.partition("_")
+        keep = ~batch.disagg | (getattr(batch, f"{side[0]}_{name}") == value)
+        batch = batch.take(np.flatnonzero(keep))
+    reasons = rejection_reasons(model, cluster, batch, space.pinned)
     counts: dict[str, int] = {}
     for code, count in zip(*np.unique(reasons[reasons > 0], return_counts=True)):
         counts[REASONS[code]] = int(count)
-    return ServeEnumeration(batch.take(np.flatnonzero(reasons == 0)), len(rows), counts, fit_batch)
+    return ServeEnumeration(batch.take(np.flatnonzero(reasons == 0)), size, counts, fit_batch)
+
+
+__all__ = ["REASONS", "ServeSpace", "ServeEnumeration", "enumerate_serve", "load_serve_space", "rejection_reasons",
+           "serve_space_from_mapping", "MODES", "WEIGHTS"]

@@ -1,12 +1,16 @@
-"""Serving validation: predict every measured serving run and report the error per source group and kind.
+"""Serving validation and calibration: predict every measured row with the serving model, report the error,
+and fit the model's parameters per engine (scipy least squares).
 
-Kinds (``runs.KINDS``): ``max-throughput`` (every request queued; the engine chose the
-batch, so the model predicts it: the KV-cache-limited batch, capped by the engine's batch
-limit and the number of requests), ``static`` (the batch is given), ``prefill``
-(single-request TTFT) and ``rate`` (open-loop request rate: tokens/s, TTFT and ITL).
+Two schemas (detected from the columns, as ``autotune validate`` does):
 
-The serving parameters are looked up per engine release and GPU (``calibrated.py``);
-``fit_serving`` refits them with scipy least squares on the log error.
+* **silicon** (``serving_silicon.csv``: TTFT and TPOT of closed-loop operating points of vLLM, SGLang
+  and TensorRT-LLM, agg and disagg; ``silicon.py``).  Errors per row and per engine x mode; rows the
+  model cannot express are skipped with their reason.
+* **runs** (``serving_runs.csv``: the TensorRT-LLM performance tables, ``runs.py``): max-throughput,
+  static-batch, single-request (prefill) and request-rate rows; throughput, TTFT and ITL.
+
+Both evaluate every row at once: one call of ``estimate.solve`` over arrays of rows (many models,
+GPUs and engines), so a fit of the model's few parameters takes seconds per iteration.
 """
 
 from __future__ import annotations
@@ -20,96 +24,197 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..inputs.hardware import Cluster, Hardware, hardware_names, load_hardware
-from ..inputs.workload import ServeWorkload
-from .calibrated import SHARES_FIT, engine_max_batch, params_for
-from .estimate import ServingParams, estimate_serving, max_batch_fit, static_batch_s
-from .plan import ServePlanBatch
+from ..inputs.hardware import Hardware, hardware_names, load_hardware
+from . import engines as E
+from .arch import gpu_scalars, model_scalars, precision_arrays
+from .estimate import (
+    ENGINE_PARAMS,
+    LOAD_CONCURRENCY,
+    LOAD_FULL,
+    LOAD_RATE,
+    SERVING_PARAM_BOUNDS,
+    SERVING_PARAM_FIELDS,
+    Rows,
+    ServingParams,
+    decode_step_s,
+    prefill_s,
+    solve,
+)
 from .runs import ServingRun, SkippedServingRow, read_serving_runs
+from .silicon import SiliconRow, SkippedRow, read_silicon_rows
+
+# --- parameters of many rows ------------------------------------------------------------------------
+
+
+def stack_params(table: Mapping[str, ServingParams], keys: Sequence[str]) -> ServingParams:
+    """One ServingParams whose fields are arrays: row i gets ``table[keys[i]]``."""
+    names = sorted(set(keys))
+    index = np.array([names.index(k) for k in keys])
+    values = {}
+    for f in SERVING_PARAM_FIELDS:
+        column = np.array([float(getattr(table[k], f)) for k in names])
+        values[f] = column[index]
+    return ServingParams(**values)
+
+
+def _stack(dicts: Sequence[Mapping[str, float]]) -> dict[str, np.ndarray]:
+    keys = dicts[0].keys()
+    return {k: np.array([d[k] for d in dicts], dtype=np.float64) for k in keys if not k.startswith("_")}
+
+
+def _mape(errors: Iterable[float]) -> float | None:
+    values = [abs(e) for e in errors if e is not None and math.isfinite(e)]
+    return float(np.mean(values)) if values else None
+
+
+def _pct(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or measured is None or not math.isfinite(predicted) or measured <= 0:
+        return None
+    return 100.0 * (predicted - measured) / measured
 
 
 @dataclass(frozen=True)
-class ServingPrediction:
-    tokens_per_s_per_gpu: float | None
-    ttft_ms: float | None
-    itl_ms: float | None
-    batch: float | None
-    low: float | None = None  # range over the unknown KV dtype
-    high: float | None = None
+class MapeSummary:
+    n: int
+    mape_pct: float
+
+    def to_json(self) -> dict:
+        return {"n": self.n, "mape_pct": self.mape_pct}
 
 
-def _batch_of(run: ServingRun) -> ServePlanBatch:
-    kvs = list(run.kv)
-    return ServePlanBatch.from_columns(run.tp * run.pp, {
-        "tp": [run.tp] * len(kvs), "pp": [run.pp] * len(kvs), "ep": [1] * len(kvs),
-        "weights": [run.weights] * len(kvs), "kv": kvs, "max_batch": [1] * len(kvs),
-    })
+# === silicon schema ===================================================================================
+
+def silicon_rows(rows: Sequence[SiliconRow]) -> Rows:
+    """The core's input for measured closed-loop rows (each row its own model, GPU, engine and layout)."""
+    a = _stack([model_scalars(r.model) for r in rows])
+    gs = [gpu_scalars(r.hardware) for r in rows]
+    g = _stack(gs)
+    q = precision_arrays([r.formats for r in rows], gs, [r.kv for r in rows])
+    col = lambda pool, k: np.array([float(getattr(getattr(r, pool), k)) for r in rows])  # noqa: E731
+    d = {f"d_{k}": col("decode", k) for k in ("workers", "tp", "pp", "dp", "ep")}
+    p = {f"p_{k}": col("prefill", k) for k in ("workers", "tp", "pp", "dp", "ep")}
+    fam = [E.DEFAULTS[r.engine] for r in rows]
+    mem_gib = np.array([r.hardware.memory_gib for r in rows])
+    chunk = np.array([f.chunk_tokens(m) for f, m in zip(fam, mem_gib)])
+    limit = np.array([float(f.max_batch(m)) for f, m in zip(fam, mem_gib)])
+    # the KV pool under each engine's default memory rule
+    pools = np.zeros(len(rows))
+    for engine in E.ENGINES:
+        idx = np.array([r.engine == engine for r in rows])
+        if not idx.any():
+            continue
+        sub = lambda x: x[idx] if isinstance(x, np.ndarray) else x  # noqa: E731
+        mem = E.memory_budget(engine, {k: sub(v) for k, v in a.items()}, {k: sub(v) for k, v in q.items()},
+                              {k: sub(v) for k, v in g.items()}, d["d_tp"][idx], d["d_pp"][idx], d["d_dp"][idx],
+                              d["d_ep"][idx], limit[idx], chunk[idx])
+        # a measured deployment ran: where the engine's default budget would not have held its batch,
+        # its operator raised the memory fraction (to 0.95 at most); where even that leaves no room
+        # (weights mislabelled), no admission limit rather than an invented one
+        generous = 0.95 * g["mem"][idx] - mem.weights - mem.runtime
+        pool = np.maximum(mem.kv_pool, generous)
+        pools[idx] = np.where(pool > 0.02 * g["mem"][idx], pool, np.inf)
+    return Rows(a=a, g=g, q=q, disagg=np.array([float(r.mode == "disagg") for r in rows]), **p, **d,
+                load=np.full(len(rows), LOAD_CONCURRENCY), I=np.array([float(r.input_len) for r in rows]),
+                O=np.array([float(r.output_len) for r in rows]), C=np.array([r.concurrency for r in rows]),
+                lam=np.zeros(len(rows)), chunk=chunk, mixed=np.array([float(f.mixed_prefill) for f in fam]),
+                limit=limit, kv_pool=pools, n=len(rows))
 
 
-def _requests(run_dataset: str | None) -> int | None:
-    if not run_dataset:
-        return None
-    found = re.search(r"(\d+)\s+requests", run_dataset)
-    return int(found.group(1)) if found else None
+def predict_silicon(rows: Sequence[SiliconRow], params: Mapping[str, ServingParams],
+                    built: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted (TTFT ms, TPOT ms) of every row with the parameters of its engine."""
+    if not rows:
+        return np.zeros(0), np.zeros(0)
+    built = built or silicon_rows(rows)
+    res = solve(built, stack_params(params, [r.engine for r in rows]))
+    return res["ttft_s"] * 1e3, res["tpot_s"] * 1e3
 
 
-def predict_run(run: ServingRun, hw: Hardware, params: ServingParams, *, requests: int | None = None) -> ServingPrediction:
-    """The model's prediction for one run (a point: the mean over unknown KV dtypes, with the range)."""
-    plans = _batch_of(run)
-    cluster = Cluster(hardware=hw, n_gpus=run.tp * run.pp, gpus_per_node=max(hw.gpus_per_node, run.tp * run.pp))
-    model = run.model
-    gpus = run.tp * run.pp
-    ttft = itl = batch_out = None
-    if run.kind == "static":
-        t = static_batch_s(model, cluster, plans, params, np.full(len(plans), run.batch), run.input_len, run.output_len)
-        values = run.batch * run.output_len / t / gpus
-        batch_out = float(run.batch)
-    elif run.kind == "prefill":
-        t = static_batch_s(model, cluster, plans, params, np.full(len(plans), run.batch or 1), run.input_len, 1)
-        ttft = float(np.mean(t) * 1e3)
-        return ServingPrediction(None, ttft, None, float(run.batch or 1), float(np.min(t) * 1e3), float(np.max(t) * 1e3))
-    elif run.kind == "max-throughput":
-        fit = max_batch_fit(model, cluster, plans, params, run.input_len + run.output_len).astype(float)
-        cap = engine_max_batch(run.engine)
-        if requests:
-            cap = min(cap, requests)
-        batch = np.clip(np.minimum(fit, cap), 1, None)
-        workload = ServeWorkload(run.input_len, run.output_len)
-        est = estimate_serving(model, cluster, workload, plans, params, batch_override=batch)
-        values = est.output_tokens_per_s_per_gpu
-        itl = float(np.mean(est.tpot_ms))
-        batch_out = float(np.mean(batch))
-    else:  # rate
-        plans = ServePlanBatch.from_columns(gpus, {**{k: getattr(plans, k) for k in ("tp", "pp", "ep", "weights", "kv")},
-                                                  "max_batch": np.full(len(plans), 1)})
-        fit = max_batch_fit(model, cluster, plans, params, run.input_len + run.output_len)
-        # Over capacity the queue grows until the engine's batch limit, the KV cache or the
-        # benchmark's finite request set stops it: the engine then runs at that batch.
-        cap = engine_max_batch(run.engine)
-        if requests:
-            cap = min(cap, requests)
-        plans = ServePlanBatch.from_columns(gpus, {**{k: getattr(plans, k) for k in ("tp", "pp", "ep", "weights", "kv")},
-                                                  "max_batch": np.clip(np.minimum(fit, cap), 1, None)})
-        workload = ServeWorkload(run.input_len, run.output_len, request_rate=run.request_rate)
-        est = estimate_serving(model, cluster, workload, plans, params)
-        values = est.output_tokens_per_s_per_gpu
-        finite = np.isfinite(est.ttft_ms)
-        if requests:
-            # A finite benchmark: N requests arrive over N / rate seconds and the last one still
-            # needs its whole latency, so the measured throughput is N*O over that whole span.
-            e2e = np.where(finite, est.ttft_ms, 0.0) / 1e3 + (run.output_len - 1) * est.tpot_ms / 1e3
-            span = np.maximum(requests / run.request_rate, requests * run.output_len / est.output_tokens_per_s) + e2e
-            values = np.minimum(values, requests * run.output_len / span / gpus)
-        ttft = float(np.mean(est.ttft_ms[finite])) if finite.any() else None
-        itl = float(np.mean(est.tpot_ms))
-        batch_out = float(np.mean(est.batch))
-    values = np.asarray(values, dtype=float)
-    return ServingPrediction(float(np.mean(values)), ttft, itl, batch_out, float(values.min()), float(values.max()))
+@dataclass(frozen=True)
+class SiliconRowResult:
+    id: str
+    engine: str
+    mode: str
+    hf_model_id: str
+    gpu: str
+    input_len: int
+    output_len: int
+    concurrency: float
+    layout: str
+    measured_ttft_ms: float
+    predicted_ttft_ms: float | None
+    ttft_error_pct: float | None
+    measured_tpot_ms: float
+    predicted_tpot_ms: float | None
+    tpot_error_pct: float | None
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
 
 
-def _pct(predicted: float, measured: float) -> float:
-    return 100.0 * (predicted - measured) / measured
+def _layout_text(r: SiliconRow) -> str:
+    def pool(p):
+        parts = [f"tp{p.tp}"] + ([f"pp{p.pp}"] if p.pp > 1 else []) + ([f"dp{p.dp}"] if p.dp > 1 else []) \
+            + ([f"ep{p.ep}"] if p.ep > 1 else [])
+        return "".join(parts)
+    if r.mode == "disagg":
+        return f"{r.prefill.workers}P {pool(r.prefill)} + {r.decode.workers}D {pool(r.decode)}"
+    return pool(r.decode)
 
+
+@dataclass
+class SiliconReport:
+    rows: list[SiliconRowResult]
+    skipped: list[SkippedRow]
+    groups: dict[tuple[str, str], tuple[MapeSummary, MapeSummary]] = field(default_factory=dict)  # (engine, mode)
+    parameters: str = ""
+
+    @property
+    def ttft_mape_pct(self) -> float | None:
+        return _mape(r.ttft_error_pct for r in self.rows)
+
+    @property
+    def tpot_mape_pct(self) -> float | None:
+        return _mape(r.tpot_error_pct for r in self.rows)
+
+    def to_json(self) -> dict:
+        return {
+            "schema": "serving-silicon",
+            "rows": [r.to_json() for r in self.rows],
+            "skipped": [{"id": s.id, "engine": s.engine, "mode": s.mode, "reason": s.reason} for s in self.skipped],
+            "ttft_mape_pct": self.ttft_mape_pct,
+            "tpot_mape_pct": self.tpot_mape_pct,
+            "by_engine_mode": [{"engine": e, "mode": m, "rows": t.n, "ttft_mape_pct": t.mape_pct,
+                                "tpot_mape_pct": s.mape_pct} for (e, m), (t, s) in sorted(self.groups.items())],
+            "parameters": self.parameters,
+            "point_prediction": "closed loop at the row's concurrency per replica; KV dtype fp8 for quantised "
+                                "checkpoints, bf16 otherwise (no row states it)",
+        }
+
+
+def validate_silicon(parsed: Sequence[SiliconRow | SkippedRow], params: Mapping[str, ServingParams],
+                     parameters_note: str = "") -> SiliconReport:
+    rows = [r for r in parsed if isinstance(r, SiliconRow)]
+    skipped = [r for r in parsed if isinstance(r, SkippedRow)]
+    ttft, tpot = predict_silicon(rows, params)
+    results = []
+    for r, t, s in zip(rows, ttft, tpot):
+        t_val = float(t) if math.isfinite(t) else None
+        s_val = float(s) if math.isfinite(s) else None
+        results.append(SiliconRowResult(
+            id=r.id, engine=r.engine, mode=r.mode, hf_model_id=r.hf_model_id, gpu=r.gpu, input_len=r.input_len,
+            output_len=r.output_len, concurrency=r.concurrency, layout=_layout_text(r),
+            measured_ttft_ms=r.measured_ttft_ms, predicted_ttft_ms=t_val, ttft_error_pct=_pct(t_val, r.measured_ttft_ms),
+            measured_tpot_ms=r.measured_tpot_ms, predicted_tpot_ms=s_val, tpot_error_pct=_pct(s_val, r.measured_tpot_ms)))
+    report = SiliconReport(results, skipped, parameters=parameters_note)
+    for key in sorted({(r.engine, r.mode) for r in results}):
+        members = [r for r in results if (r.engine, r.mode) == key]
+        report.groups[key] = (MapeSummary(len(members), _mape(r.ttft_error_pct for r in members) or 0.0),
+                              MapeSummary(len(members), _mape(r.tpot_error_pct for r in members) or 0.0))
+    return report
+
+
+# === serving_runs schema (TensorRT-LLM performance tables) =============================================
 
 @dataclass(frozen=True)
 class ServingRowResult:
@@ -133,16 +238,9 @@ class ServingRowResult:
     def to_json(self) -> dict:
         out = dict(self.__dict__)
         out["predicted_range"] = list(self.predicted_range) if self.predicted_range else None
+        # the names the silicon schema uses, for tools that read both
+        out["measured_tpot_ms"], out["predicted_tpot_ms"] = self.measured_itl_ms, self.predicted_itl_ms
         return out
-
-
-@dataclass(frozen=True)
-class MapeSummary:
-    n: int
-    mape_pct: float
-
-    def to_json(self) -> dict:
-        return {"n": self.n, "mape_pct": self.mape_pct}
 
 
 @dataclass
@@ -164,13 +262,132 @@ class ServingReport:
             "throughput_mape": table(self.throughput),
             "ttft_mape": table(self.ttft),
             "itl_mape": table(self.itl),
-            "overall_throughput_mape_pct": _mape([r.error_pct for r in self.rows if r.error_pct is not None]),
+            "overall_throughput_mape_pct": _mape(r.error_pct for r in self.rows),
+            "ttft_mape_pct": _mape(r.ttft_error_pct for r in self.rows),
+            "tpot_mape_pct": _mape(r.itl_error_pct for r in self.rows),
             "point_prediction": "mean over the KV dtypes a row leaves unstated (range shown)",
         }
 
 
-def _mape(errors: Sequence[float]) -> float | None:
-    return float(np.mean(np.abs(errors))) if len(errors) else None
+def _requests(run_dataset: str | None) -> int | None:
+    if not run_dataset:
+        return None
+    found = re.search(r"(\d+)\s+requests", run_dataset)
+    return int(found.group(1)) if found else None
+
+
+# Legacy TensorRT-LLM releases: KV share of free memory (0.95 stated by the v0.20 tables), batch limit.
+LEGACY_KV_FRACTION = {"trtllm-0.20": 0.95}
+LEGACY_MAX_BATCH = {"trtllm-0.9": 4096, "trtllm-0.14": 2048, "trtllm-0.20": 2048, "trtllm-0.14-triton": 256}
+
+
+def legacy_engine(engine: str) -> str:
+    """The parameter set of a serving_runs.csv engine release (a Triton front end shares its engine's)."""
+    return engine[: -len("-triton")] if engine.endswith("-triton") else engine
+
+
+def engine_max_batch(engine: str) -> int:
+    """Sequences in flight the engine allows when the benchmark does not say."""
+    if engine in LEGACY_MAX_BATCH:
+        return LEGACY_MAX_BATCH[engine]
+    fam = E.engine_family(engine)
+    found = re.match(r"vllm-(\d+)\.(\d+)", engine)
+    if found and (int(found.group(1)), int(found.group(2))) < (0, 8):
+        return 256
+    return E.DEFAULTS[fam].max_batch(80.0)
+
+
+@dataclass
+class _LegacyBatch:
+    runs: list[ServingRun]  # one entry per evaluated (run, kv dtype)
+    owner: np.ndarray  # index into the original runs
+    rows: Rows
+    kind: np.ndarray
+    batch: np.ndarray
+    requests: np.ndarray
+    gpus: np.ndarray
+
+
+def _legacy_batch(runs: Sequence[ServingRun], hardware_loader: Callable[[str], Hardware],
+                  datasets: Mapping[str, str] | None, kv_reserve_one: bool = True) -> _LegacyBatch:
+    from .arch import class_formats
+
+    expanded, owner, kvs = [], [], []
+    for i, r in enumerate(runs):
+        for kv in r.kv:
+            expanded.append(r)
+            owner.append(i)
+            kvs.append(kv)
+    hws = {g: hardware_loader(g) for g in {r.gpu for r in expanded}}
+    gs = [gpu_scalars(hws[r.gpu]) for r in expanded]
+    a = _stack([model_scalars(r.model) for r in expanded])
+    g = _stack(gs)
+    q = precision_arrays([class_formats(r.model.is_moe, r.weights) for r in expanded], gs, kvs)
+    tp = np.array([float(r.tp) for r in expanded])
+    pp = np.array([float(r.pp) for r in expanded])
+    one = np.ones(len(expanded))
+    kind = np.array([r.kind for r in expanded], dtype=object)
+    requests = np.array([float(_requests((datasets or {}).get(r.id)) or 0) for r in expanded])
+    limit = np.array([float(engine_max_batch(r.engine)) for r in expanded])
+    limit = np.where(requests > 0, np.minimum(limit, requests), limit)
+    # each engine's own defaults and memory rule (TensorRT-LLM: its free-memory fraction, 0.95 in the v0.20 tables)
+    families = np.array([E.engine_family(r.engine) for r in expanded], dtype=object)
+    mem_gib = np.array([hws[r.gpu].memory_gib for r in expanded])
+    chunk = np.array([E.DEFAULTS[f].chunk_tokens(m) if f != "trtllm" else 8192.0 for f, m in zip(families, mem_gib)])
+    mixed = np.array([float(E.DEFAULTS[f].mixed_prefill) for f in families])
+    pool = np.zeros(len(expanded))
+    for fam in set(families):
+        idx = families == fam
+        sub = lambda x: x[idx] if isinstance(x, np.ndarray) else x  # noqa: E731
+        frac = (np.array([LEGACY_KV_FRACTION.get(legacy_engine(r.engine), 0.90) for r, i in zip(expanded, idx) if i])
+                if fam == "trtllm" else None)
+        mem = E.memory_budget(fam, {k: sub(v) for k, v in a.items()}, {k: sub(v) for k, v in q.items()},
+                              {k: sub(v) for k, v in g.items()}, tp[idx], pp[idx], one[idx], one[idx], limit[idx],
+                              chunk[idx], fraction=frac)
+        pool[idx] = mem.kv_pool
+    load = np.where(kind == "rate", LOAD_RATE, np.where(kind == "concurrency", LOAD_CONCURRENCY, LOAD_FULL))
+    replicas = np.array([max(r.n_gpus // (r.tp * r.pp), 1) for r in expanded], dtype=np.float64)
+    users = np.array([float(r.batch or 0) for r in expanded]) / replicas
+    rows = Rows(a=a, g=g, q=q, disagg=0.0 * one, p_workers=one, p_tp=tp, p_pp=pp, p_dp=one, p_ep=one,
+                d_workers=one, d_tp=tp, d_pp=pp, d_dp=one, d_ep=one, load=load,
+                I=np.array([float(r.input_len) for r in expanded]), O=np.array([float(r.output_len) for r in expanded]),
+                C=users, lam=np.array([float(r.request_rate or 0.0) for r in expanded]), chunk=chunk,
+                mixed=mixed, limit=limit, kv_pool=pool, n=len(expanded))
+    batch = np.array([float(r.batch or 1) for r in expanded])
+    return _LegacyBatch(expanded, np.array(owner), rows, kind, batch, requests, tp * pp)
+
+
+def _legacy_predict(lb: _LegacyBatch, params: ServingParams) -> dict[str, np.ndarray]:
+    """Throughput per GPU, TTFT and ITL (ms) and the batch of every expanded row."""
+    r = lb.rows
+    res = solve(r, params)
+    O = r.O
+    thr = res["requests_per_s"] * O / lb.gpus
+    itl = res["tpot_s"] * 1e3
+    ttft = res["ttft_s"] * 1e3
+    batch = res["decode_seqs"]
+    rate = lb.kind == "rate"
+    finite = lb.requests > 0
+    # a finite rate benchmark: N requests arrive over N/rate seconds, and the last one still needs its
+    # whole latency, so the measured throughput is N*O over that whole span
+    e2e = np.where(np.isfinite(ttft), ttft, 0.0) / 1e3 + (O - 1.0) * itl / 1e3
+    span = np.maximum(lb.requests / np.maximum(r.lam, 1e-12), lb.requests * O / np.maximum(thr * lb.gpus, 1e-12)) + e2e
+    thr = np.where(rate & finite, np.minimum(thr, lb.requests * O / np.maximum(span, 1e-12) / lb.gpus), thr)
+    # static batches and single-request prefill: the batch is given
+    static = (lb.kind == "static") | (lb.kind == "prefill")
+    if static.any():
+        a, q, g = r.a, r.q, r.g
+        zeros = np.zeros(r.n)
+        t_pf = prefill_s(a, q, g, params, lb.batch * r.I, r.p_tp, r.p_pp, r.p_dp, r.p_ep, r.chunk, seqs=lb.batch)
+        t_dec = decode_step_s(a, q, g, params, lb.batch, r.I + O / 2.0, r.d_tp, r.d_pp, r.d_dp, r.d_ep)
+        total = t_pf + np.maximum(O - 1.0, 0.0) * t_dec
+        thr = np.where(lb.kind == "static", lb.batch * O / total / lb.gpus, thr)
+        ttft = np.where(lb.kind == "prefill", t_pf * 1e3, np.where(lb.kind == "static", np.nan, ttft))
+        itl = np.where(static, np.where(lb.kind == "static", t_dec * 1e3, np.nan), itl)
+        batch = np.where(static, lb.batch, batch)
+        del zeros
+    thr = np.where(lb.kind == "prefill", np.nan, thr)
+    return {"thr": thr, "ttft": ttft, "itl": itl, "batch": batch}
 
 
 def _summaries(rows: Iterable[ServingRowResult], attr: str) -> dict[tuple[str, str], MapeSummary]:
@@ -184,38 +401,28 @@ def _summaries(rows: Iterable[ServingRowResult], attr: str) -> dict[tuple[str, s
 
 def validate_serving(parsed: Sequence[ServingRun | SkippedServingRow], hardware_loader: Callable[[str], Hardware],
                      datasets: Mapping[str, str] | None = None,
-                     overrides: Mapping[tuple[str, str], ServingParams] | None = None,
                      params_of: Callable[[ServingRun], ServingParams] | None = None) -> ServingReport:
-    """Predict every run.  Parameters: ``params_of(run)`` when given, else ``overrides`` per
-    (engine family, GPU), else the shipped calibration (``calibrated.params_for``)."""
-    rows, skipped = [], []
-    for item in parsed:
-        if isinstance(item, SkippedServingRow):
-            skipped.append(item)
-            continue
-        hw = hardware_loader(item.gpu)
-        if params_of is not None:
-            params = params_of(item)
-        else:
-            params = (overrides or {}).get(family(item)) or params_for(item.engine, item.gpu)
-        pred = predict_run(item, hw, params, requests=_requests((datasets or {}).get(item.id)))
-        err = None
-        if pred.tokens_per_s_per_gpu is not None and item.measured_tokens_per_s_per_gpu:
-            err = _pct(pred.tokens_per_s_per_gpu, item.measured_tokens_per_s_per_gpu)
-        ttft_err = None
-        # Under an unlimited request rate TTFT is queueing for the whole request set, not a model output.
-        if item.measured_ttft_ms and pred.ttft_ms and item.kind in ("prefill", "rate"):
-            ttft_err = _pct(pred.ttft_ms, item.measured_ttft_ms)
-        itl_err = _pct(pred.itl_ms, item.measured_itl_ms) if (item.measured_itl_ms and pred.itl_ms) else None
-        rng = (pred.low, pred.high) if pred.low is not None and len(item.kv) > 1 else None
-        rows.append(ServingRowResult(
-            id=item.id, source_group=item.source_group, kind=item.kind, gpu=item.gpu,
-            measured_tokens_per_s_per_gpu=item.measured_tokens_per_s_per_gpu,
-            predicted_tokens_per_s_per_gpu=pred.tokens_per_s_per_gpu, error_pct=err, predicted_range=rng,
-            kv_unknown=len(item.kv) > 1, predicted_batch=pred.batch, measured_ttft_ms=item.measured_ttft_ms,
-            predicted_ttft_ms=pred.ttft_ms, ttft_error_pct=ttft_err, measured_itl_ms=item.measured_itl_ms,
-            predicted_itl_ms=pred.itl_ms, itl_error_pct=itl_err,
-        ))
+    """Predict every run.  Parameters: ``params_of(run)`` when given, else the shipped calibration."""
+    from .calibrated import params_for
+
+    runs = [r for r in parsed if isinstance(r, ServingRun)]
+    skipped = [r for r in parsed if isinstance(r, SkippedServingRow)]
+    rows: list[ServingRowResult] = []
+    if runs:
+        lb = _legacy_batch(runs, hardware_loader, datasets)
+        get = params_of or (lambda r: params_for(r.engine, r.gpu))
+        cache: dict[str, ServingParams] = {}
+        table = {}
+        keys = []
+        for r in lb.runs:
+            key = legacy_engine(r.engine) if params_of is None else r.id
+            if key not in table:
+                table[key] = cache.setdefault(key, get(r))
+            keys.append(key)
+        pred = _legacy_predict(lb, stack_params(table, keys))
+        for i, run in enumerate(runs):
+            idx = np.flatnonzero(lb.owner == i)
+            rows.append(_row_result(run, {k: v[idx] for k, v in pred.items()}))
     report = ServingReport(rows=rows, skipped=skipped)
     report.throughput = _summaries(rows, "error_pct")
     report.ttft = _summaries(rows, "ttft_error_pct")
@@ -223,112 +430,272 @@ def validate_serving(parsed: Sequence[ServingRun | SkippedServingRow], hardware_
     return report
 
 
-def validate_serving_csv(path: Path) -> ServingReport:
-    """Read a serving-runs CSV and predict every row with the bundled profiles and parameters."""
+def _mean_finite(x: np.ndarray) -> float | None:
+    x = x[np.isfinite(x)]
+    return float(np.mean(x)) if len(x) else None
+
+
+def _row_result(run: ServingRun, pred: Mapping[str, np.ndarray]) -> ServingRowResult:
+    thr = _mean_finite(pred["thr"])
+    ttft = _mean_finite(pred["ttft"]) if run.kind in ("prefill", "rate", "concurrency") else None
+    itl = _mean_finite(pred["itl"])
+    err = _pct(thr, run.measured_tokens_per_s_per_gpu) if thr is not None and run.measured_tokens_per_s_per_gpu else None
+    finite = pred["thr"][np.isfinite(pred["thr"])]
+    rng = (float(finite.min()), float(finite.max())) if len(run.kv) > 1 and len(finite) else None
+    return ServingRowResult(
+        id=run.id, source_group=run.source_group, kind=run.kind, gpu=run.gpu,
+        measured_tokens_per_s_per_gpu=run.measured_tokens_per_s_per_gpu, predicted_tokens_per_s_per_gpu=thr,
+        error_pct=err, predicted_range=rng, kv_unknown=len(run.kv) > 1, predicted_batch=_mean_finite(pred["batch"]),
+        measured_ttft_ms=run.measured_ttft_ms, predicted_ttft_ms=ttft,
+        ttft_error_pct=_pct(ttft, run.measured_ttft_ms) if run.measured_ttft_ms else None,
+        measured_itl_ms=run.measured_itl_ms, predicted_itl_ms=itl,
+        itl_error_pct=_pct(itl, run.measured_itl_ms) if run.measured_itl_ms else None)
+
+
+def read_runs_csv(path: Path):
     profiles = {n: load_hardware(n) for n in hardware_names()}
     parsed = read_serving_runs(path, set(profiles), {n for n, h in profiles.items() if h.supports("fp8")})
     with open(path, newline="", encoding="utf-8-sig") as handle:
         datasets = {row["id"]: row.get("dataset", "") for row in csv.DictReader(handle)}
-    return validate_serving(parsed, profiles.__getitem__, datasets)
+    return parsed, profiles, datasets
 
 
-# --- fitting ---------------------------------------------------------------------------------
+def validate_serving_csv(path: Path, params: Mapping[str, ServingParams] | None = None) -> ServingReport:
+    """Read a serving-runs CSV and predict every row (bundled parameters, or ``params`` per engine)."""
+    parsed, profiles, datasets = read_runs_csv(path)
+    params_of = None
+    if params is not None:
+        from .calibrated import params_for
 
-FITTED = ("decode_bandwidth", "kv_bandwidth", "gemm", "step_overhead_us", "seq_overhead_us")
-_SCALE = np.array([1.0, 1.0, 1.0, 1000.0, 10.0])
-
-
-def family(r: ServingRun) -> tuple[str, str]:
-    """The (engine release, GPU) a run's parameters are fitted for (a Triton front end shares its engine's fit)."""
-    return (SHARES_FIT.get(r.engine, r.engine), r.gpu)
-
-
-def _residuals(run: ServingRun, hw: Hardware, params: ServingParams, requests: int | None) -> list[float]:
-    """Log errors of one run: throughput (or single-request TTFT), and ITL where it was measured."""
-    p = predict_run(run, hw, params, requests=requests)
-    out = []
-    if run.kind == "prefill":
-        out.append(math.log(p.ttft_ms / run.measured_ttft_ms))
-    else:  # (a stable rate row's throughput is the offered rate: its residual is small and constant)
-        out.append(math.log(p.tokens_per_s_per_gpu / run.measured_tokens_per_s_per_gpu))
-    if run.measured_itl_ms and run.kind != "prefill":
-        out.append(math.log(p.itl_ms / run.measured_itl_ms))
-    return out
+        params_of = lambda r: params.get(legacy_engine(r.engine)) or params_for(r.engine, r.gpu)  # noqa: E731
+    return validate_serving(parsed, profiles.__getitem__, datasets, params_of=params_of)
 
 
-def fit_params(members: Sequence[ServingRun], hardware_loader: Callable[[str], Hardware],
-               base_of: Callable[[ServingRun], ServingParams], datasets: Mapping[str, str] | None = None,
-               x0: Mapping[str, float] | None = None) -> dict[str, float]:
-    """Least-squares fit (soft-L1 on log errors) of the ``FITTED`` parameters shared by ``members``."""
+def validate_silicon_csv(path: Path, params: Mapping[str, ServingParams] | None = None) -> SiliconReport:
+    from .calibrated import CURRENT, parameters_note
+
+    parsed = read_silicon_rows(path)
+    return validate_silicon(parsed, params or CURRENT, parameters_note(params is not None))
+
+
+# === fitting ============================================================================================
+
+# Held at their documented values in a fit: engine properties, not fitted per row.
+NOT_FITTED = ("kv_reread_fraction",)
+PRIOR_WEIGHT = 0.5  # pull of each parameter towards its documented default, in unit-box coordinates
+TPOT_WEIGHT = 1.5  # TPOT's target is tighter (15% against 30% for TTFT)
+F_SCALE = 0.25  # soft-L1 knee of the relative error
+
+
+class Packer:
+    """Maps the fitted parameters (shared ones once, engine ones per engine) to a unit box and back."""
+
+    def __init__(self, engines: Sequence[str], fixed: Mapping[str, float] | None = None):
+        self.engines = list(engines)
+        self.fixed = dict(fixed or {})
+        self.slots: list[tuple[str, str | None]] = []
+        for name in SERVING_PARAM_FIELDS:
+            if name in NOT_FITTED or name in self.fixed:
+                continue
+            if name in ENGINE_PARAMS:
+                self.slots += [(name, e) for e in self.engines]
+            else:
+                self.slots.append((name, None))
+
+    def unpack(self, x: np.ndarray, base: Mapping[str, ServingParams]) -> dict[str, ServingParams]:
+        changes: dict[str, dict[str, float]] = {e: dict(self.fixed) for e in self.engines}
+        for xi, (name, engine) in zip(x, self.slots):
+            lo, hi = SERVING_PARAM_BOUNDS[name]
+            value = lo + (hi - lo) * float(xi)
+            for e in ([engine] if engine else self.engines):
+                changes[e][name] = value
+        return {e: base[e].replace(**changes[e]) for e in self.engines}
+
+    def pack(self, table: Mapping[str, ServingParams]) -> np.ndarray:
+        x = []
+        for name, engine in self.slots:
+            lo, hi = SERVING_PARAM_BOUNDS[name]
+            value = getattr(table[engine or self.engines[0]], name)
+            x.append((float(value) - lo) / (hi - lo))
+        return np.clip(np.array(x), 1e-6, 1.0 - 1e-6)
+
+
+def _relative(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    r = pred / meas - 1.0
+    return np.where(np.isfinite(r), r, 10.0)
+
+
+def fit_table(residuals: Callable[[dict[str, ServingParams]], np.ndarray], engines: Sequence[str],
+              start: Mapping[str, ServingParams], prior: Mapping[str, ServingParams],
+              fixed: Mapping[str, float] | None = None, max_nfev: int = 200) -> dict[str, ServingParams]:
+    """Soft-L1 least squares (scipy, trf, box bounds) of ``residuals`` over the packed parameters, with
+    a weak quadratic pull towards ``prior`` (a parameter the rows cannot identify stays at its default)."""
     from scipy.optimize import least_squares
 
-    from .estimate import SERVING_PARAM_BOUNDS
+    pk = Packer(engines, fixed)
+    x0, xp = pk.pack(start), pk.pack(prior)
 
-    lo = np.array([SERVING_PARAM_BOUNDS[n][0] for n in FITTED]) / _SCALE
-    hi = np.array([SERVING_PARAM_BOUNDS[n][1] for n in FITTED]) / _SCALE
-    start = {**{n: getattr(ServingParams(), n) for n in FITTED}, **(x0 or {})}
-    x = np.clip(np.array([start[n] for n in FITTED]) / _SCALE, lo + 1e-6, hi - 1e-6)
-    bases = [base_of(r) for r in members]
-    hws = [hardware_loader(r.gpu) for r in members]
-    reqs = [_requests((datasets or {}).get(r.id)) for r in members]
+    def f(x):
+        return np.concatenate([residuals(pk.unpack(x, start)), PRIOR_WEIGHT * (x - xp)])
 
-    def residuals(v):
-        values = dict(zip(FITTED, v * _SCALE))
-        res: list[float] = []
-        for r, b, hw, n in zip(members, bases, hws, reqs):
-            res += _residuals(r, hw, b.replace(**values), n)
-        return np.array(res)
-
-    sol = least_squares(residuals, x, bounds=(lo, hi), loss="soft_l1", f_scale=0.2)
-    return {n: float(round(v, 4)) for n, v in zip(FITTED, sol.x * _SCALE)}
+    sol = least_squares(f, x0, bounds=(0.0, 1.0), loss="soft_l1", f_scale=F_SCALE, diff_step=1e-3, max_nfev=max_nfev)
+    fitted = pk.unpack(sol.x, start)
+    return {e: p.replace(**{k: float(round(getattr(p, k), 5)) for k in SERVING_PARAM_FIELDS}) for e, p in fitted.items()}
 
 
-def _base(r: ServingRun) -> ServingParams:
-    from .calibrated import ENGINE_DEFAULTS, GENERIC_DEFAULTS, engine_properties
+def fit_silicon(rows: Sequence[SiliconRow], start: Mapping[str, ServingParams] | None = None,
+                max_nfev: int = 200) -> dict[str, ServingParams]:
+    """Fit the per-engine and shared parameters on silicon rows (relative errors of TTFT and TPOT)."""
+    from .calibrated import PRIOR
 
-    base = ENGINE_DEFAULTS.get(r.engine) or ENGINE_DEFAULTS.get(SHARES_FIT.get(r.engine, "")) or GENERIC_DEFAULTS
-    return base.replace(**engine_properties(r.engine))
+    engines = sorted({r.engine for r in rows})
+    built = silicon_rows(rows)
+    keys = [r.engine for r in rows]
+    mt = np.array([r.measured_ttft_ms for r in rows])
+    ms = np.array([r.measured_tpot_ms for r in rows])
+    prior = {e: PRIOR for e in engines}
+    start = {e: (start or {}).get(e, PRIOR) for e in engines}
 
+    def residuals(table):
+        res = solve(built, stack_params(table, keys))
+        return np.concatenate([_relative(res["ttft_s"] * 1e3, mt), TPOT_WEIGHT * _relative(res["tpot_s"] * 1e3, ms)])
 
-def fit_serving(parsed: Sequence[ServingRun | SkippedServingRow], hardware_loader: Callable[[str], Hardware],
-                datasets: Mapping[str, str] | None = None, *, min_rows: int = 4) -> dict:
-    """Fit per (engine family, GPU), pooled per GPU over every engine, and pooled over everything.
-
-    Returns ``{"fitted": {(engine, gpu): values}, "pooled": {gpu: values}, "pooled_all": values}``,
-    the three tables of ``calibrated.py``.
-    """
-    runs = [r for r in parsed if isinstance(r, ServingRun)]
-    pooled_all = fit_params(runs, hardware_loader, _base, datasets)
-    pooled = {}
-    for gpu in sorted({r.gpu for r in runs}):
-        members = [r for r in runs if r.gpu == gpu]
-        if len(members) >= min_rows:
-            pooled[gpu] = fit_params(members, hardware_loader, _base, datasets, pooled_all)
-    fitted = {}
-    for key in sorted({family(r) for r in runs}):
-        members = [r for r in runs if family(r) == key]
-        if len(members) >= min_rows:
-            fitted[key] = fit_params(members, hardware_loader, _base, datasets, pooled.get(key[1], pooled_all))
-    return {"fitted": fitted, "pooled": pooled, "pooled_all": pooled_all}
+    return fit_table(residuals, engines, start, prior, max_nfev=max_nfev)
 
 
-def params_from_fit(fit: Mapping, run: ServingRun, *, pooled_only: bool = False) -> ServingParams:
-    """``calibrated.params_for`` over a ``fit_serving`` result instead of the shipped tables."""
-    values = None if pooled_only else fit["fitted"].get(family(run))
-    values = values or fit["pooled"].get(run.gpu) or fit["pooled_all"]
-    return _base(run).replace(**values)
+def fit_runs(runs: Sequence[ServingRun], hardware_loader: Callable[[str], Hardware],
+             datasets: Mapping[str, str] | None = None, start: Mapping[str, ServingParams] | None = None,
+             max_nfev: int = 200) -> dict[str, ServingParams]:
+    """Fit per legacy engine release on serving_runs.csv rows (throughput, single-request TTFT, ITL;
+    relative errors).  The releases' engine properties (KV re-reads) stay as set; TensorRT-LLM's
+    guaranteed-no-evict scheduler reserves a request's whole output (kv_reserve 1)."""
+    from .calibrated import PRIOR, engine_properties
+
+    lb = _legacy_batch(runs, hardware_loader, datasets)
+    keys = [legacy_engine(r.engine) for r in lb.runs]
+    engines = sorted(set(keys))
+    base = {e: PRIOR.replace(**engine_properties(e), kv_reserve=1.0) for e in engines}
+    start = {e: (start or {}).get(e, base[e]) for e in engines}
+    meas_thr = np.array([r.measured_tokens_per_s_per_gpu or np.nan for r in lb.runs])
+    meas_ttft = np.array([r.measured_ttft_ms if r.kind in ("prefill", "rate", "concurrency") and r.measured_ttft_ms else np.nan
+                          for r in lb.runs])
+    meas_itl = np.array([r.measured_itl_ms or np.nan for r in lb.runs])
+    # each run weighs once, whatever the number of KV dtypes it is evaluated with
+    weight = 1.0 / np.sqrt(np.bincount(lb.owner)[lb.owner])
+    use_thr = np.isfinite(meas_thr) & (lb.kind != "prefill")
+    use_ttft = np.isfinite(meas_ttft)
+    use_itl = np.isfinite(meas_itl)
+
+    def residuals(table):
+        pred = _legacy_predict(lb, stack_params(table, keys))
+        parts = [weight[use_thr] * _relative(pred["thr"][use_thr], meas_thr[use_thr]),
+                 weight[use_ttft] * _relative(pred["ttft"][use_ttft], meas_ttft[use_ttft]),
+                 weight[use_itl] * _relative(pred["itl"][use_itl], meas_itl[use_itl])]
+        return np.concatenate(parts)
+
+    return fit_table(residuals, engines, start, base, fixed={"kv_reserve": 1.0}, max_nfev=max_nfev)
 
 
-def leave_one_group_out(parsed: Sequence[ServingRun | SkippedServingRow], hardware_loader: Callable[[str], Hardware],
-                        datasets: Mapping[str, str] | None = None) -> dict[str, ServingReport]:
-    """For each source group: refit on every other group, predict the held-out group with the
-    pooled fit (its engine release is then unseen, as an outside engine's would be)."""
-    runs = [r for r in parsed if isinstance(r, ServingRun)]
+def leave_one_model_out(rows: Sequence[SiliconRow], max_nfev: int = 200,
+                        progress: Callable[[str], None] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """For each model (``hf_model_id``): refit on every other model's rows, predict the held-out rows.
+    Returns {model id: (predicted TTFT ms, predicted TPOT ms)} in the order of that model's rows."""
     out = {}
-    for group in sorted({r.source_group for r in runs}):
-        train = [r for r in runs if r.source_group != group]
-        test = [r for r in runs if r.source_group == group]
-        fit = fit_serving(train, hardware_loader, datasets)
-        out[group] = validate_serving(test, hardware_loader, datasets,
-                                      params_of=lambda r, fit=fit: params_from_fit(fit, r, pooled_only=True))
+    for model in sorted({r.hf_model_id for r in rows}):
+        if progress:
+            progress(model)
+        train = [r for r in rows if r.hf_model_id != model]
+        test = [r for r in rows if r.hf_model_id == model]
+        table = fit_silicon(train, max_nfev=max_nfev)
+        for e in {r.engine for r in test} - set(table):
+            from .calibrated import PRIOR
+            table[e] = PRIOR
+        out[model] = predict_silicon(test, table)
     return out
+
+
+# === calibrate from the command line ======================================================================
+
+@dataclass
+class ServingCalibration:
+    """What ``autotune calibrate`` fitted on a serving CSV, and the error before, after and held out."""
+
+    table: dict[str, ServingParams]
+    schema: str  # "silicon" or "runs"
+    rows: int
+    before: dict[str, dict[str, float]]  # group -> {metric: MAPE %}
+    after: dict[str, dict[str, float]]
+    held_out: dict[str, dict[str, float]] = field(default_factory=dict)  # leave-one-model-out, per engine x mode
+
+    def summary(self) -> dict:
+        return {"schema": self.schema, "rows": self.rows, "mape_before_pct": self.before, "mape_after_pct": self.after,
+                "mape_leave_one_model_out_pct": self.held_out or None}
+
+    def lines(self) -> list[str]:
+        out = [f"{self.rows} rows ({self.schema} schema). MAPE before (shipped parameters) -> after (this fit)"
+               + (" and leave-one-model-out:" if self.held_out else ":")]
+        for group in sorted(self.after):
+            metrics = ", ".join(f"{m} {self.before.get(group, {}).get(m, float('nan')):.1f}% -> {v:.1f}%"
+                                + (f" (held out {self.held_out[group][m]:.1f}%)" if group in self.held_out
+                                   and m in self.held_out[group] else "")
+                                for m, v in sorted(self.after[group].items()))
+            out.append(f"  {group}: {metrics}")
+        return out
+
+
+def _silicon_groups(rows: Sequence[SiliconRow], ttft: np.ndarray, tpot: np.ndarray) -> dict[str, dict[str, float]]:
+    mt = np.array([r.measured_ttft_ms for r in rows])
+    ms = np.array([r.measured_tpot_ms for r in rows])
+    et, es = np.abs(ttft / mt - 1.0) * 100.0, np.abs(tpot / ms - 1.0) * 100.0
+    et, es = np.where(np.isfinite(et), et, np.nan), np.where(np.isfinite(es), es, np.nan)
+    out = {}
+    for key in sorted({(r.engine, r.mode) for r in rows}) + [("all", "")]:
+        m = np.array([(r.engine, r.mode) == key or key[0] == "all" for r in rows])
+        out[" ".join(filter(None, key))] = {"TTFT": float(np.nanmean(et[m])), "TPOT": float(np.nanmean(es[m])),
+                                            "rows": float(m.sum())}
+    return out
+
+
+def calibrate_serving_csv(path: Path, *, silicon: bool, leave_one_out: bool = False,
+                          max_nfev: int = 200) -> ServingCalibration:
+    from .calibrated import CURRENT
+
+    if silicon:
+        rows = [r for r in read_silicon_rows(path) if isinstance(r, SiliconRow)]
+        if not rows:
+            from ..errors import InputError
+            raise InputError("no row of the silicon schema could be expressed; see `autotune validate --json`",
+                             source=str(path))
+        before = _silicon_groups(rows, *predict_silicon(rows, {e: CURRENT.get(e, CURRENT["vllm"]) for e in E.ENGINES}))
+        table = fit_silicon(rows, max_nfev=max_nfev)
+        after = _silicon_groups(rows, *predict_silicon(rows, table))
+        held: dict[str, dict[str, float]] = {}
+        if leave_one_out:
+            preds = leave_one_model_out(rows, max_nfev=max_nfev)
+            order = {m: [i for i, r in enumerate(rows) if r.hf_model_id == m] for m in preds}
+            ttft, tpot = np.zeros(len(rows)), np.zeros(len(rows))
+            for m, (t, s) in preds.items():
+                ttft[order[m]], tpot[order[m]] = t, s
+            held = _silicon_groups(rows, ttft, tpot)
+        for groups in (before, after, held):
+            for v in groups.values():
+                v.pop("rows", None)
+        return ServingCalibration(table, "silicon", len(rows), before, after, held)
+    parsed, profiles, datasets = read_runs_csv(path)
+    runs = [r for r in parsed if isinstance(r, ServingRun)]
+    if not runs:
+        from ..errors import InputError
+        raise InputError("no usable serving run; see `autotune validate --json`", source=str(path))
+
+    def groups(report: ServingReport) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for name, table_ in (("tok/s", report.throughput), ("TTFT", report.ttft), ("ITL", report.itl)):
+            for (g, k), s in table_.items():
+                out.setdefault(f"{g} {k}", {})[name] = s.mape_pct
+        return out
+
+    before = groups(validate_serving(parsed, profiles.__getitem__, datasets))
+    table = fit_runs(runs, profiles.__getitem__, datasets, max_nfev=max_nfev)
+    after = groups(validate_serving(parsed, profiles.__getitem__, datasets,
+                                    params_of=lambda r: table[legacy_engine(r.engine)]))
+    return ServingCalibration(table, "runs", len(runs), before, after)

@@ -28,7 +28,7 @@ from . import (
     get_emitter,
     render,
 )
-from .vllm import ServeContext
+from .serve_common import ServeContext
 
 SERVING_FORMATS = tuple(SERVING_EMITTERS)
 # The framework profile (profiles/frameworks/) each launch-config format targets, and back: the
@@ -183,17 +183,45 @@ def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSp
     )
 
 
-def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware: str, max_model_len: int,
-                  estimate: Mapping[str, Any] | None = None, model_path: str | None = None) -> dict[str, str]:
-    """The launch files of a serve plan for ``vllm`` or ``sglang``."""
+def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, input_len: int, output_len: int,
+                  estimate: Mapping[str, Any] | None = None, model_path: str | None = None, *,
+                  gpus_per_node: int | None = None, checkpoint: str = "bf16") -> tuple[dict[str, str], dict[str, Any]]:
+    """The launch files of a serve plan for ``vllm`` or ``sglang``, and the plan's estimate on that engine.
+
+    The memory flag in the files is the engine budget the plan's batch is checked against here (a plan
+    searched for another engine is re-checked: ``estimate["fits"]`` says whether its batch fits).
+    """
+    from ...inputs.hardware import Cluster, load_hardware
+    from ...inputs.workload import ServeWorkload
+    from ...search.serving import annotate_checkpoint
+    from ...serving.calibrated import CURRENT
+    from ...serving.engines import DEFAULTS
+    from ...serving.estimate import estimate_serving
+    from ...serving.plan import ServePlanBatch
+
     if format not in SERVING_EMITTERS:
         raise InputError(f"unknown serving format {format!r}; choose from {', '.join(SERVING_FORMATS)}",
                          field="--format")
-    if max_model_len < 1:
-        raise InputError(f"must be >= 1, but got {max_model_len}", field="--seq-len")
-    ctx = ServeContext(plan=plan, model=model, hardware=hardware, max_model_len=max_model_len, model_path=model_path,
-                       estimate=estimate)
-    return SERVING_EMITTERS[format](ctx)
+    workload = ServeWorkload(input_len, output_len)
+    max_model_len = workload.max_len
+    hw = hardware if not isinstance(hardware, str) else load_hardware(hardware)
+    gpn = gpus_per_node or hw.gpus_per_node
+    cluster = Cluster(hw, plan.n_gpus, min(gpn, plan.n_gpus))
+    est = estimate_serving(model, cluster, workload, ServePlanBatch.from_plans([plan]), CURRENT[format], engine=format)
+    mine = annotate_checkpoint(est.row(0), plan, checkpoint, format, model.is_moe)
+    knob = float(est.memory_knob[0])
+    shown = dict(estimate) if estimate else mine
+    shown = {**shown, "memory_gib_per_gpu": mine["memory_gib_per_gpu"]}
+    note = (f"memory: {DEFAULTS[format].memory_knob} {knob:g} is the budget autotune checked this plan's batch "
+            f"against ({mine['memory_gib_per_gpu']:.1f} GiB needed per GPU: weights {mine['memory_breakdown_gib']['weights']:.1f}, "
+            f"KV {mine['memory_breakdown_gib']['kv_cache']:.1f} of a {mine['memory_breakdown_gib']['kv_pool']:.1f} GiB pool)")
+    if not mine["fits"]:
+        note += f"; WARNING: {mine.get('infeasible_reason', 'the batch does not fit')}"
+    ctx = ServeContext(plan=plan, model=model, hardware=hw.name, gpus_per_node=cluster.gpus_per_node,
+                       max_model_len=max_model_len, model_path=model_path, checkpoint=checkpoint, memory_fraction=knob,
+                       prefill_tokens=int(DEFAULTS[format].chunk_tokens(hw.memory_gib)), estimate=shown,
+                       engine_note=note)
+    return SERVING_EMITTERS[format](ctx), mine
 
 
 __all__ = ["FORMAT_FRAMEWORKS", "FRAMEWORK_FORMATS", "SERVING_FORMATS", "framework_for_formats", "check_formats", "context_from_plans", "express_all", "expressible_mask",

@@ -1,47 +1,141 @@
-"""``python -m sglang.launch_server`` commands for a serve plan: one server per replica.
+"""``python -m sglang.launch_server`` scripts for a serve plan (targets SGLang 0.5.23; flags as its ``--help``
+spells them; checked by SGLang's own argument parsing, resolution and ``check_server_args`` in CI).
 
-Targets SGLang 0.4.9 (flags as ``python -m sglang.launch_server --help`` spells them there).
+Mapping:
+
+* ``tp``, ``pp`` -> ``--tp-size``, ``--pp-size``.  A MoE engine with ``dp > 1`` is attention data parallelism
+  over the engine's ``tp*dp`` GPUs: ``--tp-size tp*dp --attn-dp-size dp``; ``--ep-size ep`` splits the
+  experts (any width that divides the engine).  A dense engine's ``dp`` is ``--dp-size`` (data-parallel
+  replicas inside one server, one node).
+* An engine over several nodes: ``--nnodes N --node-rank k --dist-init-addr HEAD:5000``.
+* Weights: read from the checkpoint where it holds them (SGLang reads the scheme from the config; ModelOpt
+  NVFP4 is named ``modelopt_fp4``), else quantized at load (``fp8``; ``nvfp4_online`` on Blackwell).
+* Memory: ``--mem-fraction-static`` caps weights plus KV cache (activations and CUDA graphs use the rest):
+  the value the plan's batch was checked against; ``--max-running-requests`` the batch limit;
+  ``--chunked-prefill-size`` the prefill chunk; ``--context-length`` with slack.
+* Disaggregated plans: ``--disaggregation-mode prefill|decode`` with the NIXL transfer backend and a bootstrap
+  port on each prefill server, ``python -m sglang_router.launch_router --pd-disaggregation`` in front;
+  replicas: ``--worker-urls``.
 """
 
 from __future__ import annotations
 
 from typing import Mapping
 
+from ...errors import InputError
+from ...serving.checkpoint import how
 from . import shell
-from .vllm import ServeContext, render_script
+from .serve_common import (
+    BASE_PORT,
+    ROUTER_PORT,
+    EngineSlot,
+    ServeContext,
+    addr,
+    placement,
+    port_of,
+    render_script,
+    url,
+)
 
-RELEASE = "SGLang 0.4.9"
-
-QUANTIZATION: Mapping[str, tuple[str | None, str]] = {
-    "bf16": (None, "bf16 weights (--dtype bfloat16)"),
-    "fp8": ("fp8", "fp8 weights quantised at load time"),
-    "int8": ("w8a8_int8", "int8 W8A8: point MODEL at a W8A8 int8 checkpoint"),
-    "int4": ("awq", "int4 weight-only (group 128): point MODEL at an AWQ checkpoint"),
-    "fp4": ("modelopt_fp4", "fp4 (NVFP4): point MODEL at a ModelOpt NVFP4 checkpoint"),
-}
+RELEASE = "SGLang 0.5.23"
+DIST_PORT = 5000
+BOOTSTRAP_PORT = 8998
+ONLINE: Mapping[str, str] = {"fp8": "fp8", "fp4": "nvfp4_online"}
+# checkpoint formats SGLang wants named rather than detected
+NAMED: Mapping[tuple[str, str], str] = {("fp4", "nvfp4"): "modelopt_fp4", ("fp4", "modelopt"): "modelopt_fp4"}
 
 
-def sglang_groups(ctx: ServeContext, port: int) -> list[shell.Group]:
-    p = ctx.plan
-    quant, _ = QUANTIZATION[p.weights]
+def refusals(ctx: ServeContext) -> list[str]:
+    out = []
+    for name, pool in zip(("prefill_", "decode_"), ctx.plan.pools()):
+        prefix = name if ctx.plan.disaggregated else ""
+        width = pool.tp * pool.pp * pool.dp
+        if not ctx.model.is_moe and pool.dp > 1 and width > ctx.gpus_per_node:
+            out.append(f"{prefix}dp={pool.dp} over nodes: SGLang runs dense data-parallel replicas inside one node "
+                       "(use replicas)")
+        if width > ctx.gpus_per_node and (pool.tp * pool.dp) % (width // ctx.gpus_per_node):
+            out.append(f"{prefix}tp*dp must be divisible by the number of nodes")
+    return list(dict.fromkeys(out))
+
+
+def quantization_flags(ctx: ServeContext) -> tuple[list[shell.Group], str]:
+    w = ctx.plan.weights
+    source = how(w, ctx.checkpoint, "sglang", ctx.model.is_moe)
+    if source == "online":
+        return [("--quantization", ONLINE[w])], f"{w} weights quantized at load from the bf16 checkpoint ({ONLINE[w]})"
+    if w == "bf16":
+        note = "bf16 weights" if source == "checkpoint" else f"bf16 weights: point MODEL at a bf16 checkpoint (--checkpoint is {ctx.checkpoint})"
+        return [("--dtype", "bfloat16")], note
+    named = NAMED.get((w, ctx.checkpoint))
+    flags = [("--quantization", named)] if named else []
+    if source == "checkpoint":
+        return flags, f"{w} weights read from the {ctx.checkpoint} checkpoint"
+    return flags, (f"{w} weights: THIS PLAN NEEDS A PRE-QUANTIZED {w.upper()} CHECKPOINT (--checkpoint is "
+                   f"{ctx.checkpoint}); point MODEL at one")
+
+
+def bootstrap_port(slot: EngineSlot, slots: list[EngineSlot]) -> int:
+    """A prefill server's KV bootstrap port, unique on its node."""
+    return BOOTSTRAP_PORT + port_of(slot, slots) - BASE_PORT
+
+
+def sglang_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[EngineSlot]) -> list[shell.Group]:
+    p, pool = ctx.plan, slot.pool
     groups: list[shell.Group] = [("python", "-m", "sglang.launch_server"), ("--model-path", shell.Raw('"$MODEL"'))]
-    groups.append(("--tp-size", p.tp))
-    if p.pp > 1:
-        groups.append(("--pp-size", p.pp))
-    if p.ep > 1:
-        groups.append(("--ep-size", p.ep))
-    if quant:
-        groups.append(("--quantization", quant))
-    if p.weights == "bf16":
-        groups.append(("--dtype", "bfloat16"))
+    if ctx.model.is_moe and pool.dp > 1:
+        groups.append(("--tp-size", pool.tp * pool.dp))
+        groups.append(("--attn-dp-size", pool.dp))
+    else:
+        groups.append(("--tp-size", pool.tp))
+        if pool.dp > 1:
+            groups.append(("--dp-size", pool.dp))
+    if pool.pp > 1:
+        groups.append(("--pp-size", pool.pp))
+    if ctx.model.is_moe and pool.ep > 1:
+        groups.append(("--ep-size", pool.ep))
+    groups += quantization_flags(ctx)[0]
     groups.append(("--kv-cache-dtype", "fp8_e4m3" if p.kv == "fp8" else "auto"))
     groups.append(("--max-running-requests", p.max_batch))
-    groups.append(("--context-length", ctx.max_model_len))
-    groups.append(("--mem-fraction-static", f"{ctx.gpu_memory_utilization:g}"))
-    groups.append(("--port", port))
+    if ctx.prefill_tokens:
+        groups.append(("--chunked-prefill-size", ctx.prefill_tokens))
+    groups.append(("--context-length", ctx.context_length))
+    if ctx.memory_fraction is not None:
+        groups.append(("--mem-fraction-static", f"{ctx.memory_fraction:g}"))
+    if slot.multi_node:
+        groups.append(("--nnodes", len(slot.nodes)))
+        groups.append(("--node-rank", rank))
+        groups.append(("--dist-init-addr", shell.Raw(f'"${{ADDR[{int(slot.head)}]}}:{DIST_PORT}"')))
+    if p.disaggregated:
+        groups.append(("--disaggregation-mode", slot.role))
+        groups.append(("--disaggregation-transfer-backend", "nixl"))
+        if slot.role == "prefill":
+            groups.append(("--disaggregation-bootstrap-port", bootstrap_port(slot, slots)))
+    groups.append(("--host", "0.0.0.0"))
+    groups.append(("--port", port_of(slot, slots)))
+    return groups
+
+
+def router_command(ctx: ServeContext, slots: list[EngineSlot]) -> list[shell.Group]:
+    groups: list[shell.Group] = [("python", "-m", "sglang_router.launch_router"), ("--host", "0.0.0.0"),
+                                 ("--port", ROUTER_PORT)]
+    if ctx.plan.disaggregated:
+        groups.append(("--pd-disaggregation",))
+        groups += [("--prefill", url(s, slots), bootstrap_port(s, slots)) for s in slots if s.role == "prefill"]
+        groups += [("--decode", url(s, slots)) for s in slots if s.role == "decode"]
+    else:
+        groups.append(("--worker-urls", *(url(s, slots) for s in slots)))
     return groups
 
 
 def render(ctx: ServeContext) -> dict[str, str]:
-    _, note = QUANTIZATION[ctx.plan.weights]
-    return {"serve_sglang.sh": render_script(RELEASE, ctx, [f"weights: {note}"], sglang_groups)}
+    reasons = refusals(ctx)
+    if reasons:
+        raise InputError("SGLang 0.5.23 cannot express this plan: " + "; ".join(reasons), field="--format")
+    placement(ctx.plan, ctx.gpus_per_node)
+    notes = [f"weights: {quantization_flags(ctx)[1]}"]
+    if ctx.engine_note:
+        notes.append(ctx.engine_note)
+    return {"serve_sglang.sh": render_script(RELEASE, ctx, notes, sglang_command, router_command)}
+
+
+__all__ = ["RELEASE", "render", "sglang_command", "router_command", "refusals", "addr"]

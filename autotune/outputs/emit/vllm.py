@@ -1,103 +1,147 @@
-"""``vllm serve`` launch commands for a serve plan: one engine per replica, a load balancer in front.
+"""``vllm serve`` launch scripts for a serve plan (targets vLLM 0.33; flags as ``vllm serve --help`` spells them).
 
-Targets vLLM 0.8 (flags as ``vllm serve --help`` spells them there).  Every value is
-shell-quoted (``autotune/outputs/emit/shell.py``).
+Mapping (checked by vLLM's own argument parser and config validation in CI, tests/test_emit_serving_engines.py):
+
+* ``tp``, ``pp`` -> ``--tensor-parallel-size``, ``--pipeline-parallel-size``; ``dp`` -> ``--data-parallel-size``
+  (for a MoE model the DP ranks are attention data parallelism and share the experts); ``ep = tp*dp`` ->
+  ``--enable-expert-parallel`` (vLLM's expert parallelism spans every GPU of the engine: it cannot express
+  another EP width).
+* An engine over several nodes: ``--nnodes N --node-rank k --master-addr HEAD --master-port 29501`` (the
+  nodes after the first ``--headless``); with ``dp > 1`` the DP ranks split over the nodes instead:
+  ``--data-parallel-size-local``, ``--data-parallel-start-rank``, ``--data-parallel-address``,
+  ``--data-parallel-rpc-port``.
+* Weights: read from the checkpoint where it holds them (vLLM detects AWQ, GPTQ, fp8, compressed-tensors,
+  ModelOpt and MXFP4 from its config; ``--quantization fp8`` would be rejected on a compressed-tensors or
+  AWQ checkpoint), else quantized at load with vLLM's online schemes (``fp8_per_tensor``, ``nvfp4_per_token``).
+* Memory: ``--gpu-memory-utilization`` is the budget the plan's batch was checked against (it caps weights,
+  activations, CUDA graphs and KV cache together); ``--max-num-seqs`` the batch limit per DP rank;
+  ``--max-num-batched-tokens`` the prefill chunk; ``--max-model-len`` the context length with slack.
+* Disaggregated plans: ``--kv-transfer-config`` with the NIXL connector (kv_producer on prefill servers,
+  kv_consumer on decode servers), and
+  ``vllm-router --vllm-pd-disaggregation`` in front; replicas of an agg plan: ``vllm-router --worker-urls``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
 from typing import Mapping
 
-from ...inputs.modelspec import ModelSpec
-from ...serving.plan import ServePlan
+from ...errors import InputError
+from ...serving.checkpoint import how
 from . import shell
+from .serve_common import (
+    ROUTER_PORT,
+    EngineSlot,
+    ServeContext,
+    addr,
+    placement,
+    port_of,
+    render_script,
+    url,
+)
 
-RELEASE = "vLLM 0.8"
-BASE_PORT = 8000
-
-# Weight precision -> (--quantization value or None, note).  int8 and fp4 come from a checkpoint
-# quantised offline; vLLM reads the scheme from its config.
-QUANTIZATION: Mapping[str, tuple[str | None, str]] = {
-    "bf16": (None, "bf16 weights (--dtype bfloat16)"),
-    "fp8": ("fp8", "fp8 weights quantised at load time (W8A8 dynamic)"),
-    "int8": (None, "int8 W8A8: point MODEL at a compressed-tensors W8A8 checkpoint; vLLM reads the scheme from it"),
-    "int4": ("awq", "int4 weight-only (group 128): point MODEL at an AWQ checkpoint"),
-    "fp4": (None, "fp4 (NVFP4): point MODEL at a ModelOpt NVFP4 checkpoint; vLLM reads the scheme from it"),
-}
-
-
-@dataclass(frozen=True)
-class ServeContext:
-    plan: ServePlan
-    model: ModelSpec
-    hardware: str
-    max_model_len: int  # prompt + output tokens the engine must hold per sequence
-    model_path: str | None = None  # Hugging Face name or folder [default: the spec name]
-    gpu_memory_utilization: float = 0.90
-    estimate: Mapping | None = None
+RELEASE = "vLLM 0.33"
+MASTER_PORT = 29501
+DP_RPC_PORT = 13345
+# weights -> the online scheme that makes them from a bf16 checkpoint
+ONLINE: Mapping[str, str] = {"fp8": "fp8_per_tensor", "fp4": "nvfp4_per_token"}
+# the NIXL connector with a role per side (kv_both is deprecated for it in 0.33)
+NIXL = {role: json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role}, separators=(",", ":"))
+        for role, kv_role in (("prefill", "kv_producer"), ("decode", "kv_consumer"))}
 
 
-def _header(release: str, ctx: ServeContext, notes: list[str]) -> list[str]:
-    p = ctx.plan
-    lines = [f"Written by autotune for {release}. Edit freely; rerun `autotune emit` to regenerate.",
-             f"model: {ctx.model.name}; hardware: {ctx.hardware}; plan: {p.as_string()}",
-             f"{p.replicas} replica(s) of tp {p.tp} x pp {p.pp} GPUs; up to {ctx.max_model_len} tokens per sequence"]
-    if ctx.estimate:
-        e = ctx.estimate
-        lines.append(f"predicted: {e['output_tokens_per_s']:,.0f} output tokens/s in total, TTFT {e.get('ttft_ms') or 0:,.0f} ms, "
-                     f"TPOT {e.get('tpot_ms') or 0:,.1f} ms (autotune's analytic serving model)")
-    lines += notes
-    if p.replicas > 1:
-        lines.append(f"Each replica is an independent server on its own GPUs and port ({BASE_PORT}..{BASE_PORT + p.replicas - 1}); "
-                     "put a load balancer (e.g. nginx, Envoy, or a router that balances by queue length) in front of them.")
-    return lines
+def refusals(ctx: ServeContext) -> list[str]:
+    """What of the plan vLLM 0.33 cannot express (empty: it can)."""
+    out = []
+    for name, pool in zip(("prefill_", "decode_"), ctx.plan.pools()):
+        prefix = name if ctx.plan.disaggregated else ""
+        if ctx.model.is_moe and pool.ep not in (1, pool.tp * pool.dp):
+            out.append(f"{prefix}ep={pool.ep}: vLLM's expert parallelism spans all tp*dp = {pool.tp * pool.dp} GPUs "
+                       "of an engine (--enable-expert-parallel) or none")
+        width = pool.tp * pool.pp * pool.dp
+        if pool.dp > 1 and width > ctx.gpus_per_node and (pool.tp * pool.pp > ctx.gpus_per_node
+                                                           or ctx.gpus_per_node % (pool.tp * pool.pp)):
+            out.append(f"{prefix}dp={pool.dp} over nodes needs whole tp*pp groups on each node")
+        if pool.dp > 1 and width > ctx.gpus_per_node and not ctx.model.is_moe:
+            out.append(f"{prefix}dp={pool.dp} over nodes: vLLM runs dense data parallelism inside a node (use replicas)")
+        if pool.dp > 1 and width <= ctx.gpus_per_node and not ctx.model.is_moe and pool.pp > 1:
+            out.append(f"{prefix}dp with pp: use replicas")
+    return list(dict.fromkeys(out))
 
 
-def replica_devices(plan: ServePlan, replica: int) -> str:
-    width = plan.tp * plan.pp
-    return ",".join(str(d) for d in range(replica * width, (replica + 1) * width))
+def quantization_flags(ctx: ServeContext) -> tuple[list[shell.Group], str]:
+    w = ctx.plan.weights
+    source = how(w, ctx.checkpoint, "vllm", ctx.model.is_moe)
+    if source == "online":
+        return [("--quantization", ONLINE[w])], f"{w} weights quantized at load from the bf16 checkpoint ({ONLINE[w]})"
+    if w == "bf16":
+        note = "bf16 weights" if source == "checkpoint" else f"bf16 weights: point MODEL at a bf16 checkpoint (--checkpoint is {ctx.checkpoint})"
+        return [("--dtype", "bfloat16")], note
+    if source == "checkpoint":
+        return [], f"{w} weights read from the {ctx.checkpoint} checkpoint (vLLM detects the scheme from its config)"
+    return [], (f"{w} weights: THIS PLAN NEEDS A PRE-QUANTIZED {w.upper()} CHECKPOINT (--checkpoint is {ctx.checkpoint}); "
+                "point MODEL at one and vLLM detects its scheme")
 
 
-def render_script(release: str, ctx: ServeContext, notes: list[str], command_for) -> str:
-    """A bash script that starts every replica in the background and waits."""
-    lines = ["#!/usr/bin/env bash"]
-    lines += shell.comment_lines(_header(release, ctx, notes))
-    lines += ["set -euo pipefail", "", shell.default_assignment("MODEL", ctx.model_path or ctx.model.name), ""]
-    gpus_per_host = ctx.plan.tp * ctx.plan.pp
-    for r in range(ctx.plan.replicas):
-        lines += shell.comment_lines([f"replica {r + 1} of {ctx.plan.replicas}"])
-        groups = [(shell.Raw("CUDA_VISIBLE_DEVICES=" + shell.word(replica_devices(ctx.plan, r))),)] + command_for(ctx, BASE_PORT + r)
-        cmd = shell.command(groups)
-        cmd[-1] = cmd[-1] + " &"
-        lines += cmd
-        lines.append("")
-    lines.append("wait")
-    if ctx.plan.replicas * gpus_per_host > 8:
-        lines.insert(1, "# Replicas beyond the first node's GPUs: run the matching lines on the other nodes.")
-    return "\n".join(lines) + "\n"
-
-
-def vllm_groups(ctx: ServeContext, port: int) -> list[shell.Group]:
-    p = ctx.plan
-    quant, _ = QUANTIZATION[p.weights]
+def vllm_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[EngineSlot]) -> list[shell.Group]:
+    p, pool = ctx.plan, slot.pool
     groups: list[shell.Group] = [("vllm", "serve", shell.Raw('"$MODEL"'))]
-    groups.append(("--tensor-parallel-size", p.tp))
-    groups.append(("--pipeline-parallel-size", p.pp))
-    if p.ep > 1:
+    groups.append(("--tensor-parallel-size", pool.tp))
+    groups.append(("--pipeline-parallel-size", pool.pp))
+    if pool.dp > 1:
+        groups.append(("--data-parallel-size", pool.dp))
+    if ctx.model.is_moe and pool.ep > 1:
         groups.append(("--enable-expert-parallel",))
-    if quant:
-        groups.append(("--quantization", quant))
-    if p.weights == "bf16":
-        groups.append(("--dtype", "bfloat16"))
+    groups += quantization_flags(ctx)[0]
     groups.append(("--kv-cache-dtype", "fp8" if p.kv == "fp8" else "auto"))
-    groups.append(("--max-num-seqs", p.max_batch))
-    groups.append(("--max-model-len", ctx.max_model_len))
-    groups.append(("--gpu-memory-utilization", f"{ctx.gpu_memory_utilization:g}"))
-    groups.append(("--port", port))
+    per_rank = max(p.max_batch // pool.dp, 1)
+    groups.append(("--max-num-seqs", per_rank))
+    if ctx.prefill_tokens:
+        groups.append(("--max-num-batched-tokens", max(ctx.prefill_tokens, per_rank)))
+    groups.append(("--max-model-len", ctx.context_length))
+    if ctx.memory_fraction is not None:
+        groups.append(("--gpu-memory-utilization", f"{ctx.memory_fraction:g}"))
+    if slot.multi_node:
+        nodes = len(slot.nodes)
+        if pool.dp > 1:
+            local = pool.dp // nodes
+            groups.append(("--data-parallel-size-local", local))
+            groups.append(("--data-parallel-address", addr(slot.head)))
+            groups.append(("--data-parallel-rpc-port", DP_RPC_PORT))
+            if rank:
+                groups.append(("--data-parallel-start-rank", rank * local))
+        else:
+            groups.append(("--nnodes", nodes))
+            groups.append(("--node-rank", rank))
+            groups.append(("--master-addr", addr(slot.head)))
+            groups.append(("--master-port", MASTER_PORT))
+        if rank:
+            groups.append(("--headless",))
+    if p.disaggregated:
+        groups.append(("--kv-transfer-config", NIXL[slot.role]))
+    if not rank:
+        groups.append(("--port", port_of(slot, slots)))
+    return groups
+
+
+def router_command(ctx: ServeContext, slots: list[EngineSlot]) -> list[shell.Group]:
+    groups: list[shell.Group] = [("vllm-router",), ("--host", "0.0.0.0"), ("--port", ROUTER_PORT)]
+    if ctx.plan.disaggregated:
+        groups.append(("--vllm-pd-disaggregation",))
+        groups += [("--prefill", url(s, slots)) for s in slots if s.role == "prefill"]
+        groups += [("--decode", url(s, slots)) for s in slots if s.role == "decode"]
+    else:
+        groups.append(("--worker-urls", *(url(s, slots) for s in slots)))
     return groups
 
 
 def render(ctx: ServeContext) -> dict[str, str]:
-    _, note = QUANTIZATION[ctx.plan.weights]
-    return {"serve_vllm.sh": render_script(RELEASE, ctx, [f"weights: {note}"], vllm_groups)}
+    reasons = refusals(ctx)
+    if reasons:
+        raise InputError("vLLM 0.33 cannot express this plan: " + "; ".join(reasons) + ". SGLang can run other EP "
+                         "widths (--format sglang)", field="--format")
+    placement(ctx.plan, ctx.gpus_per_node)
+    notes = [f"weights: {quantization_flags(ctx)[1]}"]
+    if ctx.engine_note:
+        notes.append(ctx.engine_note)
+    return {"serve_vllm.sh": render_script(RELEASE, ctx, notes, vllm_command, router_command)}

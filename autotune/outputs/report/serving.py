@@ -67,7 +67,6 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
                    progress: Callable[[str, int, int], None] | None = None) -> ServingReportData:
     """Rebuild a serving search from its plans.json and evaluate what the figures show."""
     from ...search.plans_file import serving_inputs_from_plans
-    from ...serving.calibrated import params_for_gpu
     from ...serving.estimate import estimate_serving
     from ...serving.plan import ServePlanBatch, serve_plan_from_fields
     from ...serving.space import enumerate_serve
@@ -80,7 +79,8 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
     served = serving_inputs_from_plans(inputs, source)
     model, cluster, workload = served.model, served.cluster, served.workload
     hw = cluster.hardware
-    params, note = params_for_gpu(hw.name)
+    params, engine = served.params, served.engine
+    note = f"engine {engine}, checkpoint {served.checkpoint}; {inputs.get('parameters') or 'shipped parameters'}"
     chosen = []
     for position, entry in enumerate(entries[:TOP], start=1):
         if not isinstance(entry, dict) or not isinstance(entry.get("plan"), dict):
@@ -92,7 +92,7 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
             raise InputError(f"plan {position} is malformed: {exc}", source=source, field="plans.plan") from None
     if progress:
         progress("estimating the top plans", 0, 1)
-    est = estimate_serving(model, cluster, workload, ServePlanBatch.from_plans(chosen), params)
+    est = estimate_serving(model, cluster, workload, ServePlanBatch.from_plans(chosen), params, engine=engine)
     plans = [{"rank": i + 1, "plan": p.as_dict(), "text": p.as_string(), "estimate": est.row(i),
               "layout": f"{p.layout()} {p.weights}/{p.kv} b{p.max_batch}"}
              for i, p in enumerate(chosen)]
@@ -109,7 +109,7 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
     enumeration = enumerate_serve(model, cluster, served.space)
     every = enumeration.plans
     if len(every):
-        cloud = estimate_serving(model, cluster, workload, every, params)
+        cloud = estimate_serving(model, cluster, workload, every, params, engine=engine)
         n = len(every)
         data.cloud = ServingCloud(
             per_gpu=_column(cloud, "output_tokens_per_s_per_gpu", n), per_user=_column(cloud, "tokens_per_s_per_user", n),

@@ -1,0 +1,190 @@
+"""What the vLLM and SGLang launch scripts share: the context, where each engine runs, the script's shape.
+
+A serve plan becomes engines on nodes (``placement``): each replica's engines (agg: one engine of
+``tp * pp * dp`` GPUs; disagg: its prefill engines, then its decode engines) take GPUs in order, node by
+node.  An engine no larger than a node gets ``CUDA_VISIBLE_DEVICES`` of its node's local GPU numbers
+(``0..7`` on every node); a larger one spans whole nodes and gets the engine's multi-node flags.
+
+The script runs on every node (``NODE_RANK=k``; ``NODE_ADDRS="addr0 addr1 ..."`` names the nodes,
+node 0 first) and starts that node's engines in the background; node 0 also starts the router when
+there is more than one server (replicas, or a disaggregated system).  Every value is shell-quoted
+(``shell.py``); the only unquoted text is fixed fragments built from integers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from ...errors import InputError
+from ...inputs.modelspec import ModelSpec
+from ...serving.plan import Pool, ServePlan
+from . import shell
+
+BASE_PORT = 8000
+ROUTER_PORT = 30000
+CONTEXT_ROUND = 1024  # the context length is rounded up to this many tokens
+CONTEXT_SLACK = 1.25  # and leaves this much room over the planned prompt + output (lengths vary around it)
+
+
+@dataclass(frozen=True)
+class ServeContext:
+    """A serve plan and what its launch script needs."""
+
+    plan: ServePlan
+    model: ModelSpec
+    hardware: str
+    gpus_per_node: int
+    max_model_len: int  # prompt + output tokens the plan was estimated for
+    model_path: str | None = None  # Hugging Face name or folder [default: the spec name]
+    checkpoint: str = "bf16"
+    memory_fraction: float | None = None  # the engine's memory flag (None: the engine's own default rule)
+    prefill_tokens: int | None = None  # prefill token budget per step (chunked prefill)
+    estimate: Mapping | None = None
+    engine_note: str = ""
+
+    @property
+    def context_length(self) -> int:
+        """Context length with slack, within the model's own limit."""
+        want = -(-int(self.max_model_len * CONTEXT_SLACK) // CONTEXT_ROUND) * CONTEXT_ROUND
+        limit = self.model.max_seq_len
+        if limit:
+            want = min(want, limit)
+        return max(want, self.max_model_len)
+
+
+@dataclass(frozen=True)
+class EngineSlot:
+    """One engine (one server) of the plan and the GPUs it runs on."""
+
+    role: str  # "engine", "prefill" or "decode"
+    replica: int
+    index: int  # within its role and replica
+    pool: Pool
+    first_gpu: int  # global GPU number of its first GPU
+    gpus_per_node: int
+
+    @property
+    def gpus(self) -> int:
+        return self.pool.gpus_per_engine
+
+    @property
+    def nodes(self) -> list[int]:
+        first = self.first_gpu // self.gpus_per_node
+        last = (self.first_gpu + self.gpus - 1) // self.gpus_per_node
+        return list(range(first, last + 1))
+
+    @property
+    def head(self) -> int:
+        return self.nodes[0]
+
+    @property
+    def multi_node(self) -> bool:
+        return len(self.nodes) > 1
+
+    def devices(self) -> str:
+        local = self.first_gpu % self.gpus_per_node
+        return ",".join(str(d) for d in range(local, local + min(self.gpus, self.gpus_per_node)))
+
+    @property
+    def label(self) -> str:
+        name = {"engine": "server", "prefill": "prefill server", "decode": "decode server"}[self.role]
+        return f"replica {self.replica + 1}, {name} {self.index + 1}"
+
+
+def placement(plan: ServePlan, gpus_per_node: int) -> list[EngineSlot]:
+    """Every engine of the plan, in GPU order; an engine that would straddle two nodes is an error."""
+    slots: list[EngineSlot] = []
+    gpu = 0
+    prefill, decode = plan.pools()
+    for r in range(plan.replicas):
+        members = ([("engine", 0, decode)] if not plan.disaggregated else
+                   [("prefill", i, prefill) for i in range(prefill.workers)]
+                   + [("decode", i, decode) for i in range(decode.workers)])
+        members.sort(key=lambda m: -m[2].gpus_per_engine)  # the largest first: no engine straddles nodes
+        for role, index, pool in members:
+            width = pool.gpus_per_engine
+            offset = gpu % gpus_per_node
+            if (width <= gpus_per_node and offset + width > gpus_per_node) or (width > gpus_per_node and
+                                                                               (offset or width % gpus_per_node)):
+                raise InputError(f"an engine of {width} GPUs cannot start at GPU {offset} of a {gpus_per_node}-GPU "
+                                 "node; choose pools whose engines tile whole nodes", field="--plan")
+            slots.append(EngineSlot(role, r, index, pool, gpu, gpus_per_node))
+            gpu += width
+    slots.sort(key=lambda s: (s.first_gpu))
+    return slots
+
+
+def port_of(slot: EngineSlot, slots: list[EngineSlot]) -> int:
+    """API port: BASE_PORT + the number of engines before it whose head is on the same node."""
+    same = [s for s in slots if s.head == slot.head]
+    return BASE_PORT + same.index(slot)
+
+
+def addr(node: int) -> shell.Raw:
+    return shell.Raw(f'"${{ADDR[{int(node)}]}}"')
+
+
+def url(slot: EngineSlot, slots: list[EngineSlot]) -> shell.Raw:
+    return shell.Raw(f'"http://${{ADDR[{int(slot.head)}]}}:{int(port_of(slot, slots))}"')
+
+
+CommandFor = Callable[[ServeContext, EngineSlot, int, list[EngineSlot]], list[shell.Group]]
+
+
+def render_script(release: str, ctx: ServeContext, notes: list[str], command_for: CommandFor,
+                  router_for: Callable[[ServeContext, list[EngineSlot]], list[shell.Group]]) -> str:
+    """A bash script that starts, on the node it runs on, that node's engines (and on node 0 the router)."""
+    p = ctx.plan
+    slots = placement(p, ctx.gpus_per_node)
+    n_nodes = max(s.nodes[-1] for s in slots) + 1
+    lines = ["#!/usr/bin/env bash"]
+    lines += shell.comment_lines(_header(release, ctx, notes, slots, n_nodes))
+    lines += ["set -euo pipefail", "", shell.default_assignment("MODEL", ctx.model_path or ctx.model.name)]
+    lines += [shell.default_assignment("NODE_RANK", 0), shell.default_assignment("NODE_ADDRS", "localhost"),
+              'read -r -a ADDR <<< "$NODE_ADDRS"']
+    if n_nodes > 1:
+        lines += [f'if (( ${{#ADDR[@]}} < {n_nodes} )); then echo "NODE_ADDRS must name {n_nodes} nodes, node 0 first" >&2; exit 2; fi']
+    lines += ["", 'case "$NODE_RANK" in']
+    for node in range(n_nodes):
+        lines.append(f"{node})")
+        body: list[str] = []
+        for slot in slots:
+            if node not in slot.nodes:
+                continue
+            rank = slot.nodes.index(node)
+            body += shell.comment_lines([slot.label + (f", node {rank + 1} of {len(slot.nodes)}" if slot.multi_node
+                                                        else "")])
+            groups = [(shell.Raw("CUDA_VISIBLE_DEVICES=" + shell.word(slot.devices())),)] + command_for(ctx, slot, rank,
+                                                                                                        slots)
+            cmd = shell.command(groups)
+            cmd[-1] = cmd[-1] + " &"
+            body += cmd
+        if node == 0 and len([s for s in slots]) > 1:
+            body += shell.comment_lines(["the router: one endpoint in front of the servers (it waits for them to be healthy)"])
+            cmd = shell.command(router_for(ctx, slots))
+            cmd[-1] = cmd[-1] + " &"
+            body += cmd
+        lines += ["    " + line for line in body] + ["    ;;"]
+    lines += [f'*) echo "NODE_RANK must be 0..{n_nodes - 1}" >&2; exit 2;;', "esac", "wait"]
+    return "\n".join(lines) + "\n"
+
+
+def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[EngineSlot], n_nodes: int) -> list[str]:
+    p = ctx.plan
+    lines = [f"Written by autotune for {release}. Edit freely; rerun `autotune emit` to regenerate.",
+             f"model: {ctx.model.name}; hardware: {ctx.hardware}; plan: {p.as_string()}",
+             f"{p.layout()}: {len(slots)} server(s) on {n_nodes} node(s) of {ctx.gpus_per_node} GPUs; context "
+             f"length {ctx.context_length} tokens (planned prompt + output {ctx.max_model_len}, with slack)"]
+    if ctx.estimate:
+        e = ctx.estimate
+        lines.append(f"predicted: {e['output_tokens_per_s']:,.0f} output tokens/s in total, TTFT "
+                     f"{e.get('ttft_ms') or 0:,.0f} ms, TPOT {e.get('tpot_ms') or 0:,.1f} ms (autotune's analytic serving "
+                     f"model); {e.get('memory_gib_per_gpu', 0):.1f} GiB per GPU of the engine's budget")
+    lines += notes
+    if n_nodes > 1:
+        lines.append(f"Run this script on each of the {n_nodes} nodes: NODE_RANK=k NODE_ADDRS='addr0 addr1 ...' "
+                     "bash serve.sh (k = 0 .. nodes-1; the addresses of every node, node 0 first).")
+    if len(slots) > 1:
+        lines.append(f"Clients talk to the router on node 0, port {ROUTER_PORT}.")
+    return lines

@@ -1,0 +1,80 @@
+"""Checkpoints: which weight precisions a checkpoint holds, and which an engine makes from bf16 at load.
+
+``--checkpoint`` names the weights the user has (default bf16, or the format the catalogue records for a
+Hugging Face id).  A plan's ``weights`` is runnable from it when the checkpoint holds that precision
+(the engine reads the scheme from the checkpoint's config and no ``--quantization`` flag is needed), or
+when the checkpoint is bf16 and the engine quantises it at load (online: vLLM 0.33 ``fp8_per_tensor``, SGLang
+0.5.23 ``fp8``; NVFP4 only for a MoE model's experts on Blackwell: vLLM ``nvfp4_per_token``, SGLang
+``nvfp4_online``; a dense model's NVFP4 needs a checkpoint).  Otherwise the plan needs
+a pre-quantized checkpoint, and says which (``requirement``).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .engines import engine_family
+
+CHECKPOINTS = ("bf16", "fp8", "nvfp4", "mxfp4", "awq", "gptq", "compressed-tensors", "modelopt")
+HOLDS: Mapping[str, frozenset] = {
+    "bf16": frozenset({"bf16"}),
+    "fp8": frozenset({"fp8"}),
+    "nvfp4": frozenset({"fp4"}),
+    "mxfp4": frozenset({"mxfp4"}),
+    "awq": frozenset({"int4"}),
+    "gptq": frozenset({"int4"}),
+    "compressed-tensors": frozenset({"fp8", "int8", "int4", "fp4"}),
+    "modelopt": frozenset({"fp8", "fp4"}),
+}
+# Weight precisions an engine makes from a bf16 checkpoint at load (online quantization), and the
+# precisions that need Blackwell's FP4 tensor cores to do so.
+ONLINE: Mapping[str, frozenset] = {"vllm": frozenset({"fp8", "fp4"}), "sglang": frozenset({"fp8", "fp4"}),
+                                   "trtllm": frozenset()}
+# The checkpoint formats that carry each precision, for the message.
+SOURCES: Mapping[str, str] = {
+    "bf16": "a bf16 checkpoint",
+    "fp8": "an fp8 checkpoint (fp8, compressed-tensors or modelopt)",
+    "int8": "an int8 W8A8 checkpoint (compressed-tensors)",
+    "int4": "an int4 checkpoint (awq, gptq or compressed-tensors)",
+    "fp4": "an NVFP4 checkpoint (nvfp4, modelopt or compressed-tensors)",
+    "mxfp4": "an MXFP4 checkpoint (mxfp4, e.g. gpt-oss)",
+}
+# The catalogue's record of a Hugging Face repository's weights -> a --checkpoint value.
+FROM_CATALOGUE: Mapping[str, str] = {"bf16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4", "mxfp4": "mxfp4",
+                                     "int4": "compressed-tensors"}
+
+
+def check_checkpoint(name: str) -> str:
+    key = name.strip().lower()
+    if key not in CHECKPOINTS:
+        raise ValueError(f"checkpoint must be one of {', '.join(CHECKPOINTS)}, but got ({name!r})")
+    return key
+
+
+MOE_ONLY_ONLINE = frozenset({"fp4"})  # the engines' online NVFP4 quantizes MoE experts only
+
+
+def how(weights: str, checkpoint: str, engine: str, is_moe: bool = True) -> str:
+    """``checkpoint`` (read from it), ``online`` (quantized at load) or ``needs`` (another checkpoint)."""
+    if weights in HOLDS[checkpoint]:
+        return "checkpoint"
+    if checkpoint == "bf16" and weights in ONLINE[engine_family(engine)] and (is_moe or weights not in MOE_ONLY_ONLINE):
+        return "online"
+    return "needs"
+
+
+def requirement(weights: str, checkpoint: str, engine: str, is_moe: bool = True) -> str | None:
+    """None when the plan runs from ``checkpoint``; else what it needs, as a sentence fragment."""
+    if how(weights, checkpoint, engine, is_moe) != "needs":
+        return None
+    return f"needs {SOURCES[weights]}; --checkpoint is {checkpoint}"
+
+
+def default_checkpoint(model_name: str) -> str:
+    """The checkpoint a --model names: the catalogue's record for a Hugging Face id, else bf16."""
+    from ..inputs.catalogue import lookup_hf_id
+
+    entry = lookup_hf_id(model_name) if "/" in model_name else None
+    if entry is not None and entry.checkpoint:
+        return FROM_CATALOGUE.get(entry.checkpoint, "bf16")
+    return "bf16"

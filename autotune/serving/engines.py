@@ -1,0 +1,195 @@
+"""The serving engines: the releases autotune plans for, their defaults and their memory budget rules.
+
+Each engine decides how much memory its KV cache gets, by its own rule (``kv_pool_bytes``):
+
+* **vLLM** (0.33) ``--gpu-memory-utilization u`` caps *everything*: the KV cache gets
+  ``u * memory - weights - non-torch memory - peak activations - CUDA graphs`` (vllm/v1/worker/
+  gpu_worker.py ``determine_available_memory``: the profile run with ``max_num_batched_tokens``
+  tokens measures the activation peak; CUDA-graph memory is estimated and taken off since v0.21).
+  Default ``u`` 0.92 (what ``vllm serve`` 0.33 resolves with no flag).
+* **SGLang** (0.5.23) ``--mem-fraction-static f`` caps *weights plus KV cache*: the KV pool is
+  ``f * memory - weights``; activations and CUDA graphs live in the rest.  Its default is
+  ``(memory - reserved) / memory`` with ``reserved = 512 MiB + 1.5 MiB per chunked-prefill token +
+  1 GiB per 8 GPUs of tp*pp + the CUDA-graph reserve`` (2 MiB per decode graph batch, more with
+  attention DP), at least 10 GiB on GPUs over 60 GiB (sglang/srt/arg_groups/memory_hook.py).
+  autotune computes the same reserve, raised to its own activation estimate where that is larger,
+  and emits the fraction explicitly.
+* **TensorRT-LLM** ``kv_cache_config.free_gpu_memory_fraction`` (0.9) of the memory left after
+  weights and activations.
+
+Activations (``activation_bytes``) are the forward pass of one chunk of ``chunk_tokens`` tokens:
+hidden state, residual and norm output (3h), the QKV projection and attention output, the MLP's
+gate/up/activation (3 x ffn / tp, or for MoE the dispatched ``topk`` copies and their expert
+intermediates), plus the sampler's fp32 logits of ``max_batch`` rows (twice: logits and
+probabilities).  CUDA graphs (``cuda_graph_bytes``): a pool per captured batch size, modelled as
+24 MiB per layer-of-graphs block plus the decode activations of the largest captured batch.
+Non-torch memory: CUDA context and NCCL buffers, 0.75 GiB plus 0.5 GiB with any parallelism.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+GIB = float(2**30)
+MIB = float(2**20)
+
+ENGINES = ("vllm", "sglang", "trtllm")
+RELEASES: Mapping[str, str] = {"vllm": "vLLM 0.33", "sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM 1.x"}
+DEFAULT_ENGINE = "vllm"
+
+
+@dataclass(frozen=True)
+class EngineDefaults:
+    """What an engine does when the command leaves it to the engine."""
+
+    name: str
+    memory_knob: str  # the flag that sets the budget
+    memory_fraction: float | None  # default of that knob; None: computed (SGLang)
+    mixed_prefill: bool  # prefill chunks ride in the same steps as decodes (chunked prefill)
+
+    def chunk_tokens(self, memory_gib: float) -> float:
+        """Prefill token budget per step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size,
+        TensorRT-LLM max_num_tokens) for a GPU of ``memory_gib``."""
+        if self.name == "vllm":
+            return 16384.0 if memory_gib >= 160 else (8192.0 if memory_gib >= 70 else 2048.0)
+        if self.name == "sglang":
+            return 16384.0 if memory_gib >= 160 else (8192.0 if memory_gib >= 60 else 4096.0)
+        return 8192.0
+
+    def max_batch(self, memory_gib: float) -> int:
+        """Sequences in flight per engine rank by default (vLLM max_num_seqs, SGLang max_running_requests,
+        TensorRT-LLM max_batch_size)."""
+        if self.name == "vllm":
+            return 1024 if memory_gib >= 70 else 256
+        return 2048
+
+
+DEFAULTS: Mapping[str, EngineDefaults] = {
+    "vllm": EngineDefaults("vllm", "--gpu-memory-utilization", 0.92, True),
+    "sglang": EngineDefaults("sglang", "--mem-fraction-static", None, False),
+    "trtllm": EngineDefaults("trtllm", "kv_cache_config.free_gpu_memory_fraction", 0.90, True),
+}
+
+
+def engine_family(engine: str) -> str:
+    """``vllm-0.19`` -> ``vllm``; legacy TensorRT-LLM releases (``trtllm-0.14``) -> ``trtllm``."""
+    for name in ENGINES:
+        if engine == name or engine.startswith(name + "-"):
+            return name
+    return DEFAULT_ENGINE
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, but got (engine={engine!r})")
+    return engine
+
+
+# --- memory per GPU (bytes; numpy arrays broadcast over plans or rows) -----------------------------
+
+def weight_bytes_per_gpu(a, q, tp, pp, dp, ep):
+    """Resident weights per GPU: attention, dense MLP and shared experts split over tp and pp; routed
+    experts over the engine's tp*dp GPUs of a stage (ep groups of experts, each split moe_tp ways);
+    embedding and output layer (bf16) split over tp (vocabulary-parallel) and held by the end stages."""
+    G = tp * dp
+    non_expert = (a["P_attn"] * q["b_attn"] + (a["P_dense"] + a["P_shared"]) * q["b_mlp"]) / (tp * pp)
+    experts = a["n_moe"] * a["E"] * a["P_expert"] * q["b_exp"] / (G * pp)
+    embed = (a["P_embed"] + a["P_head"]) * 2.0 / tp / np.minimum(pp, 2.0)
+    return non_expert + experts + embed + a["P_norm"] * 2.0 / pp
+
+
+def kv_bytes_per_token(a, kv_b, tp, pp):
+    """KV-cache bytes one token of context occupies on one GPU (full and sliding layers; a sliding
+    layer's share is bounded by its window, see ``kv_bytes_per_sequence``)."""
+    heads = np.maximum(a["n_kv_heads"] / tp, 1.0) / np.maximum(a["n_kv_heads"], 1.0)
+    share = np.where(a["kv_split"] > 0, heads, 1.0)
+    per_layer = a["kv_elems"] * kv_b * share
+    return (a["n_full"] * (per_layer + a["idx_elems"] * 1.0)) / pp, per_layer
+
+
+def kv_bytes_per_sequence(a, kv_b, tp, pp, tokens):
+    """Cache bytes of one sequence of ``tokens`` tokens on one GPU: full layers grow with it, sliding
+    layers up to their window, linear layers keep a fixed state."""
+    full, per_layer = kv_bytes_per_token(a, kv_b, tp, pp)
+    sliding = a["n_swa"] * per_layer * np.minimum(a["window"], tokens) / pp
+    state = a["n_lin"] * a["lin_state_bytes"] / np.maximum(tp, 1.0) / pp
+    return full * tokens + sliding + state
+
+
+def activation_bytes(a, tokens, tp, dp, ep, max_batch):
+    """Peak activation memory per GPU of a forward pass over ``tokens`` tokens (the engine's chunk)."""
+    h = a["h"]
+    qkv = (a["n_heads"] * a["head_dim"] + 2.0 * a["n_kv_heads"] * a["head_dim"]) / tp
+    dense = 3.0 * a["ffn"] / tp
+    moe_tp = np.maximum(tp * dp / np.maximum(ep, 1.0), 1.0)
+    moe = a["topk"] * (h + 3.0 * a["moe_ffn"] / moe_tp)
+    per_token = 3.0 * h + qkv + np.where(a["E"] > 0, np.maximum(moe, dense), dense)
+    sampler = 2.0 * np.maximum(max_batch, 1.0) * a["V"] * 4.0
+    return tokens * per_token * 2.0 + sampler
+
+
+def cuda_graph_bytes(a, max_batch, tp, dp, ep):
+    captured = np.minimum(np.maximum(max_batch, 1.0), 512.0)
+    return 24.0 * MIB * a["L"] / 8.0 + activation_bytes(a, captured, tp, dp, ep, 0.0)
+
+
+def runtime_bytes(tp, pp, dp, ep):
+    parallel = (tp * pp * dp) > 1
+    return 0.75 * GIB + np.where(parallel, 0.5 * GIB, 0.0) + np.where((dp > 1) & (ep > 1), 1.0 * GIB, 0.0)
+
+
+def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes):
+    """SGLang 0.5.23's own default reserve (memory_hook.py), in bytes."""
+    graph_bs = np.minimum(np.where(memory_bytes >= 160 * GIB, 512.0, np.where(tp < 4, 256.0, 512.0)),
+                          np.maximum(max_batch, 1.0))
+    mib = 512.0 + np.maximum(chunk, 2048.0) * 1.5 + tp * dp * pp / 8.0 * 1024.0 + graph_bs * 2.0
+    mib = mib + np.where(dp > 1, graph_bs * dp * 3.0, 0.0)
+    mib = np.where(memory_bytes > 60 * GIB, np.maximum(mib, 10 * 1024.0), mib)
+    return mib * MIB
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """Memory per GPU of one engine rank under the engine's own rule (bytes, arrays)."""
+
+    weights: np.ndarray
+    activations: np.ndarray
+    cuda_graphs: np.ndarray
+    runtime: np.ndarray
+    kv_pool: np.ndarray  # what the engine gives the KV cache
+    budget: np.ndarray  # what the engine's knob lets it use in total
+    knob: np.ndarray  # the value of the engine's memory flag (fraction)
+
+
+def memory_budget(engine: str, a, q, g, tp, pp, dp, ep, max_batch, chunk, *, fraction=None) -> MemoryBudget:
+    """The KV pool an engine allots on each GPU, with the parts of its budget.
+
+    ``fraction`` overrides the knob (vLLM gpu-memory-utilization, SGLang mem-fraction-static,
+    TensorRT-LLM free_gpu_memory_fraction); default: the engine's default (SGLang: its computed one).
+    """
+    fam = engine_family(engine)
+    M = g["mem"]
+    w = weight_bytes_per_gpu(a, q, tp, pp, dp, ep)
+    act = activation_bytes(a, chunk, tp, dp, ep, max_batch)
+    graphs = cuda_graph_bytes(a, max_batch, tp, dp, ep)
+    rt = runtime_bytes(tp, pp, dp, ep)
+    if fam == "sglang":
+        if fraction is None:
+            reserved = np.maximum(sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, M), act + graphs + rt)
+            fraction = np.floor((M - reserved) / M * 1000.0) / 1000.0
+        knob = np.asarray(fraction, dtype=np.float64) + 0.0 * M
+        pool = knob * M - w
+        budget = M
+    elif fam == "trtllm":
+        knob = np.asarray(DEFAULTS["trtllm"].memory_fraction if fraction is None else fraction, dtype=np.float64) + 0.0 * M
+        pool = knob * (M - w - act - rt - graphs)
+        budget = M
+    else:
+        knob = np.asarray(DEFAULTS["vllm"].memory_fraction if fraction is None else fraction, dtype=np.float64) + 0.0 * M
+        budget = knob * M
+        pool = budget - w - rt - act - graphs
+    return MemoryBudget(weights=w, activations=act, cuda_graphs=graphs, runtime=rt, kv_pool=np.maximum(pool, 0.0),
+                        budget=budget, knob=knob)

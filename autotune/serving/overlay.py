@@ -1,0 +1,58 @@
+"""A serving calibration file: the parameters ``autotune calibrate`` fitted on serving runs, per engine.
+
+    schema: serving
+    engines:
+      vllm: {gemm: 0.62, weight_bandwidth: 0.88, ...}
+      sglang: {...}
+
+Every key is a ``ServingParams`` field inside its bounds; a field left out keeps the shipped value.
+``--calibration FILE`` applies it to ``search``/``predict --workload serve`` and ``validate``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+import yaml
+
+from ..errors import InputError, check_keys
+from ..inputs import loading
+from .calibrated import params_for
+from .estimate import SERVING_PARAM_BOUNDS, SERVING_PARAM_FIELDS, ServingParams
+
+
+def load_serving_calibration(path: str | Path) -> dict[str, ServingParams]:
+    source = str(path)
+    data = loading.read_mapping(Path(path))
+    if data.get("schema") != "serving":
+        raise InputError("is not a serving calibration (schema: serving), so it cannot go to --calibration of a "
+                         "serving command; fit one with `autotune calibrate SERVING_RUNS.csv --out FILE` (a training "
+                         "overlay goes to training commands)", source=source, field="schema")
+    check_keys(data, frozenset({"schema", "engines", "source", "fit"}), source=source)
+    engines = data.get("engines")
+    if not isinstance(engines, dict) or not engines:
+        raise InputError("must map engine names to parameter mappings", source=source, field="engines")
+    out: dict[str, ServingParams] = {}
+    for engine, raw in engines.items():
+        section = f"engines.{engine}"
+        if not isinstance(raw, dict):
+            raise InputError("must map parameter names to numbers", source=source, field=section)
+        check_keys(raw, frozenset(SERVING_PARAM_FIELDS), source=source, section=section)
+        values = {}
+        for key in raw:
+            lo, hi = SERVING_PARAM_BOUNDS[key]
+            values[key] = loading.number(raw, key, source=source, section=section, positive=False, minimum=lo,
+                                         maximum=hi)
+        out[str(engine)] = params_for(str(engine)).replace(**values)
+    return out
+
+
+def serving_calibration_text(table: Mapping[str, ServingParams], *, source: str, fit: Mapping | None = None) -> str:
+    doc = {"schema": "serving", "source": source,
+           "engines": {e: {k: round(v, 5) for k, v in p.as_dict().items()} for e, p in sorted(table.items())}}
+    if fit:
+        doc["fit"] = dict(fit)
+    header = ("# Serving parameters fitted by `autotune calibrate` (scipy least squares, soft-L1 on relative errors).\n"
+              "# Apply with --calibration FILE (search/predict --workload serve, validate).\n")
+    return header + yaml.safe_dump(doc, sort_keys=False)

@@ -1,0 +1,321 @@
+"""Serving as practitioners deploy it (issue 13): memory the emitted engine allows, checkpoint-aware quantization,
+multi-node launch, engine data parallelism and routers, disaggregation, queueing, MoE with attention DP and wide EP."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from autotune.cli import app
+from autotune.inputs.hardware import Cluster, load_hardware
+from autotune.inputs.modelspec import load_model
+from autotune.inputs.workload import ServeWorkload
+from autotune.outputs.emit.formats import serving_files
+from autotune.serving.calibrated import CURRENT
+from autotune.serving.estimate import GIB, estimate_serving
+from autotune.serving.plan import ServePlan, ServePlanBatch, parse_serve_plan
+
+runner = CliRunner()
+
+
+def _flag(text: str, name: str) -> str:
+    found = re.findall(rf"{re.escape(name)} (\S+)", text)
+    assert found, f"{name} not in the script"
+    return found[0]
+
+
+def _run(args):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+# --- 1. memory = the engine's budget ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_llama70b_on_8_h100_top_plan_fits_the_emitted_budget(tmp_path, engine):
+    """The top plan's batch is achievable under the flags the emitted script passes: its weights, activations,
+    CUDA graphs and the KV cache of max_batch full-length sequences fit the engine's own budget."""
+    out = tmp_path / "s"
+    _run(["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+          "--input-len", "2048", "--output-len", "256", "--engine", engine, "--out", str(out), "--json"])
+    doc = json.loads((out / "plans.json").read_text())
+    best = doc["plans"][0]
+    est, plan = best["estimate"], parse_serve_plan(",".join(f"{k}={v}" for k, v in best["plan"].items()), 8)
+    script = _run(["emit", str(out / "plans.json"), "--format", engine]).stdout
+    memory = est["memory_breakdown_gib"]
+    if engine == "vllm":
+        util = float(_flag(script, "--gpu-memory-utilization"))
+        assert est["memory_gib_per_gpu"] <= util * 80 + 1e-6  # everything under --gpu-memory-utilization
+        per_rank = int(_flag(script, "--max-num-seqs"))
+        assert per_rank * plan.pools()[1].dp == plan.max_batch
+    else:
+        fraction = float(_flag(script, "--mem-fraction-static"))
+        assert memory["weights"] + memory["kv_cache"] <= fraction * 80 + 1e-6  # weights + KV under the fraction
+        assert memory["activations"] + memory["cuda_graphs"] + memory["runtime"] <= (1 - fraction) * 80
+        assert int(_flag(script, "--max-running-requests")) == plan.max_batch
+    assert est["max_batch_fit"] >= plan.max_batch
+    assert est["fits"]
+
+
+def test_the_issue_example_no_longer_fits():
+    """Eight single-GPU fp8 servers at batch 25: vLLM's 0.92 budget holds about 8 sequences of 2,304 tokens."""
+    model, hw = load_model("llama3-70b"), load_hardware("h100-sxm5-80gb")
+    plans = ServePlanBatch.from_plans([ServePlan(n_gpus=8, tp=1, weights="fp8", kv="fp8", max_batch=25)])
+    est = estimate_serving(model, Cluster(hw, 8, 8), ServeWorkload(2048, 256), plans, CURRENT["vllm"], engine="vllm")
+    assert not est.fits[0] and "KV-cache budget" in est.reason[0]
+    assert 4 <= est.max_batch_fit[0] <= 12
+    assert est.memory_breakdown_gib["kv_pool"][0] < 6  # GiB per GPU left for the KV cache
+
+
+def test_memory_reserve_depends_on_model_and_batch():
+    model, hw = load_model("llama3-8b"), load_hardware("h100-sxm5-80gb")
+    big = load_model("llama3-70b")
+    work = ServeWorkload(1024, 256)
+
+    def parts(m, max_batch):
+        plans = ServePlanBatch.from_plans([ServePlan(n_gpus=8, tp=8, weights="fp8", kv="fp8", max_batch=max_batch)])
+        return estimate_serving(m, Cluster(hw, 8, 8), work, plans, CURRENT["vllm"]).memory_breakdown_gib
+
+    small, large = parts(model, 32), parts(model, 1024)
+    assert large["activations"][0] > small["activations"][0]  # the sampler's logits of max_batch rows
+    assert large["cuda_graphs"][0] > small["cuda_graphs"][0]  # graphs captured up to the batch limit
+    assert parts(big, 32)["cuda_graphs"][0] > small["cuda_graphs"][0]  # more layers
+    assert parts(big, 32)["activations"][0] != small["activations"][0]
+
+
+# --- 2. checkpoint-aware quantization ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("weights, checkpoint, vllm_flag, sglang_flag, needs", [
+    ("fp8", "bf16", "fp8_per_tensor", "fp8", False),  # online quantization, the engines' current names
+    ("fp8", "fp8", None, None, False),  # detected from the checkpoint's config
+    ("fp8", "compressed-tensors", None, None, False),  # --quantization fp8 would be rejected here
+    ("int4", "awq", None, None, False),
+    ("int4", "gptq", None, None, False),
+    ("int8", "compressed-tensors", None, None, False),
+    ("int4", "bf16", None, None, True),  # a plan that needs a pre-quantized checkpoint
+    ("int8", "bf16", None, None, True),
+    ("fp4", "nvfp4", None, "modelopt_fp4", False),
+    ("fp4", "modelopt", None, "modelopt_fp4", False),
+    ("fp4", "bf16", None, None, True),  # the engines' online NVFP4 quantizes MoE experts only
+    ("bf16", "fp8", None, None, True),
+])
+def test_quantization_flags_follow_the_checkpoint(weights, checkpoint, vllm_flag, sglang_flag, needs):
+    plan = ServePlan(n_gpus=8, tp=8, weights=weights, kv="fp8", max_batch=64)
+    model = load_model("llama3-70b")
+    for fmt, expected in (("vllm", vllm_flag), ("sglang", sglang_flag)):
+        files, est = serving_files(fmt, plan, model, "b200-sxm-180gb", 2048, 256, checkpoint=checkpoint)
+        script = next(iter(files.values()))
+        quant = re.findall(r"--quantization (\S+)", script)
+        assert quant == ([expected] if expected else []), (fmt, quant)
+        assert ("NEEDS A PRE-QUANTIZED" in script or "point MODEL at a bf16" in script) == needs
+        assert ("needs_checkpoint" in est) == needs
+
+
+def test_online_nvfp4_is_for_moe_experts():
+    plan = ServePlan(n_gpus=8, tp=8, ep=8, weights="fp4", kv="fp8", max_batch=64)
+    for fmt, flag in (("vllm", "nvfp4_per_token"), ("sglang", "nvfp4_online")):
+        files, est = serving_files(fmt, plan, load_model("mixtral-8x7b"), "b200-sxm-180gb", 2048, 256)
+        assert f"--quantization {flag}" in next(iter(files.values())) and est["weights_from"] == "online"
+
+
+def test_search_says_when_a_plan_needs_a_prequantized_checkpoint():
+    result = _run(["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+                   "--input-len", "1024", "--output-len", "256", "--fix", "weights=int4", "--top", "3", "--json"])
+    plans = json.loads(result.stdout)["plans"]
+    assert plans and all(p["estimate"]["weights_from"] == "needs" for p in plans)
+    assert all("int4 checkpoint" in p["estimate"]["needs_checkpoint"] for p in plans)
+    table = _run(["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+                  "--input-len", "1024", "--output-len", "256", "--fix", "weights=int4", "--top", "3"]).stdout
+    assert "NEEDS" in table
+    ok = _run(["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+               "--input-len", "1024", "--output-len", "256", "--fix", "weights=int4", "--checkpoint", "awq",
+               "--top", "3", "--json"])
+    assert all(p["estimate"]["weights_from"] == "checkpoint" for p in json.loads(ok.stdout)["plans"])
+
+
+def test_a_hugging_face_id_brings_its_checkpoint_and_a_bad_name_is_refused():
+    doc = json.loads(_run(["search", "--workload", "serve", "-m", "deepseek-ai/DeepSeek-R1", "-H", "h200-sxm-141gb",
+                           "--gpus", "8", "--input-len", "1024", "--output-len", "1024", "--top", "2", "--json"]).stdout)
+    assert doc["inputs"]["checkpoint"] == "fp8"
+    assert doc["plans"][0]["plan"]["weights"] == "fp8"  # what the checkpoint holds ranks first
+    bad = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "1",
+                              "--input-len", "10", "--output-len", "10", "--checkpoint", "safetensors"])
+    assert bad.exit_code == 2 and "--checkpoint" in bad.output
+    bad = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "1",
+                              "--input-len", "10", "--output-len", "10", "--engine", "tgi"])
+    assert bad.exit_code == 2 and "--engine" in bad.output
+
+
+# --- 3. launch: multi-node, data parallelism, routers, context length ------------------------------------------
+
+def _script(fmt, plan, gpus, model="llama3-70b", hw="h100-sxm5-80gb", io=(2048, 256), **kw):
+    files, _ = serving_files(fmt, parse_serve_plan(plan, gpus), load_model(model), hw, *io, **kw)
+    return next(iter(files.values()))
+
+
+def _node(script: str, k: int) -> str:
+    body = script.split(f"\n{k})\n", 1)[1]
+    return body.split("\n    ;;", 1)[0]
+
+
+def test_replicas_past_the_first_node_use_that_nodes_own_gpus():
+    script = _script("vllm", "tp=4,weights=fp8,kv=fp8,max_batch=64", 16)
+    assert "CUDA_VISIBLE_DEVICES=8" not in script and "12,13" not in script
+    assert _node(script, 1).count("CUDA_VISIBLE_DEVICES=0,1,2,3") == 1
+    assert _node(script, 1).count("CUDA_VISIBLE_DEVICES=4,5,6,7") == 1
+    assert "vllm-router" in _node(script, 0) and script.count('"http://${ADDR[1]}:800') == 2
+
+
+def test_an_engine_over_two_nodes_gets_the_multi_node_flags():
+    vllm = _script("vllm", "tp=8,pp=2,weights=bf16,max_batch=64", 16, model="llama3-405b")
+    head, other = _node(vllm, 0), _node(vllm, 1)
+    assert "--nnodes 2" in head and "--node-rank 0" in head and '--master-addr "${ADDR[0]}"' in head
+    assert "--node-rank 1" in other and "--headless" in other and "--port" not in other
+    sg = _script("sglang", "tp=8,pp=2,weights=bf16,max_batch=64", 16, model="llama3-405b")
+    assert "--nnodes 2" in _node(sg, 0) and "--node-rank 1" in _node(sg, 1)
+    assert '--dist-init-addr "${ADDR[0]}:5000"' in _node(sg, 1)
+    assert "vllm-router" not in vllm  # one server: no router
+
+
+def test_engine_data_parallelism_and_wide_ep_over_nodes():
+    dense = _script("vllm", "tp=1,dp=8,weights=fp8,kv=fp8,max_batch=512", 8, model="llama3-8b")
+    assert "--data-parallel-size 8" in dense and "--max-num-seqs 64" in dense  # per DP rank
+    assert "--dp-size 8" in _script("sglang", "tp=1,dp=8,weights=fp8,kv=fp8,max_batch=512", 8, model="llama3-8b")
+    wide = _script("vllm", "tp=1,dp=16,ep=16,weights=fp8,kv=fp8,max_batch=2048", 16, model="deepseek-v3",
+                   hw="h200-sxm-141gb", checkpoint="fp8")
+    assert "--enable-expert-parallel" in wide and "--data-parallel-size 16" in wide
+    assert "--data-parallel-size-local 8" in _node(wide, 1) and "--data-parallel-start-rank 8" in _node(wide, 1)
+    assert "--headless" in _node(wide, 1) and "--quantization" not in wide
+    sg = _script("sglang", "tp=1,dp=16,ep=16,weights=fp8,kv=fp8,max_batch=2048", 16, model="deepseek-v3",
+                 hw="h200-sxm-141gb", checkpoint="fp8")
+    assert "--tp-size 16" in sg and "--attn-dp-size 16" in sg and "--ep-size 16" in sg
+    # vLLM's EP spans the whole engine: EP 4 inside TP 8 is SGLang's to express
+    from autotune.errors import InputError
+    with pytest.raises(InputError, match="vLLM 0.33 cannot express"):
+        _script("vllm", "tp=8,ep=4,weights=bf16,max_batch=64", 8, model="mixtral-8x7b")
+    assert "--ep-size 4" in _script("sglang", "tp=8,ep=4,weights=bf16,max_batch=64", 8, model="mixtral-8x7b")
+
+
+def test_context_length_has_slack_within_the_models_limit():
+    assert "--max-model-len 3072" in _script("vllm", "tp=8,weights=fp8,max_batch=64", 8)  # 2304 * 1.25 -> 3072
+    tight = _script("vllm", "tp=8,weights=fp8,max_batch=8", 8, io=(7000, 1000), model="llama3-8b")
+    assert "--max-model-len 8192" in tight  # Llama 3 8B's own limit
+
+
+# --- 5. disaggregation -----------------------------------------------------------------------------------------
+
+DISAGG = "prefill_workers=2,prefill_tp=2,decode_workers=1,decode_tp=4,weights=fp8,kv=fp8,max_batch=128"
+
+
+def test_disaggregated_launch_flags():
+    vllm = _script("vllm", DISAGG, 8)
+    assert vllm.count('"kv_role":"kv_producer"') == 2 and vllm.count('"kv_role":"kv_consumer"') == 1
+    assert "--vllm-pd-disaggregation" in vllm and vllm.count("--prefill ") == 2 and vllm.count("--decode ") == 1
+    sg = _script("sglang", DISAGG, 8)
+    assert sg.count("--disaggregation-mode prefill") == 2 and sg.count("--disaggregation-mode decode") == 1
+    assert "--pd-disaggregation" in sg and sg.count("--disaggregation-bootstrap-port") == 2
+    assert sg.count("--disaggregation-transfer-backend nixl") == 3
+
+
+def test_disaggregated_plans_are_searched_and_estimated():
+    doc = json.loads(_run(["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+                           "--input-len", "4096", "--output-len", "256", "--fix", "mode=disagg", "--top", "5",
+                           "--json"]).stdout)
+    plans = doc["plans"]
+    assert plans and all(p["plan"]["mode"] == "disagg" for p in plans)
+    for p in plans:
+        plan = p["plan"]
+        gpus = sum(plan[f"{s}_workers"] * plan[f"{s}_tp"] * plan[f"{s}_pp"] * plan[f"{s}_dp"] for s in ("prefill", "decode"))
+        assert gpus * plan["replicas"] == 8
+        assert 0 < p["estimate"]["prefill_utilisation"] < 1  # rate matching: the prefill pool keeps up
+    predicted = _run(["predict", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+                      "--input-len", "4096", "--output-len", "256", "--concurrency", "64", "-p", DISAGG, "--json"])
+    assert json.loads(predicted.stdout)["plan"]["decode_tp"] == 4
+
+
+def test_kv_handoff_crosses_the_link_between_the_pools():
+    """The same 1P+1D system: inside an NVL72 rack the KV cache moves over NVLink, across H100 nodes over the NICs."""
+    model = load_model("llama3-70b")
+    plan = ServePlanBatch.from_plans([parse_serve_plan(
+        "prefill_workers=1,prefill_tp=8,decode_workers=1,decode_tp=8,weights=fp8,kv=fp8,max_batch=64", 16)])
+    work = ServeWorkload(16384, 128, concurrency=4)
+    h100 = estimate_serving(model, Cluster(load_hardware("h100-sxm5-80gb"), 16, 8), work, plan, CURRENT["vllm"])
+    gb200 = estimate_serving(model, Cluster(load_hardware("gb200-nvl72"), 16, 4), work, plan, CURRENT["vllm"])
+    assert h100.ttft_ms[0] > gb200.ttft_ms[0]
+
+
+# --- 4. queueing: TTFT under a concurrency and under a request rate -----------------------------------------------
+
+def test_ttft_grows_with_users_and_with_the_request_rate():
+    model, hw = load_model("llama3-8b"), load_hardware("h100-sxm5-80gb")
+    plans = ServePlanBatch.from_plans([ServePlan(n_gpus=1, weights="fp8", kv="fp8", max_batch=256)])
+    cluster = Cluster(hw, 1, 8)
+
+    def ttft(**load):
+        est = estimate_serving(model, cluster, ServeWorkload(2048, 256, **load), plans, CURRENT["vllm"])
+        return est.ttft_ms[0], est
+
+    values = [ttft(concurrency=c)[0] for c in (1, 16, 128, 512, 2048)]
+    assert values == sorted(values) and values[-1] > 10 * values[0]
+    # beyond the engine's batch limit the users wait for a slot: TTFT is mostly waiting
+    assert values[-1] > 4 * values[-2]
+    capacity = ttft(concurrency=256)[1].requests_per_s[0]
+    rates = [ttft(request_rate=capacity * f)[0] for f in (0.1, 0.5, 0.9)]
+    assert rates == sorted(rates) and rates[-1] > 1.5 * rates[0]
+    over, est = ttft(request_rate=capacity * 2)
+    assert not np.isfinite(over) and "exceeds capacity" in est.misses[0]
+
+
+def test_chunked_prefill_streams_the_weights_once_per_chunk():
+    from autotune.serving.arch import gpu_scalars, model_scalars, precision_arrays
+    from autotune.serving.estimate import ServingParams, prefill_s
+
+    model, hw = load_model("llama3-70b"), load_hardware("h100-sxm5-80gb")
+    a, g = model_scalars(model), gpu_scalars(hw)
+    q = precision_arrays([("fp8",) * 3], [g], ["fp8"])
+    p, one = ServingParams(), np.array([1.0])
+    small, whole = (prefill_s(a, q, g, p, np.array([32768.0]), one * 8, one, one, one, np.array([c]))[0]
+                    for c in (512.0, 32768.0))
+    assert small > whole  # 64 chunks each pay the step and layer costs and stream the weights
+
+
+# --- 5. MoE: attention DP, wide EP, MLA --------------------------------------------------------------------------
+
+def test_wide_ep_all_to_all_costs_more_over_the_network_than_in_an_nvl72_rack():
+    model = load_model("deepseek-v3")
+    plans = ServePlanBatch.from_plans([parse_serve_plan("tp=1,dp=32,ep=32,weights=fp8,kv=fp8,max_batch=2048", 32)])
+    work = ServeWorkload(1024, 1024, concurrency=1024)
+    rack = estimate_serving(model, Cluster(load_hardware("gb200-nvl72"), 32, 4), work, plans, CURRENT["sglang"],
+                            engine="sglang")
+    network = estimate_serving(model, Cluster(load_hardware("b200-sxm-180gb"), 32, 8), work, plans, CURRENT["sglang"],
+                               engine="sglang")
+    assert network.tpot_ms[0] > rack.tpot_ms[0] * 1.05
+
+
+def test_mla_caches_the_compressed_latent():
+    model, hw = load_model("deepseek-v3"), load_hardware("h200-sxm-141gb")
+    plans = ServePlanBatch.from_plans([parse_serve_plan("tp=8,weights=fp8,kv=fp8,max_batch=64", 8)])
+    est = estimate_serving(model, Cluster(hw, 8, 8), ServeWorkload(4096, 1024), plans, CURRENT["sglang"],
+                           engine="sglang")
+    per_token = 61 * (512 + 64) * 1  # latent + RoPE key per layer, fp8, replicated on each TP rank
+    assert est.memory_breakdown_gib["kv_cache"][0] * GIB == pytest.approx(64 * 5120 * per_token)
+    dep = ServePlanBatch.from_plans([parse_serve_plan("tp=1,dp=8,ep=8,weights=fp8,kv=fp8,max_batch=512", 8)])
+    dep_est = estimate_serving(model, Cluster(hw, 8, 8), ServeWorkload(4096, 1024), dep, CURRENT["sglang"],
+                               engine="sglang")
+    # attention DP keeps one copy of each sequence's latent: several times the sequences of TP 8 (less than 8x:
+    # each DP rank holds the attention weights whole)
+    assert dep_est.max_batch_fit[0] > 4 * est.max_batch_fit[0]
+
+
+def test_moe_search_offers_attention_dp_and_expert_parallelism_on_an_nvl72_rack():
+    doc = json.loads(_run(["search", "--workload", "serve", "-m", "deepseek-ai/DeepSeek-R1", "-H", "gb200",
+                           "--gpus", "64", "--input-len", "1024", "--output-len", "1024", "--concurrency", "4096",
+                           "--engine", "sglang", "--top", "20", "--json"]).stdout)
+    layouts = {(p["plan"].get("dp") or p["plan"].get("decode_dp"), p["plan"].get("ep") or p["plan"].get("decode_ep"))
+               for p in doc["plans"]}
+    assert any(dp and dp >= 16 and ep and ep >= 16 for dp, ep in layouts)
