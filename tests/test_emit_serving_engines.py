@@ -99,7 +99,7 @@ PLANS = [
     ("70B TP4 x2 int4 from a GPTQ checkpoint", "llama3-70b", "h200-sxm-141gb", 8,
      "tp=4,weights=int4,kv=bf16,max_batch=64", 2048, 256, "gptq", "gptq"),
     ("70B TP4 x2 int8 W8A8 from a compressed-tensors checkpoint", "llama3-70b", "h100-sxm5-80gb", 8,
-     "tp=4,weights=int8,kv=fp8,max_batch=64", 2048, 256, "compressed-tensors", "compressed-tensors:int8"),
+     "tp=4,weights=int8,kv=fp8,max_batch=64", 2048, 256, "compressed-tensors:int8", "compressed-tensors:int8"),
     ("70B TP2 x4 NVFP4 from a ModelOpt checkpoint on B200", "llama3-70b", "b200-sxm-180gb", 8,
      "tp=2,weights=fp4,kv=fp8,max_batch=128", 2048, 256, "modelopt", "modelopt"),
     ("405B TP8 PP2 over 2 nodes", "llama3-405b", "h100-sxm5-80gb", 16, "tp=8,pp=2,weights=fp8,kv=fp8,max_batch=64",

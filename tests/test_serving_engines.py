@@ -96,7 +96,9 @@ def test_memory_reserve_depends_on_model_and_batch():
     ("fp8", "compressed-tensors", None, None, False),  # --quantization fp8 would be rejected here
     ("int4", "awq", None, None, False),
     ("int4", "gptq", None, None, False),
-    ("int8", "compressed-tensors", None, None, False),
+    ("int8", "compressed-tensors:int8", None, None, False),  # a container names its one scheme
+    ("int4", "compressed-tensors", None, None, True),  # bare compressed-tensors holds fp8 only, not every scheme
+    ("fp8", "modelopt", None, None, True),  # bare modelopt holds NVFP4
     ("int4", "bf16", None, None, True),  # a plan that needs a pre-quantized checkpoint
     ("int8", "bf16", None, None, True),
     ("fp4", "nvfp4", None, "modelopt_fp4", False),

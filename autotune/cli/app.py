@@ -165,7 +165,7 @@ TpotMs = Annotated[Optional[float], typer.Option("--tpot-ms", help="Serving: tim
 Concurrency = Annotated[Optional[int], typer.Option("--concurrency", help="Serving: concurrent users over the deployment.")]
 RequestRate = Annotated[Optional[float], typer.Option("--request-rate", help="Serving: requests per second (with a --gpus range: find the fewest GPUs).")]
 EngineOpt = Annotated[str, typer.Option("--engine", help="Serving: the engine the plans are for, its memory budget rule and fitted parameters: vllm (0.33), sglang (0.5.23) or trtllm.")]
-CheckpointOpt = Annotated[Optional[str], typer.Option("--checkpoint", help="Serving: the weights you have: bf16, fp8, nvfp4, mxfp4, awq, gptq, compressed-tensors or modelopt [default: the catalogue's record for a Hugging Face id, else bf16]. Plans whose weights need another checkpoint say so.")]
+CheckpointOpt = Annotated[Optional[str], typer.Option("--checkpoint", help="Serving: the weights you have: bf16, fp8, nvfp4, mxfp4, awq, gptq, compressed-tensors[:fp8|int8|int4|fp4] or modelopt[:fp4|fp8] (a container holds one scheme; bare: fp8 and fp4) [default: the catalogue's record for a Hugging Face id, else bf16]. Plans whose weights need another checkpoint say so.")]
 
 # Persistent studies (search --storage, tune, worker).
 Heartbeat = Annotated[int, typer.Option("--heartbeat", help="Seconds between trial heartbeats (SQLite/PostgreSQL); "

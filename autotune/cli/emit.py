@@ -25,6 +25,7 @@ from ..outputs.emit.formats import (
     FRAMEWORK_FORMATS,
     SERVING_FORMATS,
     context_from_plans,
+    hf_model_name,
     serving_files,
 )
 from ..outputs.files import (
@@ -270,6 +271,8 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
             output_len = output_len or min(256, seq_len // 2)
             input_len = input_len or seq_len - output_len
         ckpt = serving_checkpoint(model, checkpoint)
+    given_name = model if path is None else (model or inputs.get("model"))
+    model_path = model_path or hf_model_name(given_name if isinstance(given_name, str) else None)
     files, mine = serving_files(format, chosen, spec, hw, input_len, output_len, estimate, model_path,
                                 gpus_per_node=gpn, checkpoint=ckpt)
     return files, mine

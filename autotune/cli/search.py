@@ -25,6 +25,7 @@ from ..outputs.emit.formats import (
     check_formats,
     express_all,
     framework_for_formats,
+    hf_model_name,
     parse_formats,
     render_formats,
     search_context,
@@ -345,7 +346,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
             for name in formats:
                 engine_files, _ = serving_files(name, best.plan, outcome.model, hw, workload.input_len,
                                                 workload.output_len, best.estimate if name == request.engine else None,
-                                                gpus_per_node=outcome.gpus_per_node, checkpoint=outcome.checkpoint)
+                                                hf_model_name(request.model), gpus_per_node=outcome.gpus_per_node,
+                                                checkpoint=outcome.checkpoint)
                 if set(engine_files) & set(files):
                     # vLLM and SGLang both write per-node scripts: keep each engine's under its own name
                     engine_files = {f"{name}/{k}": v for k, v in engine_files.items()}

@@ -81,6 +81,8 @@ def training_inputs_json(inputs: TrainingInputs, space_path: str | None, space: 
     hw = inputs.cluster.hardware
     searched = {} if problem is None else {"precisions": list(problem.choices["precision"]),
                                            "memory_headroom": problem.memory_headroom}
+    if inputs.workload.moe_imbalance != 1.0:  # written only when stated, so other files stay as they were
+        searched["moe_imbalance"] = inputs.workload.moe_imbalance
     return _plain({
         **searched,
         "workload": "train",
@@ -201,8 +203,11 @@ def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model:
     if tokens is not None:
         tokens = loading.number(dict(inputs), "tokens", source=source, section="inputs")
     try:
+        imbalance = 1.0 if inputs.get("moe_imbalance") is None else loading.number(
+            dict(inputs), "moe_imbalance", source=source, section="inputs", minimum=1.0, maximum=1e3)
         workload = TrainWorkload(seq_len=_count(inputs, "seq_len", source, seq_len),
-                                 global_batch=_count(inputs, "global_batch", source, global_batch), tokens=tokens)
+                                 global_batch=_count(inputs, "global_batch", source, global_batch), tokens=tokens,
+                                 moe_imbalance=imbalance)
     except ValueError as exc:
         raise InputError(str(exc), source=source, field="inputs") from None
     named = framework or inputs.get("framework")
@@ -253,12 +258,21 @@ class ServingInputs:
 def _serving_stack(inputs: Mapping[str, Any], source: str) -> tuple[str, str, ServingParams]:
     """Engine, checkpoint and parameters of a serving plans.json; a file written before they were recorded
     reads as vLLM with bf16 weights and the shipped parameters."""
-    engine = inputs.get("engine") or DEFAULT_ENGINE
+    recorded = [k for k in ("engine", "checkpoint", "serving_params") if k in inputs]
+    if recorded and len(recorded) < 3:  # a file that records the stack records all of it
+        missing = [k for k in ("engine", "checkpoint", "serving_params") if k not in recorded]
+        raise InputError(f"records {', '.join(recorded)} but not {', '.join(missing)}; rerun `autotune search "
+                         "--workload serve --out DIR`", source=source, field=f"inputs.{missing[0]}")
+    for key in recorded:
+        if inputs[key] is None:
+            raise InputError("must not be null; rerun `autotune search --workload serve --out DIR`", source=source,
+                             field=f"inputs.{key}")
+    engine = inputs.get("engine", DEFAULT_ENGINE)
     if engine not in ENGINES:
         raise InputError(f"must be one of {', '.join(ENGINES)}, but got {engine!r}", source=source,
                          field="inputs.engine")
     try:
-        checkpoint = check_checkpoint(str(inputs.get("checkpoint") or "bf16"))
+        checkpoint = check_checkpoint(str(inputs.get("checkpoint", "bf16")))
     except ValueError as exc:
         raise InputError(str(exc), source=source, field="inputs.checkpoint") from None
     params = params_for(engine)
@@ -266,9 +280,11 @@ def _serving_stack(inputs: Mapping[str, Any], source: str) -> tuple[str, str, Se
     if raw is not None:
         section = "inputs.serving_params"
         unknown = sorted(set(raw) - set(SERVING_PARAM_FIELDS))
-        if unknown:
-            raise InputError(f"has unknown parameters {', '.join(map(repr, unknown))}; rerun the search",
-                             source=source, field=section)
+        absent = sorted(set(SERVING_PARAM_FIELDS) - set(raw))
+        if unknown or absent:
+            what = f"unknown parameters {', '.join(map(repr, unknown))}" if unknown else \
+                f"no {', '.join(map(repr, absent))}"
+            raise InputError(f"has {what}; rerun the search", source=source, field=section)
         values = {}
         for key in raw:
             lo, hi = SERVING_PARAM_BOUNDS[key]

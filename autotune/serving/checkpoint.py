@@ -16,6 +16,12 @@ from typing import Mapping
 from .engines import engine_family
 
 CHECKPOINTS = ("bf16", "fp8", "nvfp4", "mxfp4", "awq", "gptq", "compressed-tensors", "modelopt")
+# The weight precision each checkpoint format holds.  compressed-tensors and ModelOpt are containers for
+# several schemes, and a checkpoint holds exactly one: ``--checkpoint compressed-tensors:int4`` names it;
+# the bare name means the container's most common scheme (compressed-tensors: FP8, as in the FP8-dynamic
+# and Meta's official FP8 checkpoints; ModelOpt: NVFP4, as in NVIDIA's -FP4 checkpoints).
+SCHEMES: Mapping[str, tuple[str, ...]] = {"compressed-tensors": ("fp8", "int8", "int4", "fp4"),
+                                         "modelopt": ("fp4", "fp8")}
 HOLDS: Mapping[str, frozenset] = {
     "bf16": frozenset({"bf16"}),
     "fp8": frozenset({"fp8"}),
@@ -23,8 +29,7 @@ HOLDS: Mapping[str, frozenset] = {
     "mxfp4": frozenset({"mxfp4"}),
     "awq": frozenset({"int4"}),
     "gptq": frozenset({"int4"}),
-    "compressed-tensors": frozenset({"fp8", "int8", "int4", "fp4"}),
-    "modelopt": frozenset({"fp8", "fp4"}),
+    **{f"{fmt}:{scheme}": frozenset({scheme}) for fmt, schemes in SCHEMES.items() for scheme in schemes},
 }
 # Weight precisions an engine makes from a bf16 checkpoint at load (online quantization), and the
 # precisions that need Blackwell's FP4 tensor cores to do so.
@@ -41,14 +46,28 @@ SOURCES: Mapping[str, str] = {
 }
 # The catalogue's record of a Hugging Face repository's weights -> a --checkpoint value.
 FROM_CATALOGUE: Mapping[str, str] = {"bf16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4", "mxfp4": "mxfp4",
-                                     "int4": "compressed-tensors"}
+                                     "int4": "compressed-tensors:int4"}
 
 
 def check_checkpoint(name: str) -> str:
+    """The checkpoint named, normalised: a container format carries its scheme (``compressed-tensors:fp8``)."""
     key = name.strip().lower()
+    fmt, _, scheme = key.partition(":")
+    if fmt in SCHEMES:
+        scheme = scheme or SCHEMES[fmt][0]
+        if scheme not in SCHEMES[fmt]:
+            raise ValueError(f"a {fmt} checkpoint holds one of {', '.join(SCHEMES[fmt])}, but got ({name!r}); "
+                             f"e.g. {fmt}:{SCHEMES[fmt][0]}")
+        return f"{fmt}:{scheme}"
     if key not in CHECKPOINTS:
-        raise ValueError(f"checkpoint must be one of {', '.join(CHECKPOINTS)}, but got ({name!r})")
+        raise ValueError(f"checkpoint must be one of {', '.join(CHECKPOINTS)} (compressed-tensors:SCHEME and "
+                         f"modelopt:SCHEME name the scheme), but got ({name!r})")
     return key
+
+
+def checkpoint_format(checkpoint: str) -> str:
+    """The file format of a checkpoint (``compressed-tensors:int4`` -> ``compressed-tensors``)."""
+    return checkpoint.partition(":")[0]
 
 
 MOE_ONLY_ONLINE = frozenset({"fp4"})  # the engines' online NVFP4 quantizes MoE experts only
@@ -56,7 +75,7 @@ MOE_ONLY_ONLINE = frozenset({"fp4"})  # the engines' online NVFP4 quantizes MoE 
 
 def how(weights: str, checkpoint: str, engine: str, is_moe: bool = True) -> str:
     """``checkpoint`` (read from it), ``online`` (quantized at load) or ``needs`` (another checkpoint)."""
-    if weights in HOLDS[checkpoint]:
+    if weights in HOLDS[check_checkpoint(checkpoint)]:
         return "checkpoint"
     if checkpoint == "bf16" and weights in ONLINE[engine_family(engine)] and (is_moe or weights not in MOE_ONLY_ONLINE):
         return "online"

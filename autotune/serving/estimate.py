@@ -409,6 +409,10 @@ class ServeEstimate:
     misses: np.ndarray  # object array: "" when every target is met
     memory_capacity_gib: float
     engine: str
+    # disaggregated plans: one GPU of a prefill engine (NaN for aggregated plans); memory_gib_per_gpu is the
+    # larger of the two pools
+    prefill_memory_gib_per_gpu: np.ndarray | None = None
+    prefill_memory_knob: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.output_tokens_per_s.shape[0])
@@ -433,6 +437,13 @@ class ServeEstimate:
             "meets_targets": bool(self.meets_targets[i]),
             "memory_breakdown_gib": {k: float(v[i]) for k, v in self.memory_breakdown_gib.items()},
         }
+        if self.prefill_memory_gib_per_gpu is not None and np.isfinite(self.prefill_memory_gib_per_gpu[i]):
+            out["decode_memory_gib_per_gpu"] = float(self.memory_breakdown_gib["weights"][i]
+                                                     + sum(self.memory_breakdown_gib[k][i] for k in
+                                                           ("kv_cache", "activations", "cuda_graphs", "runtime")))
+            out["prefill_memory_gib_per_gpu"] = float(self.prefill_memory_gib_per_gpu[i])
+            out["prefill_engine_memory_flag"] = {E.DEFAULTS[self.engine].memory_knob:
+                                                 round(float(self.prefill_memory_knob[i]), 3)}
         if self.reason[i]:
             out["infeasible_reason"] = str(self.reason[i])
         if self.misses[i]:
@@ -521,10 +532,15 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
     per_rank = plans.max_batch / plans.d_dp.astype(np.float64)
     reason = np.full(n, "", dtype=object)
     reason[fit_rank < per_rank] = f"max_batch exceeds what the {engine} KV-cache budget holds"
+    prefill_used = prefill_knob = None
     if (plans.disagg).any():  # the prefill engines must hold their weights and one prompt
         pmem = engine_memory(model, cluster, plans, engine, side="p", fraction=memory_fraction)
         p_seq = E.kv_bytes_per_sequence(a, q["kv_b"], rows.p_tp, rows.p_pp, float(workload.input_len))
         reason[plans.disagg & (pmem.kv_pool < p_seq)] = "the prefill engines' weights leave no room for a prompt's KV cache"
+        # One prefill GPU: its weights, reserve and the KV of the prompt in flight (then handed to decode).
+        used = (pmem.weights + pmem.activations + pmem.cuda_graphs + pmem.runtime + p_seq) * np.ones(n)
+        prefill_used = np.where(plans.disagg, used / GIB, np.nan)
+        prefill_knob = np.where(plans.disagg, np.asarray(pmem.knob, float) * np.ones(n), np.nan)
     reason[fit_rank < 1] = "weights and the engine's reserve leave no room for one sequence's KV cache"
     fits = reason == ""
     res = solve(rows, params)
@@ -537,6 +553,8 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
     breakdown = {"weights": gib(mem.weights), "kv_cache": gib(kv_needed), "activations": gib(mem.activations),
                  "cuda_graphs": gib(mem.cuda_graphs), "runtime": gib(mem.runtime)}
     memory = sum(breakdown.values())
+    if prefill_used is not None:
+        memory = np.where(plans.disagg, np.fmax(memory, prefill_used), memory)
     breakdown["kv_pool"] = gib(mem.kv_pool)
     misses = np.full(n, "", dtype=object)
     stable = np.asarray(res["stable"], bool)
@@ -574,6 +592,8 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
         meets_targets=meets,
         reason=reason,
         misses=misses,
+        prefill_memory_gib_per_gpu=prefill_used,
+        prefill_memory_knob=prefill_knob,
         memory_capacity_gib=hw.memory_gib,
         engine=engine,
     )

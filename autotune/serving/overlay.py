@@ -18,7 +18,8 @@ import yaml
 
 from ..errors import InputError, check_keys
 from ..inputs import loading
-from .calibrated import params_for
+from .calibrated import LEGACY, params_for
+from .engines import ENGINES
 from .estimate import SERVING_PARAM_BOUNDS, SERVING_PARAM_FIELDS, ServingParams
 
 
@@ -36,6 +37,9 @@ def load_serving_calibration(path: str | Path) -> dict[str, ServingParams]:
     out: dict[str, ServingParams] = {}
     for engine, raw in engines.items():
         section = f"engines.{engine}"
+        if engine not in ENGINES and engine not in LEGACY:
+            raise InputError(f"names engine {engine!r}; engines: {', '.join((*ENGINES, *LEGACY))}", source=source,
+                             field=section)
         if not isinstance(raw, dict):
             raise InputError("must map parameter names to numbers", source=source, field=section)
         check_keys(raw, frozenset(SERVING_PARAM_FIELDS), source=source, section=section)

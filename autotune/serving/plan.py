@@ -33,6 +33,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from ..inputs.request import MAX_GPUS
+
 # Weight precisions.  bf16/fp8/int8/fp4 run their GEMMs at that precision (W8A8, W4A4 NVFP4);
 # int4 is weight-only (AWQ/GPTQ-style, one bf16 scale per group of 128) and computes in bf16;
 # mxfp4 (OCP microscaling, 32-element blocks) runs on FP4 tensor cores where the GPU has them and
@@ -181,9 +183,13 @@ class ServePlan:
         return _engine_layout(self.tp, self.pp, self.dp, self.ep) + f" x{self.replicas}"
 
 
+# Larger sizes or batch limits are typos; refusing them keeps them out of numpy's int64 arithmetic.
+SERVE_INT_MAX = MAX_GPUS
+
+
 def _check_int(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{key} >= 1 must hold, but got ({key}={value!r})")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= SERVE_INT_MAX:
+        raise ValueError(f"1 <= {key} <= {SERVE_INT_MAX:,} must hold, but got ({key}={value!r})")
 
 
 def check_serve_field(key: str, value: Any) -> None:
@@ -220,6 +226,11 @@ def parse_serve_fields(text: str) -> dict[str, Any]:
 def serve_plan_from_fields(fields: Mapping[str, Any], n_gpus: int) -> ServePlan:
     """A plan from parsed fields (or a JSON ``plan`` object); defaults fill what is left out."""
     given = {k: v for k, v in fields.items() if k != "replicas"}
+    unknown = [k for k in given if k not in SERVE_KEYS]
+    if unknown:
+        raise ValueError(f"unknown serve plan key {unknown[0]!r}; keys: {', '.join(SERVE_KEYS)}")
+    if "mode" in given and given["mode"] not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, but got (mode={given['mode']!r})")
     pool_keys = [k for k in given if k.partition("_")[0] in SIDES]
     mode = given.get("mode") or ("disagg" if pool_keys else "agg")
     if mode == "disagg":

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..inputs.measured_runs import (
-    RowSkipped,
     layout_reason,
     number,
     parse_rows,

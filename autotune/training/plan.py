@@ -25,6 +25,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from ..inputs.request import MAX_GPUS
+
 RECOMPUTE = ("none", "selective", "full")
 PRECISION = ("bf16", "fp16", "fp8")
 OFFLOAD = ("none", "cpu")
@@ -157,14 +159,19 @@ def parse_bool(text: str, key: str) -> bool:
     raise ValueError(f"{key} must be true or false, but got ({key}={text!r})")
 
 
+# No parallel size or micro-batch exceeds the largest GPU count autotune plans for; a larger number is a typo,
+# and refusing it here keeps it out of numpy's int64 arithmetic.
+PLAN_INT_MAX = MAX_GPUS
+
+
 def check_field(key: str, value: Any) -> None:
     """Raise ValueError unless ``value`` is a possible value of plan key ``key`` on its own."""
     if key == "etp" and (value is None or value == ETP_AS_TP):
         return
     if key in INT_KEYS:
-        low = 0 if key == "zero" else 1
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (key == "zero" and value > 3):
-            bound = "0 <= zero <= 3" if key == "zero" else f"{key} >= 1"
+        low, high = (0, 3) if key == "zero" else (1, PLAN_INT_MAX)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+            bound = "0 <= zero <= 3" if key == "zero" else f"1 <= {key} <= {PLAN_INT_MAX:,}"
             raise ValueError(f"{bound} must hold, but got ({key}={value!r})")
     elif key == "sp":
         if not isinstance(value, (bool, np.bool_)):

@@ -183,6 +183,15 @@ def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSp
     )
 
 
+def hf_model_name(name: str | None) -> str | None:
+    """The Hugging Face id a --model names, which engines load by default; None for a bundled name or a file."""
+    from pathlib import Path
+
+    if not name or "/" not in name or name.endswith((".json", ".yaml", ".yml")) or Path(name).exists():
+        return None
+    return name
+
+
 def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, input_len: int, output_len: int,
                   estimate: Mapping[str, Any] | None = None, model_path: str | None = None, *,
                   gpus_per_node: int | None = None, checkpoint: str = "bf16") -> tuple[dict[str, str], dict[str, Any]]:
@@ -210,19 +219,26 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     est = estimate_serving(model, cluster, workload, ServePlanBatch.from_plans([plan]), CURRENT[format], engine=format)
     mine = annotate_checkpoint(est.row(0), plan, checkpoint, format, model.is_moe)
     knob = float(est.memory_knob[0])
+    prefill_knob = None
+    if est.prefill_memory_knob is not None and np.isfinite(est.prefill_memory_knob[0]):
+        prefill_knob = float(est.prefill_memory_knob[0])
     shown = dict(estimate) if estimate else mine
     shown = {**shown, "memory_gib_per_gpu": mine["memory_gib_per_gpu"]}
     note = (f"memory: {DEFAULTS[format].memory_knob} {knob:g} is the budget autotune checked this plan's batch "
             f"against ({mine['memory_gib_per_gpu']:.1f} GiB needed per GPU: weights {mine['memory_breakdown_gib']['weights']:.1f}, "
             f"KV {mine['memory_breakdown_gib']['kv_cache']:.1f} of a {mine['memory_breakdown_gib']['kv_pool']:.1f} GiB pool)")
+    if prefill_knob is not None:
+        note += (f"; the prefill engines' {DEFAULTS[format].memory_knob} {prefill_knob:g} is theirs "
+                 f"({mine['prefill_memory_gib_per_gpu']:.1f} GiB needed per prefill GPU)")
     if not mine["fits"]:
         note += f"; WARNING: {mine.get('infeasible_reason', 'the batch does not fit')}"
     ctx = ServeContext(plan=plan, model=model, hardware=hw.name, gpus_per_node=cluster.gpus_per_node,
                        max_model_len=max_model_len, model_path=model_path, checkpoint=checkpoint, memory_fraction=knob,
+                       prefill_memory_fraction=prefill_knob,
                        prefill_tokens=int(DEFAULTS[format].chunk_tokens(hw.memory_gib)), estimate=shown,
                        engine_note=note)
     return SERVING_EMITTERS[format](ctx), mine
 
 
-__all__ = ["FORMAT_FRAMEWORKS", "FRAMEWORK_FORMATS", "SERVING_FORMATS", "framework_for_formats", "check_formats", "context_from_plans", "express_all", "expressible_mask",
+__all__ = ["FORMAT_FRAMEWORKS", "FRAMEWORK_FORMATS", "hf_model_name", "SERVING_FORMATS", "framework_for_formats", "check_formats", "context_from_plans", "express_all", "expressible_mask",
            "parse_formats", "render_formats", "search_context", "serving_files"]

@@ -13,8 +13,9 @@ there is more than one server (replicas, or a disaggregated system).  Every valu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from ...errors import InputError
 from ...inputs.modelspec import ModelSpec
@@ -39,6 +40,13 @@ class ServeContext:
     model_path: str | None = None  # Hugging Face name or folder [default: the spec name]
     checkpoint: str = "bf16"
     memory_fraction: float | None = None  # the engine's memory flag (None: the engine's own default rule)
+    prefill_memory_fraction: float | None = None  # a disaggregated plan's prefill engines' flag (None: as above)
+
+    def memory_flag(self, role: str) -> float | None:
+        """The memory flag of an engine of ``role``: prefill engines of a disaggregated plan have their own."""
+        if role == "prefill" and self.prefill_memory_fraction is not None:
+            return self.prefill_memory_fraction
+        return self.memory_fraction
     prefill_tokens: int | None = None  # prefill token budget per step (chunked prefill)
     estimate: Mapping | None = None
     engine_note: str = ""
@@ -132,6 +140,13 @@ def url(slot: EngineSlot, slots: list[EngineSlot]) -> shell.Raw:
 CommandFor = Callable[[ServeContext, EngineSlot, int, list[EngineSlot]], list[shell.Group]]
 
 
+def _ms(value: Any, spec: str) -> str:
+    """A latency in ms; none or infinite: the queue grows without bound (the load exceeds what the plan serves)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return "unbounded (the load exceeds what the plan serves)"
+    return f"{value:,{spec}} ms"
+
+
 def render_script(release: str, ctx: ServeContext, notes: list[str], command_for: CommandFor,
                   router_for: Callable[[ServeContext, list[EngineSlot]], list[shell.Group]]) -> str:
     """A bash script that starts, on the node it runs on, that node's engines (and on node 0 the router)."""
@@ -179,7 +194,7 @@ def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[Engin
     if ctx.estimate:
         e = ctx.estimate
         lines.append(f"predicted: {e['output_tokens_per_s']:,.0f} output tokens/s in total, TTFT "
-                     f"{e.get('ttft_ms') or 0:,.0f} ms, TPOT {e.get('tpot_ms') or 0:,.1f} ms (autotune's analytic serving "
+                     f"{_ms(e.get('ttft_ms'), '.0f')}, TPOT {_ms(e.get('tpot_ms'), '.1f')} (autotune's analytic serving "
                      f"model); {e.get('memory_gib_per_gpu', 0):.1f} GiB per GPU of the engine's budget")
     lines += notes
     if n_nodes > 1:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ...errors import InputError
-from ...serving.checkpoint import how
+from ...serving.checkpoint import checkpoint_format, how
 from . import shell
 from .serve_common import (
     BASE_PORT,
@@ -66,7 +66,7 @@ def quantization_flags(ctx: ServeContext) -> tuple[list[shell.Group], str]:
     if w == "bf16":
         note = "bf16 weights" if source == "checkpoint" else f"bf16 weights: point MODEL at a bf16 checkpoint (--checkpoint is {ctx.checkpoint})"
         return [("--dtype", "bfloat16")], note
-    named = NAMED.get((w, ctx.checkpoint))
+    named = NAMED.get((w, checkpoint_format(ctx.checkpoint)))
     flags = [("--quantization", named)] if named else []
     if source == "checkpoint":
         return flags, f"{w} weights read from the {ctx.checkpoint} checkpoint"
@@ -99,8 +99,8 @@ def sglang_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[E
     if ctx.prefill_tokens:
         groups.append(("--chunked-prefill-size", ctx.prefill_tokens))
     groups.append(("--context-length", ctx.context_length))
-    if ctx.memory_fraction is not None:
-        groups.append(("--mem-fraction-static", f"{ctx.memory_fraction:g}"))
+    if ctx.memory_flag(slot.role) is not None:
+        groups.append(("--mem-fraction-static", f"{ctx.memory_flag(slot.role):g}"))
     if slot.multi_node:
         groups.append(("--nnodes", len(slot.nodes)))
         groups.append(("--node-rank", rank))

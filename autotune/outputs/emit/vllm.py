@@ -99,8 +99,8 @@ def vllm_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[Eng
     if ctx.prefill_tokens:
         groups.append(("--max-num-batched-tokens", max(ctx.prefill_tokens, per_rank)))
     groups.append(("--max-model-len", ctx.context_length))
-    if ctx.memory_fraction is not None:
-        groups.append(("--gpu-memory-utilization", f"{ctx.memory_fraction:g}"))
+    if ctx.memory_flag(slot.role) is not None:
+        groups.append(("--gpu-memory-utilization", f"{ctx.memory_flag(slot.role):g}"))
     if slot.multi_node:
         nodes = len(slot.nodes)
         if pool.dp > 1:

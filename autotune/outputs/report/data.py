@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InputError
-from ...training.plan import PLAN_KEYS
+from ...training.plan import ETP_AS_TP, PLAN_KEYS
 from ...training.problem import OBJECTIVES, TrainingProblem
 from ..files import read_plans
 
@@ -227,9 +227,17 @@ def importance(problem: TrainingProblem, objective_name: str, seed: int) -> tupl
     pick = np.sort(rng.choice(fits, min(IMPORTANCE_SAMPLE, len(fits)), replace=False))
     values = OBJECTIVES[objective_name].value(est, problem)[pick]
     varying = [k for k in PLAN_KEYS if len(problem.choices[k]) > 1]
-    rows = [{k: _plain(getattr(plans, k)[i], k) for k in varying} for i in pick]
+    rows = [{k: _choice(plans, k, i, problem.choices[k]) for k in varying} for i in pick]
     return studies.importances(rows, values, {k: list(problem.choices[k]) for k in varying},
                                OBJECTIVES[objective_name].direction)
+
+
+def _choice(plans, key: str, i: int, choices) -> Any:
+    """Plan ``i``'s value of ``key`` as the space's choice names it: etp = tp is the choice ``tp``."""
+    value = _plain(getattr(plans, key)[i], key)
+    if key == "etp" and ETP_AS_TP in choices and value not in choices and value == int(plans.tp[i]):
+        return ETP_AS_TP
+    return value
 
 
 def _plain(value: Any, key: str) -> Any:

@@ -213,7 +213,7 @@ def memory_breakdown(data: ServingReportData):
     names: list[str] = []
     for parts in parts_of:
         for k in parts or {}:
-            if k not in names:
+            if k not in names and k != "kv_pool":  # the pool holds the KV cache: drawn as its free rest below
                 names.append(k)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8.0, 0.45 * len(data.plans) + 1.6))
@@ -225,13 +225,20 @@ def memory_breakdown(data: ServingReportData):
         ax.barh(y, width, left=left, color=PALETTE[k % len(PALETTE)], height=0.7,
                 label=_PART_LABELS.get(name, name.replace("_", " ")))
         left += width
+    pool = np.array([_number(parts, "kv_pool") - _number(parts, "kv_cache") if isinstance(parts, dict) else np.nan
+                     for parts in parts_of])
+    pool = np.where(np.isfinite(pool), np.maximum(pool, 0.0), 0.0)
+    if pool.any():
+        ax.barh(y, pool, left=left, color="white", edgecolor="grey", hatch="//", height=0.7,
+                label="KV pool, not filled by the batch")
     ax.axvline(data.capacity_gib, color="black", ls="--", lw=1.2, label=f"GPU memory {data.capacity_gib:g} GiB")
     ax.set_yticks(y, [f"#{p['rank']} {p['layout']}" for p in data.plans], fontsize=8)
     ax.set_xlabel("GiB per GPU")
     ax.grid(axis="y", visible=False)
     ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     return Figure("memory_breakdown", "Memory of the top plans",
-                  "Memory per GPU of each top plan by part (weights, KV cache, reserve), against the GPU's memory.",
+                  "Memory per GPU of each top plan by part (weights, the KV cache its batch fills, reserve; hatched: the rest of "
+                  "the engine's KV pool), against the GPU's memory.",
                   _png(fig))
 
 
