@@ -251,9 +251,10 @@ class _Layer:
             # -- the fixed ones and, with one GEMM launch per expert (TransformerEngine GroupedLinear), those
             # of each local expert.  A block whose GPU work is shorter runs at the host's rate: the
             # Megatron-Core MoE report (arXiv 2603.07685) calls it host-boundedness.  The ops and the
-            # microseconds per op are the framework's (host_op_us, moe_host_ops, moe_host_ops_per_expert).
-            host_s = 1e-6 * framework.host_op_us * (framework.moe_host_ops
-                                                    + framework.moe_host_ops_per_expert * local_experts)
+            # microseconds per op are the framework's (host_op_us, moe_host_ops, moe_host_ops_per_expert),
+            # given for an x86 server host; the hardware's host_op_scale for its CPU (Grace: TE issue #2053).
+            host_op_s = 1e-6 * framework.host_op_us * cluster.hardware.host_op_scale
+            host_s = host_op_s * (framework.moe_host_ops + framework.moe_host_ops_per_expert * local_experts)
             host_s = np.broadcast_to(np.asarray(host_s, dtype=np.float64), t.shape)
             self.host_forward = HOST_FORWARD_SHARE * host_s
             self.host_backward = (1.0 - HOST_FORWARD_SHARE) * host_s
