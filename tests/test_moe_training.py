@@ -225,3 +225,28 @@ def test_cli_takes_the_imbalance_and_refuses_one_below_the_mean():
     assert hot["estimate"]["tokens_per_s_per_gpu"] < even["estimate"]["tokens_per_s_per_gpu"]
     bad = subprocess.run(base + ["--moe-imbalance", "0.5"], capture_output=True, text=True)
     assert bad.returncode != 0 and "--moe-imbalance" in bad.stderr + bad.stdout
+
+
+def test_a_moe_block_is_never_faster_than_its_host_issues_it():
+    wl = TrainWorkload(4096, 512)
+    plan = "tp=1,pp=1,ep=8,zero=1,mbs=1,precision=fp8"
+    bridge = load_framework("megatron-bridge")
+    # Qwen3-30B-A3B, 16 local experts, micro-batch 1 on B200: the host's issue time binds (per-expert
+    # launches of TransformerEngine's GroupedLinear after the dispatcher's sync).
+    hgx = estimate("qwen3-30b-a3b", "b200-sxm-180gb", 8, plan, wl, bridge)
+    host_s = 1e-6 * bridge.host_op_us * (bridge.moe_host_ops + bridge.moe_host_ops_per_expert * 16)
+    assert hgx["time_breakdown_s"]["host_bound"] > 0
+    per_block = hgx["time_breakdown_s"]["host_bound"] / (512 / 8 * 48)
+    assert per_block < host_s
+    # Without per-expert ops and with a free host, nothing is charged.
+    free = bridge.with_traits(host_op_us=0.0)
+    assert estimate("qwen3-30b-a3b", "b200-sxm-180gb", 8, plan, wl, free)["time_breakdown_s"]["host_bound"] == 0
+    # A Grace host issues each op 2.75x slower (TE issue #2053): more of the block is host-bound.
+    gb200 = load_hardware("gb200-nvl72")
+    assert gb200.host_op_scale == pytest.approx(2.75) and load_hardware("b200-sxm-180gb").host_op_scale == 1.0
+    x86 = estimate("qwen3-30b-a3b", dataclasses.replace(gb200, host_op_scale=1.0), 8, plan, wl, bridge)
+    grace = estimate("qwen3-30b-a3b", gb200, 8, plan, wl, bridge)
+    assert grace["time_breakdown_s"]["host_bound"] > x86["time_breakdown_s"]["host_bound"]
+    # Dense models are never charged.
+    dense = estimate("llama3-8b", "b200-sxm-180gb", 8, "tp=1,pp=1,zero=1,mbs=1", wl, bridge)
+    assert dense["time_breakdown_s"]["host_bound"] == 0

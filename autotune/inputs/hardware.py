@@ -117,6 +117,9 @@ class Hardware:
     scale_up_domain_gpus: int | None = None  # GPUs joined by one NVLink fabric; None: the node
     scale_up: Link | None = None  # per GPU, between nodes of one scale-up domain; None: as intra_node
     price_estimated: bool = False  # no public price: price_usd_per_gpu_hour is an estimate (see sources)
+    # Host CPU time per framework op relative to an x86 server host (an H100 DGX's Xeon 8480C), which the
+    # frameworks' host_op_us is given for: Grace hosts issue PyTorch ops ~2.75x slower (TE issue #2053).
+    host_op_scale: float = 1.0
 
     def __post_init__(self) -> None:
         domain = self.scale_up_domain_gpus
@@ -243,7 +246,7 @@ _TOP_KEYS = frozenset(
         "name", "description", "peak_tflops", "memory_gib", "memory_bandwidth_gb_per_s", "gpus_per_node",
         "intra_node", "inter_node", "host_link_bandwidth_gb_per_s", "cpu_optimizer_params_per_s", "tdp_w",
         "average_power_w", "price_usd_per_gpu_hour", "efficiency", "sources", "calibrated", "reference_efficiency",
-        "scale_up_domain_gpus", "scale_up", "price_estimated",
+        "scale_up_domain_gpus", "scale_up", "price_estimated", "host_op_scale",
     }
 )
 REFERENCE_KEYS = frozenset({"gemm", "fp8_gemm"})
@@ -333,10 +336,11 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         scale_up_domain_gpus=domain,
         scale_up=_link(data, "scale_up", source) if "scale_up" in data else None,
         price_estimated=loading.boolean(data, "price_estimated", source=source, default=False),
+        host_op_scale=loading.number(data, "host_op_scale", source=source, default=1.0, maximum=100.0),
     )
 
 
-_OPTIONAL_FIELDS = ("scale_up_domain_gpus", "scale_up", "price_estimated")
+_OPTIONAL_FIELDS = ("scale_up_domain_gpus", "scale_up", "price_estimated", "host_op_scale")
 
 
 def hardware_to_mapping(hw: Hardware) -> dict:

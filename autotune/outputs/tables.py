@@ -33,7 +33,7 @@ def search_header(problem) -> str:
 
 _PART_LABELS = {
     "compute": "compute", "recompute": "recompute", "tp_comm": "TP comm", "cp_comm": "CP comm",
-    "ep_comm": "EP comm", "pp_comm": "PP comm", "pipeline_bubble": "pipeline bubble", "dp_comm": "DP comm",
+    "ep_comm": "EP comm", "host_bound": "host-bound", "pp_comm": "PP comm", "pipeline_bubble": "pipeline bubble", "dp_comm": "DP comm",
     "optimizer": "optimizer", "offload": "offload", "overhead": "overhead",
 }
 

@@ -44,9 +44,13 @@ OPTIMIZER_BYTES_PER_PARAM = 30.0  # Adam step: read/write fp32 master, m, v (24)
 HOST_BYTES_PER_PARAM = 6.0  # offload: fp32 gradient down, bf16 weight back up
 
 TIME_PARTS = (
-    "compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pipeline_bubble",
+    "compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "host_bound", "pp_comm", "pipeline_bubble",
     "dp_comm", "optimizer", "offload", "overhead",
 )
+# Share of a MoE block's host ops issued in the forward pass: autograd runs about two backward ops per
+# forward op (a GEMM's dgrad and wgrad; TransformerEngine GroupedLinear's backward: two GEMMs, a cast and
+# a buffer per expert where the forward has one GEMM and a cast).  A count of the code paths, judgement.
+HOST_FORWARD_SHARE = 1.0 / 3.0
 
 
 # Granularity of ZeRO-3 / FSDP parameter collectives (the framework's `zero3_collectives`):
@@ -214,6 +218,8 @@ class _Layer:
         width_in = (model.mlp_matrices - 1.0)  # gate+up fused for SwiGLU
         elementwise_mlp = (4.0 if model.mlp == "gelu" else 6.0)
         self.moe = bool(moe_layer and model.moe)
+        self.host_forward = np.zeros_like(t)  # host issue time of the block (MoE blocks only, below)
+        self.host_backward = np.zeros_like(t)
         if self.moe:
             moe = model.moe
             etp, imbalance = geo.etp, workload.moe_imbalance
@@ -239,6 +245,19 @@ class _Layer:
             # Permute/unpermute copies and the experts' activation function.
             mlp_bytes = 8.0 * copies * h + elementwise_mlp * copies * fe / etp
             mlp_bytes = mlp_bytes + elementwise_mlp * T * moe.shared_expert_ffn_hidden_size / t
+            # Host issue time of the block: Megatron-Core's alltoall dispatcher copies the tokens per expert
+            # to the host and synchronises (DeepEP and torchtitan's all-to-all splits wait on the host as
+            # well), so the host cannot run ahead of the GPU; after the sync it issues every op of the block
+            # -- the fixed ones and, with one GEMM launch per expert (TransformerEngine GroupedLinear), those
+            # of each local expert.  A block whose GPU work is shorter runs at the host's rate: the
+            # Megatron-Core MoE report (arXiv 2603.07685) calls it host-boundedness.  The ops and the
+            # microseconds per op are the framework's (host_op_us, moe_host_ops, moe_host_ops_per_expert),
+            # given for an x86 server host; the hardware's host_op_scale for its CPU (Grace: TE issue #2053).
+            host_op_s = 1e-6 * framework.host_op_us * cluster.hardware.host_op_scale
+            host_s = host_op_s * (framework.moe_host_ops + framework.moe_host_ops_per_expert * local_experts)
+            host_s = np.broadcast_to(np.asarray(host_s, dtype=np.float64), t.shape)
+            self.host_forward = HOST_FORWARD_SHARE * host_s
+            self.host_backward = (1.0 - HOST_FORWARD_SHARE) * host_s
         else:
             f = model.ffn_hidden_size
             linear(T, width_in * f / t, h)
@@ -442,6 +461,14 @@ def step_time_parts(
     tp_layer = tp_f * comm_repeat + tp_b
     cp_layer = cp_f * comm_repeat + cp_b
     ep_layer = ep_f * comm_repeat + ep_b
+    # Host-bound MoE blocks: what the host's issue time exceeds the block's GPU time (compute and exposed
+    # communication) by, forward (twice with full recompute) and backward, each block kind on its own.
+    host_layer = sum(
+        share * (comm_repeat * np.maximum(0.0, layer.host_forward - (layer.forward_compute + layer.tp_forward
+                                                                     + layer.cp_forward + layer.ep_forward))
+                 + np.maximum(0.0, layer.host_backward - (layer.backward_compute + layer.tp_backward
+                                                          + layer.cp_backward + layer.ep_backward)))
+        for share, layer in layers)
 
     n_layers = geo.layers_per_stage
     stage_fwd = n_layers * fwd
@@ -523,6 +550,7 @@ def step_time_parts(
             "tp_comm": layers * tp_layer,
             "cp_comm": layers * cp_layer,
             "ep_comm": layers * ep_layer,
+            "host_bound": layers * host_layer,
             "dp_comm": dp_per_microbatch,
             "pp_comm": pp_per_microbatch,
         }
