@@ -59,6 +59,15 @@ class EngineDefaults:
             return 16384.0 if memory_gib >= 160 else (8192.0 if memory_gib >= 60 else 4096.0)
         return 8192.0
 
+    def prefill_chunk(self, memory_gib: float, dp) -> float:
+        """Prefill tokens per step of one attention-DP rank: SGLang divides ``chunked_prefill_size`` by
+        the attention-DP width (sglang/srt/server_args.py, "DP attention is enabled. The chunked prefill
+        size is adjusted"); vLLM and TensorRT-LLM keep their budget per rank."""
+        chunk = self.chunk_tokens(memory_gib)
+        if self.name == "sglang":
+            return np.maximum(np.floor(chunk / np.maximum(dp, 1.0)), 1.0)
+        return chunk * np.ones_like(np.asarray(dp, float))
+
     def max_batch(self, memory_gib: float) -> int:
         """Sequences in flight per engine rank by default (vLLM max_num_seqs, SGLang max_running_requests,
         TensorRT-LLM max_batch_size)."""

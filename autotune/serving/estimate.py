@@ -9,9 +9,10 @@ Per engine, in steady state:
 
 * **Decode round** (``decode_step_s``): every attention-DP rank advances its ``b`` sequences by one
   token.  Roofline of the weights streamed (only the experts the round's tokens touch: with uniform
-  top-k routing the touched share is ``1 - (1 - k/E)^T``) against the GEMM FLOPs at their precision's
-  peak; the attention's KV/state bytes against its FLOPs; two TP all-reduces per layer; for attention
-  DP with MoE a dispatch and a combine all-to-all per MoE layer over the link tier the group spans
+  top-k routing the touched share is ``1 - (1 - k/E)^T``; with expert parallelism the round waits
+  for the EP group that drew the most) against the GEMM FLOPs at their precision's peak; the
+  attention's KV/state bytes against its FLOPs; two TP all-reduces per layer; for attention DP with
+  MoE a dispatch and a combine all-to-all per MoE layer over the link tier the group spans
   (NVLink in a node or an NVL72 rack, else the network); fixed costs per step, per layer, per MoE
   layer and per running sequence.  Pipeline stages run ``pp`` micro-batches.
 * **Prefill** (``prefill_s``): a prompt's GEMMs (routed experts at a grouped-GEMM efficiency),
@@ -145,6 +146,26 @@ def experts_touched(tokens, a):
     return np.where(E_ > 0, 1.0 - np.power(miss, np.maximum(tokens, 0.0)), 0.0)
 
 
+def _max_normal_z(n):
+    """Expected maximum of ``n`` independent standard normal draws (Blom's approximation); 0 for n <= 1."""
+    from statistics import NormalDist
+
+    n = np.asarray(n, float)
+    values, inverse = np.unique(n, return_inverse=True)
+    z = np.array([NormalDist().inv_cdf((k - 0.375) / (k + 0.25)) if k > 1.0 else 0.0 for k in values])
+    return z[inverse].reshape(n.shape)
+
+
+def experts_touched_busiest(tokens, a, ep):
+    """Share of its own experts that the busiest of ``ep`` expert-parallel groups streams in a decode round.
+    Each group holds E/ep experts; how many of them the round's tokens touch is binomial around
+    ``experts_touched``, and the round waits for the group that drew the most (normal approximation of the
+    maximum of ``ep`` groups).  With the experts split by TP instead (ep 1) every GPU streams the mean."""
+    phi = experts_touched(tokens, a)
+    n = np.maximum(a["E"] / np.maximum(ep, 1.0), 1.0)
+    return np.minimum(phi + _max_normal_z(ep) * np.sqrt(phi * (1.0 - phi) / n), 1.0)
+
+
 def _overhead_factor(g, p):
     return np.where(g["blackwell"] > 0, 1.0, p.older_overhead)
 
@@ -159,7 +180,7 @@ def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep):
     wo = lambda c: np.where(q[f"wo_{c}"] > 0, 1.0 / p.weight_only, 1.0)  # noqa: E731
     w_non = (a["P_attn"] * q["b_attn"] * wo("attn") + (a["P_dense"] + a["P_shared"]) * q["b_mlp"] * wo("mlp")
              + a["P_head"] * 2.0) / (tp * pp)
-    w_exp = a["n_moe"] * a["E"] * a["P_expert"] * q["b_exp"] * wo("exp") * experts_touched(T, a) / (G * pp)
+    w_exp = a["n_moe"] * a["E"] * a["P_expert"] * q["b_exp"] * wo("exp") * experts_touched_busiest(T, a, ep) / (G * pp)
     t_w = (w_non + w_exp) / (g["hbm"] * p.weight_bandwidth)
     eff = lambda c: p.gemm * np.where(q[f"fp4_{c}"] > 0, p.fp4_gemm, 1.0)  # noqa: E731
     flops = (2.0 * bm * a["P_attn"] / (tp * pp) / (q["pk_attn"] * eff("attn"))
@@ -513,7 +534,7 @@ def plan_rows(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans
                 d_workers=f("d_workers"), d_tp=f("d_tp"), d_pp=f("d_pp"), d_dp=f("d_dp"), d_ep=f("d_ep"),
                 load=load, I=float(workload.input_len), O=float(workload.output_len),
                 C=(workload.concurrency or 0) / replicas, lam=(workload.request_rate or 0.0) / replicas,
-                chunk=d.chunk_tokens(cluster.hardware.memory_gib), mixed=float(d.mixed_prefill), limit=per_rank_limit,
+                chunk=d.prefill_chunk(cluster.hardware.memory_gib, f("p_dp")), mixed=float(d.mixed_prefill), limit=per_rank_limit,
                 kv_pool=mem.kv_pool, n=len(plans))
 
 
