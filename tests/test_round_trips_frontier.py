@@ -129,3 +129,28 @@ def test_a_serving_plans_file_with_part_of_its_stack_is_refused(tmp_path, edit, 
     edit(doc["inputs"])
     (out / "plans.json").write_text(json.dumps(doc))
     assert field in user_error("explain", out)
+
+
+def test_vllm_plans_keep_expert_parallelism_whole_or_off():
+    """vLLM spreads the experts over the whole engine or not at all, so TP2 DP8 EP2 is not a vLLM plan."""
+    args = ["predict", "--workload", "serve", "-m", "deepseek-v3", "-H", "gb200", "--gpus", "16", "--checkpoint",
+            "fp8", "--input-len", "2048", "--output-len", "256", "--json", "-p"]
+    partial = json.loads(ok(*args, "tp=2,dp=8,ep=2,weights=fp8,kv=fp8,max_batch=256").stdout)["estimate"]
+    whole = json.loads(ok(*args, "tp=2,dp=8,ep=16,weights=fp8,kv=fp8,max_batch=256").stdout)["estimate"]
+    assert not partial["fits"] and "vLLM's expert parallelism" in partial["infeasible_reason"]
+    assert whole["fits"]
+    sglang = json.loads(ok(*args, "tp=2,dp=8,ep=2,weights=fp8,kv=fp8,max_batch=256", "--engine", "sglang").stdout)
+    assert sglang["estimate"]["fits"]
+
+
+def test_emit_refuses_a_plan_no_engine_can_launch():
+    assert "ep > 1 on a dense model" in user_error("emit", "--format", "vllm", "-p", "tp=4,ep=4", *SERVE[2:])
+
+
+def test_serving_explain_does_not_recommend_weights_the_checkpoint_lacks(tmp_path):
+    out = tmp_path / "e"
+    ok("search", *SERVE, "--fix", "weights=fp8", "--out", out, "--top", "2")
+    found = json.loads(ok("explain", out, "--json").stdout)
+    steps = {n["change"]: n for n in found["sensitivity"]}
+    assert not steps["weights fp8 -> int8"]["fits"] and "needs" in steps["weights fp8 -> int8"]["reason"]
+    assert "int8" not in found["binding"]["text"]

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..errors import InputError
-from ..inputs.hardware import load_hardware
+from ..inputs.hardware import Cluster, load_hardware
 from ..inputs.modelspec import load_model
 from ..inputs.request import TrainingRequest
 from ..outputs.emit import (
@@ -40,6 +40,8 @@ from ..search.plans_file import serving_inputs_from_plans
 from ..search.serving import annotate_checkpoint
 from ..serving.estimate import estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
+from ..serving.space import REASONS as SERVE_REASONS
+from ..serving.space import rejection_reasons as serve_rejection_reasons
 from ..training.estimate import estimate_training
 from ..training.plan import PlanBatch, parse_plan
 from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
@@ -213,6 +215,10 @@ def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[s
     )
 
 
+_IMPOSSIBLE = frozenset({"heads not divisible by tp", "pipeline stages exceed layers", "ep > 1 on a dense model",
+                        "experts not divisible by ep", "ep does not divide tp*dp"})
+
+
 def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: int, model: str | None,
              hardware: str | None, gpus: int | None, seq_len: int | None, *, input_len: int | None = None,
              output_len: int | None = None, gpus_per_node: int | None = None, checkpoint: str | None = None,
@@ -265,6 +271,11 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
             chosen = serve_plan_from_fields(parse_serve_fields(source), int(gpus))
         except ValueError as exc:
             raise InputError(str(exc), field="--plan") from None
+        cluster = Cluster(hw, chosen.n_gpus, min(gpn, chosen.n_gpus))
+        code = int(serve_rejection_reasons(spec, cluster, ServePlanBatch.from_plans([chosen]), frozenset({"dp"}))[0])
+        # Refuse what no engine can launch; a search-space preference (tp within one node) stays the user's call.
+        if SERVE_REASONS[code] in _IMPOSSIBLE:
+            raise InputError(f"this plan cannot run: {SERVE_REASONS[code]}", field="--plan")
         if input_len is None or output_len is None:
             if seq_len is None or seq_len < 2:
                 raise InputError(f"must be >= 2 (prompt + output tokens), but got {seq_len}", field="--seq-len")

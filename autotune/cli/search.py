@@ -638,7 +638,8 @@ def _explain_serving(source: str, inputs: dict, fields: Any, *, model: str | Non
     hw = cluster.hardware
     params, engine = found_inputs.params, found_inputs.engine
     note = f"engine {engine}, checkpoint {found_inputs.checkpoint}; {inputs.get('parameters') or 'shipped parameters'}"
-    found = explain_serving(found_inputs.model, cluster, workload, chosen, params, engine=engine)
+    found = explain_serving(found_inputs.model, cluster, workload, chosen, params, engine=engine,
+                            checkpoint=found_inputs.checkpoint)
     if json_out:
         print_json(found.to_json())
         return

@@ -268,8 +268,9 @@ def _changed_plan(plan, fields: Mapping[str, Any]):
 
 
 def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params, *,
-                    engine: str = "vllm") -> ServingExplanation:
+                    engine: str = "vllm", checkpoint: str = "bf16") -> ServingExplanation:
     """The estimate of serve ``plan``, what binds it (a rule, memory, a latency target) and each one-step change."""
+    from ..serving.checkpoint import requirement
     from ..serving.estimate import estimate_serving
     from ..serving.plan import ServePlanBatch
     from ..serving.space import REASONS as SERVE_REASONS
@@ -303,6 +304,8 @@ def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params, 
         index += 1
         tps = _num(est, "output_tokens_per_s")
         change = tps / base_tps - 1.0 if tps is not None and base_tps else None
+        # weights the checkpoint does not hold (and the engine cannot make at load) are not a step one can take
+        reason = reason or requirement(changed.weights, checkpoint, engine, model.is_moe) or ""
         fits = bool(_get(est, "fits")) and not reason
         rows.append(ServingNeighbour(axis, label, changed.as_dict(), est, change, fits,
                                      fits and bool(_get(est, "meets_targets")), reason or str(_get(est, "infeasible_reason") or "")))

@@ -563,6 +563,14 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
         prefill_used = np.where(plans.disagg, used / GIB, np.nan)
         prefill_knob = np.where(plans.disagg, np.asarray(pmem.knob, float) * np.ones(n), np.nan)
     reason[fit_rank < 1] = "weights and the engine's reserve leave no room for one sequence's KV cache"
+    if E.engine_family(engine) == "vllm":
+        # vLLM 0.33's --enable-expert-parallel spreads the experts over the whole engine (ep = tp*dp) or not at
+        # all; narrower EP groups are SGLang's (--ep-size) and cannot be launched on vLLM.
+        partial = np.zeros(n, dtype=bool)
+        for side in ("p", "d"):
+            ep, width = getattr(plans, f"{side}_ep"), getattr(plans, f"{side}_tp") * getattr(plans, f"{side}_dp")
+            partial |= (ep > 1) & (ep != width)
+        reason[partial] = "vLLM's expert parallelism spans the whole engine (ep = tp*dp) or none"
     fits = reason == ""
     res = solve(rows, params)
     replicas = plans.replicas.astype(np.float64)
