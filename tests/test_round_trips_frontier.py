@@ -154,3 +154,12 @@ def test_serving_explain_does_not_recommend_weights_the_checkpoint_lacks(tmp_pat
     steps = {n["change"]: n for n in found["sensitivity"]}
     assert not steps["weights fp8 -> int8"]["fits"] and "needs" in steps["weights fp8 -> int8"]["reason"]
     assert "int8" not in found["binding"]["text"]
+
+
+def test_a_serving_search_never_evaluates_more_plans_than_its_space_holds():
+    """The batch limits the KV budget fits (max_batch: fit) are part of the space: on 64 GB200s they
+    outnumbered the rest, and the summary said 223,366 plans evaluated of a space of 203,410."""
+    doc = json.loads(ok("search", "--workload", "serve", "-m", "deepseek-v3", "-H", "gb200", "--gpus", "64",
+                        "--input-len", "2048", "--output-len", "256", "--checkpoint", "fp8", "--json",
+                        "--top", "1").stdout)
+    assert 0 < doc["search"]["evaluations"] <= doc["search"]["space_size"]

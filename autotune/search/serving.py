@@ -105,10 +105,14 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
     enumeration = enumerate_serve(model, cluster, space)
     plans = enumeration.plans
     rejected = dict(enumeration.rejected)
+    space_size = enumeration.space_size
     if len(plans) and enumeration.fit_batch:
+        # the choice ``max_batch: fit`` becomes one plan per valid layout: count those in the space too
+        before = len(plans)
         plans = _with_fit_batches(model, cluster, plans, workload, engine)
+        space_size += len(plans) - before
     if not len(plans):
-        return ServeSearchResult([], 0, enumeration.space_size, time.perf_counter() - started, rejected, 0, 0,
+        return ServeSearchResult([], 0, space_size, time.perf_counter() - started, rejected, 0, 0,
                                  cluster.n_gpus)
     est = estimate_serving(model, cluster, workload, plans, params, engine=engine)
     for reason, count in zip(*np.unique(est.reason[~est.fits].astype(str), return_counts=True)):
@@ -127,7 +131,7 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
                                round(r.estimate["memory_gib_per_gpu"], 6), r.plan.as_string()))
     ranked = [RankedServePlan(k, r.plan, annotate_checkpoint(r.estimate, r.plan, checkpoint, engine, moe))
               for k, r in enumerate(ranked[:top], start=1)]
-    return ServeSearchResult(ranked, len(plans), enumeration.space_size, time.perf_counter() - started, rejected,
+    return ServeSearchResult(ranked, len(plans), space_size, time.perf_counter() - started, rejected,
                              int(len(fits)), int(meets.sum()), cluster.n_gpus)
 
 
