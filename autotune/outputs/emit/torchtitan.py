@@ -233,12 +233,7 @@ def config_module(context: EmitContext) -> str:
     flavour = flavour_of(model)
     assert flavour is not None, "render is called only for an expressible plan"
     base = FLAVOURS[flavour]["base"]
-    lines = shell.comment_lines(header(RELEASE, context, [
-        f"torchtitan config module: launch with `-m torchtitan.train --module {MODULE} --config {FUNCTION}`",
-        "and this file's folder on PYTHONPATH (torchtitan_launch.sh and the Slurm script do both).",
-    ]))
-    lines += ["", '"""A torchtitan 0.3.0 config for one autotune plan; see the comments above."""', ""]
-    recompute = {"none": None, "selective": "SelectiveAC", "full": "FullAC"}[plan.recompute]
+    lines, recompute = _module_preamble(context)
     imports = []
     if plan.precision == "fp8":
         imports.append("from torchtitan.components.quantization import Float8LinearConverter")
@@ -263,17 +258,22 @@ def config_module(context: EmitContext) -> str:
     return "\n".join(lines) + "\n"
 
 
-def moe_config_module(context: EmitContext) -> str:
-    """The config module for one of torchtitan's mixtures of experts (MOE_MODELS)."""
-    plan, model = context.plan, context.model
-    entry = MOE_MODELS[moe_model_of(model)]
-    package, base = entry["package"], entry["base"]
+def _module_preamble(context: EmitContext) -> tuple[list[str], str | None]:
+    """The header comments and docstring of a config module, and the plan's activation-checkpoint class."""
     lines = shell.comment_lines(header(RELEASE, context, [
         f"torchtitan config module: launch with `-m torchtitan.train --module {MODULE} --config {FUNCTION}`",
         "and this file's folder on PYTHONPATH (torchtitan_launch.sh and the Slurm script do both).",
     ]))
     lines += ["", '"""A torchtitan 0.3.0 config for one autotune plan; see the comments above."""', ""]
-    recompute = {"none": None, "selective": "SelectiveAC", "full": "FullAC"}[plan.recompute]
+    return lines, {"none": None, "selective": "SelectiveAC", "full": "FullAC"}[context.plan.recompute]
+
+
+def moe_config_module(context: EmitContext) -> str:
+    """The config module for one of torchtitan's mixtures of experts (MOE_MODELS)."""
+    plan, model = context.plan, context.model
+    entry = MOE_MODELS[moe_model_of(model)]
+    package, base = entry["package"], entry["base"]
+    lines, recompute = _module_preamble(context)
     imports = []
     if plan.precision == "fp8":
         imports.append("from torchtitan.components.quantization import Float8GroupedExpertsConverter, "
