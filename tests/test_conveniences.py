@@ -50,6 +50,9 @@ def installed(tmp_path_factory):
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(base)],
                            capture_output=True, text=True, timeout=600)
     if built.returncode != 0:
+        # CI sets AUTOTUNE_REQUIRE_WHEEL=1: there a wheel that does not build is a failure, not a skip
+        if os.environ.get("AUTOTUNE_REQUIRE_WHEEL") == "1":
+            pytest.fail(f"the wheel does not build: {built.stderr[-500:]}")
         pytest.skip(f"cannot build a wheel here: {built.stderr[-500:]}")
     wheel = next(base.glob("autotune-*.whl"))
     site = base / "site"

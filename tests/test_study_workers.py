@@ -24,6 +24,16 @@ BENCH = HERE / "bench_scripts" / "fake_bench.py"
 SPACE = HERE / "bench_scripts" / "space_small.yaml"
 SEARCH = ["-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "32"]
 PG_URL = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL")
+# CI starts a server (.ci/postgres.sh) and sets AUTOTUNE_REQUIRE_POSTGRES=1: there a missing server fails.
+PG_REQUIRED = os.environ.get("AUTOTUNE_REQUIRE_POSTGRES") == "1"
+
+
+def _need_postgres() -> None:
+    if PG_URL:
+        return
+    if PG_REQUIRED:
+        pytest.fail("AUTOTUNE_REQUIRE_POSTGRES=1 but AUTOTUNE_TEST_POSTGRES_URL is unset: .ci/postgres.sh failed")
+    pytest.skip("AUTOTUNE_TEST_POSTGRES_URL is unset: no PostgreSQL server (.ci/postgres.sh starts one)")
 
 
 def autotune(*args):
@@ -73,9 +83,8 @@ def test_four_workers_journal(tmp_path):
     four_workers(f"journal:{tmp_path}/w.log")
 
 
-@pytest.mark.skipif(not PG_URL, reason="AUTOTUNE_TEST_POSTGRES_URL is unset: no PostgreSQL server "
-                    "(.ci/postgres.sh starts one on loopback and exports it)")
 def test_four_workers_postgres():
+    _need_postgres()
     four_workers(PG_URL, trials=60)
 
 
@@ -228,8 +237,8 @@ def _kill_mid_trial(cmd: list[str], url: str, study: str, env: dict, at_least: i
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_search_killed_mid_trial_and_resumed_ends_with_exactly_trials_finished(backend, tmp_path):
-    if backend == "postgresql" and not PG_URL:
-        pytest.skip("AUTOTUNE_TEST_POSTGRES_URL is unset: no PostgreSQL server (.ci/postgres.sh starts one)")
+    if backend == "postgresql":
+        _need_postgres()
     url = PG_URL if backend == "postgresql" else f"sqlite:///{tmp_path}/k.db"
     trials = 12
     for attempt in range(6):  # the kill must land while a trial runs; try again if it landed between trials

@@ -39,7 +39,8 @@ from ..inputs.workload import ServeWorkload, TrainWorkload
 from ..serving.calibrated import params_for
 from ..serving.checkpoint import check_checkpoint
 from ..serving.engines import DEFAULT_ENGINE, ENGINES
-from ..serving.estimate import SERVING_PARAM_BOUNDS, SERVING_PARAM_FIELDS, ServingParams
+from ..serving.estimate import ServingParams
+from ..serving.overlay import serving_params_from_mapping
 from ..serving.space import ServeSpace, load_serve_space, serve_space_from_mapping
 from ..training.problem import TrainingProblem
 from ..training.space import Space, load_space, space_from_mapping
@@ -276,21 +277,9 @@ def _serving_stack(inputs: Mapping[str, Any], source: str) -> tuple[str, str, Se
     except ValueError as exc:
         raise InputError(str(exc), source=source, field="inputs.checkpoint") from None
     params = params_for(engine)
-    raw = _mapping(inputs, "serving_params", source)
-    if raw is not None:
-        section = "inputs.serving_params"
-        unknown = sorted(set(raw) - set(SERVING_PARAM_FIELDS))
-        absent = sorted(set(SERVING_PARAM_FIELDS) - set(raw))
-        if unknown or absent:
-            what = f"unknown parameters {', '.join(map(repr, unknown))}" if unknown else \
-                f"no {', '.join(map(repr, absent))}"
-            raise InputError(f"has {what}; rerun the search", source=source, field=section)
-        values = {}
-        for key in raw:
-            lo, hi = SERVING_PARAM_BOUNDS[key]
-            values[key] = loading.number(raw, key, source=source, section=section, positive=False, minimum=lo,
-                                         maximum=hi)
-        params = params.replace(**values)
+    if "serving_params" in inputs:
+        params = serving_params_from_mapping(inputs["serving_params"], params, source=source,
+                                             section="inputs.serving_params", complete=True)
     return engine, checkpoint, params
 
 

@@ -23,6 +23,23 @@ from .engines import ENGINES
 from .estimate import SERVING_PARAM_BOUNDS, SERVING_PARAM_FIELDS, ServingParams
 
 
+def serving_params_from_mapping(raw: object, base: ServingParams, *, source: str, section: str,
+                                complete: bool = False) -> ServingParams:
+    """``base`` with the parameters of ``raw`` (a mapping of ServingParams fields to numbers inside their bounds);
+    ``complete``: every field must be there (a plans.json records them all)."""
+    if not isinstance(raw, dict):
+        raise InputError("must map parameter names to numbers", source=source, field=section)
+    check_keys(raw, frozenset(SERVING_PARAM_FIELDS), source=source, section=section)
+    absent = [k for k in SERVING_PARAM_FIELDS if k not in raw]
+    if complete and absent:
+        raise InputError(f"has no {', '.join(map(repr, absent))}; rerun the search", source=source, field=section)
+    values = {}
+    for key in raw:
+        lo, hi = SERVING_PARAM_BOUNDS[key]
+        values[key] = loading.number(raw, key, source=source, section=section, positive=False, minimum=lo, maximum=hi)
+    return base.replace(**values)
+
+
 def load_serving_calibration(path: str | Path) -> dict[str, ServingParams]:
     source = str(path)
     data = loading.read_mapping(Path(path))
@@ -40,15 +57,7 @@ def load_serving_calibration(path: str | Path) -> dict[str, ServingParams]:
         if engine not in ENGINES and engine not in LEGACY:
             raise InputError(f"names engine {engine!r}; engines: {', '.join((*ENGINES, *LEGACY))}", source=source,
                              field=section)
-        if not isinstance(raw, dict):
-            raise InputError("must map parameter names to numbers", source=source, field=section)
-        check_keys(raw, frozenset(SERVING_PARAM_FIELDS), source=source, section=section)
-        values = {}
-        for key in raw:
-            lo, hi = SERVING_PARAM_BOUNDS[key]
-            values[key] = loading.number(raw, key, source=source, section=section, positive=False, minimum=lo,
-                                         maximum=hi)
-        out[str(engine)] = params_for(str(engine)).replace(**values)
+        out[str(engine)] = serving_params_from_mapping(raw, params_for(str(engine)), source=source, section=section)
     return out
 
 
