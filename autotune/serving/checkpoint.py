@@ -11,6 +11,7 @@ a pre-quantized checkpoint, and says which (``requirement``).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Mapping
 
 from .engines import engine_family
@@ -49,6 +50,7 @@ FROM_CATALOGUE: Mapping[str, str] = {"bf16": "bf16", "fp8": "fp8", "nvfp4": "nvf
                                      "int4": "compressed-tensors:int4"}
 
 
+@lru_cache(maxsize=128)  # how() calls it once per ranked plan
 def check_checkpoint(name: str) -> str:
     """The checkpoint named, normalised: a container format carries its scheme (``compressed-tensors:fp8``)."""
     key = name.strip().lower()
