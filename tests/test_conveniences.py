@@ -27,7 +27,8 @@ def invoke(*args):
 
 # --- validate --bundled ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind, needle", [("training", "Throughput MAPE"), ("serving", "rows compared")])
+@pytest.mark.parametrize("kind, needle", [("training", "Throughput MAPE"), ("moe-training", "over 45 rows"),
+                                          ("serving", "rows compared")])
 def test_validate_bundled(kind, needle, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # not the repository: the data comes from the package
     result = invoke("validate", "--bundled", kind)
@@ -73,7 +74,8 @@ def test_the_wheel_ships_the_data_and_requires_matplotlib(installed):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    assert {"autotune/data/training_runs.csv", "autotune/data/serving_runs.csv"} <= names
+    assert {"autotune/data/training_runs.csv", "autotune/data/serving_runs.csv", "autotune/data/moe_training_runs.csv",
+            "autotune/data/hf_configs/deepseek-ai--DeepSeek-V3.json"} <= names
     core = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
     assert any(re.match(r"Requires-Dist: matplotlib\b", line) for line in core), core
 

@@ -98,6 +98,9 @@ def all_contexts(framework: str) -> list[tuple[str, EmitContext]]:
     out += [(f"extra{i}", extra_context(i)) for i in range(len(EXTRA))]
     from autotune.outputs.emit import FRAMEWORKS
 
+    if framework == "megatron":  # token dropping (--moe-capacity-factor): Megatron's flags only
+        qwen = next(i for i, e in enumerate(EXTRA) if e[0] == "qwen3-30b-a3b")
+        out.append(("capacity", extra_context(qwen, moe_capacity_factor=1.25)))
     emitter = FRAMEWORKS[framework]
     return [(name, ctx) for name, ctx in out if not emitter.can_express(ctx.plan, ctx.model, ctx)]
 
@@ -172,6 +175,11 @@ def test_megatron_parser_and_validation_accept_the_script(megatron_arguments, tm
         if model.moe.routing_groups > 1:
             assert (args.moe_router_num_groups, args.moe_router_group_topk) == (
                 model.moe.routing_groups, model.moe.routing_group_topk)
+        if context.moe_capacity_factor is not None:
+            assert args.moe_expert_capacity_factor == context.moe_capacity_factor
+            assert args.moe_pad_expert_input_to_capacity and args.moe_token_dispatcher_type == "alltoall"
+        else:
+            assert args.moe_expert_capacity_factor is None
         if args.overlap_moe_expert_parallel_comm:  # TransformerConfig's rules for the batch-level overlap
             assert args.moe_token_dispatcher_type in ("alltoall", "flex") and plan.ep > 1
             assert plan.pp == 1 or args.virtual_pipeline_model_parallel_size

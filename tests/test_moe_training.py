@@ -227,26 +227,58 @@ def test_cli_takes_the_imbalance_and_refuses_one_below_the_mean():
     assert bad.returncode != 0 and "--moe-imbalance" in bad.stderr + bad.stdout
 
 
-def test_a_moe_block_is_never_faster_than_its_host_issues_it():
+def test_a_dropless_moe_block_pays_its_hosts_whole_issue_time():
     wl = TrainWorkload(4096, 512)
     plan = "tp=1,pp=1,ep=8,zero=1,mbs=1,precision=fp8"
     bridge = load_framework("megatron-bridge")
-    # Qwen3-30B-A3B, 16 local experts, micro-batch 1 on B200: the host's issue time binds (per-expert
-    # launches of TransformerEngine's GroupedLinear after the dispatcher's sync).
+    # Qwen3-30B-A3B, 16 local experts, micro-batch 1 on 8 B200: after the dispatcher's sync the host
+    # issues 200 fixed ops and 16 per local expert (TransformerEngine GroupedLinear), 10 us each on an
+    # x86 host: 456 ops = 4.56 ms a block and micro-batch, added to the GPU time in full.
+    # 512 sequences over 8 data-parallel ranks at micro-batch 1 = 64 micro-batches; 48 MoE blocks.
     hgx = estimate("qwen3-30b-a3b", "b200-sxm-180gb", 8, plan, wl, bridge)
-    host_s = 1e-6 * bridge.host_op_us * (bridge.moe_host_ops + bridge.moe_host_ops_per_expert * 16)
-    assert hgx["time_breakdown_s"]["host_bound"] > 0
-    per_block = hgx["time_breakdown_s"]["host_bound"] / (512 / 8 * 48)
-    assert per_block < host_s
-    # Without per-expert ops and with a free host, nothing is charged.
+    assert bridge.host_op_us == 10 and bridge.moe_host_ops == 200 and bridge.moe_host_ops_per_expert == 16
+    assert hgx["time_breakdown_s"]["host_bound"] == pytest.approx(64 * 48 * 4.56e-3)
+    # With a free host, nothing is charged.
     free = bridge.with_traits(host_op_us=0.0)
     assert estimate("qwen3-30b-a3b", "b200-sxm-180gb", 8, plan, wl, free)["time_breakdown_s"]["host_bound"] == 0
-    # A Grace host issues each op 2.75x slower (TE issue #2053): more of the block is host-bound.
+    # The hardware's host_op_scale multiplies it (a host issuing each op twice as slowly doubles it).
     gb200 = load_hardware("gb200-nvl72")
-    assert gb200.host_op_scale == pytest.approx(2.75) and load_hardware("b200-sxm-180gb").host_op_scale == 1.0
     x86 = estimate("qwen3-30b-a3b", dataclasses.replace(gb200, host_op_scale=1.0), 8, plan, wl, bridge)
-    grace = estimate("qwen3-30b-a3b", gb200, 8, plan, wl, bridge)
-    assert grace["time_breakdown_s"]["host_bound"] > x86["time_breakdown_s"]["host_bound"]
+    slow = estimate("qwen3-30b-a3b", dataclasses.replace(gb200, host_op_scale=2.0), 8, plan, wl, bridge)
+    assert slow["time_breakdown_s"]["host_bound"] == pytest.approx(2.0 * x86["time_breakdown_s"]["host_bound"])
+    # Full recompute re-runs the forward, and with it the forward's share of the issue time (a third).
+    full = estimate("qwen3-30b-a3b", "b200-sxm-180gb", 8, plan + ",recompute=full", wl, bridge)
+    assert full["time_breakdown_s"]["host_bound"] == pytest.approx(64 * 48 * 4.56e-3 * 4 / 3)
+    # A GPU-heavy block (Mixtral 8x7B: one large local expert under EP8) hides most of it: H * min(1, H/G),
+    # with 200 + 16 ops = 2.16 ms issued against well over 10 ms of GPU work a block and micro-batch.
+    mix_plan = "tp=1,pp=1,ep=8,zero=1,mbs=1"
+    mixtral = estimate("mixtral-8x7b", "h100-sxm5-80gb", 64, mix_plan, TrainWorkload(4096, 1024), bridge)
+    full_issue = (1024 / 64) * 32 * 2.16e-3  # micro-batches x MoE blocks x issue time
+    assert 0 < mixtral["time_breakdown_s"]["host_bound"] < 0.2 * full_issue
     # Dense models are never charged.
     dense = estimate("llama3-8b", "b200-sxm-180gb", 8, "tp=1,pp=1,zero=1,mbs=1", wl, bridge)
     assert dense["time_breakdown_s"]["host_bound"] == 0
+
+
+def test_published_bridge_moe_runs_validate_at_the_documented_figure():
+    """autotune/data/moe_training_runs.csv (Megatron-Bridge's performance tables): the figure of
+    docs/accuracy.md, and the rows a user would check first."""
+    from autotune.inputs.hardware import load_hardware as hw
+    from autotune.inputs.resources import bundled_data
+    from autotune.training.runs import read_runs
+    from autotune.training.validation import validate_runs
+
+    report = validate_runs(read_runs(bundled_data("moe_training_runs.csv")), hw)
+    assert len(report.rows) == 45 and not report.skipped
+    errors = {r.id: r.error_pct for r in report.rows}
+    dropless = [e for k, e in errors.items() if not k.endswith("-TD")]
+    assert len(dropless) == 37 and sum(map(abs, dropless)) / 37 == pytest.approx(21.3, abs=0.05)
+    assert sum(map(abs, errors.values())) / 45 == pytest.approx(21.5, abs=0.05)
+    # The same layout with and without the host sync (25.09 token-drop, 25.11 dropless): faster without.
+    assert errors["BR25.09-q30-B200-FP8-TD"] == pytest.approx(-0.4, abs=0.1)
+    by_id = {r.id: r.predicted_tokens_per_s_per_gpu for r in report.rows}
+    assert by_id["BR25.09-q30-B200-FP8-TD"] / by_id["BR25.11-q30-B200-FP8-MX"] == pytest.approx(1.68, abs=0.01)
+    # DeepSeek-V3 on 256 GB300 (26.02, MXFP8, PP2 VP8 EP32): within 20 %.
+    assert abs(errors["BR26.02-dsv3-GB300-MXFP8"]) < 20
+    # The sync-bound case the host model was built for: Qwen3-30B-A3B at micro-batch 1 on 8 B200.
+    assert abs(errors["BR25.11-q30-B200-FP8-MX"]) < 20

@@ -23,16 +23,17 @@ from ..training.runs import MeasuredRun, SkippedRow, read_runs
 from ..training.validation import validate_runs
 from .app import JsonOut, app, print_json, progress, stderr, stdout, user_errors
 
-BUNDLED = {"training": "training_runs.csv", "serving": "serving_runs.csv"}
+BUNDLED = {"training": "training_runs.csv", "moe-training": "moe_training_runs.csv", "serving": "serving_runs.csv",
+           "serving-silicon": "serving_silicon.csv"}
 
 
 def _runs_csv(path: Path | None, bundled: str | None) -> Path:
-    """The CSV to read: the one given, or the bundled training or serving runs (``--bundled``)."""
+    """The CSV to read: the one given, or a bundled set of runs (``--bundled``, a key of BUNDLED)."""
     if bundled is not None:
         if path is not None:
             raise InputError("give a CSV or --bundled, not both", field="--bundled")
         if bundled not in BUNDLED:
-            raise InputError(f"must be training or serving, but got {bundled!r}", field="--bundled")
+            raise InputError(f"must be one of {', '.join(BUNDLED)}, but got {bundled!r}", field="--bundled")
         return bundled_data(BUNDLED[bundled])
     if path is None:
         raise InputError("give a CSV of measured runs, or --bundled training (or serving) for the runs shipped with "
@@ -45,6 +46,7 @@ def _runs_csv(path: Path | None, bundled: str | None) -> Path:
         "**Examples**\n\n"
         "    autotune validate --bundled training\n\n"
         "    autotune validate --bundled serving\n\n"
+        "    autotune validate --bundled moe-training\n\n"
         "    autotune validate autotune/data/training_runs.csv\n\n"
         "    autotune validate my_runs.csv --calibration calib.yaml --json\n\n"
         "    autotune validate autotune/data/serving_runs.csv\n\n"
@@ -56,7 +58,7 @@ def _runs_csv(path: Path | None, bundled: str | None) -> Path:
 )
 def validate(
     runs_csv: Annotated[Optional[Path], typer.Argument(help="CSV of measured runs: training (docs/validation.md) or serving (docs/serving.md).")] = None,
-    bundled: Annotated[Optional[str], typer.Option("--bundled", help="Validate on the runs shipped with autotune instead of a CSV: training | serving.")] = None,
+    bundled: Annotated[Optional[str], typer.Option("--bundled", help="Validate on runs shipped with autotune instead of a CSV: training | moe-training | serving | serving-silicon.")] = None,
     calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration overlay YAML.")] = None,
     json_out: JsonOut = False,
     worst: Annotated[int, typer.Option("--worst", help="Rows to show in the table, worst first (0: all).")] = 25,

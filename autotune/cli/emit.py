@@ -211,7 +211,8 @@ def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[s
     return EmitContext(
         plan=chosen, model=inputs.model, hardware=inputs.cluster.hardware.name,
         gpus_per_node=inputs.cluster.gpus_per_node, seq_len=inputs.workload.seq_len,
-        global_batch=inputs.workload.global_batch, estimate=estimate, tokens=given.tokens, **options,
+        global_batch=inputs.workload.global_batch, estimate=estimate, tokens=given.tokens,
+        moe_capacity_factor=inputs.workload.moe_capacity_factor, **options,
     )
 
 

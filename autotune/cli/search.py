@@ -85,6 +85,7 @@ from .app import (
     InputLen,
     JsonOut,
     Model,
+    MoeCapacityFactor,
     MoeImbalance,
     Nodes,
     OptGlobalBatch,
@@ -175,6 +176,7 @@ def search(
     precision: Annotated[Optional[str], typer.Option("--precision", help="Training: GEMM precisions to search, comma-separated: bf16 (default), bf16,fp8 or fp8. fp8 is never searched unless named.")] = None,
     memory_headroom: Annotated[Optional[float], typer.Option("--memory-headroom", help="Training: fraction of HBM ranked plans must leave free [default: 0.03: plans use at most 97% of the GPU's memory].")] = None,
     moe_imbalance: MoeImbalance = None,
+    moe_capacity_factor: MoeCapacityFactor = None,
     engine: EngineOpt = "vllm",
     checkpoint: CheckpointOpt = None,
 ) -> None:
@@ -188,6 +190,7 @@ def search(
             "--pue": pue, "--grid-intensity": grid_intensity, "--storage": storage, "--study": study,
             "--emit": emit, "--framework": framework, "--precision": precision,
             "--memory-headroom": memory_headroom, "--moe-imbalance": moe_imbalance,
+            "--moe-capacity-factor": moe_capacity_factor,
             "--objective": None if objective == "throughput" else objective,
             "--sampler": None if sampler == "auto" else sampler,
         }
@@ -219,7 +222,8 @@ def search(
                                   **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
         request = TrainingRequest(model=model, hardware=hardware, gpus=gpu_count, gpus_per_node=gpus_per_node,
                                   nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                  calibration=calibration, framework=framework, moe_imbalance=moe_imbalance)
+                                  calibration=calibration, framework=framework, moe_imbalance=moe_imbalance,
+                                  moe_capacity_factor=moe_capacity_factor)
         if wants_capacity(gpu_range, hardware, deadline):
             if emit:
                 raise InputError("launch configs are written for one cluster: run the search again with the chosen "
@@ -440,6 +444,7 @@ def predict(
     request_rate: RequestRate = None,
     framework: FrameworkOpt = None,
     moe_imbalance: MoeImbalance = None,
+    moe_capacity_factor: MoeCapacityFactor = None,
     engine: EngineOpt = "vllm",
     checkpoint: CheckpointOpt = None,
 ) -> None:
@@ -448,7 +453,8 @@ def predict(
     with user_errors():
         if check_workload(workload) == "serve":
             reject_flags({"--framework": framework, "--seq-len": seq_len, "--global-batch": global_batch,
-                          "--tokens": tokens, "--moe-imbalance": moe_imbalance}, "--workload serve")
+                          "--tokens": tokens, "--moe-imbalance": moe_imbalance,
+                          "--moe-capacity-factor": moe_capacity_factor}, "--workload serve")
             load = serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
             _predict_serving(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                              workload=load, plan=plan, json_out=json_out, price=price, engine=engine,
@@ -459,7 +465,8 @@ def predict(
         require_training(seq_len, global_batch)
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=single_gpu_count(gpus), gpus_per_node=gpus_per_node,
                                  nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                 calibration=calibration, framework=framework, moe_imbalance=moe_imbalance).build()
+                                 calibration=calibration, framework=framework, moe_imbalance=moe_imbalance,
+                                 moe_capacity_factor=moe_capacity_factor).build()
         note_inputs(inputs)
         try:
             chosen = parse_plan(plan, inputs.cluster.n_gpus)

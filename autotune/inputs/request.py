@@ -13,7 +13,7 @@ from .calibration import apply_calibration, load_calibration
 from .framework import Framework, load_framework
 from .hardware import Cluster, Hardware, load_hardware
 from .modelspec import ModelSpec, load_model
-from .workload import ServeWorkload, TrainWorkload
+from .workload import MAX_CAPACITY_FACTOR, ServeWorkload, TrainWorkload
 
 # More GPUs than this is a typo, not a cluster (the largest are a few hundred thousand).
 MAX_GPUS = 10_000_000
@@ -130,6 +130,7 @@ class TrainingRequest:
     calibration: str | None = None
     framework: str | None = None  # NAME[@VERSION]; None: autotune.inputs.framework.DEFAULT_FRAMEWORK
     moe_imbalance: float | None = None  # --moe-imbalance; None: 1.0
+    moe_capacity_factor: float | None = None  # --moe-capacity-factor; None: dropless
 
     def build(self) -> TrainingInputs:
         """The validated model, cluster, workload and framework; raises :class:`InputError` naming the flag at fault."""
@@ -153,8 +154,12 @@ class TrainingRequest:
         if not imbalance >= 1.0:
             raise InputError(f"must be >= 1 (the busiest rank's tokens over the mean), but got {imbalance}",
                              field="--moe-imbalance")
+        capacity = self.moe_capacity_factor
+        if capacity is not None and not 0.0 < capacity <= MAX_CAPACITY_FACTOR:
+            raise InputError(f"must be > 0 and <= {MAX_CAPACITY_FACTOR:g} (an expert's token capacity over its mean "
+                             f"share), but got {capacity}", field="--moe-capacity-factor")
         workload = TrainWorkload(seq_len=self.seq_len, global_batch=self.global_batch, tokens=self.tokens,
-                                 moe_imbalance=imbalance)
+                                 moe_imbalance=imbalance, moe_capacity_factor=capacity)
         return TrainingInputs(spec, cluster, workload, framework)
 
 

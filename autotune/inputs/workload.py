@@ -9,6 +9,9 @@ import numpy as np
 from ..errors import InputError
 
 
+MAX_CAPACITY_FACTOR = 1000.0  # an expert's capacity over its mean share; beyond any use (E/k is the whole batch)
+
+
 @dataclass(frozen=True)
 class TrainWorkload:
     """Sequence length and global batch (in sequences); ``tokens`` is the training budget, if known.
@@ -17,17 +20,26 @@ class TrainWorkload:
     the same share, as force-balanced benchmarks run, e.g. Megatron's --moe-router-force-load-balancing;
     a real router with a balancing loss or bias runs above it).  It scales the expert GEMMs and the
     all-to-all of the slowest rank, which the others wait for.
+
+    ``moe_capacity_factor``: token dropping with padding (Megatron-Core ``--moe-expert-capacity-factor``
+    with ``--moe-pad-expert-input-to-capacity``): every expert takes exactly that many times its mean
+    share of tokens, the surplus dropped and the rest padded, so the shapes are fixed and the dispatcher
+    never waits on the host (its sync point stays ``no_sync``, token_dispatcher.py).  None: dropless.
     """
 
     seq_len: int
     global_batch: int
     tokens: float | None = None
     moe_imbalance: float = 1.0
+    moe_capacity_factor: float | None = None
 
     def __post_init__(self) -> None:
         if not self.moe_imbalance >= 1.0:
             raise ValueError(f"moe_imbalance must be >= 1 (busiest rank over the mean), but got "
                              f"(moe_imbalance={self.moe_imbalance})")
+        if self.moe_capacity_factor is not None and not 0.0 < self.moe_capacity_factor <= MAX_CAPACITY_FACTOR:
+            raise ValueError(f"moe_capacity_factor must be > 0 and <= {MAX_CAPACITY_FACTOR:g}, but got "
+                             f"(moe_capacity_factor={self.moe_capacity_factor})")
         if self.seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, but got (seq_len={self.seq_len})")
         if self.global_batch < 1:
@@ -38,6 +50,17 @@ class TrainWorkload:
     @property
     def tokens_per_step(self) -> int:
         return self.seq_len * self.global_batch
+
+    @property
+    def moe_expert_load(self) -> float:
+        """Tokens the busiest expert-parallel rank computes and receives, over the mean share: the
+        capacity factor when tokens are dropped and padded, else the imbalance."""
+        return self.moe_imbalance if self.moe_capacity_factor is None else self.moe_capacity_factor
+
+    @property
+    def moe_host_sync(self) -> bool:
+        """Whether the MoE dispatcher waits on the host every block (dropless: shapes known only then)."""
+        return self.moe_capacity_factor is None
 
 
 @dataclass(frozen=True)

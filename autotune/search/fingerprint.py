@@ -66,7 +66,7 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} in a study")
 
 
-_OPTIONAL_WORKLOAD = {"moe_imbalance": 1.0}
+_OPTIONAL_WORKLOAD = {"moe_imbalance": 1.0, "moe_capacity_factor": None}
 
 
 def fingerprint(problem: TrainingProblem, objectives: Sequence[Objective]) -> dict:

@@ -35,7 +35,7 @@ from ..inputs.modelspec import (
     model_to_mapping,
 )
 from ..inputs.request import TrainingInputs, cluster_from_options
-from ..inputs.workload import ServeWorkload, TrainWorkload
+from ..inputs.workload import MAX_CAPACITY_FACTOR, ServeWorkload, TrainWorkload
 from ..serving.calibrated import params_for
 from ..serving.checkpoint import check_checkpoint
 from ..serving.engines import DEFAULT_ENGINE, ENGINES
@@ -84,6 +84,8 @@ def training_inputs_json(inputs: TrainingInputs, space_path: str | None, space: 
                                            "memory_headroom": problem.memory_headroom}
     if inputs.workload.moe_imbalance != 1.0:  # written only when stated, so other files stay as they were
         searched["moe_imbalance"] = inputs.workload.moe_imbalance
+    if inputs.workload.moe_capacity_factor is not None:
+        searched["moe_capacity_factor"] = inputs.workload.moe_capacity_factor
     return _plain({
         **searched,
         "workload": "train",
@@ -206,9 +208,11 @@ def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model:
     try:
         imbalance = 1.0 if inputs.get("moe_imbalance") is None else loading.number(
             dict(inputs), "moe_imbalance", source=source, section="inputs", minimum=1.0, maximum=1e3)
+        capacity = None if inputs.get("moe_capacity_factor") is None else loading.number(
+            dict(inputs), "moe_capacity_factor", source=source, section="inputs", maximum=MAX_CAPACITY_FACTOR)
         workload = TrainWorkload(seq_len=_count(inputs, "seq_len", source, seq_len),
                                  global_batch=_count(inputs, "global_batch", source, global_batch), tokens=tokens,
-                                 moe_imbalance=imbalance)
+                                 moe_imbalance=imbalance, moe_capacity_factor=capacity)
     except ValueError as exc:
         raise InputError(str(exc), source=source, field="inputs") from None
     named = framework or inputs.get("framework")

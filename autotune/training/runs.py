@@ -23,7 +23,7 @@ from ..inputs.framework import Framework, framework_for_run
 from ..inputs.hardware import Cluster, Hardware
 from ..inputs.measured_runs import layout_reason, number, parse_rows, read_table
 from ..inputs.modelspec import ModelSpec, MoESpec, load_model
-from ..inputs.workload import TrainWorkload
+from ..inputs.workload import MAX_CAPACITY_FACTOR, TrainWorkload
 from .plan import Plan
 
 
@@ -104,6 +104,17 @@ def _int(row: dict, key: str) -> int | None:
 
 def _float(row: dict, key: str) -> float | None:
     return number(row, key)
+
+
+def _workload(row: dict, global_batch: int | None) -> TrainWorkload:
+    """Sequence and batch, and a mixture of experts' token dropping (a ``moe_capacity_factor`` cell; empty:
+    dropless, as Megatron-Core and torchtitan run by default)."""
+    capacity = _float(row, "moe_capacity_factor")
+    if capacity is not None and not 0.0 < capacity <= MAX_CAPACITY_FACTOR:
+        raise InputError(f"row {row.get('id')!r}: must be > 0 and <= {MAX_CAPACITY_FACTOR:g} (an expert's token "
+                         f"capacity over its mean share; empty for dropless), but got {capacity!r}",
+                         field="moe_capacity_factor")
+    return TrainWorkload(seq_len=_int(row, "seq_len"), global_batch=global_batch, moe_capacity_factor=capacity)
 
 
 def _positive(row: dict, key: str) -> float | None:
@@ -248,7 +259,7 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
         gpu=row["gpu"].strip(),
         n_gpus=_int(row, "n_gpus"),
         gpus_per_node=_int(row, "gpus_per_node"),
-        workload=TrainWorkload(seq_len=_int(row, "seq_len"), global_batch=global_batch),
+        workload=_workload(row, global_batch),
         known=known,
         unknown=tuple(unknown),
         measured_tokens_per_s_per_gpu=_positive(row, "measured_tokens_per_s_per_gpu"),

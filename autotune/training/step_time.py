@@ -222,11 +222,11 @@ class _Layer:
         self.host_backward = np.zeros_like(t)
         if self.moe:
             moe = model.moe
-            etp, imbalance = geo.etp, workload.moe_imbalance
+            etp, imbalance = geo.etp, workload.moe_expert_load
             local_experts = moe.n_experts / geo.ep
             # Token copies this rank's experts process: the T/tp distinct tokens of each of the etp ranks
             # of its expert-TP group, k copies each (MoE parallel folding); the busiest rank gets
-            # ``imbalance`` times the mean.
+            # ``imbalance`` times the mean (or, dropping and padding tokens, its capacity factor times it).
             copies = moe.top_k * T * etp / t * imbalance
             per_expert = copies / local_experts
             fe = moe.expert_ffn_hidden_size
@@ -249,7 +249,7 @@ class _Layer:
             # to the host and synchronises (DeepEP and torchtitan's all-to-all splits wait on the host as
             # well), so the host cannot run ahead of the GPU; after the sync it issues every op of the block
             # -- the fixed ones and, with one GEMM launch per expert (TransformerEngine GroupedLinear), those
-            # of each local expert.  A block whose GPU work is shorter runs at the host's rate: the
+            # of each local expert.  How it adds to the GPU time: step_time_parts (host_layer).  The
             # Megatron-Core MoE report (arXiv 2603.07685) calls it host-boundedness.  The ops and the
             # microseconds per op are the framework's (host_op_us, moe_host_ops, moe_host_ops_per_expert),
             # given for an x86 server host; the hardware's host_op_scale for its CPU (Grace: TE issue #2053).
@@ -362,7 +362,8 @@ class _Layer:
 
         Dispatch and combine each move the rank's ``T/sp`` tokens times ``k`` (h wide): bf16, or the
         dispatch in fp8 where the framework quantizes before it (DeepSeek-V3 §3.3.3); backward the
-        same in bf16.  The busiest rank receives ``moe_imbalance`` times the mean.  Across NVLink
+        same in bf16.  The busiest rank receives ``moe_imbalance`` times the mean (with token dropping and
+        padding, the capacity factor times it: workload.moe_expert_load).  Across NVLink
         domains a plain all-to-all sends every copy for a remote rank over the network; a DeepEP-style
         dispatcher (``ep_dispatch: dedup``) sends a token once per destination domain and forwards it
         on NVLink (expected_remote_domains).  With expert TP the received copies are all-gathered over
@@ -378,13 +379,15 @@ class _Layer:
         moe = model.moe
         h = float(model.hidden_size)
         T = geo.tokens
-        imbalance = workload.moe_imbalance
+        imbalance = workload.moe_expert_load
         tokens_out = T / sp_div
         fp8 = np.asarray(plans.precision) == FP8
         dispatch_bytes = np.where(fp8 & framework.fp8_dispatch, FP8_DISPATCH_BYTES, 2.0)
         copies_bytes = tokens_out * moe.top_k * h * imbalance
         group = geo.ep_group
-        if framework.ep_dispatch == "dedup":
+        # Token dropping with padding runs on the plain all-to-all dispatcher (Megatron-Core's flex
+        # dispatcher refuses moe_pad_expert_input_to_capacity, TransformerConfig), without DeepEP's dedup.
+        if framework.ep_dispatch == "dedup" and workload.moe_capacity_factor is None:
             share = expected_remote_domains(model, group.domains) / moe.top_k
         else:
             share = None
@@ -461,13 +464,30 @@ def step_time_parts(
     tp_layer = tp_f * comm_repeat + tp_b
     cp_layer = cp_f * comm_repeat + cp_b
     ep_layer = ep_f * comm_repeat + ep_b
-    # Host-bound MoE blocks: what the host's issue time exceeds the block's GPU time (compute and exposed
-    # communication) by, forward (twice with full recompute) and backward, each block kind on its own.
+    # Host-bound MoE blocks, each block kind and pass on its own.  A dropless dispatcher copies the
+    # per-expert token counts to the host and waits for them (Megatron-Core's MoEAlltoAllTokenDispatcher
+    # moves tokens_per_expert to the CPU and synchronises; DeepEP's normal kernels make the CPU wait for
+    # the received-token count, DeepEP README), so the GPU drains at every MoE block and then waits on
+    # the host as it issues the block's ops.  Published pairs of the same layout with and without the
+    # sync show how much: Megatron-Bridge 25.09 (token-drop, fixed shapes, no sync) against 25.11
+    # (dropless), Qwen3-30B-A3B EP8 micro-batch 1 on 8 B200, 18,066 against 9,299 tokens/s/GPU; on 16
+    # H100, 10,494 against 5,275 (docs/performance-summary.md): where the issue time H is at least the
+    # block's GPU time G, the dropless block costs about G + H, not max(G, H).  Where the GPU work is
+    # longer, its queue refills behind the sync and less of H shows: we charge H * min(1, H/G), which
+    # leaves GPU-heavy blocks (Mixtral's 8 large experts) within a few per cent of max(G, H) -- an
+    # interpolation between the two measured regimes, not a derivation (docs/cost-model.md).  With tokens
+    # dropped and padded to capacity the shapes are fixed, nothing waits on the host, and only what H
+    # exceeds G by shows.
+    def host_exposed(host: np.ndarray, gpu: np.ndarray) -> np.ndarray:
+        if not workload.moe_host_sync:
+            return np.maximum(0.0, host - gpu)
+        return host * np.minimum(1.0, host / np.maximum(gpu, 1e-12))
+
     host_layer = sum(
-        share * (comm_repeat * np.maximum(0.0, layer.host_forward - (layer.forward_compute + layer.tp_forward
-                                                                     + layer.cp_forward + layer.ep_forward))
-                 + np.maximum(0.0, layer.host_backward - (layer.backward_compute + layer.tp_backward
-                                                          + layer.cp_backward + layer.ep_backward)))
+        share * (comm_repeat * host_exposed(layer.host_forward, layer.forward_compute + layer.tp_forward
+                                            + layer.cp_forward + layer.ep_forward)
+                 + host_exposed(layer.host_backward, layer.backward_compute + layer.tp_backward
+                                + layer.cp_backward + layer.ep_backward))
         for share, layer in layers)
 
     n_layers = geo.layers_per_stage

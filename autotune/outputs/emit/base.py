@@ -37,6 +37,7 @@ class EmitContext:
     data_path: str | None = None
     tokenizer: str | None = None
     framework: str = "megatron"  # what a Slurm script runs
+    moe_capacity_factor: float | None = None  # token dropping with padding (workload); None: dropless
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1:
@@ -119,6 +120,13 @@ class Launch:
         for _, groups in self.arrays:
             out += shell.flatten(groups)
         return out
+
+
+def refuse_token_dropping(context: EmitContext, framework: str, why: str) -> None:
+    """Refuse a workload that drops MoE tokens (``moe_capacity_factor``) in a framework that cannot."""
+    if context.model.moe and context.moe_capacity_factor is not None:
+        raise InputError(f"workload field moe_capacity_factor={context.moe_capacity_factor:g}: {framework} {why}; "
+                         "search without --moe-capacity-factor, or use --format megatron", field="--format")
 
 
 @dataclass(frozen=True)

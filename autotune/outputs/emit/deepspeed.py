@@ -26,7 +26,7 @@ import numpy as np
 
 from ...training.plan import CATEGORIES
 from . import shell
-from .base import HERE_SCRIPT, EmitContext, Emitter, Launch, Limit, header, launch_body
+from .base import HERE_SCRIPT, EmitContext, Emitter, Launch, Limit, header, launch_body, refuse_token_dropping
 from .shell import Raw
 
 RELEASE = "DeepSpeed 0.19.8"
@@ -199,6 +199,8 @@ def launch_script(context: EmitContext) -> str:
 
 
 def render(context: EmitContext) -> dict[str, str]:
+    # The emitted AutoEP config states no expert capacity, and autotune has not checked one there.
+    refuse_token_dropping(context, "the DeepSpeed config autotune writes", "states no expert capacity (AutoEP)")
     return {
         CONFIG: json.dumps(ds_config(context), indent=2) + "\n",
         SCRIPT: launch_script(context),

@@ -134,7 +134,7 @@ def search_context(plan, model: ModelSpec, cluster, workload, estimate: Mapping[
     return EmitContext(
         plan=plan, model=model, hardware=cluster.hardware.name, gpus_per_node=cluster.gpus_per_node,
         seq_len=workload.seq_len, global_batch=workload.global_batch, estimate=estimate, tokens=workload.tokens,
-        data_path=data_path, tokenizer=tokenizer,
+        data_path=data_path, tokenizer=tokenizer, moe_capacity_factor=workload.moe_capacity_factor,
     )
 
 
@@ -175,11 +175,11 @@ def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSp
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"plan of rank {rank} is malformed: {exc}", source=source, field="plans.plan") from None
     # Estimated again from the embedded inputs, not copied from the file: the comments quote it.
-    estimate = estimate_training(t.model, t.cluster, t.workload, PlanBatch.from_plans([plan])).row(0)
+    estimate = estimate_training(t.model, t.cluster, t.workload, PlanBatch.from_plans([plan]), t.framework).row(0)
     return EmitContext(
         plan=plan, model=model, hardware=t.cluster.hardware.name, gpus_per_node=t.cluster.gpus_per_node,
         seq_len=t.workload.seq_len, global_batch=t.workload.global_batch, estimate=estimate,
-        tokens=t.workload.tokens, **options,
+        tokens=t.workload.tokens, moe_capacity_factor=t.workload.moe_capacity_factor, **options,
     )
 
 

@@ -21,7 +21,8 @@ Mapping of the plan:
   ``--expert-tensor-parallel-size`` (etp, MoE parallel folding).  An EP group that leaves the NVLink
   domain uses the flex dispatcher (DeepEP on HGX, HybridEP on NVL72 racks), as the cost model prices
   it; the batch-level all-to-all overlap (``--overlap-moe-expert-parallel-comm``) is on wherever
-  Megatron-Core runs it (pp == 1 or interleaved, no full recompute).
+  Megatron-Core runs it (pp == 1 or interleaved, no full recompute).  A workload that drops tokens
+  (``--moe-capacity-factor C``) adds ``--moe-expert-capacity-factor C --moe-pad-expert-input-to-capacity``.
 * Multi-head latent attention: ``--multi-latent-attention`` with its ranks and head widths;
   ``recompute=selective`` recomputes ``mla_up_proj layernorm`` (the cost model's meaning).
 * Multi-token prediction: ``--mtp-num-layers``; with pp > 1 the stages are written as a
@@ -217,7 +218,7 @@ def moe_runtime_args(context: EmitContext) -> list[Group]:
     if not model.moe:
         return []
     groups: list[Group] = []
-    if expert_group_leaves_domain(context):
+    if expert_group_leaves_domain(context) and context.moe_capacity_factor is None:
         # A token crosses the network once per destination node and NVLink forwards it (DeepEP; HybridEP
         # on NVL72 racks, whose NVLink domain spans the trays): the framework's ep_dispatch "dedup".
         domain_wide = load_hardware(context.hardware).gpus_per_scale_up_domain > context.gpus_per_node
@@ -225,6 +226,12 @@ def moe_runtime_args(context: EmitContext) -> list[Group]:
                    ("--moe-flex-dispatcher-backend", "hybridep" if domain_wide else "deepep")]
     else:
         groups.append(("--moe-token-dispatcher-type", "alltoall"))
+    if context.moe_capacity_factor is not None:
+        # Token dropping with padding: fixed shapes, so the dispatcher needs no host sync (the cost model's
+        # workload.moe_host_sync); on the alltoall dispatcher, as the flex one refuses padding to capacity
+        # (Megatron-Core TransformerConfig) and the cost model prices it so.
+        groups += [("--moe-expert-capacity-factor", f"{context.moe_capacity_factor:g}"),
+                   ("--moe-pad-expert-input-to-capacity",)]
     # Megatron-Core's batch-level EP overlap (TransformerConfig: pp == 1 or interleaved, no full
     # recompute, at most one MTP layer); the cost model hides the framework's share only then.
     # (--delay-wgrad-compute, which NVIDIA's recipes add, needs TransformerEngine >= 2.8 with

@@ -37,7 +37,7 @@ import numpy as np
 from ...inputs.modelspec import ModelSpec
 from ...training.plan import CATEGORIES, Plan, PlanBatch
 from . import shell
-from .base import EmitContext, Emitter, Launch, Limit, header, model_limit, node_script
+from .base import EmitContext, Emitter, Launch, Limit, header, model_limit, node_script, refuse_token_dropping
 from .shell import Raw
 
 RELEASE = "torchtitan 0.3.0"
@@ -317,6 +317,8 @@ def launch(context: EmitContext) -> Launch:
 
 
 def render(context: EmitContext) -> dict[str, str]:
+    # torchtitan's MoE routes every token (token-choice, dropless; torchtitan/models/moe): no capacity.
+    refuse_token_dropping(context, "torchtitan", "runs its MoE dropless, with no expert capacity")
     return {CONFIG_FILE: config_module(context), SCRIPT: node_script(EMITTER, context, launch(context))}
 
 
