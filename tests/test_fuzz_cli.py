@@ -365,6 +365,7 @@ def _flag_breaks(serving: bool) -> list[tuple[list[str], str]]:
             (["--fix", "tp=2", "--fix", "tp=4"], "conflicting --fix"), (["--fix", "weights=fp3"], "bad --fix"),
             (["--emit", "megatron", "--out", "@o2"], "training format for serving"),
             (["--emit", "vllm"], "--emit without --out"), (["--seq-len", "4096"], "training flag on serving"),
+            (["--moe-capacity-factor", "1"], "training MoE flag on serving"),
             (["--space", "@missing.yaml"], "missing space")]
     return common + [(["-s", v], f"-s {v}") for v in BAD_COUNT + BAD_TEXT_NUMBER] + [
         (["-b", v], f"-b {v}") for v in BAD_COUNT] + [
@@ -372,6 +373,7 @@ def _flag_breaks(serving: bool) -> list[tuple[list[str], str]]:
         (["--trials", v], f"--trials {v}") for v in ["0", "-1", "1000001", "nan"]] + [
         (["--seed", v], f"--seed {v}") for v in ["-1", str(2**32)]] + [
         (["--fix", v], f"--fix {v}") for v in ["tq=2", "tp=0", "dp=2", "tp", "zero=7"]] + [
+        (["--moe-capacity-factor", v], f"--moe-capacity-factor {v}") for v in ["0", "-1", "nan", "inf", "1e9"]] + [
         (["--fix", "tp=2", "--fix", "tp=4"], "conflicting --fix"), (["--sampler", "annealing"], "unknown sampler"), (["--objective", "speed"], "unknown objective"),
         (["--objective", "time"], "time without --tokens"),
         (["--study", "s"], "--study without --storage"), (["--storage", "redis://x", "--study", "s"], "bad storage"),
@@ -456,7 +458,8 @@ def _predict_breaks(serving: bool) -> list[tuple[list[str], str]]:
     else:
         out += [(["-s", v], f"-s {v}") for v in BAD_COUNT] + [(["--tokens", "inf"], "infinite tokens"),
                                                                (["--plan", "tp=2,dp=8"], "dp does not match"),
-                                                               (["--plan", "recompute=some"], "unknown recompute")]
+                                                               (["--plan", "recompute=some"], "unknown recompute"),
+                                                               (["--moe-capacity-factor", "nan"], "NaN capacity")]
     return out
 
 
