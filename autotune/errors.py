@@ -15,6 +15,7 @@ class InputError(ValueError):
     def __init__(self, message: str, *, source: str | None = None, field: str | None = None):
         self.source = source
         self.field = field
+        self.message = message  # without the file and field
         where = ""
         if source and field:
             where = f"{source}: field '{field}': "

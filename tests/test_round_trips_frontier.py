@@ -226,3 +226,39 @@ def test_a_runs_csv_with_a_bad_capacity_factor_names_row_and_column(tmp_path):
                     "r1,g,megatron-bridge,q30.json,4096,b200-sxm-180gb,8,8,1,1,8,1,fp8,1,512,-2,9000\n")
     err = user_error("validate", rows)
     assert "moe_capacity_factor" in err and "r1" in err
+
+
+@pytest.mark.parametrize("args, needle", [
+    # a framework without expert capacity: refused before any search, naming the flag
+    (["predict", *Q30[:-2], "--framework", "torchtitan", "--plan", "ep=8", "--moe-capacity-factor", "1"], "dropless"),
+    (["search", *Q30[:-2], "--emit", "torchtitan", "--out", "OUT", "--moe-capacity-factor", "1"], "dropless"),
+    (["predict", *Q30[:-2], "--framework", "deepspeed", "--plan", "ep=8", "--moe-capacity-factor", "1"], "dropless"),
+    # a dense model has no experts to drop tokens of, or to balance
+    (["predict", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "64",
+      "--plan", "tp=1", "--moe-capacity-factor", "1.25"], "dense"),
+    (["predict", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "64",
+      "--plan", "tp=1", "--moe-imbalance", "1.5"], "dense"),
+    # tune takes the flag (and checks it)
+    (["tune", *Q30, "--run", "true", "--moe-capacity-factor", "0.001"], ">= 0.01"),
+    (["emit", "tp=8", "--format", "vllm", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+      "--input-len", "512", "--output-len", "64", "--moe-capacity-factor", "1"], "training setting"),
+])
+def test_token_dropping_is_refused_where_it_cannot_apply(args, needle, tmp_path):
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
+    err = user_error(*args)
+    assert needle in err and ("--moe-capacity-factor" in err or "--moe-imbalance" in err)
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_emit_of_a_plan_string_takes_the_capacity_factor_exactly():
+    out = ok("emit", "ep=8,mbs=1", *Q30[:-2], "--format", "megatron", "--moe-capacity-factor", "1.0000004").stdout
+    assert "--moe-expert-capacity-factor 1.0000004" in out and "--moe-token-dispatcher-type alltoall" in out
+
+
+def test_a_plans_file_with_a_bad_capacity_says_where_and_how_to_fix(dropping_search, tmp_path):
+    doc = json.loads((dropping_search / "plans.json").read_text())
+    doc["inputs"]["moe_capacity_factor"] = 0
+    bad = tmp_path / "plans.json"
+    bad.write_text(json.dumps(doc))
+    err = user_error("explain", bad)
+    assert "inputs.moe_capacity_factor" in err and "rerun" in err and err.count(str(bad)) == 1

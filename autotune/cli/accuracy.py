@@ -36,7 +36,7 @@ def _runs_csv(path: Path | None, bundled: str | None) -> Path:
             raise InputError(f"must be one of {', '.join(BUNDLED)}, but got {bundled!r}", field="--bundled")
         return bundled_data(BUNDLED[bundled])
     if path is None:
-        raise InputError("give a CSV of measured runs, or --bundled training (or serving) for the runs shipped with "
+        raise InputError(f"give a CSV of measured runs, or --bundled {' | '.join(BUNDLED)} for the runs shipped with "
                          "autotune", field="RUNS_CSV")
     return path
 

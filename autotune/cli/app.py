@@ -131,6 +131,10 @@ def check_workload(workload: str) -> str:
 
 def note_inputs(inputs) -> None:
     """Say what is unusual about the inputs, without refusing them."""
+    capacity = getattr(inputs.workload, "moe_capacity_factor", None)
+    if capacity is not None:
+        stderr.print(f"[yellow]note:[/] token dropping: each expert computes {capacity!r} times its mean share of "
+                     "tokens (the rest dropped, short experts padded); no host sync per MoE block.", highlight=False)
     limit = inputs.model.max_seq_len
     if limit and inputs.workload.seq_len > limit:
         stderr.print(f"[yellow]note:[/] --seq-len {inputs.workload.seq_len:,} exceeds {inputs.model.name}'s context "

@@ -46,6 +46,8 @@ from ..training.estimate import estimate_training
 from ..training.plan import PlanBatch, parse_plan
 from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
 from .app import (
+    MoeCapacityFactor,
+    MoeImbalance,
     Calibration,
     CheckpointOpt,
     Gpus,
@@ -94,6 +96,8 @@ def emit(
     global_batch: Annotated[Optional[int], typer.Option("--global-batch", "-b", help="Global batch in sequences (needed with a plan string).")] = None,
     tokens: Tokens = None,
     calibration: Calibration = None,
+    moe_imbalance: MoeImbalance = None,
+    moe_capacity_factor: MoeCapacityFactor = None,
     data_path: Annotated[Optional[str], typer.Option("--data-path", help="Training data (Megatron: --data-path prefix; torchtitan: dataset path) [default: mock data].")] = None,
     tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="Tokenizer: a Hugging Face name or folder.")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the files into this folder [default: print them].")] = None,
@@ -113,6 +117,9 @@ def emit(
         if out is not None:  # before any work: a file, an unwritable place
             check_out_dir(out, force, must_be_empty=False)
         if format in SERVING_FORMATS:
+            for flag, value in (("--moe-imbalance", moe_imbalance), ("--moe-capacity-factor", moe_capacity_factor)):
+                if value is not None:
+                    raise InputError(f"is a training setting; a {format} plan does not take it", field=flag)
             files, estimate = _serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len,
                                        input_len=input_len, output_len=output_len, gpus_per_node=gpus_per_node,
                                        checkpoint=checkpoint, model_path=model_path)
@@ -121,7 +128,8 @@ def emit(
                 raise InputError(f"unknown format {format!r}; choose from {', '.join(FORMATS + SERVING_FORMATS)}",
                                  field="--format")
             given = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
-                                    seq_len=seq_len, global_batch=global_batch, tokens=tokens, calibration=calibration)
+                                    seq_len=seq_len, global_batch=global_batch, tokens=tokens, calibration=calibration,
+                                    moe_imbalance=moe_imbalance, moe_capacity_factor=moe_capacity_factor)
             software, runs = _software(framework, format)
             given = dataclasses.replace(given, framework=software)
             options = dict(data_path=data_path, tokenizer=tokenizer, framework=runs)
@@ -180,7 +188,9 @@ def _context(plan_source: str | None, plan_text: str | None, rank: int, given: T
         for flag, value in (("--hardware", given.hardware), ("--gpus", given.gpus),
                             ("--gpus-per-node", given.gpus_per_node), ("--nodes", given.nodes),
                             ("--seq-len", given.seq_len), ("--global-batch", given.global_batch),
-                            ("--tokens", given.tokens), ("--calibration", given.calibration)):
+                            ("--tokens", given.tokens), ("--calibration", given.calibration),
+                            ("--moe-imbalance", given.moe_imbalance),
+                            ("--moe-capacity-factor", given.moe_capacity_factor)):
             if value is not None:
                 raise InputError(f"comes from {path}; leave it out, or emit a plan string instead", field=flag)
         if document["inputs"].get("workload") == "serve":

@@ -494,7 +494,10 @@ def predict(
         if not estimate["fits"]:
             estimate["infeasible_reason"] = "out of memory"
         if json_out:
-            print_json({"plan": chosen.as_dict(), "framework": inputs.framework.label, "estimate": estimate})
+            moe = {k: v for k, v in (("moe_imbalance", inputs.workload.moe_imbalance),
+                                      ("moe_capacity_factor", inputs.workload.moe_capacity_factor))
+                   if v is not None and (k != "moe_imbalance" or v != 1.0)}
+            print_json({"plan": chosen.as_dict(), "framework": inputs.framework.label, **moe, "estimate": estimate})
             return
         stdout.print(f"[bold]{inputs.model.name}[/] on {inputs.cluster.n_gpus} x {hw.name}: {chosen.layout()} with "
                      f"{tables.settings_text(chosen)}", highlight=False)

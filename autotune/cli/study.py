@@ -32,6 +32,8 @@ from ..search.tune import (
 from ..training.problem import TrainingProblem, parse_objectives
 from ..training.space import load_space
 from .app import (
+    MoeCapacityFactor,
+    MoeImbalance,
     Calibration,
     FrameworkOpt,
     GlobalBatch,
@@ -192,6 +194,8 @@ def tune(
                                                       "parameters to the measured trials and write the overlay here.")] = None,
     heartbeat: Heartbeat = 30,
     framework: FrameworkOpt = None,
+    moe_imbalance: MoeImbalance = None,
+    moe_capacity_factor: MoeCapacityFactor = None,
     top: Annotated[int, typer.Option("--top", "-k", help="Measured plans to show.")] = 10,
     json_out: JsonOut = False,
 ) -> None:
@@ -214,7 +218,8 @@ def tune(
             check_out_file(calibrate, True, "--calibrate")
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                                  seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                 calibration=calibration, framework=framework).build()
+                                 calibration=calibration, framework=framework, moe_imbalance=moe_imbalance,
+                                 moe_capacity_factor=moe_capacity_factor).build()
         objectives = parse_objectives("throughput", tokens=tokens)
         problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload,
                                         load_space(space).fixed(parse_fixes(fix or [])), inputs.framework)

@@ -13,7 +13,7 @@ from .calibration import apply_calibration, load_calibration
 from .framework import Framework, load_framework
 from .hardware import Cluster, Hardware, load_hardware
 from .modelspec import ModelSpec, load_model
-from .workload import MAX_CAPACITY_FACTOR, ServeWorkload, TrainWorkload
+from .workload import MAX_CAPACITY_FACTOR, MIN_CAPACITY_FACTOR, ServeWorkload, TrainWorkload
 
 # More GPUs than this is a typo, not a cluster (the largest are a few hundred thousand).
 MAX_GPUS = 10_000_000
@@ -106,6 +106,18 @@ def serve_workload(input_len: int | None, output_len: int | None, ttft_ms: float
     return ServeWorkload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
 
 
+def moe_workload_problem(model: ModelSpec, framework: Framework, workload: TrainWorkload) -> str | None:
+    """Why a workload's mixture-of-experts settings cannot apply (None: they can): a dense model has no
+    experts to balance or drop; a framework without expert capacity runs its MoE dropless."""
+    stated = workload.moe_imbalance != 1.0 or workload.moe_capacity_factor is not None
+    if stated and model.moe is None:
+        return f"{model.name} is a dense model (no experts); drop the MoE workload settings"
+    if workload.moe_capacity_factor is not None and not framework.moe_token_dropping:
+        return (f"{framework.name} runs its mixture of experts dropless (no expert capacity); drop the capacity "
+                "factor, or use a framework that drops tokens (megatron-lm, megatron-bridge, nemo)")
+    return None
+
+
 @dataclass(frozen=True)
 class TrainingInputs:
     model: ModelSpec
@@ -155,11 +167,16 @@ class TrainingRequest:
             raise InputError(f"must be >= 1 (the busiest rank's tokens over the mean), but got {imbalance}",
                              field="--moe-imbalance")
         capacity = self.moe_capacity_factor
-        if capacity is not None and not 0.0 < capacity <= MAX_CAPACITY_FACTOR:
-            raise InputError(f"must be > 0 and <= {MAX_CAPACITY_FACTOR:g} (an expert's token capacity over its mean "
-                             f"share), but got {capacity}", field="--moe-capacity-factor")
+        if capacity is not None and not MIN_CAPACITY_FACTOR <= capacity <= MAX_CAPACITY_FACTOR:
+            raise InputError(f"must be >= {MIN_CAPACITY_FACTOR:g} and <= {MAX_CAPACITY_FACTOR:g} (an expert's token "
+                             f"capacity over its mean share; 1.0 is the usual), but got {capacity}",
+                             field="--moe-capacity-factor")
         workload = TrainWorkload(seq_len=self.seq_len, global_batch=self.global_batch, tokens=self.tokens,
                                  moe_imbalance=imbalance, moe_capacity_factor=capacity)
+        problem = moe_workload_problem(spec, framework, workload)
+        if problem:
+            flag = "--moe-capacity-factor" if capacity is not None else "--moe-imbalance"
+            raise InputError(problem, field=flag)
         return TrainingInputs(spec, cluster, workload, framework)
 
 

@@ -9,7 +9,10 @@ import numpy as np
 from ..errors import InputError
 
 
-MAX_CAPACITY_FACTOR = 1000.0  # an expert's capacity over its mean share; beyond any use (E/k is the whole batch)
+# An expert's capacity over its mean share: below 1/100 an expert keeps almost nothing; above 1000 is beyond any
+# use (E/k times the mean already holds every token of the batch).
+MIN_CAPACITY_FACTOR = 0.01
+MAX_CAPACITY_FACTOR = 1000.0
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,9 @@ class TrainWorkload:
         if not self.moe_imbalance >= 1.0:
             raise ValueError(f"moe_imbalance must be >= 1 (busiest rank over the mean), but got "
                              f"(moe_imbalance={self.moe_imbalance})")
-        if self.moe_capacity_factor is not None and not 0.0 < self.moe_capacity_factor <= MAX_CAPACITY_FACTOR:
-            raise ValueError(f"moe_capacity_factor must be > 0 and <= {MAX_CAPACITY_FACTOR:g}, but got "
+        if self.moe_capacity_factor is not None and not (
+                MIN_CAPACITY_FACTOR <= self.moe_capacity_factor <= MAX_CAPACITY_FACTOR):
+            raise ValueError(f"moe_capacity_factor must be >= {MIN_CAPACITY_FACTOR:g} and <= {MAX_CAPACITY_FACTOR:g}, but got "
                              f"(moe_capacity_factor={self.moe_capacity_factor})")
         if self.seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, but got (seq_len={self.seq_len})")

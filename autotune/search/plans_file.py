@@ -34,8 +34,8 @@ from ..inputs.modelspec import (
     model_from_mapping,
     model_to_mapping,
 )
-from ..inputs.request import TrainingInputs, cluster_from_options
-from ..inputs.workload import MAX_CAPACITY_FACTOR, ServeWorkload, TrainWorkload
+from ..inputs.request import TrainingInputs, cluster_from_options, moe_workload_problem
+from ..inputs.workload import MAX_CAPACITY_FACTOR, MIN_CAPACITY_FACTOR, ServeWorkload, TrainWorkload
 from ..serving.calibrated import params_for
 from ..serving.checkpoint import check_checkpoint
 from ..serving.engines import DEFAULT_ENGINE, ENGINES
@@ -209,17 +209,26 @@ def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model:
         imbalance = 1.0 if inputs.get("moe_imbalance") is None else loading.number(
             dict(inputs), "moe_imbalance", source=source, section="inputs", minimum=1.0, maximum=1e3)
         capacity = None if inputs.get("moe_capacity_factor") is None else loading.number(
-            dict(inputs), "moe_capacity_factor", source=source, section="inputs", maximum=MAX_CAPACITY_FACTOR)
+            dict(inputs), "moe_capacity_factor", source=source, section="inputs", minimum=MIN_CAPACITY_FACTOR,
+            maximum=MAX_CAPACITY_FACTOR)
         workload = TrainWorkload(seq_len=_count(inputs, "seq_len", source, seq_len),
                                  global_batch=_count(inputs, "global_batch", source, global_batch), tokens=tokens,
                                  moe_imbalance=imbalance, moe_capacity_factor=capacity)
+    except InputError as exc:  # already names the file and the field: add the way out
+        raise InputError(f"{exc.message}; rerun `autotune search --out` (or delete the key)", source=source,
+                         field=exc.field) from None
     except ValueError as exc:
         raise InputError(str(exc), source=source, field="inputs") from None
     named = framework or inputs.get("framework")
     if named is not None and not isinstance(named, str):
         raise InputError(f"must name a framework (NAME[@VERSION]), but got {named!r}", source=source,
                          field="inputs.framework")
-    return TrainingInputs(spec, cluster, workload, load_framework(named))
+    loaded = load_framework(named)
+    problem = moe_workload_problem(spec, loaded, workload)
+    if problem:
+        key = "moe_capacity_factor" if workload.moe_capacity_factor is not None else "moe_imbalance"
+        raise InputError(f"{problem} (or rerun the search)", source=source, field=f"inputs.{key}")
+    return TrainingInputs(spec, cluster, workload, loaded)
 
 
 def space_from_plans(inputs: Mapping[str, Any], source: str) -> Space:

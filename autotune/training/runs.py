@@ -20,10 +20,11 @@ from typing import Any
 
 from ..errors import InputError
 from ..inputs.framework import Framework, framework_for_run
+from ..inputs.request import moe_workload_problem
 from ..inputs.hardware import Cluster, Hardware
 from ..inputs.measured_runs import layout_reason, number, parse_rows, read_table
 from ..inputs.modelspec import ModelSpec, MoESpec, load_model
-from ..inputs.workload import MAX_CAPACITY_FACTOR, TrainWorkload
+from ..inputs.workload import MAX_CAPACITY_FACTOR, MIN_CAPACITY_FACTOR, TrainWorkload
 from .plan import Plan
 
 
@@ -110,8 +111,8 @@ def _workload(row: dict, global_batch: int | None) -> TrainWorkload:
     """Sequence and batch, and a mixture of experts' token dropping (a ``moe_capacity_factor`` cell; empty:
     dropless, as Megatron-Core and torchtitan run by default)."""
     capacity = _float(row, "moe_capacity_factor")
-    if capacity is not None and not 0.0 < capacity <= MAX_CAPACITY_FACTOR:
-        raise InputError(f"row {row.get('id')!r}: must be > 0 and <= {MAX_CAPACITY_FACTOR:g} (an expert's token "
+    if capacity is not None and not MIN_CAPACITY_FACTOR <= capacity <= MAX_CAPACITY_FACTOR:
+        raise InputError(f"row {row.get('id')!r}: must be >= {MIN_CAPACITY_FACTOR:g} and <= {MAX_CAPACITY_FACTOR:g} (an expert's token "
                          f"capacity over its mean share; empty for dropless), but got {capacity!r}",
                          field="moe_capacity_factor")
     return TrainWorkload(seq_len=_int(row, "seq_len"), global_batch=global_batch, moe_capacity_factor=capacity)
@@ -252,6 +253,10 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
                 unknown.append(key)
                 continue
         known[key] = value
+    workload = _workload(row, global_batch)
+    problem = moe_workload_problem(model, framework, workload)
+    if problem:
+        raise InputError(f"row {rid!r}: {problem}", field="moe_capacity_factor")
     return MeasuredRun(
         id=rid,
         source_group=row.get("source_group") or "",
@@ -259,7 +264,7 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
         gpu=row["gpu"].strip(),
         n_gpus=_int(row, "n_gpus"),
         gpus_per_node=_int(row, "gpus_per_node"),
-        workload=_workload(row, global_batch),
+        workload=workload,
         known=known,
         unknown=tuple(unknown),
         measured_tokens_per_s_per_gpu=_positive(row, "measured_tokens_per_s_per_gpu"),

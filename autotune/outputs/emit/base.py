@@ -125,8 +125,8 @@ class Launch:
 def refuse_token_dropping(context: EmitContext, framework: str, why: str) -> None:
     """Refuse a workload that drops MoE tokens (``moe_capacity_factor``) in a framework that cannot."""
     if context.model.moe and context.moe_capacity_factor is not None:
-        raise InputError(f"workload field moe_capacity_factor={context.moe_capacity_factor:g}: {framework} {why}; "
-                         "search without --moe-capacity-factor, or use --format megatron", field="--format")
+        raise InputError(f"workload field moe_capacity_factor={context.moe_capacity_factor!r}: {framework} {why}; "
+                         "drop --moe-capacity-factor, or emit --format megatron", field="--format")
 
 
 @dataclass(frozen=True)

@@ -230,7 +230,7 @@ def moe_runtime_args(context: EmitContext) -> list[Group]:
         # Token dropping with padding: fixed shapes, so the dispatcher needs no host sync (the cost model's
         # workload.moe_host_sync); on the alltoall dispatcher, as the flex one refuses padding to capacity
         # (Megatron-Core TransformerConfig) and the cost model prices it so.
-        groups += [("--moe-expert-capacity-factor", f"{context.moe_capacity_factor:g}"),
+        groups += [("--moe-expert-capacity-factor", repr(float(context.moe_capacity_factor))),
                    ("--moe-pad-expert-input-to-capacity",)]
     # Megatron-Core's batch-level EP overlap (TransformerConfig: pp == 1 or interleaved, no full
     # recompute, at most one MTP layer); the cost model hides the framework's share only then.
