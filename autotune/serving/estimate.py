@@ -79,6 +79,7 @@ class ServingParams:
     prompt_token_us: float = 2.0  # CPU time per prompt token before prefill (tokenising, input processing)
     arrival_cv2: float = 1.0  # squared coefficient of variation of closed-loop prefill arrivals (1: Poisson)
     kv_handoff_ms: float = 20.0  # disagg: fixed prefill -> decode hand-off per request
+    transfer_poll_us: float = 0.0  # disagg: per decode step, the decode engine's poll of its incoming KV transfers
     older_overhead: float = 1.0  # fixed per-step / per-layer costs before Blackwell, relative to Blackwell
     kv_reserve: float = 0.6  # share of a request's output tokens the scheduler reserves KV for at admission
     # the engine
@@ -107,14 +108,14 @@ SERVING_PARAM_BOUNDS: Mapping[str, tuple[float, float]] = {
     "gemm": (0.05, 0.85), "attention": (0.05, 0.75), "kv_bandwidth": (0.2, 0.95), "grouped_gemm": (0.1, 1.0),
     "fp4_gemm": (0.2, 1.0), "weight_only": (0.3, 1.0), "link_bandwidth": (0.3, 1.0), "allreduce_us": (1.0, 60.0),
     "alltoall_us": (1.0, 150.0), "moe_layer_us": (0.0, 200.0), "prompt_token_us": (0.0, 20.0),
-    "arrival_cv2": (0.0, 8.0), "kv_handoff_ms": (0.0, 1000.0), "older_overhead": (0.5, 2.0), "kv_reserve": (0.0, 1.0),
+    "arrival_cv2": (0.0, 8.0), "kv_handoff_ms": (0.0, 1000.0), "transfer_poll_us": (0.0, 5000.0), "older_overhead": (0.5, 2.0), "kv_reserve": (0.0, 1.0),
     "weight_bandwidth": (0.3, 0.95), "step_us": (0.0, 20000.0), "layer_us": (0.0, 200.0), "seq_us": (0.0, 300.0),
     "request_ms": (0.0, 300.0), "admission_steps": (0.0, 20.0), "sync_share": (0.0, 1.0), "seq_layer_us": (0.0, 5.0),
     "kv_reread_fraction": (0.0, 1.0),
 }
 # Fitted per engine; the others are shared by every engine of one calibration.
 ENGINE_PARAMS = ("weight_bandwidth", "step_us", "layer_us", "seq_us", "request_ms", "admission_steps", "sync_share",
-                 "seq_layer_us")
+                 "seq_layer_us", "transfer_poll_us")
 
 
 def weight_bytes_per_param(weights: str) -> float:
@@ -330,7 +331,8 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
 
     def t_dec_of(nd):
         b = np.maximum(nd / d_ranks, 1e-9)
-        return decode_step_s(a, q, g, p, np.maximum(b, 1.0), ctx, r.d_tp, r.d_pp, r.d_dp, r.d_ep)
+        t = decode_step_s(a, q, g, p, np.maximum(b, 1.0), ctx, r.d_tp, r.d_pp, r.d_dp, r.d_ep)
+        return t + np.where(dis, p.transfer_poll_us * 1e-6 * _overhead_factor(g, p), 0.0)
 
     def ttft_parts(t_dec, rho, ca2, C_eff):
         S_own = S_alone + (S_busy - S_alone) * np.clip(rho, 0.0, 1.0)
