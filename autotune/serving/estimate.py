@@ -203,9 +203,13 @@ def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep):
     attn_fl = bm * (a["dec_attn_flops"] * (a["n_full"] * ctx_full + a["n_swa"] * ctx_swa)
                     + a["idx_flops"] * a["n_full"] * ctx + a["lin_flops"] * a["n_lin"]) / (tp * pp)
     t_attn = np.maximum((kv_read + state) / (g["hbm"] * p.kv_bandwidth), attn_fl / (g["bf16"] * p.attention))
-    # communication: TP all-reduces (2 per layer), attention-DP dispatch + combine per MoE layer
+    # communication: TP all-reduces (2 per layer), attention-DP dispatch + combine per MoE layer.  Each
+    # token of an attention-DP rank is dispatched once: with attention TP inside the rank, its tp GPUs
+    # each send a 1/tp slice (SGLang reduce-scatters the attention output to its "scattered" mode before
+    # the DeepEP dispatch, sglang/srt/layers/communicator.py; vLLM's sequence-parallel MoE splits the
+    # rank's tokens over its TP ranks the same way); TensorRT-LLM's attention DP has tp 1.
     t_ar = 2.0 * a["L"] / pp * _allreduce_s(bm * a["h"] * ACTIVATION_BYTES, tp, g, p)
-    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
+    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm / tp * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
     f = _overhead_factor(g, p)
     attn_layers = a["n_full"] + a["n_swa"] + a["n_lin"]
     stage = t_gemm + t_attn + t_ar + t_a2a + (p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]
@@ -238,7 +242,7 @@ def prefill_s(a, q, g, p, n, tp, pp, dp, ep, chunk, *, seqs=1.0, moe_share=1.0):
     t_w = chunks * w / (g["hbm"] * p.weight_bandwidth)
     t_comp = np.maximum(t_lin + t_exp, t_w) + t_att
     t_ar = 2.0 * a["L"] * _allreduce_s(n * a["h"] * ACTIVATION_BYTES, tp, g, p)
-    t_a2a = np.where(dp > 1, a["n_moe"] * 2.0 * _alltoall_s(n * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
+    t_a2a = np.where(dp > 1, a["n_moe"] * 2.0 * _alltoall_s(n / tp * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
     send = np.where(pp > 1, (pp - 1.0) * (g["nvlink_lat"] + n * a["h"] * ACTIVATION_BYTES / g["nvlink"]), 0.0)
     t_fix = chunks * (p.step_us + p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]) * 1e-6 * _overhead_factor(g, p)
     return t_comp + t_ar + t_a2a + send + t_fix
