@@ -311,14 +311,16 @@ def test_attention_dp_with_attention_tp_dispatches_each_token_once():
     q = {k: v[0] for k, v in precision_arrays([class_formats(True, "fp8")], [g], ["fp8"]).items()}
     one = np.ones(1)
 
-    def comm(tp, dp, b):  # the link-bandwidth-dependent part of a decode round: its collectives
-        step = lambda p: decode_step_s(a, q, g, p, b * one, 2048.0 * one, tp * one, one, dp * one, tp * dp * one)  # noqa: E731
-        fast, slow = CURRENT["sglang"].replace(link_bandwidth=1.0), CURRENT["sglang"].replace(link_bandwidth=0.5)
-        return float(step(slow)[0] - step(fast)[0]), fast, slow
+    fast, slow = CURRENT["sglang"].replace(link_bandwidth=1.0), CURRENT["sglang"].replace(link_bandwidth=0.5)
 
-    wide, _, _ = comm(1.0, 8.0, 32.0)
-    mixed, fast, slow = comm(2.0, 4.0, 64.0)
-    allreduce = 2.0 * a["L"] * float(_allreduce_s(64.0 * a["h"] * 2.0, 2.0, g, slow) - _allreduce_s(64.0 * a["h"] * 2.0, 2.0, g, fast))
+    def comm(tp, dp, b):  # the link-bandwidth-dependent part of a decode round: its collectives
+        def step(p):
+            return decode_step_s(a, q, g, p, b * one, 2048.0 * one, tp * one, one, dp * one, tp * dp * one)[0]
+        return float(step(slow) - step(fast))
+
+    wide, mixed = comm(1.0, 8.0, 32.0), comm(2.0, 4.0, 64.0)
+    tp_bytes = 64.0 * a["h"] * 2.0  # one all-reduce of the rank's 64 tokens (bf16)
+    allreduce = 2.0 * a["L"] * float(_allreduce_s(tp_bytes, 2.0, g, slow) - _allreduce_s(tp_bytes, 2.0, g, fast))
     assert wide > 0 and allreduce > 0
     assert mixed - allreduce == pytest.approx(wide, rel=1e-6)
 

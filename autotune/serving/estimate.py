@@ -108,7 +108,8 @@ SERVING_PARAM_BOUNDS: Mapping[str, tuple[float, float]] = {
     "gemm": (0.05, 0.85), "attention": (0.05, 0.75), "kv_bandwidth": (0.2, 0.95), "grouped_gemm": (0.1, 1.0),
     "fp4_gemm": (0.2, 1.0), "weight_only": (0.3, 1.0), "link_bandwidth": (0.3, 1.0), "allreduce_us": (1.0, 60.0),
     "alltoall_us": (1.0, 150.0), "moe_layer_us": (0.0, 200.0), "prompt_token_us": (0.0, 20.0),
-    "arrival_cv2": (0.0, 8.0), "kv_handoff_ms": (0.0, 1000.0), "transfer_poll_us": (0.0, 5000.0), "older_overhead": (0.5, 2.0), "kv_reserve": (0.0, 1.0),
+    "arrival_cv2": (0.0, 8.0), "kv_handoff_ms": (0.0, 1000.0), "transfer_poll_us": (0.0, 5000.0),
+    "older_overhead": (0.5, 2.0), "kv_reserve": (0.0, 1.0),
     "weight_bandwidth": (0.3, 0.95), "step_us": (0.0, 20000.0), "layer_us": (0.0, 200.0), "seq_us": (0.0, 300.0),
     "request_ms": (0.0, 300.0), "admission_steps": (0.0, 20.0), "sync_share": (0.0, 1.0), "seq_layer_us": (0.0, 5.0),
     "kv_reread_fraction": (0.0, 1.0),
@@ -206,8 +207,8 @@ def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep):
     # communication: TP all-reduces (2 per layer), attention-DP dispatch + combine per MoE layer.  Each
     # token of an attention-DP rank is dispatched once: with attention TP inside the rank, its tp GPUs
     # each send a 1/tp slice (SGLang reduce-scatters the attention output to its "scattered" mode before
-    # the DeepEP dispatch, sglang/srt/layers/communicator.py; vLLM's sequence-parallel MoE splits the
-    # rank's tokens over its TP ranks the same way); TensorRT-LLM's attention DP has tp 1.
+    # the DeepEP dispatch, sglang/srt/layers/communicator.py); TensorRT-LLM's attention DP has tp 1; vLLM's
+    # DP x TP with expert parallelism is taken to split its tokens the same way (not checked against its code).
     t_ar = 2.0 * a["L"] / pp * _allreduce_s(bm * a["h"] * ACTIVATION_BYTES, tp, g, p)
     t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm / tp * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
     f = _overhead_factor(g, p)
