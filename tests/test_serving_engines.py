@@ -299,6 +299,32 @@ def test_wide_ep_all_to_all_costs_more_over_the_network_than_in_an_nvl72_rack():
     assert network.tpot_ms[0] > rack.tpot_ms[0] * 1.05
 
 
+def test_attention_dp_with_attention_tp_dispatches_each_token_once():
+    """An attention-DP rank of tp GPUs sends each of its tokens to the experts once (SGLang's scattered mode before
+    the DeepEP dispatch): tp=2 x dp=4 with 64 sequences per rank moves as many bytes per GPU in its all-to-alls as
+    tp=1 x dp=8 with 32 per rank; only its TP all-reduces come on top."""
+    from autotune.serving.arch import class_formats, gpu_scalars, model_scalars, precision_arrays
+    from autotune.serving.estimate import _allreduce_s, decode_step_s
+
+    model, hw = load_model("deepseek-v3"), load_hardware("b200-sxm-180gb")
+    a, g = model_scalars(model), gpu_scalars(hw)
+    q = {k: v[0] for k, v in precision_arrays([class_formats(True, "fp8")], [g], ["fp8"]).items()}
+    one = np.ones(1)
+
+    fast, slow = CURRENT["sglang"].replace(link_bandwidth=1.0), CURRENT["sglang"].replace(link_bandwidth=0.5)
+
+    def comm(tp, dp, b):  # the link-bandwidth-dependent part of a decode round: its collectives
+        def step(p):
+            return decode_step_s(a, q, g, p, b * one, 2048.0 * one, tp * one, one, dp * one, tp * dp * one)[0]
+        return float(step(slow) - step(fast))
+
+    wide, mixed = comm(1.0, 8.0, 32.0), comm(2.0, 4.0, 64.0)
+    tp_bytes = 64.0 * a["h"] * 2.0  # one all-reduce of the rank's 64 tokens (bf16)
+    allreduce = 2.0 * a["L"] * float(_allreduce_s(tp_bytes, 2.0, g, slow) - _allreduce_s(tp_bytes, 2.0, g, fast))
+    assert wide > 0 and allreduce > 0
+    assert mixed - allreduce == pytest.approx(wide, rel=1e-6)
+
+
 def test_mla_caches_the_compressed_latent():
     model, hw = load_model("deepseek-v3"), load_hardware("h200-sxm-141gb")
     plans = ServePlanBatch.from_plans([parse_serve_plan("tp=8,weights=fp8,kv=fp8,max_batch=64", 8)])

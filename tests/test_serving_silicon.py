@@ -44,12 +44,14 @@ def test_validate_reads_the_silicon_schema(report):
 def test_silicon_error_figures_hold(report):
     """The error of the bundled parameters on the rows they were fitted on (docs/serving.md has the tables,
     with leave-one-model-out); a change that makes them worse must say so here."""
-    assert report["tpot_mape_pct"] < 17.5
-    assert report["ttft_mape_pct"] < 36.0
+    assert report["tpot_mape_pct"] < 16.5
+    assert report["ttft_mape_pct"] < 35.0
     groups = {(g["engine"], g["mode"]): g for g in report["by_engine_mode"]}
     for key in (("vllm", "agg"), ("sglang", "agg"), ("trtllm", "agg"), ("sglang", "disagg"), ("trtllm", "disagg")):
-        assert groups[key]["tpot_mape_pct"] < 21.0, key
-        assert groups[key]["ttft_mape_pct"] < 45.0, key
+        assert groups[key]["tpot_mape_pct"] < 20.5, key
+        assert groups[key]["ttft_mape_pct"] < 42.0, key
+    # the disaggregated decode engine's per-step transfer poll (estimate.ServingParams.transfer_poll_us)
+    assert groups[("trtllm", "disagg")]["tpot_mape_pct"] < 12.0
 
 
 def _write(tmp_path: Path, rows: list[dict]) -> Path:

@@ -79,6 +79,7 @@ class ServingParams:
     prompt_token_us: float = 2.0  # CPU time per prompt token before prefill (tokenising, input processing)
     arrival_cv2: float = 1.0  # squared coefficient of variation of closed-loop prefill arrivals (1: Poisson)
     kv_handoff_ms: float = 20.0  # disagg: fixed prefill -> decode hand-off per request
+    transfer_poll_us: float = 0.0  # disagg: per decode step, the decode engine's poll of its incoming KV transfers
     older_overhead: float = 1.0  # fixed per-step / per-layer costs before Blackwell, relative to Blackwell
     kv_reserve: float = 0.6  # share of a request's output tokens the scheduler reserves KV for at admission
     # the engine
@@ -107,14 +108,15 @@ SERVING_PARAM_BOUNDS: Mapping[str, tuple[float, float]] = {
     "gemm": (0.05, 0.85), "attention": (0.05, 0.75), "kv_bandwidth": (0.2, 0.95), "grouped_gemm": (0.1, 1.0),
     "fp4_gemm": (0.2, 1.0), "weight_only": (0.3, 1.0), "link_bandwidth": (0.3, 1.0), "allreduce_us": (1.0, 60.0),
     "alltoall_us": (1.0, 150.0), "moe_layer_us": (0.0, 200.0), "prompt_token_us": (0.0, 20.0),
-    "arrival_cv2": (0.0, 8.0), "kv_handoff_ms": (0.0, 1000.0), "older_overhead": (0.5, 2.0), "kv_reserve": (0.0, 1.0),
+    "arrival_cv2": (0.0, 8.0), "kv_handoff_ms": (0.0, 1000.0), "transfer_poll_us": (0.0, 5000.0),
+    "older_overhead": (0.5, 2.0), "kv_reserve": (0.0, 1.0),
     "weight_bandwidth": (0.3, 0.95), "step_us": (0.0, 20000.0), "layer_us": (0.0, 200.0), "seq_us": (0.0, 300.0),
     "request_ms": (0.0, 300.0), "admission_steps": (0.0, 20.0), "sync_share": (0.0, 1.0), "seq_layer_us": (0.0, 5.0),
     "kv_reread_fraction": (0.0, 1.0),
 }
 # Fitted per engine; the others are shared by every engine of one calibration.
 ENGINE_PARAMS = ("weight_bandwidth", "step_us", "layer_us", "seq_us", "request_ms", "admission_steps", "sync_share",
-                 "seq_layer_us")
+                 "seq_layer_us", "transfer_poll_us")
 
 
 def weight_bytes_per_param(weights: str) -> float:
@@ -202,9 +204,13 @@ def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep):
     attn_fl = bm * (a["dec_attn_flops"] * (a["n_full"] * ctx_full + a["n_swa"] * ctx_swa)
                     + a["idx_flops"] * a["n_full"] * ctx + a["lin_flops"] * a["n_lin"]) / (tp * pp)
     t_attn = np.maximum((kv_read + state) / (g["hbm"] * p.kv_bandwidth), attn_fl / (g["bf16"] * p.attention))
-    # communication: TP all-reduces (2 per layer), attention-DP dispatch + combine per MoE layer
+    # communication: TP all-reduces (2 per layer), attention-DP dispatch + combine per MoE layer.  Each
+    # token of an attention-DP rank is dispatched once: with attention TP inside the rank, its tp GPUs
+    # each send a 1/tp slice (SGLang reduce-scatters the attention output to its "scattered" mode before
+    # the DeepEP dispatch, sglang/srt/layers/communicator.py); TensorRT-LLM's attention DP has tp 1; vLLM's
+    # DP x TP with expert parallelism is taken to split its tokens the same way (not checked against its code).
     t_ar = 2.0 * a["L"] / pp * _allreduce_s(bm * a["h"] * ACTIVATION_BYTES, tp, g, p)
-    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
+    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm / tp * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
     f = _overhead_factor(g, p)
     attn_layers = a["n_full"] + a["n_swa"] + a["n_lin"]
     stage = t_gemm + t_attn + t_ar + t_a2a + (p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]
@@ -237,7 +243,7 @@ def prefill_s(a, q, g, p, n, tp, pp, dp, ep, chunk, *, seqs=1.0, moe_share=1.0):
     t_w = chunks * w / (g["hbm"] * p.weight_bandwidth)
     t_comp = np.maximum(t_lin + t_exp, t_w) + t_att
     t_ar = 2.0 * a["L"] * _allreduce_s(n * a["h"] * ACTIVATION_BYTES, tp, g, p)
-    t_a2a = np.where(dp > 1, a["n_moe"] * 2.0 * _alltoall_s(n * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
+    t_a2a = np.where(dp > 1, a["n_moe"] * 2.0 * _alltoall_s(n / tp * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
     send = np.where(pp > 1, (pp - 1.0) * (g["nvlink_lat"] + n * a["h"] * ACTIVATION_BYTES / g["nvlink"]), 0.0)
     t_fix = chunks * (p.step_us + p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]) * 1e-6 * _overhead_factor(g, p)
     return t_comp + t_ar + t_a2a + send + t_fix
@@ -330,7 +336,8 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
 
     def t_dec_of(nd):
         b = np.maximum(nd / d_ranks, 1e-9)
-        return decode_step_s(a, q, g, p, np.maximum(b, 1.0), ctx, r.d_tp, r.d_pp, r.d_dp, r.d_ep)
+        t = decode_step_s(a, q, g, p, np.maximum(b, 1.0), ctx, r.d_tp, r.d_pp, r.d_dp, r.d_ep)
+        return t + np.where(dis, p.transfer_poll_us * 1e-6 * _overhead_factor(g, p), 0.0)
 
     def ttft_parts(t_dec, rho, ca2, C_eff):
         S_own = S_alone + (S_busy - S_alone) * np.clip(rho, 0.0, 1.0)
