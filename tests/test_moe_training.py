@@ -8,6 +8,8 @@ from math import comb
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autotune.costmodel import comm
 from autotune.costmodel.kernels import GROUPED_GEMM_M_TILE, Kernels
@@ -282,3 +284,28 @@ def test_published_bridge_moe_runs_validate_at_the_documented_figure():
     assert abs(errors["BR26.02-dsv3-GB300-MXFP8"]) < 20
     # The sync-bound case the host model was built for: Qwen3-30B-A3B at micro-batch 1 on 8 B200.
     assert abs(errors["BR25.11-q30-B200-FP8-MX"]) < 20
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(host_op_us=st.floats(0.0, 200.0), extra_us=st.floats(0.01, 50.0), mbs=st.sampled_from([1, 2, 4, 8]),
+       ep=st.sampled_from([1, 2, 8]), model=st.sampled_from(["qwen3-30b-a3b", "mixtral-8x7b"]))
+def test_host_time_is_charged_between_the_floor_and_the_sum(host_op_us, extra_us, mbs, ep, model):
+    """Properties of the host model: a slower host never speeds a step up; a dropless block is charged at
+    least what a sync-free one is (its issue time beyond the GPU's) and at most the whole issue time; dropping
+    at capacity 1 of a force-balanced router is never slower than dropless (EP inside one node, where the
+    dropping run's plain all-to-all moves what the dropless one's does)."""
+    plan = f"tp=1,pp=1,ep={ep},zero=1,mbs={mbs},precision=bf16"
+    bridge = load_framework("megatron-bridge")
+    fw, slower = bridge.with_traits(host_op_us=host_op_us), bridge.with_traits(host_op_us=host_op_us + extra_us)
+    wl, dropping = TrainWorkload(4096, 512), TrainWorkload(4096, 512, moe_capacity_factor=1.0)
+    base = estimate(model, "h100-sxm5-80gb", 8, plan, wl, fw)
+    assert estimate(model, "h100-sxm5-80gb", 8, plan, wl, slower)["step_time_s"] >= base["step_time_s"]
+    free = estimate(model, "h100-sxm5-80gb", 8, plan, dropping, fw)
+    assert free["step_time_s"] <= base["step_time_s"] * (1 + 1e-12)
+    assert free["time_breakdown_s"]["host_bound"] <= base["time_breakdown_s"]["host_bound"] + 1e-12
+    # at most the whole issue time: blocks x micro-batches x ops x us
+    spec = load_model(model)
+    ops = bridge.moe_host_ops + bridge.moe_host_ops_per_expert * spec.moe.n_experts / ep
+    blocks = spec.n_layers  # every layer of these two models is a MoE block
+    whole = blocks * (512 / (8 * mbs)) * ops * host_op_us * 1e-6
+    assert base["time_breakdown_s"]["host_bound"] <= whole * (1 + 1e-9) + 1e-12
