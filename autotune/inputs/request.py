@@ -13,7 +13,7 @@ from .calibration import apply_calibration, load_calibration
 from .framework import Framework, load_framework
 from .hardware import Cluster, Hardware, load_hardware
 from .modelspec import ModelSpec, load_model
-from .workload import MAX_CAPACITY_FACTOR, MIN_CAPACITY_FACTOR, ServeWorkload, TrainWorkload
+from .workload import ServeWorkload, TrainWorkload, capacity_factor_problem
 
 # More GPUs than this is a typo, not a cluster (the largest are a few hundred thousand).
 MAX_GPUS = 10_000_000
@@ -167,10 +167,8 @@ class TrainingRequest:
             raise InputError(f"must be >= 1 (the busiest rank's tokens over the mean), but got {imbalance}",
                              field="--moe-imbalance")
         capacity = self.moe_capacity_factor
-        if capacity is not None and not MIN_CAPACITY_FACTOR <= capacity <= MAX_CAPACITY_FACTOR:
-            raise InputError(f"must be >= {MIN_CAPACITY_FACTOR:g} and <= {MAX_CAPACITY_FACTOR:g} (an expert's token "
-                             f"capacity over its mean share; 1.0 is the usual), but got {capacity}",
-                             field="--moe-capacity-factor")
+        if capacity_factor_problem(capacity):
+            raise InputError(capacity_factor_problem(capacity), field="--moe-capacity-factor")
         workload = TrainWorkload(seq_len=self.seq_len, global_batch=self.global_batch, tokens=self.tokens,
                                  moe_imbalance=imbalance, moe_capacity_factor=capacity)
         problem = moe_workload_problem(spec, framework, workload)

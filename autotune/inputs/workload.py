@@ -15,6 +15,14 @@ MIN_CAPACITY_FACTOR = 0.01
 MAX_CAPACITY_FACTOR = 1000.0
 
 
+def capacity_factor_problem(value: float | None) -> str | None:
+    """Why ``value`` is not an expert capacity factor (None: it is, or none is given)."""
+    if value is None or MIN_CAPACITY_FACTOR <= value <= MAX_CAPACITY_FACTOR:
+        return None
+    return (f"must be >= {MIN_CAPACITY_FACTOR:g} and <= {MAX_CAPACITY_FACTOR:g} (an expert's token capacity over "
+            f"its mean share; 1.0 is the usual; empty for dropless), but got {value!r}")
+
+
 @dataclass(frozen=True)
 class TrainWorkload:
     """Sequence length and global batch (in sequences); ``tokens`` is the training budget, if known.
@@ -40,10 +48,9 @@ class TrainWorkload:
         if not self.moe_imbalance >= 1.0:
             raise ValueError(f"moe_imbalance must be >= 1 (busiest rank over the mean), but got "
                              f"(moe_imbalance={self.moe_imbalance})")
-        if self.moe_capacity_factor is not None and not (
-                MIN_CAPACITY_FACTOR <= self.moe_capacity_factor <= MAX_CAPACITY_FACTOR):
-            raise ValueError(f"moe_capacity_factor must be >= {MIN_CAPACITY_FACTOR:g} and <= {MAX_CAPACITY_FACTOR:g}, but got "
-                             f"(moe_capacity_factor={self.moe_capacity_factor})")
+        problem = capacity_factor_problem(self.moe_capacity_factor)
+        if problem:
+            raise ValueError(f"moe_capacity_factor {problem}")
         if self.seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, but got (seq_len={self.seq_len})")
         if self.global_batch < 1:

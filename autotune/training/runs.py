@@ -24,7 +24,7 @@ from ..inputs.request import moe_workload_problem
 from ..inputs.hardware import Cluster, Hardware
 from ..inputs.measured_runs import layout_reason, number, parse_rows, read_table
 from ..inputs.modelspec import ModelSpec, MoESpec, load_model
-from ..inputs.workload import MAX_CAPACITY_FACTOR, MIN_CAPACITY_FACTOR, TrainWorkload
+from ..inputs.workload import TrainWorkload, capacity_factor_problem
 from .plan import Plan
 
 
@@ -111,10 +111,9 @@ def _workload(row: dict, global_batch: int | None) -> TrainWorkload:
     """Sequence and batch, and a mixture of experts' token dropping (a ``moe_capacity_factor`` cell; empty:
     dropless, as Megatron-Core and torchtitan run by default)."""
     capacity = _float(row, "moe_capacity_factor")
-    if capacity is not None and not MIN_CAPACITY_FACTOR <= capacity <= MAX_CAPACITY_FACTOR:
-        raise InputError(f"row {row.get('id')!r}: must be >= {MIN_CAPACITY_FACTOR:g} and <= {MAX_CAPACITY_FACTOR:g} (an expert's token "
-                         f"capacity over its mean share; empty for dropless), but got {capacity!r}",
-                         field="moe_capacity_factor")
+    problem = capacity_factor_problem(capacity)
+    if problem:
+        raise InputError(f"row {row.get('id')!r}: {problem}", field="moe_capacity_factor")
     return TrainWorkload(seq_len=_int(row, "seq_len"), global_batch=global_batch, moe_capacity_factor=capacity)
 
 
