@@ -537,3 +537,34 @@ def test_search_emit_writes_configs_for_an_expressible_winner(cli_app, tmp_path)
     refused = invoke(cli_app, "search", "-m", "gpt3-175b", "-H", "h100-sxm5-80gb", "--gpus", "64", "-s", "2048",
                      "-b", "512", "--emit", "torchtitan", "--out", tmp_path / "gpt3")
     assert refused.exit_code == 2 and "--emit" in refused.output and "gpt3-175b" in refused.output
+
+
+def _predicted_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("# predicted:"))
+
+
+def test_a_plans_json_of_another_framework_quotes_the_estimate_of_the_one_the_files_run(cli_app, searched, tmp_path):
+    """A Megatron-Bridge search emitted as a Megatron-LM script quotes Megatron-LM's estimate, the one a plan
+    string with --format megatron gets, and says so; a plan the files' framework does not offer is refused."""
+    document = json.loads((searched / "plans.json").read_text())
+    document["inputs"]["framework"] = "megatron-bridge"
+    bridge = tmp_path / "bridge.json"
+    bridge.write_text(json.dumps(document))
+    from_file = invoke(cli_app, "emit", bridge, "--format", "megatron")
+    assert from_file.exit_code == 0, from_file.output
+    assert "was searched for megatron-bridge" in from_file.output and "megatron-lm's" in from_file.output
+    plan = document["plans"][0]["plan"]
+    text = ",".join(f"{k}={v}" for k, v in plan.items() if k != "dp")
+    from_string = invoke(cli_app, "emit", text, "--format", "megatron", *SEARCH)
+    assert from_string.exit_code == 0, from_string.output
+    assert _predicted_line(from_file.output) == _predicted_line(from_string.output)
+    # the file's own framework keeps its estimate and prints no note
+    own = invoke(cli_app, "emit", searched / "plans.json", "--format", "megatron")
+    assert own.exit_code == 0 and "was searched for" not in own.output
+    # a plan the framework the files run does not offer: refused, with the way out
+    plan.update(zero=3, pp=2)
+    plan.pop("dp", None)
+    bridge.write_text(json.dumps(document))
+    refused = invoke(cli_app, "emit", bridge, "--format", "megatron")
+    assert refused.exit_code == 2 and "cannot run on megatron-lm" in refused.output
+    assert "--framework megatron-lm" in refused.output and "Traceback" not in refused.output

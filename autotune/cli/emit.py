@@ -10,6 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..errors import InputError
+from ..inputs.framework import DEFAULT_FRAMEWORK
 from ..inputs.hardware import Cluster, load_hardware
 from ..inputs.modelspec import load_model
 from ..inputs.request import TrainingRequest
@@ -133,7 +134,7 @@ def emit(
             software, runs = _software(framework, format)
             given = dataclasses.replace(given, framework=software)
             options = dict(data_path=data_path, tokenizer=tokenizer, framework=runs)
-            context = _context(plan_source, plan, rank, given, options)
+            context = _context(plan_source, plan, rank, given, options, framework_given=framework is not None)
             files, estimate = render(format, context), context.estimate
         if out is not None:
             written = write_files(out, files, force)
@@ -173,7 +174,7 @@ def _software(framework: str | None, format: str) -> tuple[str, str]:
 
 
 def _context(plan_source: str | None, plan_text: str | None, rank: int, given: TrainingRequest,
-             options: dict[str, Any]) -> EmitContext:
+             options: dict[str, Any], *, framework_given: bool = False) -> EmitContext:
     """The training plan to emit, from a plans.json or a plan string.
 
     ``given`` holds the training flags as given: any may be None here, and a plan string needs --model,
@@ -196,8 +197,29 @@ def _context(plan_source: str | None, plan_text: str | None, rank: int, given: T
         if document["inputs"].get("workload") == "serve":
             raise InputError("is a serving plans.json; emit it with --format vllm or --format sglang", source=str(path))
         spec = load_model(given.model) if given.model is not None else None
-        return context_from_plans(document, rank, model=spec, source=str(path), **options)
+        framework = _files_framework(document["inputs"].get("framework"), given.framework, framework_given, path)
+        return context_from_plans(document, rank, model=spec, source=str(path), software=framework, **options)
     return _context_from_string(plan_text or plan_source, given, options)
+
+
+def _files_framework(searched: Any, runs: str, given: bool, path: Path) -> str | None:
+    """The framework whose estimate the emitted files quote: the one they run.
+
+    A plans.json keeps the framework it was searched for (with its version) when the files run that framework;
+    when they run another (``--format megatron`` on a Megatron-Bridge search, ``--format slurm --framework
+    torchtitan``), the plan is estimated again for the framework the files run, and a note says so -- the
+    same estimate a plan string with that format gets.
+    """
+    if searched is not None and not isinstance(searched, str):
+        return None  # the file's own value, which reading the file refuses with its field
+    searched = searched or DEFAULT_FRAMEWORK
+    name = searched.partition("@")[0]
+    if not given and name == runs.partition("@")[0]:
+        return None  # the file's own (its version included)
+    if name != runs.partition("@")[0]:
+        stderr.print(f"[yellow]note:[/] {path} was searched for {searched}; the files run "
+                     f"{runs}, so the estimate they quote is {runs}'s", soft_wrap=True, highlight=False)
+    return runs
 
 
 def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[str, Any]) -> EmitContext:

@@ -18,6 +18,7 @@ from ...search.plans_file import model_from_plans, training_inputs_from_plans
 from ...serving.plan import ServePlan
 from ...training.estimate import estimate_training
 from ...training.plan import PlanBatch, plan_from_fields
+from ...training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
 from . import (
     DEFAULT_FRAMEWORK,
     EMITTERS,
@@ -152,8 +153,10 @@ def _entry(document: Mapping[str, Any], rank: int, source: str) -> Mapping[str, 
 
 
 def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSpec | None = None,
-                       source: str = "plans.json", **options: Any) -> EmitContext:
-    """The training plan of rank ``rank`` in a ``plans.json`` document, with its inputs and estimate."""
+                       source: str = "plans.json", software: str | None = None, **options: Any) -> EmitContext:
+    """The training plan of rank ``rank`` in a ``plans.json`` document, with its inputs and estimate.
+
+    ``software`` (a framework NAME[@VERSION]) estimates the plan for that framework instead of the file's."""
     inputs = document.get("inputs")
     if not isinstance(inputs, dict):
         raise InputError("is not a plans.json from `autotune search --out` (it needs 'inputs' and 'plans')", source=source)
@@ -166,7 +169,7 @@ def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSp
     elif model.name != inputs["model"]:
         raise InputError(f"{source} was searched for model {inputs['model']!r}, but --model gives {model.name!r}",
                          field="--model")
-    t = training_inputs_from_plans(inputs, source, model=model)
+    t = training_inputs_from_plans(inputs, source, model=model, framework=software)
     if not isinstance(entry.get("plan"), dict):
         raise InputError(f"plan of rank {rank} has no 'plan' object; rerun `autotune search --out DIR`", source=source,
                          field="plans.plan")
@@ -174,8 +177,15 @@ def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSp
         plan = plan_from_fields(entry["plan"], t.cluster.n_gpus)
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"plan of rank {rank} is malformed: {exc}", source=source, field="plans.plan") from None
+    batch = PlanBatch.from_plans([plan])
+    if software is not None:  # another framework than the search's: it may not offer the plan
+        reason = int(rejection_reasons(t.model, t.cluster, t.workload, batch, PERMISSIVE_RULES,
+                                       framework=t.framework)[0])
+        if reason:
+            raise InputError(f"plan of rank {rank} cannot run on {software}: {reason_text(reason, plan, t.framework)}; "
+                             f"search again with --framework {software} for plans it runs", source=source, field="--format")
     # Estimated again from the embedded inputs, not copied from the file: the comments quote it.
-    estimate = estimate_training(t.model, t.cluster, t.workload, PlanBatch.from_plans([plan]), t.framework).row(0)
+    estimate = estimate_training(t.model, t.cluster, t.workload, batch, t.framework).row(0)
     return EmitContext(
         plan=plan, model=model, hardware=t.cluster.hardware.name, gpus_per_node=t.cluster.gpus_per_node,
         seq_len=t.workload.seq_len, global_batch=t.workload.global_batch, estimate=estimate,
