@@ -281,3 +281,36 @@ def test_emit_quotes_model_path_and_reads_search_output(tmp_path):
 def test_training_still_requires_seq_len():
     result = runner.invoke(app, ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-b", "8"])
     assert result.exit_code == 2 and "--seq-len" in result.output
+
+
+def _rows_and_params(model: str, plan: str, engine: str, input_len: int, concurrency: int):
+    import dataclasses
+
+    from autotune.serving.calibrated import params_for
+    from autotune.serving.estimate import plan_rows, solve
+
+    spec, cluster = load_model(model), Cluster(load_hardware("h200-sxm-141gb"), 8, 8)
+    workload = ServeWorkload(input_len, 256, concurrency=concurrency)
+    plans = ServePlanBatch.from_plans([parse_serve_plan(plan, 8)])
+    rows = plan_rows(spec, cluster, workload, plans, engine, engine_memory(spec, cluster, plans, engine))
+    p = params_for(engine)
+    return solve(rows, p), solve(dataclasses.replace(rows, lockstep=0.0), p)
+
+
+def test_attention_dp_ranks_in_lockstep_hold_every_decode_step_a_prefill_chunk_holds():
+    """SGLang and vLLM step their attention-DP ranks of a MoE engine together: a prefill chunk on one rank
+    holds the others' decode steps, so TPOT rises with the prefill load and the DP width; TensorRT-LLM's
+    attention-DP balance schedules the ranks' prefills together, and a dense model's DP ranks are replicas."""
+    moe = "tp=1,dp=8,ep=8,weights=fp8,kv=fp8,max_batch=512"
+    locked, free = _rows_and_params("deepseek-v3", moe, "sglang", 4096, 256)
+    assert locked["tpot_s"][0] > 1.2 * free["tpot_s"][0]
+    # the held share is 1-(1-rho)^(dp-1) of the steps: the decode step lies between the free one and a chunk
+    rho = float(locked["prefill_util"][0])
+    assert 0.0 < rho < 1.0 and locked["tpot_s"][0] == pytest.approx(locked["t_dec_s"][0] / (1.0 - rho))
+    assert locked["ttft_s"][0] >= free["ttft_s"][0] * 0.999  # fewer requests/s, but prefill never faster
+    light_locked, light_free = _rows_and_params("deepseek-v3", moe, "sglang", 128, 8)
+    assert light_locked["tpot_s"][0] < light_free["tpot_s"][0] * 1.05  # rho -> 0: nothing is held
+    trt_locked, trt_free = _rows_and_params("deepseek-v3", moe, "trtllm", 4096, 256)
+    assert trt_locked["tpot_s"][0] == pytest.approx(trt_free["tpot_s"][0])
+    dense_locked, dense_free = _rows_and_params("llama3-8b", "tp=1,dp=8,max_batch=512", "sglang", 4096, 256)
+    assert dense_locked["tpot_s"][0] == pytest.approx(dense_free["tpot_s"][0])

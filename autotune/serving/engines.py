@@ -49,6 +49,12 @@ class EngineDefaults:
     memory_knob: str  # the flag that sets the budget
     memory_fraction: float | None  # default of that knob; None: computed (SGLang)
     mixed_prefill: bool  # prefill chunks ride in the same steps as decodes (chunked prefill)
+    # the attention-DP ranks of a MoE engine step in lockstep, each on its own schedule, so a prefill chunk on
+    # one rank holds the step of every rank (SGLang gathers the ranks' batches every step and runs idle
+    # batches on the others, scheduler_dp_attn_mixin / prepare_mlp_sync_batch; vLLM's DP engines run dummy
+    # batches to keep the MoE collectives in step). TensorRT-LLM's attention-DP balance, which NVIDIA's
+    # recipes enable, holds context requests until the ranks schedule them together instead.
+    adp_lockstep: bool = False
 
     def chunk_tokens(self, memory_gib: float) -> float:
         """Prefill token budget per step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size,
@@ -77,8 +83,8 @@ class EngineDefaults:
 
 
 DEFAULTS: Mapping[str, EngineDefaults] = {
-    "vllm": EngineDefaults("vllm", "--gpu-memory-utilization", 0.92, True),
-    "sglang": EngineDefaults("sglang", "--mem-fraction-static", None, False),
+    "vllm": EngineDefaults("vllm", "--gpu-memory-utilization", 0.92, True, adp_lockstep=True),
+    "sglang": EngineDefaults("sglang", "--mem-fraction-static", None, False, adp_lockstep=True),
     "trtllm": EngineDefaults("trtllm", "kv_cache_config.free_gpu_memory_fraction", 0.90, True),
 }
 

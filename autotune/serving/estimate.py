@@ -297,6 +297,7 @@ class Rows:
     limit: Any
     kv_pool: Any
     n: int
+    lockstep: Any = 0.0  # attention-DP ranks step in lockstep (engines.EngineDefaults.adp_lockstep)
 
 
 def kv_seq_bytes(r: Rows, tokens):
@@ -352,10 +353,23 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     C = np.where(load == LOAD_CONCURRENCY, np.asarray(r.C, float) * ones, cap)
     C_eff = np.minimum(C, cap)
 
+    # attention-DP ranks of a MoE engine in lockstep: while any other rank runs a prefill chunk, a decoding
+    # rank's step lasts that chunk's step (the MoE collectives wait for it); with each rank's chunks a share
+    # rho of its steps, the other dp-1 ranks hold a step with probability 1-(1-rho)^(dp-1)
+    lock = (~dis) & (np.asarray(r.lockstep, float) * ones > 0) & (np.asarray(r.p_dp, float) * ones > 1) \
+        & (np.asarray(a["n_moe"], float) * ones > 0)
+    t_chunk = S_busy / n_chunks
+
     def closed(nd):
-        t_dec = t_dec_of(nd)
+        t_dec = t_own = t_dec_of(nd)
         lam = np.where(dis, nd / (Om1 * t_dec), nd / (Om1 * t_dec + nd * S_busy / servers))
         rho = lam * S_busy / servers
+        if lock.any():
+            for _ in range(3):  # the held steps lower the request rate, and with it rho: a short fixed point
+                held = 1.0 - np.power(1.0 - np.clip(rho, 0.0, 1.0), np.maximum(r.p_dp - 1.0, 0.0))
+                t_dec = np.where(lock, (1.0 - held) * t_own + held * np.maximum(t_own, t_chunk), t_own)
+                lam = np.where(dis, lam, nd / (Om1 * t_dec + nd * S_busy / servers))
+                rho = lam * S_busy / servers
         tpot = np.where(dis, t_dec, t_dec / np.maximum(1.0 - rho, 1e-6))
         ttft = ttft_parts(t_dec, rho, p.arrival_cv2, C_eff)
         ttft = np.where(rho >= 0.999999, np.inf, ttft)
@@ -542,7 +556,7 @@ def plan_rows(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans
                 load=load, I=float(workload.input_len), O=float(workload.output_len),
                 C=(workload.concurrency or 0) / replicas, lam=(workload.request_rate or 0.0) / replicas,
                 chunk=d.prefill_chunk(cluster.hardware.memory_gib, f("p_dp")), mixed=float(d.mixed_prefill), limit=per_rank_limit,
-                kv_pool=mem.kv_pool, n=len(plans))
+                kv_pool=mem.kv_pool, n=len(plans), lockstep=float(d.adp_lockstep))
 
 
 def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans: ServePlanBatch,

@@ -118,7 +118,7 @@ def silicon_rows(rows: Sequence[SiliconRow]) -> Rows:
                 O=np.array([float(r.output_len) for r in rows]), C=np.array([r.concurrency for r in rows]),
                 lam=np.zeros(len(rows)), chunk=np.array([f.prefill_chunk(m, dp) for f, m, dp in zip(fam, mem_gib, p["p_dp"])]),
                 mixed=np.array([float(f.mixed_prefill) for f in fam]),
-                limit=limit, kv_pool=pools, n=len(rows))
+                limit=limit, kv_pool=pools, n=len(rows), lockstep=np.array([float(f.adp_lockstep) for f in fam]))
 
 
 def predict_silicon(rows: Sequence[SiliconRow], params: Mapping[str, ServingParams],
