@@ -568,3 +568,29 @@ def test_a_plans_json_of_another_framework_quotes_the_estimate_of_the_one_the_fi
     refused = invoke(cli_app, "emit", bridge, "--format", "megatron")
     assert refused.exit_code == 2 and "cannot run on megatron-lm" in refused.output
     assert "--framework megatron-lm" in refused.output and "Traceback" not in refused.output
+
+
+def test_a_plans_json_keeps_its_framework_and_version_when_its_files_run_it(cli_app, searched, tmp_path):
+    """A versioned Megatron-LM search keeps its version with or without --framework megatron-lm; another version
+    named is estimated for that one, with a note; a Megatron-DeepSpeed search emitted as DeepSpeed files runs
+    Megatron-DeepSpeed and keeps its estimate."""
+    document = json.loads((searched / "plans.json").read_text())
+
+    def emit(framework_spec: str, *flags: str):
+        path = tmp_path / f"{framework_spec.replace('@', '_')}.json"
+        path.write_text(json.dumps({**document, "inputs": {**document["inputs"], "framework": framework_spec}}))
+        result = invoke(cli_app, "emit", path, *flags)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    old = emit("megatron-lm@2023-06", "--format", "megatron")
+    assert "was searched for" not in old
+    assert _predicted_line(emit("megatron-lm@2023-06", "--format", "megatron", "--framework", "megatron-lm")) == \
+        _predicted_line(old)
+    newer = emit("megatron-lm@2023-06", "--format", "megatron", "--framework", "megatron-lm@2025-09")
+    assert "was searched for megatron-lm@2023-06; the files run megatron-lm@2025-09" in newer
+    assert _predicted_line(newer) != _predicted_line(old)
+    mds = emit("megatron-deepspeed", "--format", "deepspeed")
+    assert "was searched for" not in mds
+    plain = emit("megatron-deepspeed", "--format", "deepspeed", "--framework", "deepspeed")
+    assert "the files run deepspeed" in plain

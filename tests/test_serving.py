@@ -299,18 +299,41 @@ def _rows_and_params(model: str, plan: str, engine: str, input_len: int, concurr
 
 def test_attention_dp_ranks_in_lockstep_hold_every_decode_step_a_prefill_chunk_holds():
     """SGLang and vLLM step their attention-DP ranks of a MoE engine together: a prefill chunk on one rank
-    holds the others' decode steps, so TPOT rises with the prefill load and the DP width; TensorRT-LLM's
-    attention-DP balance schedules the ranks' prefills together, and a dense model's DP ranks are replicas."""
+    holds the others' decode steps, so TPOT rises with the prefill load and the DP width, by the share of
+    steps another rank prefills times what a chunk step costs over a decode step; TensorRT-LLM's attention-DP
+    balance schedules the ranks' prefills together, and a dense model's DP ranks are replicas."""
     moe = "tp=1,dp=8,ep=8,weights=fp8,kv=fp8,max_batch=512"
     locked, free = _rows_and_params("deepseek-v3", moe, "sglang", 4096, 256)
     assert locked["tpot_s"][0] > 1.2 * free["tpot_s"][0]
-    # the held share is 1-(1-rho)^(dp-1) of the steps: the decode step lies between the free one and a chunk
-    rho = float(locked["prefill_util"][0])
-    assert 0.0 < rho < 1.0 and locked["tpot_s"][0] == pytest.approx(locked["t_dec_s"][0] / (1.0 - rho))
-    assert locked["ttft_s"][0] >= free["ttft_s"][0] * 0.999  # fewer requests/s, but prefill never faster
+    # Little's law on the decode phase holds with the held steps: requests/s = decoding / (O-1) / TPOT
+    assert locked["requests_per_s"][0] == pytest.approx(locked["decode_seqs"][0] / 255 / locked["tpot_s"][0], rel=1e-6)
+    # bounded by every decode step lasting a prefill chunk: at most one whole prefill per decoded token
+    assert locked["tpot_s"][0] - free["tpot_s"][0] < locked["prefill_s"][0]
     light_locked, light_free = _rows_and_params("deepseek-v3", moe, "sglang", 128, 8)
-    assert light_locked["tpot_s"][0] < light_free["tpot_s"][0] * 1.05  # rho -> 0: nothing is held
+    assert light_locked["tpot_s"][0] < light_free["tpot_s"][0] * 1.05  # little prefill: little is held
     trt_locked, trt_free = _rows_and_params("deepseek-v3", moe, "trtllm", 4096, 256)
     assert trt_locked["tpot_s"][0] == pytest.approx(trt_free["tpot_s"][0])
     dense_locked, dense_free = _rows_and_params("llama3-8b", "tp=1,dp=8,max_batch=512", "sglang", 4096, 256)
     assert dense_locked["tpot_s"][0] == pytest.approx(dense_free["tpot_s"][0])
+
+
+def test_lockstep_holds_decode_steps_under_a_request_rate_too():
+    """The open loop pays the held steps too. (At the rate a closed loop of 256 users reaches, the open loop
+    settles at fewer decoding sequences and a lower TPOT: with held steps the decode phase has a light and a
+    congested state at the same rate, and the open loop takes the light one.)"""
+    import dataclasses
+
+    from autotune.serving.calibrated import params_for
+    from autotune.serving.estimate import plan_rows, solve
+
+    spec, cluster = load_model("deepseek-v3"), Cluster(load_hardware("h200-sxm-141gb"), 8, 8)
+    plans = ServePlanBatch.from_plans([parse_serve_plan("tp=1,dp=8,ep=8,weights=fp8,kv=fp8,max_batch=512", 8)])
+    mem = engine_memory(spec, cluster, plans, "sglang")
+    closed = solve(plan_rows(spec, cluster, ServeWorkload(4096, 256, concurrency=256), plans, "sglang", mem),
+                   params_for("sglang"))
+    rate = float(closed["requests_per_s"][0])
+    rows = plan_rows(spec, cluster, ServeWorkload(4096, 256, request_rate=rate), plans, "sglang", mem)
+    opened = solve(rows, params_for("sglang"))
+    unlocked = solve(dataclasses.replace(rows, lockstep=0.0), params_for("sglang"))
+    assert unlocked["tpot_s"][0] * 1.1 < opened["tpot_s"][0] <= closed["tpot_s"][0] * 1.001
+    assert opened["decode_seqs"][0] == pytest.approx(rate * 255 * opened["tpot_s"][0], rel=1e-3)  # Little's law

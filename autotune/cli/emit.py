@@ -197,29 +197,37 @@ def _context(plan_source: str | None, plan_text: str | None, rank: int, given: T
         if document["inputs"].get("workload") == "serve":
             raise InputError("is a serving plans.json; emit it with --format vllm or --format sglang", source=str(path))
         spec = load_model(given.model) if given.model is not None else None
-        framework = _files_framework(document["inputs"].get("framework"), given.framework, framework_given, path)
-        return context_from_plans(document, rank, model=spec, source=str(path), software=framework, **options)
+        framework, note = _files_framework(document["inputs"].get("framework"), given.framework, options["framework"],
+                                           framework_given, path)
+        context = context_from_plans(document, rank, model=spec, source=str(path), software=framework,
+                                     software_field="--framework" if framework_given else "--format", **options)
+        if note:
+            stderr.print(f"[yellow]note:[/] {note}", soft_wrap=True, highlight=False)
+        return context
     return _context_from_string(plan_text or plan_source, given, options)
 
 
-def _files_framework(searched: Any, runs: str, given: bool, path: Path) -> str | None:
-    """The framework whose estimate the emitted files quote: the one they run.
+def _files_framework(searched: Any, software: str, runs: str, given: bool, path: Path) -> tuple[str | None, str]:
+    """The framework whose estimate the emitted files quote -- the one they run -- and a note when that is not
+    the framework the plans.json was searched for.
 
-    A plans.json keeps the framework it was searched for (with its version) when the files run that framework;
-    when they run another (``--format megatron`` on a Megatron-Bridge search, ``--format slurm --framework
-    torchtitan``), the plan is estimated again for the framework the files run, and a note says so -- the
-    same estimate a plan string with that format gets.
+    ``software`` is ``--framework`` (``given``) or the format's own framework, ``runs`` the emitter the files
+    use. A plans.json keeps its framework, version included, when its files run it (a Megatron-DeepSpeed
+    search emitted with ``--format deepspeed``; ``--framework megatron-lm`` without a version on a
+    ``megatron-lm@2023-06`` search); otherwise (``--format megatron`` on a Megatron-Bridge search, ``--format
+    slurm --framework torchtitan``, another version) the plan is estimated again for what the files run, as a
+    plan string with that format is.
     """
     if searched is not None and not isinstance(searched, str):
-        return None  # the file's own value, which reading the file refuses with its field
+        return None, ""  # the file's own value, which reading the file refuses with its field
     searched = searched or DEFAULT_FRAMEWORK
-    name = searched.partition("@")[0]
-    if not given and name == runs.partition("@")[0]:
-        return None  # the file's own (its version included)
-    if name != runs.partition("@")[0]:
-        stderr.print(f"[yellow]note:[/] {path} was searched for {searched}; the files run "
-                     f"{runs}, so the estimate they quote is {runs}'s", soft_wrap=True, highlight=False)
-    return runs
+    name, wanted = searched.partition("@")[0], software.partition("@")[0]
+    if not given and FRAMEWORK_FORMATS.get(name) == runs:
+        return None, ""
+    if given and wanted == name and ("@" not in software or software == searched):
+        return None, ""
+    return software, (f"{path} was searched for {searched}; the files run {software}, so the estimate they quote "
+                      f"is {software}'s")
 
 
 def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[str, Any]) -> EmitContext:

@@ -354,23 +354,31 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     C_eff = np.minimum(C, cap)
 
     # attention-DP ranks of a MoE engine in lockstep: while any other rank runs a prefill chunk, a decoding
-    # rank's step lasts that chunk's step (the MoE collectives wait for it); with each rank's chunks a share
-    # rho of its steps, the other dp-1 ranks hold a step with probability 1-(1-rho)^(dp-1)
+    # rank's step lasts that chunk's step (the MoE collectives wait for it). A rank decoding b sequences runs
+    # n_chunks prefill steps per Om1 decode steps for each of them, so prefill is a share q = x/(1+x) of its
+    # steps (x = b n_chunks / Om1, whatever the step times); another of the dp-1 ranks holds a decode step
+    # with probability h = 1-(1-q)^(dp-1), and each decoded token pays h (t_chunk - t_own) on top.
     lock = (~dis) & (np.asarray(r.lockstep, float) * ones > 0) & (np.asarray(r.p_dp, float) * ones > 1) \
         & (np.asarray(a["n_moe"], float) * ones > 0)
-    t_chunk = S_busy / n_chunks
+
+    def held_s(nd, t_own, rho):
+        if not lock.any():
+            return np.zeros(n)
+        x = np.maximum(nd / d_ranks, 0.0) * n_chunks / Om1
+        h = 1.0 - np.power(1.0 / (1.0 + x), np.maximum(r.p_dp - 1.0, 0.0))
+        t_chunk = (S_alone + (S_busy - S_alone) * np.clip(rho, 0.0, 1.0)) / n_chunks  # one chunk at this load
+        return np.where(lock, h * np.maximum(t_chunk - t_own, 0.0), 0.0)
 
     def closed(nd):
-        t_dec = t_own = t_dec_of(nd)
+        t_dec = t_dec_of(nd)
         lam = np.where(dis, nd / (Om1 * t_dec), nd / (Om1 * t_dec + nd * S_busy / servers))
         rho = lam * S_busy / servers
-        if lock.any():
-            for _ in range(3):  # the held steps lower the request rate, and with it rho: a short fixed point
-                held = 1.0 - np.power(1.0 - np.clip(rho, 0.0, 1.0), np.maximum(r.p_dp - 1.0, 0.0))
-                t_dec = np.where(lock, (1.0 - held) * t_own + held * np.maximum(t_own, t_chunk), t_own)
-                lam = np.where(dis, lam, nd / (Om1 * t_dec + nd * S_busy / servers))
-                rho = lam * S_busy / servers
+        # t_dec/(1-rho) = t_dec + b S_busy/Om1 is the same step accounting without the held steps
         tpot = np.where(dis, t_dec, t_dec / np.maximum(1.0 - rho, 1e-6))
+        extra = held_s(nd, t_dec, rho)  # per decoded token; the request rate follows (Little's law)
+        tpot = tpot + extra
+        lam = np.where(extra > 0, nd / (Om1 * tpot), lam)
+        rho = np.where(extra > 0, lam * S_busy / servers, rho)
         ttft = ttft_parts(t_dec, rho, p.arrival_cv2, C_eff)
         ttft = np.where(rho >= 0.999999, np.inf, ttft)
         return lam, tpot, ttft, t_dec, rho
@@ -394,7 +402,7 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     if rate.any():
         def tpot_open(nd):
             t_dec = t_dec_of(nd)
-            return np.where(dis, t_dec, t_dec / np.maximum(1.0 - rho_o, 1e-6)), t_dec
+            return np.where(dis, t_dec, t_dec / np.maximum(1.0 - rho_o, 1e-6) + held_s(nd, t_dec, rho_o)), t_dec
 
         lo, hi = np.zeros(n), cap.copy()
         for _ in range(n_iter):

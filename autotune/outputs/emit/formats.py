@@ -153,7 +153,8 @@ def _entry(document: Mapping[str, Any], rank: int, source: str) -> Mapping[str, 
 
 
 def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSpec | None = None,
-                       source: str = "plans.json", software: str | None = None, **options: Any) -> EmitContext:
+                       source: str = "plans.json", software: str | None = None, software_field: str = "--format",
+                       **options: Any) -> EmitContext:
     """The training plan of rank ``rank`` in a ``plans.json`` document, with its inputs and estimate.
 
     ``software`` (a framework NAME[@VERSION]) estimates the plan for that framework instead of the file's."""
@@ -182,8 +183,9 @@ def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSp
         reason = int(rejection_reasons(t.model, t.cluster, t.workload, batch, PERMISSIVE_RULES,
                                        framework=t.framework)[0])
         if reason:
-            raise InputError(f"plan of rank {rank} cannot run on {software}: {reason_text(reason, plan, t.framework)}; "
-                             f"search again with --framework {software} for plans it runs", source=source, field="--format")
+            raise InputError(f"plan of rank {rank} in {source} cannot run on {software}: "
+                             f"{reason_text(reason, plan, t.framework)}; search again with --framework {software} "
+                             "for plans it runs", field=software_field)
     # Estimated again from the embedded inputs, not copied from the file: the comments quote it.
     estimate = estimate_training(t.model, t.cluster, t.workload, batch, t.framework).row(0)
     return EmitContext(
