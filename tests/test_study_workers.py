@@ -209,10 +209,13 @@ def _running(url: str, study: str) -> int:
 
 def _kill_mid_trial(cmd: list[str], url: str, study: str, env: dict, at_least: int) -> bool:
     """Start ``cmd`` and SIGKILL it while one of its trials is RUNNING, after ``at_least`` finished trials.
-    True when the kill left a trial RUNNING."""
+    True when the kill left a trial RUNNING.
+
+    Only a trial that has named its process counts: one killed in the instant between Optuna creating it and
+    the process naming itself is a different case (dead only after ``_UNCLAIMED_S``), not a kill mid-trial."""
     import optuna
 
-    from autotune.search.optuna_study import make_storage
+    from autotune.search.optuna_study import WORKER_ATTR, make_storage
 
     storage = make_storage(url)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -224,7 +227,8 @@ def _kill_mid_trial(cmd: list[str], url: str, study: str, env: dict, at_least: i
             except Exception:  # noqa: BLE001 - not created yet, or the database is busy
                 trials = []
             done = sum(t.state.is_finished() for t in trials)
-            if done >= at_least and any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
+            if done >= at_least and any(t.state == optuna.trial.TrialState.RUNNING and WORKER_ATTR in t.system_attrs
+                                        for t in trials):
                 proc.send_signal(signal.SIGKILL)
                 break
             time.sleep(0.005)
