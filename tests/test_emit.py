@@ -594,3 +594,14 @@ def test_a_plans_json_keeps_its_framework_and_version_when_its_files_run_it(cli_
     assert "was searched for" not in mds
     plain = emit("megatron-deepspeed", "--format", "deepspeed", "--framework", "deepspeed")
     assert "the files run deepspeed" in plain
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "deepspeed"])
+def test_a_plans_json_naming_an_unknown_framework_version_is_refused_by_its_key(cli_app, searched, tmp_path, fmt):
+    document = json.loads((searched / "plans.json").read_text())
+    document["inputs"]["framework"] = "megatron-lm@core_r0.12"
+    path = tmp_path / "core.json"
+    path.write_text(json.dumps(document))
+    result = invoke(cli_app, "emit", path, "--format", fmt)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "core.json: field 'inputs.framework'" in result.output and "rerun the search" in result.output

@@ -283,3 +283,21 @@ def test_tune_killed_mid_benchmark_and_resumed_at_once_ends_with_exactly_trials_
     assert not any(x["state"] == "RUNNING" for x in after)
     assert len(counted(after, measured=True)) == 4
     assert "queued to run again" in r.stdout + r.stderr
+
+
+def test_an_unclaimed_running_trial_is_dead_only_after_its_grace(tmp_path, monkeypatch):
+    """A RUNNING trial that never named its process (killed between Optuna creating it and the process naming
+    itself) is left alone while it is young -- its process may be naming itself right now -- and failed and
+    queued again once it is older than _UNCLAIMED_S."""
+    import optuna
+
+    from autotune.search import optuna_study as S
+
+    study = optuna.create_study(storage=S.make_storage(f"sqlite:///{tmp_path}/u.db"), study_name="u")
+    trial = study.ask()  # RUNNING; a plain sampler names no process
+    assert S.WORKER_ATTR not in study.trials[0].system_attrs
+    assert S.fail_dead_trials(study) == []
+    monkeypatch.setattr(S, "_UNCLAIMED_S", -1.0)
+    assert S.fail_dead_trials(study) == [trial.number]
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..errors import InputError
-from ..inputs.framework import DEFAULT_FRAMEWORK
+from ..inputs.framework import DEFAULT_FRAMEWORK, load_framework
 from ..inputs.hardware import Cluster, load_hardware
 from ..inputs.modelspec import load_model
 from ..inputs.request import TrainingRequest
@@ -221,6 +221,10 @@ def _files_framework(searched: Any, software: str, runs: str, given: bool, path:
     if searched is not None and not isinstance(searched, str):
         return None, ""  # the file's own value, which reading the file refuses with its field
     searched = searched or DEFAULT_FRAMEWORK
+    try:  # the file's framework must be one autotune knows, even when the files run another
+        load_framework(searched)
+    except InputError as exc:
+        raise InputError(f"{exc.message}; rerun the search", source=str(path), field="inputs.framework") from None
     name, wanted = searched.partition("@")[0], software.partition("@")[0]
     if not given and FRAMEWORK_FORMATS.get(name) == runs:
         return None, ""

@@ -223,7 +223,12 @@ def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model:
     if named is not None and not isinstance(named, str):
         raise InputError(f"must name a framework (NAME[@VERSION]), but got {named!r}", source=source,
                          field="inputs.framework")
-    loaded = load_framework(named)
+    try:
+        loaded = load_framework(named)
+    except InputError as exc:  # names the profile: name the file's key (or the flag) and the way out
+        where = {"field": "--framework"} if framework else {"source": source, "field": "inputs.framework"}
+        raise InputError(f"{exc.message}; name a framework and version `autotune search --framework` knows, or "
+                         "rerun the search", **where) from None
     problem = moe_workload_problem(spec, loaded, workload)
     if problem:
         key = "moe_capacity_factor" if workload.moe_capacity_factor is not None else "moe_imbalance"

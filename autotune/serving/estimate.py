@@ -296,8 +296,8 @@ class Rows:
     mixed: Any
     limit: Any
     kv_pool: Any
+    lockstep: Any  # attention-DP ranks step in lockstep (engines.EngineDefaults.adp_lockstep), 0/1
     n: int
-    lockstep: Any = 0.0  # attention-DP ranks step in lockstep (engines.EngineDefaults.adp_lockstep)
 
 
 def kv_seq_bytes(r: Rows, tokens):

@@ -353,7 +353,7 @@ def _legacy_batch(runs: Sequence[ServingRun], hardware_loader: Callable[[str], H
                 d_workers=one, d_tp=tp, d_pp=pp, d_dp=one, d_ep=one, load=load,
                 I=np.array([float(r.input_len) for r in expanded]), O=np.array([float(r.output_len) for r in expanded]),
                 C=users, lam=np.array([float(r.request_rate or 0.0) for r in expanded]), chunk=chunk,
-                mixed=mixed, limit=limit, kv_pool=pool, n=len(expanded))
+                mixed=mixed, limit=limit, kv_pool=pool, lockstep=0.0, n=len(expanded))  # dp=1: no lockstep
     batch = np.array([float(r.batch or 1) for r in expanded])
     return _LegacyBatch(expanded, np.array(owner), rows, kind, batch, requests, tp * pp)
 
