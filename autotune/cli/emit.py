@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..errors import InputError
-from ..inputs.framework import DEFAULT_FRAMEWORK, load_framework
+from ..inputs.framework import DEFAULT_FRAMEWORK
 from ..inputs.hardware import Cluster, load_hardware
 from ..inputs.modelspec import load_model
 from ..inputs.request import TrainingRequest
@@ -37,7 +37,7 @@ from ..outputs.files import (
     write_files,
 )
 from ..search.api import serving_checkpoint
-from ..search.plans_file import serving_inputs_from_plans
+from ..search.plans_file import framework_from_plans, serving_inputs_from_plans
 from ..search.serving import annotate_checkpoint
 from ..serving.estimate import estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
@@ -221,15 +221,12 @@ def _files_framework(searched: Any, software: str, runs: str, given: bool, path:
     if searched is not None and not isinstance(searched, str):
         return None, ""  # the file's own value, which reading the file refuses with its field
     searched = searched or DEFAULT_FRAMEWORK
-    try:  # the file's framework must be one autotune knows, even when the files run another
-        load_framework(searched)
-    except InputError as exc:
-        raise InputError(f"{exc.message}; rerun the search", source=str(path), field="inputs.framework") from None
     name, wanted = searched.partition("@")[0], software.partition("@")[0]
     if not given and FRAMEWORK_FORMATS.get(name) == runs:
         return None, ""
     if given and wanted == name and ("@" not in software or software == searched):
         return None, ""
+    framework_from_plans(searched, str(path))  # replaced, but still one autotune knows
     return software, (f"{path} was searched for {searched}; the files run {software}, so the estimate they quote "
                       f"is {software}'s")
 

@@ -187,6 +187,17 @@ def _count(inputs: Mapping[str, Any], key: str, source: str, given: int | None =
     return loading.integer(dict(inputs), key, source=source, section="inputs")
 
 
+def framework_from_plans(named: str | None, source: str, *, flag: bool = False):
+    """The framework profile a plans.json names (``inputs.framework``), or ``--framework`` when ``flag``; an unknown
+    name or version is refused by that key, with the way out."""
+    try:
+        return load_framework(named)
+    except InputError as exc:  # it names the profile: name the file's key (or the flag) instead
+        where = {"field": "--framework"} if flag else {"source": source, "field": "inputs.framework"}
+        raise InputError(f"{exc.message}; name a framework and version `autotune search --framework` knows, or "
+                         "rerun the search", **where) from None
+
+
 def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model: str | ModelSpec | None = None,
                                hardware: str | None = None, gpus: int | None = None, gpus_per_node: int | None = None,
                                seq_len: int | None = None, global_batch: int | None = None,
@@ -223,12 +234,7 @@ def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model:
     if named is not None and not isinstance(named, str):
         raise InputError(f"must name a framework (NAME[@VERSION]), but got {named!r}", source=source,
                          field="inputs.framework")
-    try:
-        loaded = load_framework(named)
-    except InputError as exc:  # names the profile: name the file's key (or the flag) and the way out
-        where = {"field": "--framework"} if framework else {"source": source, "field": "inputs.framework"}
-        raise InputError(f"{exc.message}; name a framework and version `autotune search --framework` knows, or "
-                         "rerun the search", **where) from None
+    loaded = framework_from_plans(named, source, flag=framework is not None)
     problem = moe_workload_problem(spec, loaded, workload)
     if problem:
         key = "moe_capacity_factor" if workload.moe_capacity_factor is not None else "moe_imbalance"

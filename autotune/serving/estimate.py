@@ -340,8 +340,11 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         t = decode_step_s(a, q, g, p, np.maximum(b, 1.0), ctx, r.d_tp, r.d_pp, r.d_dp, r.d_ep)
         return t + np.where(dis, p.transfer_poll_us * 1e-6 * _overhead_factor(g, p), 0.0)
 
+    def prefill_at(rho):  # a prompt's prefill when a share rho of the other DP ranks prefill with it
+        return S_alone + (S_busy - S_alone) * np.clip(rho, 0.0, 1.0)
+
     def ttft_parts(t_dec, rho, ca2, C_eff):
-        S_own = S_alone + (S_busy - S_alone) * np.clip(rho, 0.0, 1.0)
+        S_own = prefill_at(rho)
         S_own = S_own + np.where(dis, 0.0, mixed * n_chunks * t_dec)
         wq = _wq_gdc(S_busy, rho, servers, ca2)
         if C_eff is not None:
@@ -366,7 +369,7 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
             return np.zeros(n)
         x = np.maximum(nd / d_ranks, 0.0) * n_chunks / Om1
         h = 1.0 - np.power(1.0 / (1.0 + x), np.maximum(r.p_dp - 1.0, 0.0))
-        t_chunk = (S_alone + (S_busy - S_alone) * np.clip(rho, 0.0, 1.0)) / n_chunks  # one chunk at this load
+        t_chunk = prefill_at(rho) / n_chunks  # one chunk at this load
         return np.where(lock, h * np.maximum(t_chunk - t_own, 0.0), 0.0)
 
     def closed(nd):
