@@ -21,6 +21,7 @@ from ..inputs.measured_runs import (
     read_table,
 )
 from ..inputs.modelspec import ModelSpec, MoESpec
+from .engines import DEFAULT_ENGINE
 
 # Columns that mark the serving schema (``autotune validate`` dispatches on them).
 SERVING_MARKER_COLUMNS = frozenset({"output_tokens_per_s_per_gpu", "input_len", "output_len", "weight_precision"})
@@ -100,12 +101,13 @@ def _int(row: dict, key: str) -> int | None:
     return number(row, key, whole=True)  # type: ignore[return-value]
 
 
-def engine_key(engine: str, version: str, group: str) -> str:
+def engine_key(engine: str, version: str) -> str:
     """The engine release a row ran on, e.g. ``trtllm-0.14``, ``trtllm-0.14-triton``, ``vllm-0.6``.
 
-    Read from the ``engine`` and ``engine_version`` columns (major.minor; a Triton front end
-    is its own key), else from the source group's name; an unknown engine keeps its name
-    and is predicted with the pooled parameters (``calibrated.params_for``).
+    Read from the ``engine`` and ``engine_version`` columns only (major.minor; a Triton front end is its own
+    key): a row that names no engine is predicted for the default one, never for one guessed from its
+    source's name; an unknown engine keeps its name and is predicted with its family's parameters
+    (``calibrated.params_for``).
     """
     name = (engine or "").strip().lower().replace("tensorrt-llm", "trtllm").replace("tensorrt_llm", "trtllm")
     found = re.search(r"(\d+)\.(\d+)", version or "")
@@ -114,15 +116,7 @@ def engine_key(engine: str, version: str, group: str) -> str:
         if "triton" in (version or "").lower():
             key += "-triton"
         return key
-    return _engine(group) if not name else name
-
-
-def _engine(group: str) -> str:
-    g = group.lower()
-    for key in ("v0.20", "v0.14.0_online", "v0.14.0", "v0.9.0"):
-        if key in g:
-            return "trtllm-" + key.lstrip("v").replace(".0_online", "-triton").replace(".0", "")
-    return group
+    return name or DEFAULT_ENGINE
 
 
 def _model_of(row: dict, shape: dict) -> ModelSpec | str:
@@ -211,7 +205,7 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
     if model.n_heads % tp:
         return SkippedServingRow(rid, group, f"heads {model.n_heads} not divisible by tp {tp}")
     return ServingRun(
-        id=rid, source_group=group, engine=engine_key(row.get("engine", ""), row.get("engine_version", ""), group), kind=kind, model=model, gpu=gpu,
+        id=rid, source_group=group, engine=engine_key(row.get("engine", ""), row.get("engine_version", "")), kind=kind, model=model, gpu=gpu,
         n_gpus=_int(row, "n_gpus") or tp * pp, tp=tp, pp=pp, weights=weights, kv=kv,
         input_len=input_len, output_len=max(output_len, 1), batch=batch,
         request_rate=rate, measured_tokens_per_s_per_gpu=measured, measured_ttft_ms=ttft, measured_itl_ms=itl,
