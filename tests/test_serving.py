@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -337,3 +338,75 @@ def test_lockstep_holds_decode_steps_under_a_request_rate_too():
     unlocked = solve(dataclasses.replace(rows, lockstep=0.0), params_for("sglang"))
     assert unlocked["tpot_s"][0] * 1.1 < opened["tpot_s"][0] <= closed["tpot_s"][0] * 1.001
     assert opened["decode_seqs"][0] == pytest.approx(rate * 255 * opened["tpot_s"][0], rel=1e-3)  # Little's law
+
+
+def _simulate_adp_balance(lam: float, dp: int, timeout_s: float, n: int, seed: int) -> float:
+    """TensorRT-LLM's attention-DP balance as an event simulation: a context arriving with none pending and
+    at least ``timeout_s`` after the last release goes at once; otherwise it waits until ``dp`` contexts are
+    pending (one per rank) or ``timeout_s`` after the last release, whichever comes first."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / lam, n))
+    last, pending, waited = -np.inf, [], 0.0
+    for t in arrivals:
+        if pending and last + timeout_s <= t:  # the timeout released the pending ones before this arrival
+            last = last + timeout_s
+            waited += sum(last - a for a in pending)
+            pending = []
+        if not pending and t - last >= timeout_s:
+            last = t
+            continue
+        pending.append(t)
+        if len(pending) == dp:
+            waited += sum(t - a for a in pending)
+            last, pending = t, []
+    return waited / (n - len(pending))
+
+
+@pytest.mark.parametrize("lam, dp, timeout_s", [(3.2, 8, 1.14), (0.5, 8, 1.2), (20.0, 4, 0.1), (2.0, 2, 0.3)])
+def test_attention_dp_balance_wait_matches_an_event_simulation(lam, dp, timeout_s):
+    from autotune.serving.estimate import adp_balance_wait_s
+
+    simulated = _simulate_adp_balance(lam, dp, timeout_s, 200_000, seed=dp)
+    assert float(adp_balance_wait_s(lam, dp, timeout_s)) == pytest.approx(simulated, rel=0.03)
+
+
+def test_attention_dp_balance_wait_limits_by_hand():
+    from autotune.serving.estimate import adp_balance_wait_s
+
+    # no timeout: the k-th of dp arrivals waits for the dp-k after it, (dp-1)/(2 lam) on average
+    assert float(adp_balance_wait_s(3.2, 8, 1e9)) == pytest.approx(7 / 6.4, rel=1e-6)
+    # requests rarer than the timeout: only one that comes within T of a release waits, lam T^2 / 2
+    assert float(adp_balance_wait_s(1e-3, 8, 1.0)) == pytest.approx(1e-3 / 2, rel=1e-2)
+    assert float(adp_balance_wait_s(3.2, 1, 1.14)) == 0.0  # one rank: nothing to balance
+
+
+def test_tensorrt_llm_attention_dp_balance_delays_the_first_token_only():
+    """TensorRT-LLM holds a context request until every attention-DP rank has one (NVIDIA's recipes: timeout
+    60 iterations): TTFT rises under a load where the ranks decode, TPOT does not; a single-rank engine, a
+    disaggregated plan and SGLang do not wait."""
+    import dataclasses
+
+    from autotune.serving.calibrated import params_for
+    from autotune.serving.estimate import plan_rows, solve
+
+    spec, cluster = load_model("deepseek-v3"), Cluster(load_hardware("b200-sxm-180gb"), 8, 8)
+
+    def both(plan: str, engine: str, users: int):
+        plans = ServePlanBatch.from_plans([parse_serve_plan(plan, 8)])
+        rows = plan_rows(spec, cluster, ServeWorkload(1024, 1024, concurrency=users), plans, engine,
+                         engine_memory(spec, cluster, plans, engine))
+        return solve(rows, params_for(engine)), solve(dataclasses.replace(rows, balance_iters=0.0), params_for(engine))
+
+    adp = "tp=1,dp=8,ep=8,weights=fp8,kv=fp8,max_batch=512"
+    held, free = both(adp, "trtllm", 64)
+    # the steps are not slower; with more users waiting for their first token, fewer decode (Little's law)
+    assert free["tpot_s"][0] * 0.98 < held["tpot_s"][0] <= free["tpot_s"][0] * 1.0001
+    # 64 users, ~20 ms steps and 1k output tokens: ~3 requests/s over 8 ranks, so the timeout (60 steps) binds
+    assert 0.2 < held["ttft_s"][0] - free["ttft_s"][0] < 60 * held["tpot_s"][0]
+    few, few_free = both(adp, "trtllm", 4)  # fewer users than ranks: some rank idles, contexts go at once
+    assert few["ttft_s"][0] == pytest.approx(few_free["ttft_s"][0], rel=0.02)
+    for plan, engine in (("tp=8,ep=8,weights=fp8,kv=fp8", "trtllm"), (adp, "sglang"),
+                         ("prefill_workers=1,prefill_tp=1,prefill_dp=4,prefill_ep=4,decode_workers=1,decode_tp=1,decode_dp=4,"
+                          "decode_ep=4,weights=fp8,kv=fp8", "trtllm")):
+        a, b = both(plan, engine, 64)
+        assert a["ttft_s"][0] == pytest.approx(b["ttft_s"][0]), (plan, engine)

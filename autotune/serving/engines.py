@@ -55,6 +55,11 @@ class EngineDefaults:
     # batches to keep the MoE collectives in step). TensorRT-LLM's attention-DP balance, which NVIDIA's
     # recipes enable, holds context requests until the ranks schedule them together instead.
     adp_lockstep: bool = False
+    # TensorRT-LLM's attention-DP balance (attention_dp_config: enable_balance true, timeout_iters 60,
+    # batching_wait_iters 0 in NVIDIA's and InferenceX's recipes): while every rank decodes, a context request
+    # waits until every rank has one, for at most this many iterations since the last context release
+    # (tensorrt_llm/_torch/pyexecutor, _balance_adp_requests). 0: no such wait.
+    adp_balance_timeout_iters: float = 0.0
 
     def chunk_tokens(self, memory_gib: float) -> float:
         """Prefill token budget per step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size,
@@ -85,7 +90,8 @@ class EngineDefaults:
 DEFAULTS: Mapping[str, EngineDefaults] = {
     "vllm": EngineDefaults("vllm", "--gpu-memory-utilization", 0.92, True, adp_lockstep=True),
     "sglang": EngineDefaults("sglang", "--mem-fraction-static", None, False, adp_lockstep=True),
-    "trtllm": EngineDefaults("trtllm", "kv_cache_config.free_gpu_memory_fraction", 0.90, True),
+    "trtllm": EngineDefaults("trtllm", "kv_cache_config.free_gpu_memory_fraction", 0.90, True,
+                             adp_balance_timeout_iters=60.0),
 }
 
 

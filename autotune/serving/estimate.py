@@ -249,6 +249,24 @@ def prefill_s(a, q, g, p, n, tp, pp, dp, ep, chunk, *, seqs=1.0, moe_share=1.0):
     return t_comp + t_ar + t_a2a + send + t_fix
 
 
+def adp_balance_wait_s(lam, dp, timeout_s):
+    """Mean wait of a context request under TensorRT-LLM's attention-DP balance (engines.EngineDefaults):
+    contexts are held until each of the ``dp`` ranks has one or ``timeout_s`` has passed since the last
+    release; one that arrives later than that goes at once.  Poisson arrivals at ``lam`` per second, one per
+    rank in turn.  Over a cycle from a release (X = lam * timeout_s, P and Q the regularised lower and upper
+    incomplete gamma functions): waiting time  E[W] = (X^2/2 Q(dp-1, X) + dp(dp-1)/2 P(dp+1, X)) / lam,
+    requests  E[N] = X Q(dp-1, X) + dp (1 - Q(dp, X)) + e^-X;  the mean wait is E[W]/E[N], which tends to
+    (dp-1)/(2 lam) without a timeout and to 0 when requests are rarer than the timeout."""
+    from scipy.special import gammainc, gammaincc
+
+    lam = np.maximum(np.asarray(lam, float), 1e-12)
+    m = np.maximum(np.asarray(dp, float), 2.0)
+    X = lam * np.maximum(np.asarray(timeout_s, float), 0.0)
+    EW = (0.5 * X * X * gammaincc(m - 1.0, X) + 0.5 * m * (m - 1.0) * gammainc(m + 1.0, X)) / lam
+    EN = X * gammaincc(m - 1.0, X) + m * (1.0 - gammaincc(m, X)) + np.exp(-X)
+    return np.where(np.asarray(dp, float) > 1.0, EW / EN, 0.0)
+
+
 def _wq_gdc(S, rho, c, ca2):
     """Mean wait in a G/D/c queue (Sakasegawa 1977 / Allen-Cunneen): ca2/2 * rho^(sqrt(2(c+1))-1) / (c(1-rho)) * S.
     c = 1 and ca2 = 1 give M/D/1's rho*S/(2(1-rho)) (DistServe's prefill queue)."""
@@ -297,6 +315,7 @@ class Rows:
     limit: Any
     kv_pool: Any
     lockstep: Any  # attention-DP ranks step in lockstep (engines.EngineDefaults.adp_lockstep), 0/1
+    balance_iters: Any  # attention-DP balance timeout, iterations (engines.EngineDefaults.adp_balance_timeout_iters); 0: none
     n: int
 
 
@@ -372,6 +391,18 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         t_chunk = prefill_at(rho) / n_chunks  # one chunk at this load
         return np.where(lock, h * np.maximum(t_chunk - t_own, 0.0), 0.0)
 
+    # TensorRT-LLM's attention-DP balance holds a context until every rank has one (adp_balance_wait_s), but
+    # only while every rank decodes (with b sequences per rank spread at random, all dp ranks busy with
+    # probability (1 - e^-b)^dp)
+    bal = (~dis) & (np.asarray(r.balance_iters, float) * ones > 0) & (np.asarray(r.p_dp, float) * ones > 1)
+
+    def balance_s(nd, lam, t_iter):
+        if not bal.any():
+            return np.zeros(n)
+        busy = np.power(1.0 - np.exp(-np.maximum(nd / d_ranks, 0.0)), r.p_dp)
+        wait = adp_balance_wait_s(lam, r.p_dp * ones, np.asarray(r.balance_iters, float) * t_iter)
+        return np.where(bal, busy * wait, 0.0)
+
     def closed(nd):
         t_dec = t_dec_of(nd)
         lam = np.where(dis, nd / (Om1 * t_dec), nd / (Om1 * t_dec + nd * S_busy / servers))
@@ -382,7 +413,7 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         tpot = tpot + extra
         lam = np.where(extra > 0, nd / (Om1 * tpot), lam)
         rho = np.where(extra > 0, lam * S_busy / servers, rho)
-        ttft = ttft_parts(t_dec, rho, p.arrival_cv2, C_eff)
+        ttft = ttft_parts(t_dec, rho, p.arrival_cv2, C_eff) + balance_s(nd, lam, tpot)
         ttft = np.where(rho >= 0.999999, np.inf, ttft)
         return lam, tpot, ttft, t_dec, rho
 
@@ -417,7 +448,7 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         nd_o = hi
         tpot_o, t_dec_o = tpot_open(nd_o)
         stable = (rho_o < 0.999) & (lam_o * Om1 * tpot_o <= cap * 1.0001)
-        ttft_o = np.where(stable, ttft_parts(t_dec_o, rho_o, 1.0, None), np.inf)
+        ttft_o = np.where(stable, ttft_parts(t_dec_o, rho_o, 1.0, None) + balance_s(nd_o, lam_o, tpot_o), np.inf)
     else:
         nd_o, tpot_o, t_dec_o, ttft_o, stable = nd, tpot_c, t_dec_c, ttft_c, np.ones(n, bool)
 
@@ -567,7 +598,8 @@ def plan_rows(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans
                 load=load, I=float(workload.input_len), O=float(workload.output_len),
                 C=(workload.concurrency or 0) / replicas, lam=(workload.request_rate or 0.0) / replicas,
                 chunk=d.prefill_chunk(cluster.hardware.memory_gib, f("p_dp")), mixed=float(d.mixed_prefill), limit=per_rank_limit,
-                kv_pool=mem.kv_pool, n=len(plans), lockstep=float(d.adp_lockstep))
+                kv_pool=mem.kv_pool, n=len(plans), lockstep=float(d.adp_lockstep),
+                balance_iters=float(d.adp_balance_timeout_iters))
 
 
 def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans: ServePlanBatch,

@@ -118,7 +118,8 @@ def silicon_rows(rows: Sequence[SiliconRow]) -> Rows:
                 O=np.array([float(r.output_len) for r in rows]), C=np.array([r.concurrency for r in rows]),
                 lam=np.zeros(len(rows)), chunk=np.array([f.prefill_chunk(m, dp) for f, m, dp in zip(fam, mem_gib, p["p_dp"])]),
                 mixed=np.array([float(f.mixed_prefill) for f in fam]),
-                limit=limit, kv_pool=pools, n=len(rows), lockstep=np.array([float(f.adp_lockstep) for f in fam]))
+                limit=limit, kv_pool=pools, n=len(rows), lockstep=np.array([float(f.adp_lockstep) for f in fam]),
+                balance_iters=np.array([f.adp_balance_timeout_iters for f in fam]))
 
 
 def predict_silicon(rows: Sequence[SiliconRow], params: Mapping[str, ServingParams],
@@ -353,7 +354,8 @@ def _legacy_batch(runs: Sequence[ServingRun], hardware_loader: Callable[[str], H
                 d_workers=one, d_tp=tp, d_pp=pp, d_dp=one, d_ep=one, load=load,
                 I=np.array([float(r.input_len) for r in expanded]), O=np.array([float(r.output_len) for r in expanded]),
                 C=users, lam=np.array([float(r.request_rate or 0.0) for r in expanded]), chunk=chunk,
-                mixed=mixed, limit=limit, kv_pool=pool, lockstep=0.0, n=len(expanded))  # dp=1: no lockstep
+                mixed=mixed, limit=limit, kv_pool=pool, lockstep=0.0, balance_iters=0.0,
+                n=len(expanded))  # dp=1: no lockstep, no balance
     batch = np.array([float(r.batch or 1) for r in expanded])
     return _LegacyBatch(expanded, np.array(owner), rows, kind, batch, requests, tp * pp)
 
