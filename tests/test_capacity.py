@@ -124,3 +124,59 @@ def test_plain_gpu_count_unchanged():
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert "capacity" not in doc and doc["inputs"]["gpus"] == 8
+
+
+def _serving_capacity(rate: float, high: int, calls: list[int]):
+    from autotune.inputs.hardware import load_hardware
+    from autotune.inputs.modelspec import load_model
+    from autotune.inputs.workload import ServeWorkload
+    from autotune.search import serving as S
+    from autotune.serving.calibrated import params_for
+    from autotune.serving.space import load_serve_space
+
+    real = S.serve_search
+
+    def counted(model, cluster, *args, **kwargs):
+        calls.append(cluster.n_gpus)
+        return real(model, cluster, *args, **kwargs)
+
+    workload = ServeWorkload(1024, 128, request_rate=rate, ttft_ms=2000.0, tpot_ms=50.0)
+    space = load_serve_space(None).fixed({"tp": 1, "weights": "bf16", "kv": "bf16"})
+    original, S.serve_search = S.serve_search, counted
+    try:
+        return S.capacity_search(load_model("llama3-8b"), load_hardware("h100-sxm5-80gb"), 8, 1, high, workload,
+                                 space, params_for("vllm"))
+    finally:
+        S.serve_search = original
+
+
+def test_serving_capacity_finds_the_fewest_nodes_by_doubling_and_bisection():
+    """Beyond a node, a GPU count that meets the targets keeps meeting them with more nodes, so the capacity
+    search doubles then bisects: the same answer as trying every count, in a few searches."""
+    from autotune.search import serving as S
+
+    calls: list[int] = []
+    found = _serving_capacity(300.0, 256, calls)
+    assert found.n_gpus is not None and found.n_gpus > 8
+    from autotune.inputs.hardware import Cluster, load_hardware
+    from autotune.inputs.modelspec import load_model
+    from autotune.inputs.workload import ServeWorkload
+    from autotune.serving.calibrated import params_for
+    from autotune.serving.space import load_serve_space
+
+    workload = ServeWorkload(1024, 128, request_rate=300.0, ttft_ms=2000.0, tpot_ms=50.0)
+    space = load_serve_space(None).fixed({"tp": 1, "weights": "bf16", "kv": "bf16"})
+    hw = load_hardware("h100-sxm5-80gb")
+    first = next(n for n in S.gpu_counts(1, 256, 8)  # every count in turn
+                 if S.serve_search(load_model("llama3-8b"), Cluster(hw, n, min(8, n)), workload, space,
+                                   params_for("vllm")).meeting)
+    assert found.n_gpus == first
+    assert len(calls) <= 8 + 2 * 5 + 2  # the 8 counts within a node, then ~2 log2(32 nodes)
+    assert [g for g, _ in found.tried] == sorted(g for g, _ in found.tried)
+
+
+def test_serving_capacity_gives_up_on_an_unreachable_rate_in_a_few_searches():
+    calls: list[int] = []
+    found = _serving_capacity(1e7, 4096, calls)
+    assert found.n_gpus is None and found.result is None
+    assert len(calls) <= 8 + 10 + 1  # 512 node counts: doubling reaches the last in 10 steps

@@ -57,7 +57,7 @@ from ..search.api import (
 )
 from ..search.plans_file import serving_inputs_from_plans, training_inputs_from_plans
 from ..search.serving import annotate_checkpoint
-from ..serving.estimate import estimate_serving
+from ..serving.estimate import add_serving_cost, estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
 from ..serving.space import REASONS as SERVE_REASONS
 from ..serving.space import rejection_reasons as serve_rejection_reasons
@@ -348,10 +348,18 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
             best = result.ranked[0]
             files: dict[str, str] = {}
             for name in formats:
-                engine_files, _ = serving_files(name, best.plan, outcome.model, hw, workload.input_len,
-                                                workload.output_len, best.estimate if name == request.engine else None,
-                                                hf_model_name(request.model), gpus_per_node=outcome.gpus_per_node,
-                                                checkpoint=outcome.checkpoint)
+                engine_files, on_engine = serving_files(name, best.plan, outcome.model, hw, workload.input_len,
+                                                        workload.output_len,
+                                                        best.estimate if name == request.engine else None,
+                                                        hf_model_name(request.model),
+                                                        gpus_per_node=outcome.gpus_per_node,
+                                                        checkpoint=outcome.checkpoint)
+                if name != request.engine:
+                    verdict = ("its batch fits that engine's memory budget" if on_engine.get("fits") else
+                               f"it does not fit there: {on_engine.get('infeasible_reason', 'see emit')}")
+                    stderr.print(f"[yellow]note:[/] the plans were ranked for {request.engine}; the {name} files "
+                                 f"launch the best of them on {name}, re-checked: {verdict}.", highlight=False,
+                                 soft_wrap=True)
                 if set(engine_files) & set(files):
                     # vLLM and SGLang both write per-node scripts: keep each engine's under its own name
                     engine_files = {f"{name}/{k}": v for k, v in engine_files.items()}
@@ -391,6 +399,7 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                      f"within the {request.engine} budget of {e['memory_budget_gib']:.1f} GiB "
                      f"({', '.join(f'{k} {v:g}' for k, v in e['engine_memory_flag'].items())}).{needs}",
                      highlight=False, soft_wrap=True)
+        stdout.print(cost_text(e), highlight=False, soft_wrap=True)
     rejected = ", ".join(f"{k}: {v:,}" for k, v in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
     stdout.print(f"[dim]exact: {result.evaluations:,} plans evaluated of a space of {result.space_size:,} in "
                  f"{result.elapsed_s:.2f} s; {result.feasible:,} fit, {result.meeting:,} meet the targets. "
@@ -400,10 +409,34 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
     if written:
         stdout.print("Wrote " + ", ".join(str(p) for p in written), highlight=False, soft_wrap=True)
     if not result.ranked:
-        stderr.print("[bold red]no serving plan fits.[/] Try more GPUs, a lower weight precision (fp8, int4) or a "
-                     "shorter --input-len/--output-len.", soft_wrap=True)
+        stderr.print(f"[bold red]no serving plan fits.[/] {_no_fit_hint(result, request)}", soft_wrap=True,
+                     highlight=False)
         return 1
     return 0
+
+
+def cost_text(e: dict) -> str:
+    """One line of what a serving plan costs (serving.estimate.add_serving_cost)."""
+    per_million = e.get("usd_per_million_output_tokens")
+    tokens = f"${per_million:,.3f} per million output tokens" if per_million else "no output tokens to price"
+    return (f"Cost: ${e['usd_per_hour']:,.2f} per hour at ${e['usd_per_gpu_hour']:g} per GPU-hour (--price sets it), "
+            f"{tokens}.")
+
+
+def _no_fit_hint(result, request) -> str:
+    """What to change when no serving plan fits, from what rejected the plans."""
+    context = next((k for k in result.rejected if "context window" in k), None)
+    if context:
+        return f"The {context}: shorten --input-len/--output-len or pick a model with a longer context."
+    if request.fixes and not result.evaluations:
+        # the layouts whose replicas do not divide the GPU count are always many; name another reason first
+        reasons = sorted(result.rejected.items(), key=lambda kv: ("divide" in kv[0], -kv[1]))
+        top = reasons[0][0] if reasons else "no valid plan"
+        return (f"No plan of the space holds with --fix {' '.join(request.fixes)} on {result.n_gpus} GPUs "
+                f"(mostly: {top}); relax --fix.")
+    if request.fixes:
+        return (f"Relax --fix {' '.join(request.fixes)}, or try more GPUs or a shorter --input-len/--output-len.")
+    return "Try more GPUs, a lower weight precision (fp8, int4) or a shorter --input-len/--output-len."
 
 
 # --- predict -------------------------------------------------------------------------------------------
@@ -533,6 +566,7 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     reason = int(serve_rejection_reasons(spec, cluster, batch, frozenset({"dp"}))[0])
     estimate = annotate_checkpoint(estimate_serving(spec, cluster, workload, batch, params, engine=engine).row(0),
                                    chosen, ckpt, engine, spec.is_moe)
+    estimate = add_serving_cost(estimate, cluster.n_gpus, hw.price_usd_per_gpu_hour)
     if reason:
         estimate["fits"] = False
         estimate["meets_targets"] = False
@@ -553,6 +587,7 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
                  f"{e['memory_budget_gib']:.1f} ({flag}): weights {mem['weights']:.1f}, KV {mem['kv_cache']:.1f} "
                  f"(pool {mem['kv_pool']:.1f}), activations {mem['activations']:.1f}, CUDA graphs "
                  f"{mem['cuda_graphs']:.1f}, runtime {mem['runtime']:.1f}.", highlight=False, soft_wrap=True)
+    stdout.print(cost_text(e), highlight=False, soft_wrap=True)
     if e.get("needs_checkpoint"):
         stdout.print(f"[bold yellow]checkpoint[/]: this plan {e['needs_checkpoint']}.", highlight=False, soft_wrap=True)
     if not e["fits"]:
@@ -609,6 +644,11 @@ def explain_command(
                                            gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
                                            calibration=calibration, framework=framework)
         else:
+            keys = {item.split("=", 1)[0].strip() for item in (plan or "").split(",")}
+            if keys & {"weights", "kv", "max_batch", "mode"} or any(k.startswith(("prefill_", "decode_")) for k in keys):
+                raise InputError("this is a serving plan; explain reads serving plans from a plans.json (`autotune "
+                                 "search --workload serve ... --out DIR`, then `autotune explain DIR`), and `autotune "
+                                 "predict --workload serve -p PLAN` estimates one", field="--plan")
             given = {"model": model, "hardware": hardware, "gpus": gpus, "seq_len": seq_len, "global_batch": global_batch}
             missing = [k for k, v in given.items() if v is None]
             if missing:

@@ -20,7 +20,7 @@ from ..inputs.modelspec import ModelSpec
 from ..inputs.workload import ServeWorkload
 from ..serving.checkpoint import how, requirement
 from ..serving.engines import DEFAULT_ENGINE
-from ..serving.estimate import ServingParams, estimate_serving, max_batch_fit
+from ..serving.estimate import ServingParams, add_serving_cost, estimate_serving, max_batch_fit
 from ..serving.plan import WEIGHTS, ServePlan, ServePlanBatch
 from ..serving.space import ServeSpace, enumerate_serve
 
@@ -120,7 +120,8 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
     fits = np.flatnonzero(est.fits)
     meets = est.meets_targets[fits]
     moe = model.is_moe
-    runnable = np.array([how(WEIGHTS[int(w)], checkpoint, engine, moe) != "needs" for w in plans.weights[fits]])
+    runnable = np.array([how(WEIGHTS[int(w)], checkpoint, engine, moe) != "needs" for w in plans.weights[fits]],
+                        dtype=bool)  # bool even when no plan fits (an empty array is float otherwise)
     throughput = np.round(est.output_tokens_per_s[fits], 6)
     memory = est.memory_gib_per_gpu[fits]
     width = plans.gpus_per_replica[fits]
@@ -129,7 +130,9 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
     ranked.sort(key=lambda r: (not r.estimate["meets_targets"], how(r.plan.weights, checkpoint, engine, moe) == "needs",
                                -round(r.estimate["output_tokens_per_s"], 6), r.plan.gpus_per_replica,
                                round(r.estimate["memory_gib_per_gpu"], 6), r.plan.as_string()))
-    ranked = [RankedServePlan(k, r.plan, annotate_checkpoint(r.estimate, r.plan, checkpoint, engine, moe))
+    price = cluster.hardware.price_usd_per_gpu_hour
+    ranked = [RankedServePlan(k, r.plan, add_serving_cost(annotate_checkpoint(r.estimate, r.plan, checkpoint, engine, moe),
+                                                          cluster.n_gpus, price))
               for k, r in enumerate(ranked[:top], start=1)]
     return ServeSearchResult(ranked, len(plans), space_size, time.perf_counter() - started, rejected,
                              int(len(fits)), int(meets.sum()), cluster.n_gpus)
@@ -150,12 +153,46 @@ class CapacityResult:
 def capacity_search(model: ModelSpec, hardware, gpus_per_node: int, low: int, high: int, workload: ServeWorkload,
                     space: ServeSpace, params: ServingParams, *, top: int = 10, engine: str = DEFAULT_ENGINE,
                     checkpoint: str = "bf16") -> CapacityResult:
-    """The fewest GPUs in ``low..high`` whose best plan meets the targets at the workload's request rate."""
-    tried = []
-    for n in gpu_counts(low, high, gpus_per_node):
-        cluster = Cluster(hardware=hardware, n_gpus=n, gpus_per_node=min(gpus_per_node, n))
-        result = serve_search(model, cluster, workload, space, params, top=top, engine=engine, checkpoint=checkpoint)
-        tried.append((n, result.meeting))
-        if result.meeting:
-            return CapacityResult(n, result, tried)
-    return CapacityResult(None, None, tried)
+    """The fewest GPUs in ``low..high`` whose best plan meets the targets at the workload's request rate.
+
+    Counts within a node are tried in turn.  Beyond a node the counts are whole nodes, and a count that
+    meets the targets keeps meeting them with more nodes (its replicas, of at most a node or of whole nodes,
+    repeat and each takes a smaller share of the rate), so the node counts are searched by doubling and then
+    bisection: about 2 log2(nodes) searches instead of one per node, which keeps a target that no count in
+    a range of thousands of GPUs meets from scanning them all."""
+    tried: dict[int, int] = {}
+    results: dict[int, ServeSearchResult] = {}
+
+    def meets(n: int) -> bool:
+        if n not in results:
+            cluster = Cluster(hardware=hardware, n_gpus=n, gpus_per_node=min(gpus_per_node, n))
+            results[n] = serve_search(model, cluster, workload, space, params, top=top, engine=engine,
+                                      checkpoint=checkpoint)
+            tried[n] = results[n].meeting
+        return bool(results[n].meeting)
+
+    def done(n: int | None) -> CapacityResult:
+        return CapacityResult(n, results[n] if n is not None else None, sorted(tried.items()))
+
+    counts = gpu_counts(low, high, gpus_per_node)
+    for n in (c for c in counts if c <= gpus_per_node):
+        if meets(n):
+            return done(n)
+    nodes = [c for c in counts if c > gpus_per_node]
+    if not nodes:
+        return done(None)
+    # doubling: the first index that meets, and the last one before it that does not
+    below, i = -1, 0
+    while not meets(nodes[i]):
+        below = i
+        if i == len(nodes) - 1:
+            return done(None)
+        i = min(2 * i + 1, len(nodes) - 1)
+    above = i
+    while above - below > 1:  # bisection between a count that fails and one that meets
+        mid = (below + above) // 2
+        if meets(nodes[mid]):
+            above = mid
+        else:
+            below = mid
+    return done(nodes[above])

@@ -535,6 +535,16 @@ class ServeEstimate:
         return out
 
 
+def add_serving_cost(estimate: dict, n_gpus: int, price_usd_per_gpu_hour: float) -> dict:
+    """What the deployment costs at a price per GPU-hour: per hour, and per million output tokens at the
+    estimated throughput (prompt tokens ride along; none when the plan produces no tokens)."""
+    usd_per_hour = price_usd_per_gpu_hour * n_gpus
+    tokens_per_hour = estimate["output_tokens_per_s"] * 3600.0
+    per_million = usd_per_hour / tokens_per_hour * 1e6 if tokens_per_hour > 0 else None
+    return {**estimate, "usd_per_gpu_hour": price_usd_per_gpu_hour, "usd_per_hour": usd_per_hour,
+            "usd_per_million_output_tokens": per_million}
+
+
 def _finite(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 
@@ -635,6 +645,11 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
             ep, width = getattr(plans, f"{side}_ep"), getattr(plans, f"{side}_tp") * getattr(plans, f"{side}_dp")
             partial |= (ep > 1) & (ep != width)
         reason[partial] = "vLLM's expert parallelism spans the whole engine (ep = tp*dp) or none"
+    limit = model.max_seq_len
+    if limit and workload.max_len > limit:
+        # the engines refuse a context beyond the model's (vLLM --max-model-len, SGLang --context-length)
+        reason[:] = (f"input + output ({workload.max_len:,} tokens) exceed {model.name}'s context window of "
+                     f"{limit:,} tokens")
     fits = reason == ""
     res = solve(rows, params)
     replicas = plans.replicas.astype(np.float64)

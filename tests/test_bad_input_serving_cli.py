@@ -1,0 +1,86 @@
+"""Serving commands on input a hostile-input sweep found mishandled: a search where no plan fits, a prompt beyond
+the model's context, pinned axes that leave no plan, a serving plan given to explain, the price of a plan, and
+launch files for another engine than the ranking's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autotune.cli import app
+
+runner = CliRunner()
+SERVE = ["search", "--workload", "serve", "--output-len", "128"]
+
+
+@pytest.mark.parametrize("args", [
+    ["-m", "llama3-405b", "-H", "l40s-48gb", "--gpus", "1", "--input-len", "1024"],
+    ["-m", "llama3-405b", "-H", "h100-sxm5-80gb", "--gpus", "1..2", "--request-rate", "1", "--input-len", "1024"],
+    ["-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len", "50000000"],
+])
+def test_a_serving_search_where_no_plan_fits_says_so(args):
+    result = runner.invoke(app, [*SERVE, *args])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert "no serving plan fits" in result.output or "No GPU count" in result.output
+
+
+def test_a_prompt_beyond_the_models_context_is_no_plan():
+    result = runner.invoke(app, [*SERVE, "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+                                 "--input-len", "20000"])
+    assert result.exit_code == 1
+    assert "exceed llama3-8b's context window of 8,192 tokens" in result.output
+    assert "shorten --input-len/--output-len" in result.output
+    predicted = runner.invoke(app, ["predict", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb",
+                                    "--gpus", "1", "-p", "tp=1", "--input-len", "8000", "--output-len", "256", "--json"])
+    assert predicted.exit_code == 0, predicted.output
+    estimate = json.loads(predicted.stdout)["estimate"]
+    assert not estimate["fits"] and "8,256 tokens" in estimate["infeasible_reason"]
+    inside = runner.invoke(app, ["predict", "--workload", "serve", "-m", "llama3.1-8b", "-H", "h100-sxm5-80gb",
+                                 "--gpus", "1", "-p", "tp=1,max_batch=8", "--input-len", "8000", "--output-len", "256",
+                                 "--json"])
+    assert json.loads(inside.stdout)["estimate"]["fits"]  # Llama 3.1: 131,072 tokens
+
+
+def test_pinned_axes_that_leave_no_plan_are_named_in_the_hint():
+    result = runner.invoke(app, [*SERVE, "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+                                 "--input-len", "1024", "--fix", "weights=fp4", "--checkpoint", "nvfp4"])
+    assert result.exit_code == 1
+    assert "--fix weights=fp4" in result.output and "weight precision not supported by the GPU" in result.output
+
+
+def test_explain_refuses_a_serving_plan_string_with_the_way_to_explain_it():
+    result = runner.invoke(app, ["explain", "-p", "tp=4,weights=fp8", "-m", "llama3-70b", "-H", "h100-sxm5-80gb",
+                                 "--gpus", "8"])
+    assert result.exit_code == 2
+    assert "serving plan" in result.output and "autotune explain DIR" in result.output
+
+
+def test_a_serving_plan_costs_its_gpus_price_per_hour_over_its_tokens():
+    result = runner.invoke(app, ["predict", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb",
+                                 "--gpus", "8", "-p", "tp=4,weights=fp8", "--input-len", "2048", "--output-len", "256",
+                                 "--price", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    e = json.loads(result.stdout)["estimate"]
+    assert e["usd_per_hour"] == pytest.approx(24.0)  # 8 GPUs at $3
+    # $24 an hour over the tokens of an hour, per million
+    assert e["usd_per_million_output_tokens"] == pytest.approx(24.0 / (e["output_tokens_per_s"] * 3600) * 1e6)
+    human = runner.invoke(app, ["predict", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb",
+                                "--gpus", "8", "-p", "tp=4,weights=fp8", "--input-len", "2048", "--output-len", "256",
+                                "--price", "3"])
+    assert "Cost: $24.00 per hour at $3 per GPU-hour" in human.output
+    searched = runner.invoke(app, [*SERVE, "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "2", "--input-len",
+                                   "512", "--price", "2", "--json"])
+    plans = json.loads(searched.stdout)["plans"]
+    assert plans and all(p["estimate"]["usd_per_hour"] == pytest.approx(4.0) for p in plans)
+
+
+def test_launch_files_for_another_engine_than_the_ranking_say_so(tmp_path):
+    result = runner.invoke(app, [*SERVE, "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "2", "--input-len", "512",
+                                 "--engine", "trtllm", "--emit", "vllm", "--out", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    assert "ranked for trtllm; the vllm files launch the best of them on vllm" in result.output
+    assert (tmp_path / "s" / "serve_vllm.sh").exists()
