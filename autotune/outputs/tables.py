@@ -121,16 +121,29 @@ def ms_text(value: float | None, digits: int = 0) -> str:
     return "inf" if value is None else f"{value:,.{digits}f}"
 
 
+def _missed(estimate: dict) -> str:
+    """The targets a plan misses, by name (``misses`` reads "TTFT 1,655 > 100 ms; TPOT ...")."""
+    if not estimate.get("fits", True):
+        return "does not fit"
+    names = [part.split()[0] for part in estimate.get("misses", "").split("; ") if part]
+    return "miss " + ", ".join(names) if names else "miss"
+
+
 def serving_plans_table(result, capacity_gib: float) -> Table:
     table = Table(title=f"Top {len(result.ranked)} serving plans", header_style="bold",
-                  caption="w/kv: weight and KV-cache precision; from: ckpt = read from the checkpoint, online = "
+                  caption="tok/s: output tokens/s of the deployment (/GPU, /user: per GPU, per user); "
+                          "w/kv: weight and KV-cache precision; from: ckpt = read from the checkpoint, online = "
                           "quantized at load, NEEDS = another checkpoint (see --json); batch: the engine's limit "
                           "(fit: what its KV budget holds); GiB: what the plan needs per GPU (the engine's budget)",
                   caption_justify="left")
-    for name in ("#", "layout", "w/kv", "from", "batch", "out tok/s", "/GPU", "/user", "TTFT ms", "TPOT ms", "fit",
+    # the rank and the layout keep their width; the targets column names the missed targets (their values
+    # are in the TTFT and TPOT columns and in --json), so a table of misses fits a terminal
+    layout_width = min(max((len(r.plan.layout()) for r in result.ranked), default=6), 12)
+    widths = {"#": {"min_width": len(str(len(result.ranked)))}, "layout": {"min_width": layout_width}}
+    for name in ("#", "layout", "w/kv", "from", "batch", "tok/s", "/GPU", "/user", "TTFT ms", "TPOT ms", "fit",
                  "GiB (budget)", "targets"):
         table.add_column(name, justify="left" if name in ("layout", "w/kv", "from", "targets") else "right",
-                         no_wrap=name != "layout")
+                         no_wrap=name != "layout", **widths.get(name, {}))
     for r in result.ranked:
         p, e = r.plan, r.estimate
         source = {"checkpoint": "ckpt", "online": "online", "needs": "NEEDS"}.get(e.get("weights_from", ""), "")
@@ -138,7 +151,7 @@ def serving_plans_table(result, capacity_gib: float) -> Table:
                       f"{e['output_tokens_per_s']:,.0f}", f"{e['output_tokens_per_s_per_gpu']:,.0f}",
                       f"{e['tokens_per_s_per_user']:,.1f}", ms_text(e["ttft_ms"]), ms_text(e["tpot_ms"], 1),
                       str(e["max_batch_fit"]), f"{e['memory_gib_per_gpu']:.1f} ({e.get('memory_budget_gib', capacity_gib):.0f})",
-                      "met" if e["meets_targets"] else "miss: " + e.get("misses", ""))
+                      "met" if e["meets_targets"] else _missed(e))
     return table
 
 
