@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import InputError
@@ -23,6 +24,7 @@ from ..training.runs import MeasuredRun, SkippedRow, read_runs
 from ..training.validation import validate_runs
 from .app import JsonOut, app, print_json, progress, stderr, stdout, user_errors
 
+MAX_BAD_ROWS_SHOWN = 20  # rows with nonsense cells listed on stderr by `validate` (all of them with --json)
 BUNDLED = {"training": "training_runs.csv", "moe-training": "moe_training_runs.csv", "serving": "serving_runs.csv",
            "serving-silicon": "serving_silicon.csv"}
 
@@ -121,9 +123,17 @@ def _validate_silicon(path: Path, *, json_out: bool, worst: int, calibration: st
         print_json(report.to_json())
         return
     if not report.rows:
-        reasons = "; ".join(f"{s.id}: {s.reason}" for s in report.skipped[:3])
+        reasons = "; ".join(f"{s.id or '(no id)'}: {s.reason}" for s in report.skipped[:3])
         raise InputError(f"no serving row could be expressed ({len(report.skipped)} skipped: {reasons})",
                          source=str(path))
+    # a nonsense cell is the file's fault, not a deployment the model cannot express: say it here, not only in --json
+    bad = [s for s in report.skipped if s.bad_input]
+    for skipped in bad[:MAX_BAD_ROWS_SHOWN]:
+        stderr.print(f"{escape(str(path))}: skipped {escape(skipped.id or '(no id)')}: {escape(skipped.reason)}",
+                     highlight=False, soft_wrap=True)
+    if len(bad) > MAX_BAD_ROWS_SHOWN:
+        stderr.print(f"{escape(str(path))}: {len(bad) - MAX_BAD_ROWS_SHOWN} more rows skipped for bad cells "
+                     "(all with --json)", highlight=False, soft_wrap=True)
     rows = sorted(report.rows, key=lambda r: -max(abs(r.ttft_error_pct or 0), abs(r.tpot_error_pct or 0)))
     table = Table(title=f"{len(report.rows)} measured operating points, worst first", header_style="bold")
     for col in ("id", "engine", "mode", "model", "GPU", "layout", "I/O", "conc.", "TTFT meas/pred ms", "err",
@@ -251,13 +261,19 @@ def calibrate(
 def _calibrate_serving(path: Path, out: Path, *, json_out: bool, silicon: bool, leave_one_out: bool) -> None:
     from ..serving.calibrated import CURRENT, LEGACY
     from ..serving.estimate import SERVING_PARAM_FIELDS
-    from ..serving.validation import calibrate_serving_csv
+    from ..serving.validation import calibrate_serving_csv, fitted_parameter_count
 
     with stderr.status("fitting the serving parameters per engine (scipy least squares)"
                        + (", then leave-one-model-out" if leave_one_out else "")):
         result = calibrate_serving_csv(path, silicon=silicon, leave_one_out=leave_one_out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(serving_calibration_text(result.table, source=str(path), fit=result.summary()))
+    n_params = fitted_parameter_count(sorted(result.table), silicon=silicon)
+    if result.rows < n_params:
+        # not an error: the fit pulls every parameter towards its default, so it still gives an overlay
+        stderr.print(f"note: {escape(str(path))}: {result.rows} expressed row(s) for {n_params} fitted parameters; "
+                     "the parameters these rows cannot identify stay near their defaults (add rows of more models, "
+                     "GPUs, lengths and concurrencies for a fit that means more)", highlight=False, soft_wrap=True)
     if json_out:
         print_json({"schema": "serving-calibration", "engines": {e: p.as_dict() for e, p in result.table.items()},
                     **result.summary()})

@@ -26,6 +26,7 @@ from rich.progress import (
 )
 
 from ..errors import InputError
+from ..inputs.loading import strict_json
 
 app = typer.Typer(
     help="Plan parallel layouts for LLM training and serving: ranked plans, step time or latency, memory, MFU and cost.",
@@ -89,8 +90,9 @@ def user_errors() -> Iterator[None]:
 
 
 def print_json(document: Any) -> None:
-    """One JSON document on stdout (``--json``): nothing else is printed there."""
-    print(json.dumps(document))
+    """One JSON document on stdout (``--json``): nothing else is printed there; standard JSON (a non-finite
+    number is null)."""
+    print(json.dumps(strict_json(document), allow_nan=False))
 
 
 def progress_bar() -> Progress:

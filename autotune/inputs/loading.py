@@ -152,3 +152,15 @@ def boolean(data: dict, key: str, *, source: str, section: str = "", default: An
     if not isinstance(value, bool):
         raise InputError(f"must be true or false, but got {value!r}", source=source, field=field)
     return value
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every non-finite number (an infinite prediction, a NaN mean) as None: what autotune writes
+    must be standard JSON, which has no NaN or Infinity (jq and JavaScript reject them)."""
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if isinstance(value, float):  # numpy's float64 is a float too
+        return value if math.isfinite(value) else None
+    return value

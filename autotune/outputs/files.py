@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import InputError
-from ..inputs.loading import load_json
+from ..inputs.loading import load_json, strict_json
 
 EXECUTABLE_SUFFIXES = (".sh", ".sbatch")
 PLANS_JSON = "plans.json"
@@ -75,7 +75,7 @@ def write_plans(path: Path, document: Mapping[str, Any]) -> list[Path]:
     """``plans.json`` (the whole document) and ``plans.csv`` (one row per ranked plan) in folder ``path``."""
     path.mkdir(parents=True, exist_ok=True)
     json_path = path / PLANS_JSON
-    json_path.write_text(json.dumps(document, indent=2) + "\n")
+    json_path.write_text(json.dumps(strict_json(document), indent=2, allow_nan=False) + "\n")  # readable back
     csv_path = path / "plans.csv"
     rows = [_csv_row(entry) for entry in document["plans"]]
     fieldnames: list[str] = []

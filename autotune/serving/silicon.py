@@ -14,9 +14,14 @@ Reading rules (each one is stated where it acts):
   (``batch_concurrency_mismatch``), MoE splits that contradict the GPU count (``moe_layout_inconsistent``),
   a model id the catalogue does not know, a GPU without a profile, missing lengths or measurements.
 * ``attention_dp`` empty or 0 reads as 1; ``moe_tp``/``moe_ep`` empty: the MoE layer is split like the
-  attention.  A MoE layout whose ``tp`` does not divide the attention heads or exceeds a node is AIC's
-  lossy encoding of attention DP + expert parallelism (DEP; e.g. ``tp 72`` on GB200 for DeepSeek): read
+  attention.  Empty ``tp``/``pp`` read as 1.  A MoE layout whose ``tp`` does not divide the attention heads
+  or exceeds a node is AIC's lossy encoding of attention DP + expert parallelism (DEP; e.g. ``tp 72`` on GB200 for DeepSeek): read
   as ``dp = tp, tp = 1, ep = GPUs``.
+* A cell that cannot be what its column says (a width of 0 where 0 does not mean "not set", a negative or
+  fractional width, a word, NaN, a length or concurrency beyond 10 million, a latency outside 0.001 ms to 1e8 ms)
+  skips its row with a reason naming the column and the value (``SkippedRow.bad_input``); it is never read
+  as a default or truncated.  "Not recorded" is said of empty cells only.
+* A row with fewer cells than the header is skipped naming its line; a header without data rows is an error.
 * Weight formats: ``weight_precision`` for attention and dense layers, ``moe_precision`` for routed
   experts (``arch.class_formats``); an ``fp4`` label on a checkpoint the catalogue knows as MXFP4
   (gpt-oss) is MXFP4, an ``int4`` on a compressed-tensors INT4 checkpoint (Kimi-K2.5) has group 32.
@@ -41,6 +46,20 @@ from ..inputs.modelspec import ModelSpec, load_model
 from .engines import ENGINES
 
 SILICON_MARKER_COLUMNS = frozenset({"hf_model_id", "engine", "mode", "ttft_ms", "tpot_ms", "concurrency"})
+# Columns without which no row could be read (the rest are optional and have stated defaults).
+SILICON_REQUIRED_COLUMNS = ("id", "hf_model_id", "engine", "gpu", "mode", "input_len", "output_len", "concurrency",
+                            "ttft_ms", "tpot_ms")
+# Columns only this schema has (serving_runs.csv has none of them): a header with two of them is meant to be a
+# silicon file even when a required column is missing, so the error names the silicon columns that are missing
+# rather than those of the other schema.
+SILICON_ONLY_COLUMNS = frozenset({"mode", "concurrency", "concurrency_per_replica", "ttft_ms", "tpot_ms",
+                                  "moe_precision", "moe_tp", "moe_ep", "prefill_workers", "decode_workers",
+                                  "quality_flags", "duplicate_primary"})
+# Physically generous bounds: a value beyond them is a typo or an overflow, not a measurement.
+MAX_LENGTH = 10_000_000  # tokens per request
+MAX_CONCURRENCY = 10_000_000  # requests in flight
+MIN_LATENCY_MS, MAX_LATENCY_MS = 0.001, 1e8  # 1 us to ~28 hours
+MAX_PARALLEL = 1_000_000  # GPUs, workers or ranks of one dimension
 UNKNOWN_DEPLOYMENT_FLAGS = {
     "disagg_workers_missing": "disagg worker counts not recorded (the per-stage layout is lossy)",
     "batch_concurrency_mismatch": "replica count or attention-DP width not recorded (concurrency != batch x attention DP)",
@@ -51,7 +70,13 @@ PRECISION_LABELS = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", 
 
 
 def is_silicon_schema(columns) -> bool:
-    return SILICON_MARKER_COLUMNS <= set(columns)
+    """Whether a header is meant to be this schema (it may still lack a required column; the reader says which)."""
+    from .runs import REQUIRED_COLUMNS as RUNS_REQUIRED
+
+    names = set(columns)
+    if SILICON_MARKER_COLUMNS <= names:
+        return True
+    return len(SILICON_ONLY_COLUMNS & names) >= 2 and not set(RUNS_REQUIRED) <= names
 
 
 @dataclass(frozen=True)
@@ -90,31 +115,80 @@ class SkippedRow:
     engine: str
     mode: str
     reason: str
+    bad_input: bool = False  # a cell of the file is nonsense (not a deployment the model cannot express)
 
 
-def _num(row: dict, key: str) -> float | None:
-    text = (row.get(key) or "").strip()
+class _BadCell(ValueError):
+    """A cell whose value cannot be a measurement or a layout; the row is skipped with this message."""
+
+
+def _cell(row: dict, key: str) -> str:
+    return (row.get(key) or "").strip()
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def _whole(row: dict, key: str, lo: int, hi: int, what: str) -> int | None:
+    """A whole number in [lo, hi], None for an empty cell; anything else is a bad cell naming the column."""
+    text = _cell(row, key)
     if not text:
         return None
-    try:
-        value = float(text)
-    except ValueError:
+    value = _float(text)
+    if not (math.isfinite(value) and value == int(value) and lo <= value <= hi):
+        raise _BadCell(f"{key} must be {what}, but got ({key}={text!r})")
+    return int(value)
+
+
+def _length(row: dict, key: str) -> int | None:
+    return _whole(row, key, 1, MAX_LENGTH, f"a whole number of tokens from 1 to {MAX_LENGTH:,}")
+
+
+def _concurrency(row: dict, key: str) -> float | None:
+    text = _cell(row, key)
+    if not text:
         return None
-    return value if math.isfinite(value) else None
+    value = _float(text)
+    if not (math.isfinite(value) and 1 <= value <= MAX_CONCURRENCY):
+        raise _BadCell(f"{key} must be a number of requests in flight from 1 to {MAX_CONCURRENCY:,}, "
+                       f"but got ({key}={text!r})")
+    return value
 
 
-def _pos_int(row: dict, key: str, default: int = 1) -> int:
-    value = _num(row, key)
-    return int(value) if value is not None and value > 0 else default
+def _latency(row: dict, key: str) -> float | None:
+    text = _cell(row, key)
+    if not text:
+        return None
+    value = _float(text)
+    if not (math.isfinite(value) and MIN_LATENCY_MS < value < MAX_LATENCY_MS):
+        raise _BadCell(f"{key} must be a finite number of milliseconds above {MIN_LATENCY_MS:g} and below "
+                       f"{MAX_LATENCY_MS:g}, but got ({key}={text!r})")
+    return value
+
+
+def _parallel(row: dict, key: str, *, zero_unset: bool = False) -> int:
+    """A layout width; empty reads as 1 (and 0 too where AIC writes 0 for "not set": attention_dp, moe_tp,
+    moe_ep, 835 rows of the data).  A negative, fractional or non-numeric width is a bad cell, not a 1."""
+    text = _cell(row, key)
+    if zero_unset and text and _float(text) == 0:
+        return 1
+    hint = " (0 or empty: not set)" if zero_unset else " (empty: 1)"
+    value = _whole(row, key, 1, MAX_PARALLEL, f"a positive integer up to {MAX_PARALLEL:,}{hint}")
+    return 1 if value is None else value
 
 
 def _pool(row: dict, prefix: str, model: ModelSpec, gpus_per_node: int) -> tuple[Pool, str]:
-    tp = _pos_int(row, f"{prefix}tp")
-    pp = _pos_int(row, f"{prefix}pp")
-    dp = _pos_int(row, f"{prefix}attention_dp")
-    workers = _pos_int(row, f"{prefix}workers") if prefix else 1
+    tp = _parallel(row, f"{prefix}tp")
+    pp = _parallel(row, f"{prefix}pp")
+    dp = _parallel(row, f"{prefix}attention_dp", zero_unset=True)
+    workers = _parallel(row, f"{prefix}workers") if prefix else 1
+    _parallel(row, f"{prefix}moe_tp", zero_unset=True)  # not used (the split follows from tp x dp and ep): checked
     G = tp * dp
-    ep = min(_pos_int(row, f"{prefix}moe_ep"), G)
+    ep = min(_parallel(row, f"{prefix}moe_ep", zero_unset=True), G)
     note = ""
     if model.is_moe and (model.n_heads % tp or tp > gpus_per_node):
         note = f"{prefix or 'agg '}tp {tp} read as attention DP {G} + EP {G} (AIC's DEP encoding)"
@@ -150,9 +224,18 @@ def parse_silicon_row(row: dict, hardware_loader: Callable[[str], Hardware] = lo
     engine = (row.get("engine") or "").strip().lower()
     mode = (row.get("mode") or "").strip().lower()
 
-    def skip(reason: str) -> SkippedRow:
-        return SkippedRow(rid, engine, mode, reason)
+    def skip(reason: str, bad_input: bool = False) -> SkippedRow:
+        return SkippedRow(rid, engine, mode, reason, bad_input)
 
+    try:
+        return _parse(row, rid, engine, mode, skip, hardware_loader, model_loader, primary_only)
+    except _BadCell as exc:
+        return skip(str(exc), bad_input=True)
+
+
+def _parse(row: dict, rid: str, engine: str, mode: str, skip: Callable[[str], SkippedRow],
+           hardware_loader: Callable[[str], Hardware], model_loader: Callable[[str], ModelSpec],
+           primary_only: bool) -> SiliconRow | SkippedRow:
     if primary_only and (row.get("duplicate_primary") or "").strip().lower() == "false":
         return skip("a copy of another row's measurement (duplicate_primary false)")
     flags = set(filter(None, (row.get("quality_flags") or "").split(";")))
@@ -177,15 +260,18 @@ def parse_silicon_row(row: dict, hardware_loader: Callable[[str], Hardware] = lo
     if gpu is None:
         return skip(f"GPU {gpu_label!r} has no bundled profile")
     hw = hardware_loader(gpu)
-    I, O = _num(row, "input_len"), _num(row, "output_len")
-    if not I or not O or I < 1 or O < 1:
-        return skip("input/output lengths not recorded")
-    C = _num(row, "concurrency_per_replica") or _num(row, "concurrency")
-    if not C or C < 1:
-        return skip("concurrency not recorded")
-    ttft, tpot = _num(row, "ttft_ms"), _num(row, "tpot_ms")
-    if not ttft or not tpot or ttft <= 0 or tpot <= 0:
-        return skip("TTFT or TPOT not recorded")
+    I, O = _length(row, "input_len"), _length(row, "output_len")
+    if I is None or O is None:
+        return skip(f"input/output lengths not recorded ({'input_len' if I is None else 'output_len'} is empty)")
+    # the per-replica figure where the row has one (the model predicts one replica), else the total
+    per_replica, total = _concurrency(row, "concurrency_per_replica"), _concurrency(row, "concurrency")
+    C = per_replica if per_replica is not None else total
+    if C is None:
+        return skip("concurrency not recorded (concurrency and concurrency_per_replica are empty)")
+    ttft, tpot = _latency(row, "ttft_ms"), _latency(row, "tpot_ms")
+    if ttft is None or tpot is None:
+        return skip(f"{'TTFT' if ttft is None else 'TPOT'} not recorded "
+                    f"({'ttft_ms' if ttft is None else 'tpot_ms'} is empty)")
     formats = _formats(model, row.get("weight_precision", ""), row.get("moe_precision", ""), hf_id)
     if formats is None:
         return skip(f"unknown precision {row.get('weight_precision')!r}/{row.get('moe_precision')!r}")
@@ -195,7 +281,7 @@ def parse_silicon_row(row: dict, hardware_loader: Callable[[str], Hardware] = lo
         engine_pool, note = _pool(row, "", model, node)
         prefill = decode = engine_pool
     else:
-        if not _num(row, "prefill_workers") or not _num(row, "decode_workers"):
+        if not _cell(row, "prefill_workers") or not _cell(row, "decode_workers"):
             return skip(UNKNOWN_DEPLOYMENT_FLAGS["disagg_workers_missing"])
         prefill, n1 = _pool(row, "prefill_", model, node)
         decode, n2 = _pool(row, "decode_", model, node)
@@ -228,7 +314,37 @@ def read_silicon_rows(path: Path, *, primary_only: bool = True) -> list[SiliconR
 
     with handle:
         reader = csv.DictReader(handle)
-        absent = sorted(SILICON_MARKER_COLUMNS - set(reader.fieldnames or []))
+        header = [c.strip() for c in reader.fieldnames or []]
+        reader.fieldnames = header  # " ttft_ms" from a hand-edited header is ttft_ms
+        absent = [c for c in SILICON_REQUIRED_COLUMNS if c not in header]
         if absent:
-            raise InputError(f"missing silicon-schema column(s) {', '.join(absent)}; see docs/serving.md", source=source)
-        return [parse_silicon_row(row, hw_of, model_of, primary_only=primary_only) for row in reader]
+            raise InputError(f"missing silicon-schema column(s) {', '.join(absent)}; add them to the header (see "
+                             "docs/serving.md for the columns)", source=source)
+        out: list[SiliconRow | SkippedRow] = []
+        for row in reader:
+            number = reader.line_num  # the file's line (the header is line 1)
+            cells = [v for k, v in row.items() if k is not None] + list(row.get(None) or [])
+            if not any((v or "").strip() for v in cells):
+                continue  # a line of empty cells from a spreadsheet export: no row
+            ragged = _ragged(row, number, len(header))
+            if ragged:
+                out.append(SkippedRow(_cell(row, "id"), _cell(row, "engine").lower(), _cell(row, "mode").lower(),
+                                      ragged, bad_input=True))
+                continue
+            out.append(parse_silicon_row(row, hw_of, model_of, primary_only=primary_only))
+        if not out:
+            raise InputError("has a header but no data rows; add one row per measured operating point below it",
+                             source=source)
+        return out
+
+
+def _ragged(row: dict, number: int, width: int) -> str:
+    """Why a row whose cell count differs from the header's cannot be read ('' when it can): csv.DictReader
+    fills missing cells with None and puts extra ones under the key None.  Trailing empty cells are harmless."""
+    extra = [c for c in row.get(None) or [] if c.strip()]
+    missing = sum(1 for k, v in row.items() if k is not None and v is None)
+    if not extra and not missing:
+        return ""
+    fields = width - missing + len(row.get(None) or [])
+    fix = "quote cells that hold commas" if extra else "add the missing cells (empty cells are allowed)"
+    return f"row on line {number} has {fields} fields, the header has {width}; {fix}"

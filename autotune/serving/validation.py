@@ -25,6 +25,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..inputs.hardware import Hardware, hardware_names, load_hardware
+from ..inputs.loading import strict_json
 from . import engines as E
 from .arch import gpu_scalars, model_scalars, precision_arrays
 from .estimate import (
@@ -180,10 +181,11 @@ class SiliconReport:
         return _mape(r.tpot_error_pct for r in self.rows)
 
     def to_json(self) -> dict:
-        return {
+        return strict_json({
             "schema": "serving-silicon",
             "rows": [r.to_json() for r in self.rows],
-            "skipped": [{"id": s.id, "engine": s.engine, "mode": s.mode, "reason": s.reason} for s in self.skipped],
+            "skipped": [{"id": s.id, "engine": s.engine, "mode": s.mode, "reason": s.reason,
+                         "bad_input": s.bad_input} for s in self.skipped],
             "ttft_mape_pct": self.ttft_mape_pct,
             "tpot_mape_pct": self.tpot_mape_pct,
             "by_engine_mode": [{"engine": e, "mode": m, "rows": t.n, "ttft_mape_pct": t.mape_pct,
@@ -191,7 +193,7 @@ class SiliconReport:
             "parameters": self.parameters,
             "point_prediction": "closed loop at the row's concurrency per replica; KV dtype fp8 for quantised "
                                 "checkpoints, bf16 otherwise (no row states it)",
-        }
+        })
 
 
 def validate_silicon(parsed: Sequence[SiliconRow | SkippedRow], params: Mapping[str, ServingParams],
@@ -257,7 +259,7 @@ class ServingReport:
         def table(d):
             return [{"source_group": g, "kind": k, **s.to_json()} for (g, k), s in sorted(d.items())]
 
-        return {
+        return strict_json({
             "schema": "serving",
             "rows": [r.to_json() for r in self.rows],
             "skipped": [{"id": s.id, "source_group": s.source_group, "reason": s.reason} for s in self.skipped],
@@ -268,7 +270,7 @@ class ServingReport:
             "ttft_mape_pct": _mape(r.ttft_error_pct for r in self.rows),
             "tpot_mape_pct": _mape(r.itl_error_pct for r in self.rows),
             "point_prediction": "mean over the KV dtypes a row leaves unstated (range shown)",
-        }
+        })
 
 
 def _requests(run_dataset: str | None) -> int | None:
@@ -566,6 +568,16 @@ def fit_silicon(rows: Sequence[SiliconRow], start: Mapping[str, ServingParams] |
     return fit_table(residuals, engines, start, prior, max_nfev=max_nfev)
 
 
+# serving_runs.csv fits: TensorRT-LLM's guaranteed-no-evict scheduler reserves a request's whole output, and no
+# disaggregated row is in these tables, so the decode engine's transfer poll is not identified and held at 0
+RUNS_FIXED = {"kv_reserve": 1.0, "transfer_poll_us": 0.0}
+
+
+def fitted_parameter_count(engines: Sequence[str], *, silicon: bool) -> int:
+    """How many numbers a fit on rows of these engines adjusts (the Packer's slots)."""
+    return len(Packer(engines, None if silicon else RUNS_FIXED).slots)
+
+
 def fit_runs(runs: Sequence[ServingRun], hardware_loader: Callable[[str], Hardware],
              datasets: Mapping[str, str] | None = None, start: Mapping[str, ServingParams] | None = None,
              max_nfev: int = 200) -> dict[str, ServingParams]:
@@ -596,9 +608,7 @@ def fit_runs(runs: Sequence[ServingRun], hardware_loader: Callable[[str], Hardwa
                  weight[use_itl] * _relative(pred["itl"][use_itl], meas_itl[use_itl])]
         return np.concatenate(parts)
 
-    # no disaggregated row in these tables: the decode engine's transfer poll is not identified, held at 0
-    return fit_table(residuals, engines, start, base, fixed={"kv_reserve": 1.0, "transfer_poll_us": 0.0},
-                     max_nfev=max_nfev)
+    return fit_table(residuals, engines, start, base, fixed=RUNS_FIXED, max_nfev=max_nfev)
 
 
 def leave_one_model_out(rows: Sequence[SiliconRow], max_nfev: int = 200,
