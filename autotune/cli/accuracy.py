@@ -135,17 +135,23 @@ def _validate_silicon(path: Path, *, json_out: bool, worst: int, calibration: st
         stderr.print(f"{escape(str(path))}: {len(bad) - MAX_BAD_ROWS_SHOWN} more rows skipped for bad cells "
                      "(all with --json)", highlight=False, soft_wrap=True)
     rows = sorted(report.rows, key=lambda r: -max(abs(r.ttft_error_pct or 0), abs(r.tpot_error_pct or 0)))
-    table = Table(title=f"{len(report.rows)} measured operating points, worst first", header_style="bold")
-    for col in ("id", "engine", "mode", "model", "GPU", "layout", "I/O", "conc.", "TTFT meas/pred ms", "err",
-                "TPOT meas/pred ms", "err"):
-        table.add_column(col, justify="right" if col in ("conc.", "err") else "left", no_wrap=col not in ("id", "model"))
+    table = Table(title=f"{len(report.rows)} measured operating points, worst first", header_style="bold",
+                  caption="meas/pred: measured / predicted (error); the rows' ids with --json",
+                  caption_justify="left")
+    # a 132-column terminal holds every column: a long model name ends in an ellipsis, a disaggregated layout
+    # folds onto a second line
+    for col in ("engine", "model", "GPU", "layout", "I/O", "conc.", "TTFT ms meas/pred", "TPOT ms meas/pred"):
+        table.add_column(col, justify="right" if col == "conc." else "left", no_wrap=col != "layout",
+                         overflow="ellipsis" if col == "model" else "fold", max_width=16 if col == "model" else None,
+                         min_width=10 if col == "layout" else None)
     for r in rows[: worst or None]:
         pt = "inf" if r.predicted_ttft_ms is None else f"{r.predicted_ttft_ms:,.0f}"
         ps = "inf" if r.predicted_tpot_ms is None else f"{r.predicted_tpot_ms:,.1f}"
-        table.add_row(r.id[:40], r.engine, r.mode, r.hf_model_id.split("/")[-1], r.gpu, r.layout,
-                      f"{r.input_len}/{r.output_len}", f"{r.concurrency:g}", f"{r.measured_ttft_ms:,.0f}/{pt}",
-                      "-" if r.ttft_error_pct is None else f"{r.ttft_error_pct:+.0f}%",
-                      f"{r.measured_tpot_ms:,.1f}/{ps}", "-" if r.tpot_error_pct is None else f"{r.tpot_error_pct:+.0f}%")
+        et = "-" if r.ttft_error_pct is None else f"{r.ttft_error_pct:+.0f}%"
+        es = "-" if r.tpot_error_pct is None else f"{r.tpot_error_pct:+.0f}%"
+        table.add_row(f"{r.engine} {r.mode}", r.hf_model_id.split("/")[-1], r.gpu, r.layout,
+                      f"{r.input_len}/{r.output_len}", f"{r.concurrency:g}", f"{r.measured_ttft_ms:,.0f}/{pt} ({et})",
+                      f"{r.measured_tpot_ms:,.1f}/{ps} ({es})")
     stdout.print(table)
     groups = Table(title="MAPE by engine and mode", header_style="bold")
     for col in ("engine", "mode", "rows", "TTFT", "TPOT"):
