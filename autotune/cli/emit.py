@@ -60,6 +60,7 @@ from .app import (
     Tokens,
     app,
     print_json,
+    reject_flags,
     stderr,
     stdout,
     user_errors,
@@ -88,7 +89,7 @@ def emit(
     plan: Annotated[Optional[str], typer.Option("--plan", "-p", help="A plan string (instead of PLAN).")] = None,
     rank: Annotated[int, typer.Option("--rank", "-r", help="Which plan of a plans.json (1 = the best).")] = 1,
     framework: Annotated[Optional[str], typer.Option("--framework", help="Training software NAME[@VERSION] as for `search` (megatron-lm, deepspeed, torchtitan, ...): what a Slurm script runs, and what the plan's estimate assumes [default: the format's own; slurm: megatron-lm].")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model spec (needed with a plan string).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model spec (needed with a plan string; a plans.json holds its own).")] = None,
     hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Hardware profile (needed with a plan string).")] = None,
     gpus: Gpus = None,
     gpus_per_node: GpusPerNode = None,
@@ -121,6 +122,17 @@ def emit(
             for flag, value in (("--moe-imbalance", moe_imbalance), ("--moe-capacity-factor", moe_capacity_factor)):
                 if value is not None:
                     raise InputError(f"is a training setting; a {format} plan does not take it", field=flag)
+            # Refused, not ignored: a training option on a serving emit would otherwise vanish without a word.
+            reject_flags({"--global-batch": global_batch, "--tokens": tokens, "--nodes": nodes,
+                          "--framework": framework, "--data-path": data_path, "--tokenizer": tokenizer},
+                         f"a serving emit (--format {format}: training only)")
+            if calibration is not None:
+                raise InputError(f"does not apply to a serving emit (--format {format}): the script quotes the "
+                                 "engine's shipped parameters, or those a serving plans.json records; leave it out",
+                                 field="--calibration")
+            if seq_len is not None and input_len is not None and output_len is not None:
+                reject_flags({"--seq-len": seq_len}, "a serving emit given --input-len and --output-len (the request "
+                                                     "is their sum)")
             files, estimate = _serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len,
                                        input_len=input_len, output_len=output_len, gpus_per_node=gpus_per_node,
                                        checkpoint=checkpoint, model_path=model_path)
@@ -128,6 +140,9 @@ def emit(
             if format not in EMITTERS:
                 raise InputError(f"unknown format {format!r}; choose from {', '.join(FORMATS + SERVING_FORMATS)}",
                                  field="--format")
+            reject_flags({"--input-len": input_len, "--output-len": output_len, "--checkpoint": checkpoint,
+                          "--model-path": model_path},
+                         f"a training launch config (--format {format}; serving: --format vllm or sglang)")
             given = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                                     seq_len=seq_len, global_batch=global_batch, tokens=tokens, calibration=calibration,
                                     moe_imbalance=moe_imbalance, moe_capacity_factor=moe_capacity_factor)
@@ -196,7 +211,7 @@ def _context(plan_source: str | None, plan_text: str | None, rank: int, given: T
                 raise InputError(f"comes from {path}; leave it out, or emit a plan string instead", field=flag)
         if document["inputs"].get("workload") == "serve":
             raise InputError("is a serving plans.json; emit it with --format vllm or --format sglang", source=str(path))
-        spec = load_model(given.model) if given.model is not None else None
+        spec = _model_override(given.model, document["inputs"], path)
         framework, note = _files_framework(document["inputs"].get("framework"), given.framework, options["framework"],
                                            framework_given, path)
         context = context_from_plans(document, rank, model=spec, source=str(path), software=framework,
@@ -205,6 +220,24 @@ def _context(plan_source: str | None, plan_text: str | None, rank: int, given: T
             stderr.print(f"[yellow]note:[/] {note}", soft_wrap=True, highlight=False)
         return context
     return _context_from_string(plan_text or plan_source, given, options)
+
+
+def _model_override(model: str | None, inputs: dict, path: Path):
+    """The spec ``--model`` gives for a plans.json, or None to use the file's.
+
+    A plans.json that embeds its spec holds the model its plans were searched for: another one would re-plan a
+    different model without a word, so ``--model`` is refused like ``--hardware``. An older file that embeds no
+    spec takes ``--model`` for the spec it names (the search's, so the name must match)."""
+    if model is None:
+        return None
+    if inputs.get("model_spec") is not None:
+        raise InputError(f"comes from {path} (model {inputs.get('model')!r}); leave it out, or emit a plan string "
+                         "instead", field="--model")
+    spec = load_model(model)
+    if spec.name != inputs.get("model"):
+        raise InputError(f"{path} was searched for model {inputs.get('model')!r}, but --model gives {spec.name!r}; "
+                         "give the spec that search used", field="--model")
+    return spec
 
 
 def _files_framework(searched: Any, software: str, runs: str, given: bool, path: Path) -> tuple[str | None, str]:
@@ -279,15 +312,15 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         if inputs.get("workload") != "serve":
             raise InputError("is not a serving plans.json (inputs.workload is not serve); rerun "
                              "`autotune search --workload serve --out DIR`", source=str(path))
-        for flag, value in (("--hardware", hardware), ("--gpus", gpus), ("--seq-len", seq_len),
-                            ("--input-len", input_len), ("--output-len", output_len)):
+        for flag, value in (("--hardware", hardware), ("--gpus", gpus), ("--gpus-per-node", gpus_per_node),
+                            ("--seq-len", seq_len), ("--input-len", input_len), ("--output-len", output_len)):
             if value is not None:
                 raise InputError(f"comes from {path}; leave it out, or emit a plan string instead", field=flag)
         entry = plan_entry(document, rank, str(path))
-        served = serving_inputs_from_plans(inputs, str(path), model=model)
+        served = serving_inputs_from_plans(inputs, str(path), model=_model_override(model, inputs, path))
         spec, hw = served.model, served.cluster.hardware
         input_len, output_len = served.workload.input_len, served.workload.output_len
-        gpn = gpus_per_node or served.cluster.gpus_per_node
+        gpn = served.cluster.gpus_per_node
         try:
             chosen = serve_plan_from_fields(entry["plan"], served.cluster.n_gpus)
         except (KeyError, TypeError, ValueError) as exc:
@@ -321,8 +354,17 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         if input_len is None or output_len is None:
             if seq_len is None or seq_len < 2:
                 raise InputError(f"must be >= 2 (prompt + output tokens), but got {seq_len}", field="--seq-len")
-            output_len = output_len or min(256, seq_len // 2)
-            input_len = input_len or seq_len - output_len
+            # -s is prompt + output: the length given is taken from it, so the two always add up to -s.
+            given_flag, given_len = ("--input-len", input_len) if input_len is not None else ("--output-len", output_len)
+            if given_len is not None and given_len >= seq_len:
+                raise InputError(f"--seq-len must exceed {given_flag} (it is prompt + output tokens), but got "
+                                 f"(seq_len={seq_len}, {given_flag[2:].replace('-', '_')}={given_len})", field="--seq-len")
+            if input_len is None and output_len is None:
+                output_len = min(256, seq_len // 2)
+            if output_len is None:
+                output_len = seq_len - input_len
+            if input_len is None:
+                input_len = seq_len - output_len
         ckpt = serving_checkpoint(model, checkpoint)
     given_name = model if path is None else (model or inputs.get("model"))
     model_path = model_path or hf_model_name(given_name if isinstance(given_name, str) else None)

@@ -91,7 +91,7 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
         # the expert width; in Qwen MoE and DeepSeek it is the width of the dense layers, while the
         # expert width is moe_intermediate_size.  Qwen3.5 has no dense layer and no
         # intermediate_size: the expert width stands in (unused).
-        "ffn_hidden_size": config.get("intermediate_size") or config.get("moe_intermediate_size"),
+        "ffn_hidden_size": _ffn_hidden_size(config, source),
         "n_heads": n_heads,
         "vocab_size": config["vocab_size"],
         # All supported families use a gated MLP (gate, up, down); the activation (silu) does not
@@ -102,12 +102,13 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
         "norm": "rmsnorm",
         "position_embedding": "rope",
         # HF configs carry attention_dropout = 0.0 for these models; honour a non-zero one.
-        "dropout": bool(config.get("attention_dropout") or 0),
+        "dropout": bool(loading.number(config, "attention_dropout", source=source, positive=False, minimum=0,
+                                       maximum=1, default=0)),
     }
     if model_type in MLA_TYPES:
         spec.update(_mla_family(config, model_type, source))
         return spec
-    spec["n_kv_heads"] = config.get("num_key_value_heads") or n_heads  # absent or null means MHA
+    spec["n_kv_heads"] = _n_kv_heads(config, n_heads, source)
     spec["head_dim"] = _head_dim(config, hidden, n_heads, source)
     spec.update(_attention_layers(config, model_type, source))
     if model_type == "gpt_oss":
@@ -130,8 +131,51 @@ def _check_gated_activation(config: dict, source: str) -> None:
                          source=source, field="hidden_act")
 
 
+def _ffn_hidden_size(config: dict, source: str) -> int | None:
+    # Read, not `or`-ed: an intermediate_size of 0 is a broken file, not "use the expert width".
+    width = loading.integer(config, "intermediate_size", source=source, default=None)
+    if width is None:
+        width = loading.integer(config, "moe_intermediate_size", source=source, default=None)
+    return width
+
+
+def _n_kv_heads(config: dict, n_heads: int, source: str) -> int:
+    """Absent or null means multi-head attention (HF's own default); 0 or less is a broken file, not MHA."""
+    n_kv = config.get("num_key_value_heads")
+    if n_kv is None:
+        return n_heads
+    if isinstance(n_kv, bool) or not isinstance(n_kv, int) or n_kv < 1:
+        raise InputError(f"must be a whole number >= 1 (leave it out or null for multi-head attention), but got {n_kv!r}",
+                         source=source, field="num_key_value_heads")
+    if n_heads % n_kv:
+        raise InputError(f"num_attention_heads must be a multiple of num_key_value_heads, but got "
+                         f"(num_attention_heads={n_heads}, num_key_value_heads={n_kv})",
+                         source=source, field="num_key_value_heads")
+    return n_kv
+
+
+def _expert_pair(config: dict, experts_key: str, source: str, *, default: int | None = None) -> tuple[int, int]:
+    """``(experts, top_k)`` of a MoE family, read together: HF builds a dense model from 0 experts, so a
+    top-k beside 0 experts contradicts itself, and reading it as dense would plan the wrong model silently."""
+    kwargs = {} if default is None else {"default": default}
+    experts = loading.integer(config, experts_key, source=source, minimum=0, **kwargs)
+    raw_top_k = config.get("num_experts_per_tok")
+    if not experts:
+        if raw_top_k not in (None, 0):
+            raise InputError(f"{experts_key} and num_experts_per_tok must agree (0 experts builds a dense model), but "
+                             f"got ({experts_key}={config.get(experts_key)!r}, num_experts_per_tok={raw_top_k!r}); set "
+                             f"{experts_key} to the number of routed experts, or num_experts_per_tok to 0 for a dense "
+                             "model", source=source, field=experts_key)
+        return 0, 0
+    top_k = loading.integer(config, "num_experts_per_tok", source=source)
+    if top_k > experts:
+        raise InputError(f"num_experts_per_tok must be <= {experts_key}, but got (num_experts_per_tok={top_k}, "
+                         f"{experts_key}={experts})", source=source, field="num_experts_per_tok")
+    return experts, top_k
+
+
 def _head_dim(config: dict, hidden: int, n_heads: int, source: str) -> int:
-    head_dim = config.get("head_dim")
+    head_dim = loading.integer(config, "head_dim", source=source, default=None)
     if head_dim is None:  # explicit in Qwen3 and newer Llama/Mistral configs, where it may differ from h/a
         if hidden % n_heads:
             raise InputError(f"hidden_size/num_attention_heads is not whole ({hidden}/{n_heads}) and no head_dim is given",
@@ -209,7 +253,7 @@ def _mla_family(config: dict, model_type: str, source: str) -> dict:
                                  f"but got {value!r}; write a model spec YAML instead; see profiles/models/",
                                  source=source, field=key)
         out["dsa"] = {key: loading.integer(config, key, **src) for key in ("index_n_heads", "index_head_dim", "index_topk")}
-    experts = loading.integer(config, "n_routed_experts", **src, minimum=0, default=0)
+    experts, top_k = _expert_pair(config, "n_routed_experts", source, default=0)  # absent: a dense model
     if experts:
         require_keys(config, {"num_experts_per_tok", "moe_intermediate_size"}, source=source)
         first = loading.integer(config, "first_k_dense_replace", **src, minimum=0, default=0)
@@ -220,15 +264,18 @@ def _mla_family(config: dict, model_type: str, source: str) -> dict:
             shared = loading.integer(config, "n_shared_experts", **src, minimum=0, default=0)
             out["moe"] = {
                 "n_experts": experts,
-                "top_k": loading.integer(config, "num_experts_per_tok", **src),
+                "top_k": top_k,
                 "expert_ffn_hidden_size": width,
                 "n_shared_experts": shared,
                 "shared_expert_ffn_hidden_size": shared * width,
                 "layer_interval": freq,
                 "first_dense_layers": moe_layers[0],
             }
-            groups = loading.integer(config, "n_group", **src, default=1) or 1
-            group_topk = loading.integer(config, "topk_group", **src, default=1) or 1
+            groups = loading.integer(config, "n_group", **src, default=1)
+            group_topk = loading.integer(config, "topk_group", **src, default=1)
+            if group_topk > groups:
+                raise InputError(f"topk_group must be <= n_group (the best groups of all), but got "
+                                 f"(topk_group={group_topk}, n_group={groups})", source=source, field="topk_group")
             if groups > 1:  # group-limited routing (DeepSeek-V3: 8 groups, the best 4)
                 out["moe"].update(routing_groups=groups, routing_group_topk=group_topk)
     return out
@@ -274,12 +321,16 @@ def _minimax_m2_extras(config: dict, source: str) -> dict:
 
 def _moe(config: dict, model_type: str, source: str) -> dict | None:
     if model_type in ("mixtral", "gpt_oss", "minimax_m2"):  # every layer MoE, experts as wide as intermediate_size
+        experts, top_k = _expert_pair(config, "num_local_experts", source)
+        if not experts:
+            return None
         moe = {
-            "n_experts": config["num_local_experts"],
-            "top_k": config["num_experts_per_tok"],
-            "expert_ffn_hidden_size": config["intermediate_size"],
+            "n_experts": experts,
+            "top_k": top_k,
+            "expert_ffn_hidden_size": loading.integer(config, "intermediate_size", source=source),
         }
-        shared = config.get("shared_intermediate_size") or 0  # minimax_m2: 0 = no shared expert
+        # minimax_m2: 0 or absent = no shared expert
+        shared = loading.integer(config, "shared_intermediate_size", source=source, minimum=0, default=0)
         if model_type == "minimax_m2" and shared:
             moe.update(n_shared_experts=1, shared_expert_ffn_hidden_size=shared)
         return moe
@@ -288,11 +339,13 @@ def _moe(config: dict, model_type: str, source: str) -> dict | None:
     # layer_interval-th layer", so derive that and refuse layouts it cannot express.
     n_layers = loading.integer(config, "num_hidden_layers", source=source)
     step = loading.integer(config, "decoder_sparse_step", source=source, default=1)
-    mlp_only = config.get("mlp_only_layers") or []
+    mlp_only = config.get("mlp_only_layers")
+    mlp_only = [] if mlp_only is None else mlp_only
     if not isinstance(mlp_only, list):
         raise InputError(f"must be a list of layer indices, but got {mlp_only!r}", source=source, field="mlp_only_layers")
-    if not config["num_experts"]:
-        return None  # num_experts 0 builds a dense model in HF
+    experts, top_k = _expert_pair(config, "num_experts", source)
+    if not experts:
+        return None  # num_experts 0 (with num_experts_per_tok 0) builds a dense model in HF
     moe_layers = [i for i in range(n_layers) if i not in mlp_only and (i + 1) % step == 0]
     if not moe_layers:
         return None
@@ -304,11 +357,11 @@ def _moe(config: dict, model_type: str, source: str) -> dict | None:
             source=source, field="mlp_only_layers",
         )
     # One always-on shared expert (qwen2_moe, Qwen3.5; with a sigmoid gate h -> 1, not counted).
-    shared = config.get("shared_expert_intermediate_size") or 0
+    shared = loading.integer(config, "shared_expert_intermediate_size", source=source, minimum=0, default=0)
     return {
-        "n_experts": config["num_experts"],
-        "top_k": config["num_experts_per_tok"],
-        "expert_ffn_hidden_size": config["moe_intermediate_size"],
+        "n_experts": experts,
+        "top_k": top_k,
+        "expert_ffn_hidden_size": loading.integer(config, "moe_intermediate_size", source=source),
         "n_shared_experts": 1 if shared else 0,
         "shared_expert_ffn_hidden_size": shared,
         "layer_interval": step,

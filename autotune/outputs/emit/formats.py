@@ -204,6 +204,10 @@ def hf_model_name(name: str | None) -> str | None:
     return name
 
 
+# Serve-space rules that mean the GPU cannot run the plan at all (see autotune/serving/space.py REASONS).
+_UNSUPPORTED_BY_GPU = frozenset({"weight precision not supported by the GPU", "KV-cache dtype not supported by the GPU"})
+
+
 def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, input_len: int, output_len: int,
                   estimate: Mapping[str, Any] | None = None, model_path: str | None = None, *,
                   gpus_per_node: int | None = None, checkpoint: str = "bf16") -> tuple[dict[str, str], dict[str, Any]]:
@@ -219,6 +223,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     from ...serving.engines import DEFAULTS
     from ...serving.estimate import estimate_serving
     from ...serving.plan import ServePlanBatch
+    from ...serving.space import REASONS, rejection_reasons
 
     if format not in SERVING_EMITTERS:
         raise InputError(f"unknown serving format {format!r}; choose from {', '.join(SERVING_FORMATS)}",
@@ -228,8 +233,15 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     hw = hardware if not isinstance(hardware, str) else load_hardware(hardware)
     gpn = gpus_per_node or hw.gpus_per_node
     cluster = Cluster(hw, plan.n_gpus, min(gpn, plan.n_gpus))
-    est = estimate_serving(model, cluster, workload, ServePlanBatch.from_plans([plan]), CURRENT[format], engine=format)
+    batch = ServePlanBatch.from_plans([plan])
+    est = estimate_serving(model, cluster, workload, batch, CURRENT[format], engine=format)
     mine = annotate_checkpoint(est.row(0), plan, checkpoint, format, model.is_moe)
+    # The estimate checks memory only; a precision the GPU lacks is a rule of the search space, which `predict`
+    # reports as "does not fit" with the rule's own words: the files and the caller say the same. Layouts the
+    # rules merely prefer against (tp over a node) stay the user's call and are not flagged.
+    code = int(rejection_reasons(model, cluster, batch, frozenset({"dp"}))[0])
+    if REASONS[code] in _UNSUPPORTED_BY_GPU:
+        mine.update(fits=False, meets_targets=False, infeasible_reason=REASONS[code])
     knob = float(est.memory_knob[0])
     prefill_knob = None
     if est.prefill_memory_knob is not None and np.isfinite(est.prefill_memory_knob[0]):
