@@ -243,3 +243,13 @@ def test_a_duplicate_key_in_a_training_overlay_is_refused(tmp_path):
     path.write_text("hardware:\n  h100-sxm5-80gb:\n    efficiency: {gemm: 0.6, gemm: 0.5}\n")
     assert_user_error(invoke(*TRAIN_PREDICT_8B, "--calibration", path), "calib.yaml",
                       "hardware.h100-sxm5-80gb.efficiency.gemm", "twice")
+
+
+def test_every_yaml_input_refuses_a_key_held_twice(tmp_path):
+    """Model specs, hardware profiles and search spaces are read by the same strict reader as overlays."""
+    path = tmp_path / "model.yaml"
+    text = "name: tiny\nn_layers: 4\nhidden_size: 1024\nn_layers: 8\nffn_hidden_size: 2816\nn_heads: 8\n" \
+           "n_kv_heads: 8\nvocab_size: 32000\n"
+    path.write_text(text)
+    assert_user_error(invoke("predict", "-m", path, "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "2048", "-b", "8",
+                             "-p", "tp=1"), "model.yaml", "n_layers", "twice")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,78 @@ MAX_NUMBER = 1e15
 MAX_INTEGER = 10**9
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading ``6e-1`` and ``1e308`` as numbers.
+
+    PyYAML follows YAML 1.1, whose floats need a dot and a signed exponent, so the exponent forms a fit
+    or a person writes (``6e-1``, ``1e308``, ``5.5e3``) would be strings and refused as "not a number".
+    A quoted ``'6e-1'`` stays a string; ``1e999`` reads as infinity, which the bounds refuse.
+    """
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def _duplicate_key(node: yaml.Node, path: tuple[str, ...] = (), seen_nodes: set | None = None) -> tuple[str, int] | None:
+    """``(dotted key, line)`` of the first key a YAML mapping holds twice, else None.
+
+    A YAML mapping keeps the last of two equal keys, so a second ``vllm:`` under ``engines:`` would drop the
+    first block without a word. Nodes are visited once (aliases share them), so anchors cannot loop or blow up.
+    """
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:
+        return None
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        keys: set[str] = set()
+        for key_node, value_node in node.value:
+            name = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if name is not None and key_node.tag != "tag:yaml.org,2002:merge":  # `<<:` merges may repeat
+                if name in keys:
+                    return ".".join((*path, name)), key_node.start_mark.line + 1
+                keys.add(name)
+            found = _duplicate_key(value_node, (*path, name) if name is not None else path, seen_nodes)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _duplicate_key(item, (*path, str(i)), seen_nodes)
+            if found:
+                return found
+    return None
+
+
+def _load_yaml(text: str, *, source: str) -> Any:
+    """YAML through :class:`_Loader`, refusing a key held twice (errors of the YAML itself pass through)."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        found = _duplicate_key(node) if node is not None else None
+        if found:
+            key, line = found
+            raise InputError(f"holds the key {key.rsplit('.', 1)[-1]!r} twice (line {line}), and YAML keeps only "
+                             "the last; keep one", source=source, field=key)
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+
+
+def _no_duplicate_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    keys = [k for k, _ in pairs]
+    twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    if twice is not None:
+        raise InputError(f"holds the key {twice!r} twice in one object, and JSON keeps only the last; keep one",
+                         field=twice)
+    return dict(pairs)
+
+
 def read_mapping(path: Path) -> dict[str, Any]:
-    """Read a YAML (or JSON) file whose top level must be a mapping."""
+    """Read a YAML (or JSON) file whose top level must be a mapping (a key held twice is refused; ``6e-1`` is a
+    number)."""
     source = str(path)
     try:
         text = path.read_text()
@@ -34,7 +105,7 @@ def read_mapping(path: Path) -> dict[str, Any]:
         if path.suffix == ".json":
             data = load_json(text, source=source)
         else:
-            data = yaml.safe_load(text)
+            data = _load_yaml(text, source=source)
     except RecursionError:
         raise InputError("is nested too deeply to read; give a flat mapping of keys to values", source=source) from None
     except json.JSONDecodeError as exc:
@@ -69,9 +140,10 @@ def load_json(text: str, *, source: str) -> Any:
     and ``RecursionError`` pass through for the caller to word.
     """
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                          object_pairs_hook=_no_duplicate_pairs)
     except InputError as exc:
-        raise InputError(str(exc), source=source) from None
+        raise InputError(exc.message, source=source, field=exc.field) from None
     except json.JSONDecodeError:
         raise
     except ValueError as exc:  # an integer longer than Python reads (int_max_str_digits)

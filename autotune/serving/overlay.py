@@ -18,7 +18,6 @@ import yaml
 
 from ..errors import InputError, check_keys
 from ..inputs import loading
-from ..inputs.calibration import read_overlay
 from .calibrated import LEGACY, params_for
 from .engines import ENGINES
 from .estimate import SERVING_PARAM_BOUNDS, SERVING_PARAM_FIELDS, ServingParams
@@ -43,7 +42,7 @@ def serving_params_from_mapping(raw: object, base: ServingParams, *, source: str
 
 def load_serving_calibration(path: str | Path) -> dict[str, ServingParams]:
     source = str(path)
-    data = read_overlay(Path(path))  # duplicate keys refused, 6e-1 read as a number
+    data = loading.read_mapping(Path(path))  # duplicate keys refused, 6e-1 read as a number
     if data.get("schema") != "serving":
         raise InputError("is not a serving calibration (schema: serving), so it cannot go to --calibration of a "
                          "serving command; fit one with `autotune calibrate SERVING_RUNS.csv --out FILE` (a training "
