@@ -84,3 +84,23 @@ def test_launch_files_for_another_engine_than_the_ranking_say_so(tmp_path):
     assert result.exit_code == 0, result.output
     assert "ranked for trtllm; the vllm files launch the best of them on vllm" in result.output
     assert (tmp_path / "s" / "serve_vllm.sh").exists()
+
+
+def test_a_yarn_scaled_config_has_the_longer_context(tmp_path):
+    """Qwen3 states 40,960 positions; with YaRN x4 over its original 32,768 an engine allows 131,072 (vLLM
+    derives its maximum model length so), and a 100k-token prompt is a plan."""
+    from pathlib import Path
+
+    config = json.loads(Path("autotune/data/hf_configs/Qwen--Qwen3-30B-A3B.json").read_text())
+    plain = tmp_path / "config.json"
+    plain.write_text(json.dumps(config))
+    yarn = tmp_path / "yarn" / "config.json"
+    yarn.parent.mkdir()
+    yarn.write_text(json.dumps({**config, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                          "original_max_position_embeddings": 32768}}))
+    args = ["predict", "--workload", "serve", "-H", "h200-sxm-141gb", "--gpus", "1", "-p", "tp=1,max_batch=1",
+            "--input-len", "100000", "--output-len", "256", "--json"]
+    short = json.loads(runner.invoke(app, [*args, "-m", str(plain)]).stdout)["estimate"]
+    assert not short["fits"] and "context window of 40,960 tokens" in short["infeasible_reason"]
+    long = json.loads(runner.invoke(app, [*args, "-m", str(yarn)]).stdout)["estimate"]
+    assert "context window" not in long.get("infeasible_reason", "")

@@ -150,9 +150,10 @@ def _serving_capacity(rate: float, high: int, calls: list[int]):
         S.serve_search = original
 
 
-def test_serving_capacity_finds_the_fewest_nodes_by_doubling_and_bisection():
-    """Beyond a node, a GPU count that meets the targets keeps meeting them with more nodes, so the capacity
-    search doubles then bisects: the same answer as trying every count, in a few searches."""
+def test_serving_capacity_finds_the_fewest_nodes_by_doubling():
+    """Beyond a node, a GPU count that meets the targets keeps meeting them at twice the count, so the capacity
+    search doubles, then tries the counts below the first that meets: the same answer as trying every count,
+    in a few searches."""
     from autotune.search import serving as S
 
     calls: list[int] = []
@@ -180,3 +181,23 @@ def test_serving_capacity_gives_up_on_an_unreachable_rate_in_a_few_searches():
     found = _serving_capacity(1e7, 4096, calls)
     assert found.n_gpus is None and found.result is None
     assert len(calls) <= 8 + 10 + 1  # 512 node counts: doubling reaches the last in 10 steps
+
+
+def test_serving_capacity_is_exact_when_a_replica_spans_two_nodes():
+    """Llama-3 405B in bf16 needs 2-node replicas: 32 GPUs serve 2 requests/s, 40 cannot hold whole replicas.
+    The fewest count is the first of the full scan, though meeting is not monotone in the count."""
+    from autotune.inputs.hardware import Cluster, load_hardware
+    from autotune.inputs.modelspec import load_model
+    from autotune.inputs.workload import ServeWorkload
+    from autotune.search import serving as S
+    from autotune.serving.calibrated import params_for
+    from autotune.serving.space import load_serve_space
+
+    model, hw = load_model("llama3-405b"), load_hardware("h100-sxm5-80gb")
+    workload = ServeWorkload(1024, 256, request_rate=2.0, ttft_ms=2000.0, tpot_ms=50.0)
+    space = load_serve_space(None).fixed({"weights": "bf16", "kv": "bf16", "mode": "agg"})
+    meeting = {n: S.serve_search(model, Cluster(hw, n, 8), workload, space, params_for("vllm")).meeting
+               for n in (24, 32, 40)}
+    assert meeting[32] and not meeting[24] and not meeting[40]  # the case this test is about
+    found = S.capacity_search(model, hw, 8, 1, 128, workload, space, params_for("vllm"))
+    assert found.n_gpus == 32

@@ -234,9 +234,14 @@ def _model_override(model: str | None, inputs: dict, path: Path):
         raise InputError(f"comes from {path} (model {inputs.get('model')!r}); leave it out, or emit a plan string "
                          "instead", field="--model")
     spec = load_model(model)
-    if spec.name != inputs.get("model"):
-        raise InputError(f"{path} was searched for model {inputs.get('model')!r}, but --model gives {spec.name!r}; "
-                         "give the spec that search used", field="--model")
+    searched = inputs.get("model")
+    try:  # the search's -m may be a bundled name, a spec file or an HF config.json (its spec has its own name)
+        searched_name = load_model(searched).name if isinstance(searched, str) else None
+    except InputError:
+        searched_name = None  # the file it named is gone: the spec given now is the only one there is
+    if searched_name is not None and spec.name != searched_name:
+        raise InputError(f"{path} was searched for model {searched!r} ({searched_name}), but --model gives "
+                         f"{spec.name!r}; give the spec that search used", field="--model")
     return spec
 
 
@@ -312,7 +317,9 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         if inputs.get("workload") != "serve":
             raise InputError("is not a serving plans.json (inputs.workload is not serve); rerun "
                              "`autotune search --workload serve --out DIR`", source=str(path))
-        for flag, value in (("--hardware", hardware), ("--gpus", gpus), ("--gpus-per-node", gpus_per_node),
+        # an older plans.json records no node size: --gpus-per-node then gives it (the profile's otherwise)
+        recorded_gpn = gpus_per_node if inputs.get("gpus_per_node") is not None else None
+        for flag, value in (("--hardware", hardware), ("--gpus", gpus), ("--gpus-per-node", recorded_gpn),
                             ("--seq-len", seq_len), ("--input-len", input_len), ("--output-len", output_len)):
             if value is not None:
                 raise InputError(f"comes from {path}; leave it out, or emit a plan string instead", field=flag)
@@ -320,7 +327,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         served = serving_inputs_from_plans(inputs, str(path), model=_model_override(model, inputs, path))
         spec, hw = served.model, served.cluster.hardware
         input_len, output_len = served.workload.input_len, served.workload.output_len
-        gpn = served.cluster.gpus_per_node
+        gpn = gpus_per_node or served.cluster.gpus_per_node
         try:
             chosen = serve_plan_from_fields(entry["plan"], served.cluster.n_gpus)
         except (KeyError, TypeError, ValueError) as exc:

@@ -427,7 +427,8 @@ def _no_fit_hint(result, request) -> str:
     """What to change when no serving plan fits, from what rejected the plans."""
     context = next((k for k in result.rejected if "context window" in k), None)
     if context:
-        return f"The {context}: shorten --input-len/--output-len or pick a model with a longer context."
+        return (f"The {context}: shorten --input-len/--output-len, or give the model its longer context (a spec "
+                "YAML's max_seq_len, an HF config.json's rope_scaling).")
     if request.fixes and not result.evaluations:
         # the layouts whose replicas do not divide the GPU count are always many; name another reason first
         reasons = sorted(result.rejected.items(), key=lambda kv: ("divide" in kv[0], -kv[1]))
@@ -587,7 +588,8 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
                  f"{e['memory_budget_gib']:.1f} ({flag}): weights {mem['weights']:.1f}, KV {mem['kv_cache']:.1f} "
                  f"(pool {mem['kv_pool']:.1f}), activations {mem['activations']:.1f}, CUDA graphs "
                  f"{mem['cuda_graphs']:.1f}, runtime {mem['runtime']:.1f}.", highlight=False, soft_wrap=True)
-    stdout.print(cost_text(e), highlight=False, soft_wrap=True)
+    if e["fits"]:  # a plan that cannot run has no cost to quote
+        stdout.print(cost_text(e), highlight=False, soft_wrap=True)
     if e.get("needs_checkpoint"):
         stdout.print(f"[bold yellow]checkpoint[/]: this plan {e['needs_checkpoint']}.", highlight=False, soft_wrap=True)
     if not e["fits"]:

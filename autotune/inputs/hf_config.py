@@ -98,7 +98,7 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
         # change the matrix count, which is what "swiglu" stands for here.
         "mlp": "swiglu",
         "tied_embeddings": config.get("tie_word_embeddings", False),  # the loader checks it is a bool
-        "max_seq_len": config.get("max_position_embeddings"),
+        "max_seq_len": _context_window(config, source),
         "norm": "rmsnorm",
         "position_embedding": "rope",
         # HF configs carry attention_dropout = 0.0 for these models; honour a non-zero one.
@@ -137,6 +137,24 @@ def _ffn_hidden_size(config: dict, source: str) -> int | None:
     if width is None:
         width = loading.integer(config, "moe_intermediate_size", source=source, default=None)
     return width
+
+
+def _context_window(config: dict, source: str) -> int | None:
+    """The context an engine allows: ``max_position_embeddings``, stretched by a RoPE scaling factor the way
+    vLLM derives its maximum model length (config.py, _get_and_verify_max_len): YaRN scales the original
+    window, linear and dynamic scaling the configured one; llama3 and longrope configs already state their
+    full window."""
+    base = config.get("max_position_embeddings")
+    rope = config.get("rope_scaling")
+    if not isinstance(rope, dict) or rope.get("factor") is None or base is None:
+        return base
+    kind = rope.get("rope_type", rope.get("type"))
+    if kind in ("su", "longrope", "llama3", "default", "mrope"):
+        return base
+    factor = loading.number(rope, "factor", source=source, section="rope_scaling", maximum=1e4)
+    original = rope.get("original_max_position_embeddings") if kind == "yarn" else None
+    window = (original if isinstance(original, int) and original > 0 else base) * factor
+    return int(window) if isinstance(base, int) else base
 
 
 def _n_kv_heads(config: dict, n_heads: int, source: str) -> int:

@@ -45,7 +45,7 @@ from . import capacity as cap
 from .diagnose import Diagnosis, diagnose
 from .plans_file import SERVE_SPACE, serving_inputs_json, training_inputs_json
 from .result import SearchResult
-from .serving import ServeSearchResult, capacity_search, serve_search
+from .serving import ServeSearchResult, capacity_search, gpu_counts, serve_search
 
 Progress = Callable[[str, int, int], None]
 # More trials than this is a typo: at a few milliseconds each (more with a storage) it would run for hours.
@@ -422,6 +422,9 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
         if request.workload.request_rate is None:
             raise InputError("a GPU range finds the fewest GPUs for a request rate: add --request-rate R",
                              field="--gpus")
+        if not gpu_counts(bounds[0], bounds[1], gpn):
+            raise InputError(f"holds no count a deployment can use on {gpn}-GPU nodes (beyond one node, whole "
+                             f"nodes: {gpn}, {2 * gpn}, ...), but got ({bounds[0]}..{bounds[1]})", field="--gpus")
         capacity = capacity_search(spec, hw, gpn, bounds[0], bounds[1], request.workload, search_space, params,
                                    **options)
         return ServingSearchOutcome(request, spec, hw, capacity.n_gpus, gpn, capacity.result, note, capacity,

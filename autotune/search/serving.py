@@ -155,11 +155,14 @@ def capacity_search(model: ModelSpec, hardware, gpus_per_node: int, low: int, hi
                     checkpoint: str = "bf16") -> CapacityResult:
     """The fewest GPUs in ``low..high`` whose best plan meets the targets at the workload's request rate.
 
-    Counts within a node are tried in turn.  Beyond a node the counts are whole nodes, and a count that
-    meets the targets keeps meeting them with more nodes (its replicas, of at most a node or of whole nodes,
-    repeat and each takes a smaller share of the rate), so the node counts are searched by doubling and then
-    bisection: about 2 log2(nodes) searches instead of one per node, which keeps a target that no count in
-    a range of thousands of GPUs meets from scanning them all."""
+    Counts within a node are tried in turn.  Beyond a node the counts are whole nodes.  A count that meets
+    the targets keeps meeting them at twice the count (twice its replicas, each with half the rate; no such
+    rule holds for any larger count, since a replica of several nodes must divide the count), so the node
+    counts double from the smallest until one meets (the largest count is tried last), and the counts between
+    that one and the last that failed are then tried in turn.  A rate that no count of the range serves costs
+    about log2(nodes) searches instead of one per node.  Exact when the meeting plans' replicas are a power of
+    two GPUs (every aggregated layout); a disaggregated replica of another size (3 prefill + 1 decode GPUs) at
+    a count no doubling reaches can be missed."""
     tried: dict[int, int] = {}
     results: dict[int, ServeSearchResult] = {}
 
@@ -181,18 +184,15 @@ def capacity_search(model: ModelSpec, hardware, gpus_per_node: int, low: int, hi
     nodes = [c for c in counts if c > gpus_per_node]
     if not nodes:
         return done(None)
-    # doubling: the first index that meets, and the last one before it that does not
-    below, i = -1, 0
-    while not meets(nodes[i]):
-        below = i
-        if i == len(nodes) - 1:
-            return done(None)
-        i = min(2 * i + 1, len(nodes) - 1)
-    above = i
-    while above - below > 1:  # bisection between a count that fails and one that meets
-        mid = (below + above) // 2
-        if meets(nodes[mid]):
-            above = mid
-        else:
-            below = mid
-    return done(nodes[above])
+    probes = [nodes[0] * 2 ** k for k in range(64) if nodes[0] * 2 ** k <= nodes[-1]]
+    if probes[-1] != nodes[-1]:
+        probes.append(nodes[-1])
+    failed = None
+    for probe in probes:
+        if meets(probe):
+            for n in nodes:  # the counts between the last probe that failed and this one, in turn
+                if (failed is None or n > failed) and n < probe and meets(n):
+                    return done(n)
+            return done(probe)
+        failed = probe
+    return done(None)

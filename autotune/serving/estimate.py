@@ -251,19 +251,23 @@ def prefill_s(a, q, g, p, n, tp, pp, dp, ep, chunk, *, seqs=1.0, moe_share=1.0):
 
 def adp_balance_wait_s(lam, dp, timeout_s):
     """Mean wait of a context request under TensorRT-LLM's attention-DP balance (engines.EngineDefaults):
-    contexts are held until each of the ``dp`` ranks has one or ``timeout_s`` has passed since the last
-    release; one that arrives later than that goes at once.  Poisson arrivals at ``lam`` per second, one per
-    rank in turn.  Over a cycle from a release (X = lam * timeout_s, P and Q the regularised lower and upper
-    incomplete gamma functions): waiting time  E[W] = (X^2/2 Q(dp-1, X) + dp(dp-1)/2 P(dp+1, X)) / lam,
-    requests  E[N] = X Q(dp-1, X) + dp (1 - Q(dp, X)) + e^-X;  the mean wait is E[W]/E[N], which tends to
-    (dp-1)/(2 lam) without a timeout and to 0 when requests are rarer than the timeout."""
+    while every rank decodes, contexts are held until each of the ``dp`` ranks has one, or until the
+    balance's counter reaches ``timeout_s``.  The counter counts every iteration in which not every rank has a
+    context, whether any is pending or not, and restarts at each release and at each timeout, so it runs in
+    cycles of at most ``timeout_s`` and a lone context waits for the end of the current one.  Poisson arrivals
+    at ``lam`` per second, one per rank in turn.  Over a cycle (X = lam * timeout_s; P and Q the regularised
+    lower and upper incomplete gamma functions): waiting time  E[W] = (X^2/2 Q(dp-1, X) + dp(dp-1)/2
+    P(dp+1, X)) / lam  (the timed-out cycles, then those the dp-th arrival ends), requests
+    E[N] = X Q(dp-1, X) + dp (1 - Q(dp, X))  (= E[min(K, dp)], K ~ Poisson(X)); the mean wait is E[W]/E[N],
+    which tends to (dp-1)/(2 lam) when the ranks fill before the timeout and to timeout_s/2 when requests are
+    rare."""
     from scipy.special import gammainc, gammaincc
 
     lam = np.maximum(np.asarray(lam, float), 1e-12)
     m = np.maximum(np.asarray(dp, float), 2.0)
-    X = lam * np.maximum(np.asarray(timeout_s, float), 0.0)
+    X = np.maximum(lam * np.maximum(np.asarray(timeout_s, float), 0.0), 1e-12)
     EW = (0.5 * X * X * gammaincc(m - 1.0, X) + 0.5 * m * (m - 1.0) * gammainc(m + 1.0, X)) / lam
-    EN = X * gammaincc(m - 1.0, X) + m * (1.0 - gammaincc(m, X)) + np.exp(-X)
+    EN = X * gammaincc(m - 1.0, X) + m * (1.0 - gammaincc(m, X))
     return np.where(np.asarray(dp, float) > 1.0, EW / EN, 0.0)
 
 
@@ -392,14 +396,16 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         return np.where(lock, h * np.maximum(t_chunk - t_own, 0.0), 0.0)
 
     # TensorRT-LLM's attention-DP balance holds a context until every rank has one (adp_balance_wait_s), but
-    # only while every rank decodes (with b sequences per rank spread at random, all dp ranks busy with
-    # probability (1 - e^-b)^dp)
-    bal = (~dis) & (np.asarray(r.balance_iters, float) * ones > 0) & (np.asarray(r.p_dp, float) * ones > 1)
+    # only while every rank decodes: it gives each new request to the least-loaded rank, so every rank holds
+    # one once there are as many sequences as ranks (below that, the share b of ranks that do, as a ramp).
+    # Attention DP of a MoE engine only, as for the lockstep: a dense model's DP ranks are replicas.
+    bal = (~dis) & (np.asarray(r.balance_iters, float) * ones > 0) & (np.asarray(r.p_dp, float) * ones > 1) \
+        & (np.asarray(a["n_moe"], float) * ones > 0)
 
     def balance_s(nd, lam, t_iter):
         if not bal.any():
             return np.zeros(n)
-        busy = np.power(1.0 - np.exp(-np.maximum(nd / d_ranks, 0.0)), r.p_dp)
+        busy = np.clip(nd / d_ranks, 0.0, 1.0)
         wait = adp_balance_wait_s(lam, r.p_dp * ones, np.asarray(r.balance_iters, float) * t_iter)
         return np.where(bal, busy * wait, 0.0)
 
