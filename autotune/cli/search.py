@@ -21,6 +21,8 @@ from ..inputs.request import (
 )
 from ..outputs import tables
 from ..outputs.emit.formats import (
+    FORMAT_FRAMEWORKS,
+    FRAMEWORK_FORMATS,
     SERVING_FORMATS,
     check_formats,
     express_all,
@@ -217,6 +219,13 @@ def search(
         gpu_count, gpu_range = parse_gpus(gpus)
         if framework is None and emit is not None:
             framework = framework_for_formats(parse_formats(emit))
+        elif emit is not None:
+            _check_emit_framework(parse_formats(emit), framework)
+        if not wants_capacity(gpu_range, hardware, deadline):
+            # energy and emissions are reported by capacity planning only: refused, not ignored
+            reject_flags({"--pue": pue, "--grid-intensity": grid_intensity},
+                         "one cluster's search (they price energy in capacity planning: a --gpus range, several -H "
+                         "profiles or --deadline)")
         settings = SearchSettings(space=space, fixes=parse_fixes(fix or []), sampler=sampler, trials=trials,
                                   seed=seed, objective=objective, top=top, precisions=parse_precisions(precision),
                                   **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
@@ -239,6 +248,8 @@ def search(
             if out is None:
                 raise InputError("needs --out DIR, the folder the launch configs are written to", field="--emit")
             check_formats(formats, inputs.model, inputs.workload)
+        if heartbeat < 0:
+            raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
         study_options = StudyOptions(storage=storage, study=study, new=new, heartbeat_s=heartbeat or None) if storage else None
         if study and not storage:
             raise InputError("--study names a study in a storage: add --storage sqlite:///study.db (or drop --study)",
@@ -423,6 +434,19 @@ def cost_text(e: dict) -> str:
             f"{tokens}.")
 
 
+def _check_emit_framework(formats: list[str], framework: str) -> None:
+    """A launch format runs one framework: a search planned for another would quote that one's estimate in
+    files that run this one (emit refuses the same pairing)."""
+    name = {"megatron": "megatron-lm"}.get(framework.partition("@")[0], framework.partition("@")[0])
+    for spec in formats:
+        base = spec.partition(":")[0]
+        if base in FORMAT_FRAMEWORKS and FRAMEWORK_FORMATS.get(name) != base:
+            raise InputError(f"{base} launch configs run {FORMAT_FRAMEWORKS[base]}, but --framework is {framework!r}; "
+                             "drop --framework, or emit that framework's format (or emit the plans.json later with "
+                             "`autotune emit`, which re-estimates a plan for the framework its files run)",
+                             field="--emit")
+
+
 def _no_fit_hint(result, request) -> str:
     """What to change when no serving plan fits, from what rejected the plans."""
     context = next((k for k in result.rejected if "context window" in k), None)
@@ -494,7 +518,9 @@ def predict(
                              workload=load, plan=plan, json_out=json_out, price=price, engine=engine,
                              checkpoint=checkpoint, calibration=calibration)
             return
-        reject_flags({"--checkpoint": checkpoint, "--engine": None if engine == "vllm" else engine},
+        reject_flags({"--checkpoint": checkpoint, "--engine": None if engine == "vllm" else engine,
+                      "--input-len": input_len, "--output-len": output_len, "--ttft-ms": ttft_ms, "--tpot-ms": tpot_ms,
+                      "--concurrency": concurrency, "--request-rate": request_rate},
                      "training (add --workload serve for serving)")
         require_training(seq_len, global_batch)
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=single_gpu_count(gpus), gpus_per_node=gpus_per_node,
@@ -662,6 +688,12 @@ def explain_command(
         except (TypeError, ValueError) as exc:
             if plan is not None:
                 raise InputError(str(exc), field="--plan") from None
+            overrides = [f for f, v in (("--gpus", gpus), ("--gpus-per-node", gpus_per_node)) if v is not None]
+            if overrides:  # the file's plan, on a cluster the flags changed
+                raise InputError(f"plan of rank {rank} cannot run on the cluster {' and '.join(overrides)} "
+                                 f"{'give' if len(overrides) > 1 else 'gives'} "
+                                 f"({exc}); leave {' and '.join(overrides)} out to explain it as searched",
+                                 source=source, field=overrides[0]) from None
             raise InputError(f"plan of rank {rank} is malformed: {exc}; rerun `autotune search --out DIR`",
                              source=source, field="plans.plan") from None
         found = explain(t.model, t.cluster, t.workload, chosen, framework=t.framework)

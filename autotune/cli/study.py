@@ -192,6 +192,7 @@ def tune(
     no_prior: Annotated[bool, typer.Option("--no-prior", help="No cost-model prior: no queued plans, nothing skipped.")] = False,
     calibrate: Annotated[Optional[Path], typer.Option("--calibrate", help="At the end, refit the profile's efficiency "
                                                       "parameters to the measured trials and write the overlay here.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --calibrate file.")] = False,
     heartbeat: Heartbeat = 30,
     framework: FrameworkOpt = None,
     moe_imbalance: MoeImbalance = None,
@@ -214,8 +215,8 @@ def tune(
             raise InputError(f"must be tpe or random, but got {sampler!r}", field="--sampler")
         if heartbeat < 0:
             raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
-        if calibrate is not None:  # before any benchmark runs
-            check_out_file(calibrate, True, "--calibrate")
+        if calibrate is not None:  # before any benchmark runs: an existing overlay is the user's, kept unless --force
+            check_out_file(calibrate, force, "--calibrate")
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                                  seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
                                  calibration=calibration, framework=framework, moe_imbalance=moe_imbalance,
@@ -284,6 +285,8 @@ def worker(
             check_trials(trials)
         if not 0 <= wait <= MAX_WAIT_S:
             raise InputError(f"must be between 0 and {MAX_WAIT_S:,} seconds, but got {wait:g}", field="--wait")
+        if heartbeat < 0:
+            raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
         store = make_storage(storage, heartbeat_s=heartbeat or None)
         opened, problem, objectives, settings, target = load_for_worker(store, study, wait)
         target = trials or target

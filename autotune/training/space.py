@@ -198,7 +198,8 @@ def axis_choices(space: Space, model: ModelSpec, cluster: Cluster, workload: Tra
         if key == "ep" and not model.moe:
             values = [v for v in values if v == 1] or values
         if key == "etp" and not model.moe:
-            values = [ETP_AS_TP]
+            # as for ep: a dense model's etp is tp; a pinned other value stays, so the rejection names it
+            values = [v for v in values if v == ETP_AS_TP] or values
         if key == "schedule" and "dualpipe" not in framework.pipeline_schedules:
             values = [v for v in values if v != "dualpipe"] or values
         if key in ("tp", "etp") and space.rules.tp_within_node:
