@@ -60,3 +60,13 @@ def test_explain_says_when_a_cluster_override_does_not_fit_the_files_plan(tmp_pa
     assert invoke("search", *SMALL, "--out", out).exit_code == 0
     assert_user_error(invoke("explain", out, "--gpus", "3"), "--gpus", "cannot run on the cluster",
                       "leave --gpus out")
+
+
+def test_small_study_and_cluster_options_are_checked(tmp_path):
+    assert_user_error(invoke("search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--nodes", "2000000", "-s", "4096",
+                             "-b", "64"), "--nodes", "10,000,000")
+    assert_user_error(invoke("search", *SMALL, "--new"), "--new", "--storage")
+    assert_user_error(invoke("tune", *SMALL, "--run", "true", "--prior-top", "-1",
+                             "--storage", f"sqlite:///{tmp_path}/t.db"), "--prior-top")
+    assert_user_error(invoke("worker", "--storage", f"sqlite:///{tmp_path}/w.db", "--study", "x", "--seed", "-1"),
+                      "--seed")

@@ -254,6 +254,9 @@ def search(
         if study and not storage:
             raise InputError("--study names a study in a storage: add --storage sqlite:///study.db (or drop --study)",
                              field="--study")
+        if new and not storage:
+            raise InputError("--new replaces a stored study: add --storage sqlite:///study.db (or drop --new)",
+                             field="--new")
         # Every input is checked before anything is written or any long work starts.
         if out is not None:
             check_out_dir(out, force)

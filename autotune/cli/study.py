@@ -215,6 +215,10 @@ def tune(
             raise InputError(f"must be tpe or random, but got {sampler!r}", field="--sampler")
         if heartbeat < 0:
             raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
+        if prior_top < 0:
+            raise InputError(f"must be >= 0 plans, but got {prior_top}", field="--prior-top")
+        if seed < 0:
+            raise InputError(f"must be >= 0, but got {seed}", field="--seed")
         if calibrate is not None:  # before any benchmark runs: an existing overlay is the user's, kept unless --force
             check_out_file(calibrate, force, "--calibrate")
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
@@ -285,6 +289,8 @@ def worker(
             check_trials(trials)
         if not 0 <= wait <= MAX_WAIT_S:
             raise InputError(f"must be between 0 and {MAX_WAIT_S:,} seconds, but got {wait:g}", field="--wait")
+        if seed is not None and seed < 0:
+            raise InputError(f"must be >= 0, but got {seed}", field="--seed")
         if heartbeat < 0:
             raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
         store = make_storage(storage, heartbeat_s=heartbeat or None)

@@ -77,6 +77,9 @@ def cluster_from_options(hardware: Hardware, gpus: int | None, gpus_per_node: in
         raise InputError("give the cluster size with --gpus N (or --nodes N)", field="--gpus")
     if gpus is None:
         gpus = nodes * gpn
+        if gpus > MAX_GPUS:
+            raise InputError(f"--nodes {nodes:,} x {gpn} GPUs per node must be at most {MAX_GPUS:,} GPUs, but got "
+                             f"{gpus:,}", field="--nodes")
     elif nodes is not None and nodes * gpn != gpus:
         raise InputError(f"--nodes {nodes} x --gpus-per-node {gpn} = {nodes * gpn}, but --gpus is {gpus}; give two of the three",
                          field="--gpus")
