@@ -419,3 +419,19 @@ def test_tensorrt_llm_attention_dp_balance_delays_the_first_token_only():
                           "decode_ep=4,weights=fp8,kv=fp8", "trtllm")):
         a, b = both(plan, engine, 64)
         assert a["ttft_s"][0] == pytest.approx(b["ttft_s"][0]), (plan, engine)
+
+
+def test_ranking_shows_each_layout_once_when_max_batch_is_not_reached():
+    # 64 users: a max_batch of 64, 128 or 512 gives the same plan at more memory; the table lists it once, with
+    # the smallest limit, instead of filling ten rows with one layout
+    model, hw = load_model("llama3-70b"), load_hardware("h100-sxm5-80gb")
+    workload = ServeWorkload(2048, 256, concurrency=64)
+    result = serve_search(model, Cluster(hw, 8, 8), workload, load_serve_space(None), ServingParams(), top=10)
+    layouts = [tuple((k, v) for k, v in r.plan.as_dict().items() if k != "max_batch") for r in result.ranked]
+    assert len(layouts) == len(set(layouts)) == 10
+    assert all(r.plan.max_batch <= 64 for r in result.ranked)  # the smallest limit that holds the load
+    # under the engine full (no concurrency) max_batch sets the load, and different limits stay apart
+    full = serve_search(model, Cluster(hw, 8, 8), ServeWorkload(2048, 256), load_serve_space(None), ServingParams(),
+                        top=50)
+    keys = [tuple((k, v) for k, v in r.plan.as_dict().items() if k != "max_batch") for r in full.ranked]
+    assert len(keys) > len(set(keys))
