@@ -39,10 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from ..errors import InputError
 from ..inputs.catalogue import lookup_hf_id
 from ..inputs.hardware import Hardware, load_hardware, resolve_hardware_name
 from ..inputs.modelspec import ModelSpec, load_model
+from . import engines as E
+from .arch import KV_BYTES, gpu_scalars, model_scalars, precision_arrays
 from .engines import ENGINES
 
 SILICON_MARKER_COLUMNS = frozenset({"hf_model_id", "engine", "mode", "ttft_ms", "tpot_ms", "concurrency"})
@@ -55,6 +59,11 @@ SILICON_REQUIRED_COLUMNS = ("id", "hf_model_id", "engine", "gpu", "mode", "input
 SILICON_ONLY_COLUMNS = frozenset({"mode", "concurrency", "concurrency_per_replica", "ttft_ms", "tpot_ms",
                                   "moe_precision", "moe_tp", "moe_ep", "prefill_workers", "decode_workers",
                                   "quality_flags", "duplicate_primary"})
+# Why a row whose deployment the engine's default memory budget cannot serve is skipped: the row does not
+# record the memory fraction it ran with, and a prediction uses only what a user states (the default).
+NO_DEFAULT_BUDGET = ("under {engine}'s default memory budget the weights leave no room for one sequence of "
+                     "{tokens:,} tokens on the {side} engine; the row does not record the memory fraction it ran with")
+
 # Physically generous bounds: a value beyond them is a typo or an overflow, not a measurement.
 MAX_LENGTH = 10_000_000  # tokens per request
 MAX_CONCURRENCY = 10_000_000  # requests in flight
@@ -335,7 +344,60 @@ def read_silicon_rows(path: Path, *, primary_only: bool = True) -> list[SiliconR
         if not out:
             raise InputError("has a header but no data rows; add one row per measured operating point below it",
                              source=source)
-        return out
+        return _skip_beyond_default_budget(out)
+
+
+def _stack(dicts) -> dict:
+    """Per-row scalar dicts as arrays (keys with a leading underscore carry objects, not numbers)."""
+    return {k: np.array([d[k] for d in dicts], dtype=np.float64) for k in dicts[0] if not k.startswith("_")}
+
+
+def default_pools(rows, side: str = "decode") -> np.ndarray:
+    """Bytes of KV pool per GPU that each row's engine allots on its ``side`` engines under its default
+    memory rule (``engines.memory_budget`` with no fraction, the engine's default batch limit and chunk): what
+    ``autotune predict`` assumes for the same deployment, so validation and prediction share it."""
+    if not rows:
+        return np.zeros(0)
+    a = _stack([model_scalars(r.model) for r in rows])
+    gs = [gpu_scalars(r.hardware) for r in rows]
+    g = _stack(gs)
+    q = precision_arrays([r.formats for r in rows], gs, [r.kv for r in rows])
+    col = lambda k: np.array([float(getattr(getattr(r, side), k)) for r in rows])  # noqa: E731
+    mem_gib = [r.hardware.memory_gib for r in rows]
+    limit = np.array([float(E.DEFAULTS[r.engine].max_batch(m)) for r, m in zip(rows, mem_gib)])
+    chunk = np.array([E.DEFAULTS[r.engine].chunk_tokens(m) for r, m in zip(rows, mem_gib)])
+    pools = np.zeros(len(rows))
+    for engine in ENGINES:
+        idx = np.array([r.engine == engine for r in rows])
+        if not idx.any():
+            continue
+        sub = lambda d: {k: (v[idx] if isinstance(v, np.ndarray) else v) for k, v in d.items()}  # noqa: E731
+        mem = E.memory_budget(engine, sub(a), sub(q), sub(g), col("tp")[idx], col("pp")[idx], col("dp")[idx],
+                              col("ep")[idx], limit[idx], chunk[idx])
+        pools[idx] = mem.kv_pool
+    return pools
+
+
+def _skip_beyond_default_budget(parsed: list) -> list:
+    """Skip the rows whose engine, under its default memory budget, holds no sequence (decode side: the
+    prompt and output; prefill side of a disagg row: the prompt), as ``autotune predict`` refuses them."""
+    rows = [r for r in parsed if isinstance(r, SiliconRow)]
+    if not rows:
+        return parsed
+    a = _stack([model_scalars(r.model) for r in rows])
+    kv_b = np.array([KV_BYTES[r.kv] for r in rows])
+    bad: dict[int, str] = {}  # by position: a user's file may repeat an id
+    for side, tokens in (("decode", [r.input_len + r.output_len for r in rows]),
+                         ("prefill", [r.input_len for r in rows])):
+        pool = default_pools(rows, side)
+        col = lambda k: np.array([float(getattr(getattr(r, side), k)) for r in rows])  # noqa: E731
+        need = E.kv_bytes_per_sequence(a, kv_b, col("tp"), col("pp"), np.array(tokens, dtype=np.float64))
+        for k, (r, p, n, t) in enumerate(zip(rows, pool, need, tokens)):
+            if k not in bad and p < n and (side == "decode" or r.mode == "disagg"):
+                bad[k] = NO_DEFAULT_BUDGET.format(engine=r.engine, tokens=t, side=side)
+    position = {id(r): k for k, r in enumerate(rows)}
+    return [SkippedRow(r.id, r.engine, r.mode, bad[position[id(r)]])
+            if isinstance(r, SiliconRow) and position[id(r)] in bad else r for r in parsed]
 
 
 def _ragged(row: dict, number: int, width: int) -> str:

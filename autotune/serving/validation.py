@@ -42,7 +42,7 @@ from .estimate import (
     solve,
 )
 from .runs import ServingRun, SkippedServingRow, read_serving_runs
-from .silicon import SiliconRow, SkippedRow, read_silicon_rows
+from .silicon import SiliconRow, SkippedRow, _stack, default_pools, read_silicon_rows
 
 # --- parameters of many rows ------------------------------------------------------------------------
 
@@ -58,9 +58,6 @@ def stack_params(table: Mapping[str, ServingParams], keys: Sequence[str]) -> Ser
     return ServingParams(**values)
 
 
-def _stack(dicts: Sequence[Mapping[str, float]]) -> dict[str, np.ndarray]:
-    keys = dicts[0].keys()
-    return {k: np.array([d[k] for d in dicts], dtype=np.float64) for k in keys if not k.startswith("_")}
 
 
 def _mape(errors: Iterable[float]) -> float | None:
@@ -96,24 +93,10 @@ def silicon_rows(rows: Sequence[SiliconRow]) -> Rows:
     p = {f"p_{k}": col("prefill", k) for k in ("workers", "tp", "pp", "dp", "ep")}
     fam = [E.DEFAULTS[r.engine] for r in rows]
     mem_gib = np.array([r.hardware.memory_gib for r in rows])
-    chunk = np.array([f.chunk_tokens(m) for f, m in zip(fam, mem_gib)])
     limit = np.array([float(f.max_batch(m)) for f, m in zip(fam, mem_gib)])
-    # the KV pool under each engine's default memory rule
-    pools = np.zeros(len(rows))
-    for engine in E.ENGINES:
-        idx = np.array([r.engine == engine for r in rows])
-        if not idx.any():
-            continue
-        sub = lambda x: x[idx] if isinstance(x, np.ndarray) else x  # noqa: E731
-        mem = E.memory_budget(engine, {k: sub(v) for k, v in a.items()}, {k: sub(v) for k, v in q.items()},
-                              {k: sub(v) for k, v in g.items()}, d["d_tp"][idx], d["d_pp"][idx], d["d_dp"][idx],
-                              d["d_ep"][idx], limit[idx], chunk[idx])
-        # a measured deployment ran: where the engine's default budget would not have held its batch,
-        # its operator raised the memory fraction (to 0.95 at most); where even that leaves no room
-        # (weights mislabelled), no admission limit rather than an invented one
-        generous = 0.95 * g["mem"][idx] - mem.weights - mem.runtime
-        pool = np.maximum(mem.kv_pool, generous)
-        pools[idx] = np.where(pool > 0.02 * g["mem"][idx], pool, np.inf)
+    # the KV pool under each engine's default memory rule, as `autotune predict` takes it (rows it cannot
+    # hold one sequence in are skipped when read: silicon.read_silicon_rows)
+    pools = default_pools(rows)
     return Rows(a=a, g=g, q=q, disagg=np.array([float(r.mode == "disagg") for r in rows]), **p, **d,
                 load=np.full(len(rows), LOAD_CONCURRENCY), I=np.array([float(r.input_len) for r in rows]),
                 O=np.array([float(r.output_len) for r in rows]), C=np.array([r.concurrency for r in rows]),
