@@ -435,3 +435,41 @@ def test_ranking_shows_each_layout_once_when_max_batch_is_not_reached():
                         top=50)
     keys = [tuple((k, v) for k, v in r.plan.as_dict().items() if k != "max_batch") for r in full.ranked]
     assert len(keys) > len(set(keys))
+
+
+def test_engine_release_selects_its_parameters():
+    """`--engine trtllm@0.14` predicts with TensorRT-LLM 0.14's parameters (fitted on its tables, as validate
+    uses them for its rows); a 1.x or vLLM release with its family's; a 0.x release plans aggregated only."""
+    from autotune.serving import calibrated
+    from autotune.serving.engines import parse_engine
+
+    assert parse_engine("trtllm") == ("trtllm", None)
+    assert parse_engine("TensorRT-LLM@v0.14.0") == ("trtllm", "trtllm-0.14")
+    assert parse_engine("sglang@0.5.1.post1") == ("sglang", "sglang-0.5")
+    for bad in ("vllm@", "vllm@x", "tgi@1.0"):
+        with pytest.raises(ValueError, match="engine"):
+            parse_engine(bad)
+    base = ["predict", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-p", "tp=8",
+            "--input-len", "1024", "--output-len", "256", "--concurrency", "64", "--json"]
+    tpot = {}
+    for engine in ("trtllm", "trtllm@0.14", "trtllm@1.2", "vllm@0.12", "vllm"):
+        result = runner.invoke(app, [*base, "--engine", engine])
+        assert result.exit_code == 0, result.output
+        tpot[engine] = json.loads(result.stdout)["estimate"]["tpot_ms"]
+    assert tpot["trtllm@1.2"] == tpot["trtllm"] and tpot["vllm@0.12"] == tpot["vllm"]
+    assert tpot["trtllm@0.14"] != tpot["trtllm"]
+    model, hw = load_model("llama3-70b"), load_hardware("h100-sxm5-80gb")
+    plans = ServePlanBatch.from_plans([ServePlan(8, tp=8)])
+    legacy = estimate_serving(model, Cluster(hw, 8, 8), ServeWorkload(1024, 256, concurrency=64), plans,
+                              calibrated.LEGACY["trtllm-0.14"], engine="trtllm")
+    assert tpot["trtllm@0.14"] == pytest.approx(float(legacy.tpot_ms[0]))
+    bad = runner.invoke(app, [*base[:9], "-p", "mode=disagg,prefill_tp=4,decode_tp=4", *base[11:],
+                              "--engine", "trtllm@0.14"])
+    assert bad.exit_code == 2 and "aggregated only" in bad.output and "Traceback" not in bad.output
+    typo = runner.invoke(app, [*base, "--engine", "trtllm@latest"])
+    assert typo.exit_code == 2 and "--engine" in typo.output and "MAJOR.MINOR" in typo.output
+    searched = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb",
+                                   "--gpus", "8", "--input-len", "1024", "--output-len", "256", "--concurrency", "64",
+                                   "--engine", "trtllm@0.14", "--json"])
+    assert searched.exit_code == 0, searched.output
+    assert {p["plan"]["mode"] for p in json.loads(searched.stdout)["plans"]} == {"agg"}

@@ -54,10 +54,12 @@ from ..search.api import (
     search_serving,
     search_training,
     serving_checkpoint,
+    serving_engine,
     serving_parameters,
     wants_capacity,
 )
 from ..search.plans_file import serving_inputs_from_plans, training_inputs_from_plans
+from ..serving.calibrated import aggregated_only
 from ..search.serving import annotate_checkpoint
 from ..serving.estimate import add_serving_cost, estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
@@ -206,11 +208,12 @@ def search(
             if serving_formats and out is None:
                 raise InputError("needs --out DIR, the folder the launch files are written to (next to plans.json)",
                                  field="--emit")
+            family, release = serving_engine(engine)
             request = ServingSearch(
                 model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                 workload=serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate),
-                space=space, fixes=tuple(fix or ()), top=top, price=price, engine=engine, checkpoint=checkpoint,
-                calibration=calibration)
+                space=space, fixes=tuple(fix or ()), top=top, price=price, engine=family, checkpoint=checkpoint,
+                calibration=calibration, engine_release=release)
             raise typer.Exit(code=_search_serving(request, json_out=json_out, out=out, gpus_text=gpus, force=force,
                                                   formats=serving_formats))
         serving_flags.update({"--checkpoint": checkpoint, "--engine": None if engine == "vllm" else engine})
@@ -591,6 +594,11 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     except ValueError as exc:
         raise InputError(f"{exc}", field="--plan") from None
     params, note = serving_parameters(engine, calibration)
+    family, release = serving_engine(engine)
+    if chosen.disaggregated and aggregated_only(release):
+        raise InputError(f"{release} is planned aggregated only (its parameters come from aggregated tables); give "
+                         "an agg plan or a 1.x release", field="--plan")
+    engine = family  # its memory rule and defaults (the release set the parameters)
     ckpt = serving_checkpoint(model, checkpoint)
     batch = ServePlanBatch.from_plans([chosen])
     reason = int(serve_rejection_reasons(spec, cluster, batch, frozenset({"dp"}))[0])

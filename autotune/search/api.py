@@ -24,9 +24,9 @@ from ..inputs.request import (
     priced_hardware,
 )
 from ..inputs.workload import ServeWorkload
-from ..serving.calibrated import CURRENT, parameters_note
+from ..serving.calibrated import CURRENT, aggregated_only, parameters_note, params_for, release_note
 from ..serving.checkpoint import check_checkpoint, default_checkpoint
-from ..serving.engines import ENGINES
+from ..serving.engines import parse_engine
 from ..serving.estimate import ServingParams
 from ..serving.overlay import load_serving_calibration
 from ..serving.plan import parse_serve_fields
@@ -336,6 +336,7 @@ class ServingSearch:
     engine: str = "vllm"
     checkpoint: str | None = None
     calibration: str | None = None
+    engine_release: str | None = None  # e.g. trtllm-0.14: that release's fitted parameters (serving_engine)
 
 
 @dataclass(frozen=True)
@@ -371,22 +372,36 @@ class ServingSearchOutcome:
         return document
 
 
-def serving_parameters(engine: str, calibration: str | None) -> tuple[ServingParams, str]:
-    """The serving parameters of ``engine``: the shipped calibration, or a --calibration overlay's."""
-    check_serving_engine(engine)
+def serving_engine(engine: str) -> tuple[str, str | None]:
+    """``--engine`` as given: (engine family, release key or None), e.g. ``trtllm@0.14`` -> (trtllm, trtllm-0.14)."""
+    try:
+        return parse_engine(engine)
+    except ValueError as exc:
+        raise InputError(str(exc), field="--engine") from None
+
+
+def serving_parameters(engine: str, calibration: str | None,
+                       release: str | None = None) -> tuple[ServingParams, str]:
+    """The serving parameters of ``engine`` (``NAME`` or ``NAME@MAJOR.MINOR``): the shipped calibration of that
+    release (TensorRT-LLM 0.x: its own, fitted on its performance tables; any other release: its family's), or
+    a --calibration overlay's."""
+    family, stated = serving_engine(engine)
+    release = stated or release
     if calibration is None:
-        return CURRENT[engine], parameters_note(engine=engine)
+        if release is None:
+            return CURRENT[family], parameters_note(engine=family)
+        return params_for(release), release_note(release)
     table = load_serving_calibration(calibration)
-    if engine not in table:
-        raise InputError(f"has no parameters for engine {engine!r} (it has {', '.join(sorted(table))})",
+    key = release if release in table else family
+    if key not in table:
+        raise InputError(f"has no parameters for engine {family!r} (it has {', '.join(sorted(table))})",
                          source=calibration, field="--calibration")
-    return table[engine], parameters_note(overlay=True)
+    return table[key], parameters_note(overlay=True)
 
 
 def check_serving_engine(engine: str) -> str:
-    if engine not in ENGINES:
-        raise InputError(f"must be one of {', '.join(ENGINES)}, but got {engine!r}", field="--engine")
-    return engine
+    """The engine family of ``--engine`` (its memory rule, defaults and launch files)."""
+    return serving_engine(engine)[0]
 
 
 def serving_checkpoint(model: str, checkpoint: str | None) -> str:
@@ -402,7 +417,8 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
     """Rank serving plans (targets met first); with a GPU range and a request rate, the fewest GPUs."""
     spec = load_model(request.model)
     hw = priced_hardware(request.hardware, request.price)
-    params, note = serving_parameters(request.engine, request.calibration)
+    params, note = serving_parameters(request.engine, request.calibration, request.engine_release)
+    engine = check_serving_engine(request.engine)
     checkpoint = serving_checkpoint(request.model, request.checkpoint)
     fixed: dict[str, Any] = {}
     for item in request.fixes:
@@ -414,10 +430,15 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
             if key in fixed and fixed[key] != value:
                 raise InputError(f"{key} is fixed twice, to {fixed[key]} and to {value}; keep one", field="--fix")
             fixed[key] = value
+    if aggregated_only(request.engine_release):
+        if fixed.get("mode", "agg") != "agg":
+            raise InputError(f"{request.engine_release} is planned aggregated only (its parameters come from "
+                             "aggregated tables); drop --fix mode=disagg or name a 1.x release", field="--fix")
+        fixed["mode"] = "agg"
     search_space = load_serve_space(request.space).fixed(fixed)
     gpn = request.gpus_per_node or hw.gpus_per_node
     count, bounds = parse_gpus(request.gpus)
-    options = dict(top=request.top, engine=request.engine, checkpoint=checkpoint)
+    options = dict(top=request.top, engine=engine, checkpoint=checkpoint)
     if bounds is not None and bounds[0] != bounds[1]:
         if request.workload.request_rate is None:
             raise InputError("a GPU range finds the fewest GPUs for a request rate: add --request-rate R",

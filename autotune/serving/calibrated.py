@@ -93,5 +93,27 @@ def parameters_note(overlay: bool = False, engine: str | None = None) -> str:
     return "serving parameters per engine, fitted on autotune/data/serving_silicon.csv"
 
 
+def aggregated_only(release: str | None) -> bool:
+    """TensorRT-LLM 0.x: its parameters come from aggregated tables (serving_runs.csv), and its releases before
+    the PyTorch backend's disaggregated serving are planned aggregated only."""
+    if release is None:
+        return False
+    name, version = _version(release)
+    return name == "trtllm" and version is not None and version[0] < 1
+
+
+def release_note(release: str) -> str:
+    """Where the parameters of an engine release (``trtllm-0.14``, ``vllm-0.12``) come from."""
+    name, version = _version(release)
+    label = RELEASES[engine_family(release)].split(" ")[0] + (f" {version[0]}.{version[1]}" if version else "")
+    if name == "trtllm" and version is not None and version[0] < 1:
+        fitted = release if release in LEGACY else _nearest_legacy(version)
+        which = "" if fitted == release else f" (the nearest fitted release, for {label})"
+        return (f"serving parameters of TensorRT-LLM {fitted.split('-')[1]}{which}, fitted on its performance "
+                "tables (autotune/data/serving_runs.csv)")
+    return (f"serving parameters of {label}: its engine's one calibration for its 2025-26 releases, fitted on measured "
+            "vLLM, SGLang and TensorRT-LLM operating points (autotune/data/serving_silicon.csv)")
+
+
 def params_table(engines=ENGINES) -> dict[str, ServingParams]:
     return {e: CURRENT[e] for e in engines}

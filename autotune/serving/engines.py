@@ -28,6 +28,7 @@ Non-torch memory: CUDA context and NCCL buffers, 0.75 GiB plus 0.5 GiB with any 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -101,6 +102,27 @@ def engine_family(engine: str) -> str:
         if engine == name or engine.startswith(name + "-"):
             return name
     return DEFAULT_ENGINE
+
+
+ENGINE_ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
+
+
+def parse_engine(text: str) -> tuple[str, str | None]:
+    """An engine as a user names it, with its release if stated: ``trtllm`` -> (``trtllm``, None);
+    ``trtllm@0.14`` or ``trtllm@0.14.0`` -> (``trtllm``, ``trtllm-0.14``), the release key whose fitted
+    parameters apply (``calibrated.params_for``); the memory rule and launch files are the family's."""
+    name, at, version = text.strip().lower().partition("@")
+    name = ENGINE_ALIASES.get(name, name)
+    if name not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, optionally with its release as NAME@MAJOR.MINOR "
+                         f"(e.g. trtllm@0.14), but got (engine={text!r})")
+    if not at:
+        return name, None
+    found = re.fullmatch(r"v?(\d{1,4})\.(\d{1,4})([.\w+-]*)", version.strip())
+    if not found:
+        raise ValueError(f"an engine release must read NAME@MAJOR.MINOR (e.g. trtllm@0.14, vllm@0.12.0), but got "
+                         f"(engine={text!r})")
+    return name, f"{name}-{int(found.group(1))}.{int(found.group(2))}"
 
 
 def check_engine(engine: str) -> str:
