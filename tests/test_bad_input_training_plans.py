@@ -1,0 +1,81 @@
+"""Training plans.json files and training options a hostile-input sweep found mishandled: an edited plan that
+breaks the target framework's rules, empty paths, malformed inputs and plan keys, a version newer than any
+profiled, empty model or hardware names, and a negative report seed.
+
+Each case runs as a person would type it, through typer's CliRunner: one line naming the file, field or option,
+exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.test_bad_input import SMALL, assert_user_error, invoke
+
+MIXTRAL = ["-m", "mixtral-8x7b", "-H", "h100-sxm5-80gb", "--gpus", "16", "-s", "4096", "-b", "64"]
+
+
+def _search(folder: Path, *args: str) -> dict:
+    result = invoke("search", *args, "--out", folder)
+    assert result.exit_code == 0, result.output
+    return json.loads((folder / "plans.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def mixtral_plans(tmp_path_factory) -> dict:
+    return _search(tmp_path_factory.mktemp("mixtral") / "run", *MIXTRAL)
+
+
+@pytest.fixture(scope="module")
+def torchtitan_plans(tmp_path_factory) -> dict:
+    return _search(tmp_path_factory.mktemp("torchtitan") / "run", *SMALL, "--framework", "torchtitan")
+
+
+@pytest.fixture(scope="module")
+def small_plans(tmp_path_factory) -> dict:
+    return _search(tmp_path_factory.mktemp("small") / "run", *SMALL)
+
+
+def edited(tmp_path: Path, document: dict, plan: dict | None = None, **inputs) -> Path:
+    """A copy of ``document`` with the best plan's keys and the inputs changed (None deletes), in its own folder."""
+    doc = json.loads(json.dumps(document))
+    for key, value in (plan or {}).items():
+        if value is None:
+            doc["plans"][0]["plan"].pop(key, None)
+        else:
+            doc["plans"][0]["plan"][key] = value
+    for key, value in inputs.items():
+        if value is None:
+            doc["inputs"].pop(key, None)
+        else:
+            doc["inputs"][key] = value
+    path = tmp_path / "edited" / "plans.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+# --- 1. an edited plans.json is held to the plan rules of its framework -----------------------------------------
+
+@pytest.mark.parametrize("command", ["emit", "report"])
+def test_an_edited_plan_breaking_a_model_rule_is_refused(mixtral_plans, tmp_path, command):
+    path = edited(tmp_path, mixtral_plans, {"ep": 3})
+    extra = ["--trials", "0"] if command == "report" else []
+    result = invoke(command, path, "--out", tmp_path / "out", *extra)
+    assert_user_error(result, "plans.json", "plans.plan", "rank 1", "experts not divisible by ep")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["emit", "report"])
+def test_an_edited_plan_breaking_a_framework_rule_is_refused(torchtitan_plans, tmp_path, command):
+    path = edited(tmp_path, torchtitan_plans, {"zero": 1})
+    extra = ["--format", "torchtitan"] if command == "emit" else ["--trials", "0"]
+    result = invoke(command, path, "--out", tmp_path / "out", *extra)
+    assert_user_error(result, "plans.json", "plans.plan", "torchtitan", "does not offer ZeRO-1")
+
+
+def test_an_unedited_plans_json_still_emits(mixtral_plans, tmp_path):
+    result = invoke("emit", edited(tmp_path, mixtral_plans), "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
