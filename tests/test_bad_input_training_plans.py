@@ -79,3 +79,18 @@ def test_an_edited_plan_breaking_a_framework_rule_is_refused(torchtitan_plans, t
 def test_an_unedited_plans_json_still_emits(mixtral_plans, tmp_path):
     result = invoke("emit", edited(tmp_path, mixtral_plans), "--out", tmp_path / "out")
     assert result.exit_code == 0, result.output
+
+
+# --- 2. empty paths on emit ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["--data-path", "--tokenizer"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_emit_refuses_an_empty_data_path_or_tokenizer(flag, value):
+    result = invoke("emit", "tp=1", *SMALL, flag, value)
+    assert_user_error(result, flag, "must name a path", f"leave {flag} out")
+
+
+def test_serving_emit_refuses_an_empty_model_path():
+    result = invoke("emit", "tp=1", "--format", "vllm", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "1",
+                    "--input-len", "512", "--output-len", "128", "--model-path", "")
+    assert_user_error(result, "--model-path", "must name a path")

@@ -116,6 +116,10 @@ def emit(
             raise InputError("give the plan once: as PLAN or as --plan", field="--plan")
         if rank < 1:
             raise InputError(f"must be >= 1 (1 = the best plan of a plans.json), but got {rank}", field="--rank")
+        for flag, value in (("--data-path", data_path), ("--tokenizer", tokenizer), ("--model-path", model_path)):
+            if value is not None and not value.strip():  # a script would pass '' on: the run fails at launch
+                raise InputError(f"must name a path or a Hugging Face name, but got {value!r}; leave {flag} out "
+                                 "for the default", field=flag)
         if out is not None:  # before any work: a file, an unwritable place
             check_out_dir(out, force, must_be_empty=False)
         if format in SERVING_FORMATS:
