@@ -94,3 +94,29 @@ def test_serving_emit_refuses_an_empty_model_path():
     result = invoke("emit", "tp=1", "--format", "vllm", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "1",
                     "--input-len", "512", "--output-len", "128", "--model-path", "")
     assert_user_error(result, "--model-path", "must name a path")
+
+
+# --- 3. a malformed inputs block or plan names the field ----------------------------------------------------------
+
+@pytest.mark.parametrize("value", [["bf17"], [], "bf16", [8]])
+def test_report_names_bad_precisions(small_plans, tmp_path, value):
+    path = edited(tmp_path, small_plans, precisions=value)
+    result = invoke("report", path, "--out", tmp_path / "out", "--trials", "0")
+    assert_user_error(result, "plans.json", "inputs.precisions", "bf16, fp16, fp8", repr(value))
+    assert "tuple.index" not in result.output
+
+
+@pytest.mark.parametrize("command", ["report", "emit", "explain"])
+def test_an_unknown_plan_key_is_named(small_plans, tmp_path, command):
+    path = edited(tmp_path, small_plans, {"foo": 3})
+    extra = ["--out", tmp_path / "out", "--trials", "0"] if command == "report" else []
+    assert_user_error(invoke(command, path, *extra), "plans.json", "plans.plan", "unknown plan key(s) 'foo'",
+                      "tp, pp")
+
+
+@pytest.mark.parametrize("command", ["report", "emit", "explain"])
+def test_a_plan_degree_given_as_a_string_is_named(small_plans, tmp_path, command):
+    path = edited(tmp_path, small_plans, {"tp": "4"})
+    extra = ["--out", tmp_path / "out", "--trials", "0"] if command == "report" else []
+    assert_user_error(invoke(command, path, *extra), "plans.json", "plans.plan",
+                      "tp must be an integer, but got (tp='4')")
