@@ -375,6 +375,10 @@ class ModelSpec:
                 raise ValueError(f"{name} must be <= {limit:,}, but got ({name}={value})")
         if self.moe is not None and self.moe.n_experts > MAX_SIZE:
             raise ValueError(f"moe.n_experts must be <= {MAX_SIZE:,}, but got (n_experts={self.moe.n_experts})")
+        if self.moe is not None and self.moe.first_dense_layers >= self.n_layers:
+            raise ValueError("moe.first_dense_layers must be < n_layers (some layer must hold the experts; a model "
+                             "without any is dense: drop the moe section), but got "
+                             f"(first_dense_layers={self.moe.first_dense_layers}, n_layers={self.n_layers})")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads must be a multiple of n_kv_heads, but got (n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads})")
         if self.mlp not in MLP_KINDS:
