@@ -296,6 +296,11 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     if not isinstance(eff_raw, dict):
         raise InputError("must be a mapping of parameter names to numbers", source=source, field="efficiency")
     tdp = loading.number(data, "tdp_w", source=source)
+    average_power = loading.number(data, "average_power_w", source=source, default=tdp)
+    if average_power > tdp:  # the board caps its power at the TDP: more is a typo (or kW given for W)
+        raise InputError(f"average_power_w <= tdp_w must hold (a board's power under load stays within its TDP), "
+                         f"but got (average_power_w={average_power:g}, tdp_w={tdp:g})", source=source,
+                         field="average_power_w")
     reference_raw = data.get("reference_efficiency") or {}
     if not isinstance(reference_raw, dict):
         raise InputError("must map gemm / fp8_gemm to measured fractions of the peak", source=source,
@@ -327,7 +332,7 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         host_link_bandwidth_gb_per_s=loading.number(data, "host_link_bandwidth_gb_per_s", source=source),
         cpu_optimizer_params_per_s=loading.number(data, "cpu_optimizer_params_per_s", source=source),
         tdp_w=tdp,
-        average_power_w=loading.number(data, "average_power_w", source=source, default=tdp),
+        average_power_w=average_power,
         price_usd_per_gpu_hour=loading.number(data, "price_usd_per_gpu_hour", source=source),
         efficiency=efficiency_from_mapping(eff_raw, source=source),
         sources=MappingProxyType({str(k): str(v) for k, v in sources.items()}),
