@@ -8,6 +8,7 @@ exit status 2, no traceback."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,35 @@ def test_a_plan_degree_given_as_a_string_is_named(small_plans, tmp_path, command
     extra = ["--out", tmp_path / "out", "--trials", "0"] if command == "report" else []
     assert_user_error(invoke(command, path, *extra), "plans.json", "plans.plan",
                       "tp must be an integer, but got (tp='4')")
+
+
+# --- 7. tune: a benchmark result beyond what the GPU can do fails its trial ----------------------------------------
+
+def _bench(result: str) -> str:
+    return f"{sys.executable} -c \"print('{result}')\""
+
+
+@pytest.mark.parametrize("result, field, value", [
+    ('{\\"tokens_per_s_per_gpu\\": 5e30, \\"peak_memory_gib\\": 50}', "tokens_per_s_per_gpu", "5e+30"),
+    ('{\\"tokens_per_s_per_gpu\\": 5000, \\"peak_memory_gib\\": 1e9}', "peak_memory_gib", "1e+09"),
+])
+def test_tune_fails_the_trials_of_an_implausible_benchmark(tmp_path, result, field, value):
+    args = ["tune", *SMALL, "--trials", "2", "--prior-top", "2", "--heartbeat", "0", "--run", _bench(result),
+            "--storage", f"sqlite:///{tmp_path}/t.db"]
+    ran = invoke(*args)
+    assert ran.exit_code == 1, ran.output  # no trial succeeded: the study ran and says why, it did not crash
+    assert "Traceback" not in ran.output
+    assert "trial 0 failed" in ran.stderr and "trial 1 failed" in ran.stderr
+    assert f"implausible result: {field} <=" in ran.stderr and f"({field}={value})" in ran.stderr
+    listed = invoke(*args, "--json")  # the study holds them as failed trials, the value kept
+    trials = json.loads(listed.stdout)["trials"]
+    assert [t["outcome"] for t in trials] == ["failed", "failed"]
+    assert all(t["failure_reason"].startswith("implausible result") for t in trials)
+
+
+def test_tune_keeps_a_plausible_benchmark_result(tmp_path):
+    result = '{\\"tokens_per_s_per_gpu\\": 5000, \\"peak_memory_gib\\": 50}'
+    ran = invoke("tune", *SMALL, "--trials", "1", "--prior-top", "1", "--heartbeat", "0", "--run", _bench(result),
+                 "--storage", f"sqlite:///{tmp_path}/t.db")
+    assert ran.exit_code == 0, ran.output
+    assert "implausible" not in ran.output
