@@ -9,7 +9,8 @@ a shell unless ``shell=True``.  It reports one JSON object with at least
 last such line wins) or written to the file named by ``AUTOTUNE_RESULT_JSON`` (which wins).
 
 A non-zero exit, a timeout, a crash (killed by a signal) or no measurement makes the trial
-failed; an out-of-memory marker in its output (or ``"oom": true`` in its result) makes it
+failed, as does a result beyond what the GPU can do (:func:`implausibility`, checked where the study
+records the trial); an out-of-memory marker in its output (or ``"oom": true`` in its result) makes it
 infeasible.  The reason and the tail of stderr are kept on the trial.
 
 This module runs processes; Optuna stays in :mod:`autotune.search.optuna_search`.
