@@ -153,3 +153,41 @@ def test_tune_keeps_a_plausible_benchmark_result(tmp_path):
                  "--storage", f"sqlite:///{tmp_path}/t.db")
     assert ran.exit_code == 0, ran.output
     assert "implausible" not in ran.output
+
+
+# --- 8. a nested field is named once ------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("model, old, new, field", [
+    ("mixtral-8x7b", "  top_k: 2\n", "  top_k: x\n", "moe.top_k"),
+    ("mixtral-8x7b", "  n_experts: 8\n", "  n_experts: -1\n", "moe.n_experts"),
+    ("deepseek-v3", "  kv_lora_rank: 512\n", "  kv_lora_rank: 0\n", "mla.kv_lora_rank"),
+])
+def test_a_field_of_a_spec_section_is_named_once(tmp_path, model, old, new, field):
+    text = (ROOT / "profiles" / "models" / f"{model}.yaml").read_text()
+    assert old in text
+    path = tmp_path / "spec.yaml"
+    path.write_text(text.replace(old, new))
+    result = invoke("predict", "-m", path, "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "16", "-p", "tp=1")
+    assert_user_error(result, f"spec.yaml: field '{field}': must be")
+    line = result.stderr.strip()
+    assert line.count("field '") == 1 and line.count("spec.yaml") == 1, line
+
+
+@pytest.mark.parametrize("column, value, needle", [
+    ("framework", "foo", "unknown framework 'foo'"),
+    ("framework_version", "abc", "unknown version 'abc' of megatron-lm"),
+    ("tied_embeddings", "maybe", "must be true or false, but got 'maybe'"),
+])
+def test_a_runs_csv_cell_is_named_once_by_its_column(tmp_path, column, value, needle):
+    from tests.test_bad_input import TRAINING_CSV, csv_rows, write_csv
+
+    rows = csv_rows(TRAINING_CSV)
+    rows[0][column] = value
+    header = list(rows[0])
+    path = write_csv(tmp_path / "runs.csv", rows, header)
+    result = invoke("validate", path)
+    assert_user_error(result, f"runs.csv: field '{column}': row {rows[0]['id']!r}: {needle}")
+    assert result.stderr.count("field '") == 1 and "--framework" not in result.stderr

@@ -738,6 +738,8 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
             mla = MLASpec(kv_lora_rank=anum("kv_lora_rank"), qk_nope_head_dim=anum("qk_nope_head_dim"),
                           qk_rope_head_dim=anum("qk_rope_head_dim"), v_head_dim=anum("v_head_dim"),
                           q_lora_rank=anum("q_lora_rank", default=None))
+        except InputError:
+            raise  # a field of the section: it names itself (mla.kv_lora_rank)
         except ValueError as exc:
             raise InputError(str(exc), source=source, field="mla") from None
     head_dim = num("head_dim", default=None)
@@ -765,6 +767,8 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
                 routing_groups=mnum("routing_groups", default=1),
                 routing_group_topk=mnum("routing_group_topk", default=1),
             )
+        except InputError:
+            raise  # a field of the section: it names itself (moe.top_k)
         except ValueError as exc:
             raise InputError(str(exc), source=source, field="moe") from None
     dsa = None

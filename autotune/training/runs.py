@@ -208,8 +208,9 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
     inferred: dict[str, str] = {}
     try:
         framework = framework_for_run(row.get("framework"), row.get("framework_version"), profiles)
-    except InputError as exc:
-        raise InputError(f"row {rid!r}: {exc}", field="framework") from None
+    except InputError as exc:  # it names --framework (or the profile): name the row and the column instead
+        column = exc.field if exc.field == "framework_version" else "framework"
+        raise InputError(f"row {rid!r}: {exc.message}", field=column) from None
     # Dropout: a `dropout` column wins; otherwise the framework's default (Megatron-LM's arguments
     # default to 0.1 attention and hidden dropout; current LLM recipes train without).
     dropout = _bool(row, "dropout")
@@ -224,6 +225,8 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
     else:
         try:
             model = _model(row, dropout)
+        except InputError:
+            raise  # a cell that is not a number (or true/false): an error of the file, naming the row and column
         except ValueError as exc:
             return SkippedRow(rid, f"architecture cannot be expressed: {exc}")
     known: dict[str, Any] = {}
