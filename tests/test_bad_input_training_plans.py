@@ -191,3 +191,32 @@ def test_a_runs_csv_cell_is_named_once_by_its_column(tmp_path, column, value, ne
     result = invoke("validate", path)
     assert_user_error(result, f"runs.csv: field '{column}': row {rows[0]['id']!r}: {needle}")
     assert result.stderr.count("field '") == 1 and "--framework" not in result.stderr
+
+
+# --- 9. a framework version newer than any profiled ---------------------------------------------------------------
+
+PREDICT = ["predict", *SMALL, "-p", "tp=1"]
+
+
+def test_a_version_newer_than_any_profiled_runs_with_a_one_line_note():
+    result = invoke(*PREDICT, "--framework", "megatron-lm@2099-01")
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1, result.stderr
+    assert "megatron-lm@2099-01 is newer than any version profiled" in notes[0]
+    assert "changes profiled from" in notes[0] and "the newest profiled settings are used" in notes[0]
+    newest = invoke(*PREDICT, "--framework", "megatron-lm")  # the same settings as the newest profiled
+    assert result.stdout.splitlines()[-2:] == newest.stdout.splitlines()[-2:]
+
+
+def test_a_profiled_version_gets_no_note():
+    for spec in ("megatron-lm@2024-07", "nemo@25.11", "nemo@2025-10"):
+        result = invoke(*PREDICT, "--framework", spec)
+        assert result.exit_code == 0, result.output
+        assert "newer than any version" not in result.stderr, spec
+
+
+@pytest.mark.parametrize("spec, known", [("megatron-lm@2099-13", "no named releases; changes profiled from"),
+                                         ("nemo@99.01", "releases 23.10, ")])
+def test_an_unknown_version_names_the_known_ones(spec, known):
+    assert_user_error(invoke(*PREDICT, "--framework", spec), "field '--framework'", "unknown version", known)
