@@ -220,3 +220,23 @@ def test_a_profiled_version_gets_no_note():
                                          ("nemo@99.01", "releases 23.10, ")])
 def test_an_unknown_version_names_the_known_ones(spec, known):
     assert_user_error(invoke(*PREDICT, "--framework", spec), "field '--framework'", "unknown version", known)
+
+
+# --- 10. an empty model, hardware or space name ------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, flag", [
+    (["search", "-m", "", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "16"], "--model"),
+    (["search", "-m", "llama3-8b", "-H", "", "--gpus", "8", "-s", "4096", "-b", "16"], "--hardware"),
+    (["search", "-m", " ", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "16"], "--model"),
+    (["predict", "-m", "", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "16", "-p", "tp=1"], "--model"),
+    (["emit", "tp=1", "-m", "llama3-8b", "-H", "", "--gpus", "8", "-s", "4096", "-b", "16"], "--hardware"),
+    (["search", "--workload", "serve", "-m", "", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len", "512",
+      "--output-len", "128"], "--model"),
+    (["search", *SMALL, "--space", ""], "--space"),
+])
+def test_an_empty_name_is_refused_naming_the_option(args, flag, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.json").write_text("{}")  # '' is the working folder: it must not read what lies there
+    result = invoke(*args)
+    assert_user_error(result, f"field '{flag}'", "must not be empty")
+    assert "is a folder" not in result.output

@@ -16,7 +16,7 @@ from typing import Mapping
 
 from ..errors import InputError, check_keys
 from . import loading
-from .resources import bundled_dir, bundled_names, read_named
+from .resources import bundled_dir, bundled_names, read_named, require_name
 
 # Precisions whose dense tensor-core peak a profile may list.  A precision missing
 # from a profile is not supported by that GPU (no fp8 on A100, fp4 only on Blackwell).
@@ -395,6 +395,7 @@ def resolve_hardware_name(name: str) -> str | None:
 
 def load_hardware(name_or_path: str) -> Hardware:
     """Load a bundled profile by name or alias, or a profile YAML by path."""
+    require_name(name_or_path, kind="hardware", what="hardware profile", field="--hardware")
     if not Path(name_or_path).exists() and name_or_path not in hardware_names():
         alias = resolve_hardware_name(name_or_path)
         if alias is not None:

@@ -29,7 +29,7 @@ from typing import Mapping
 
 from ..errors import InputError, check_keys
 from . import loading
-from .resources import bundled_dir, bundled_names, read_named
+from .resources import bundled_dir, bundled_names, read_named, require_name
 
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
@@ -855,6 +855,7 @@ def model_names() -> list[str]:
 def load_model(name_or_path: str) -> ModelSpec:
     """A bundled spec by name, a spec YAML by path, a Hugging Face ``config.json``, or a Hugging Face
     id that the bundled catalogue knows (``deepseek-ai/DeepSeek-V3`` -> ``deepseek-v3``)."""
+    require_name(name_or_path, kind="models", what="model", field="--model")  # '' would read ./config.json
     path = Path(name_or_path)
     if path.suffix == ".json" or (path.is_dir() and (path / "config.json").exists()):
         from .hf_config import spec_mapping_from_hf

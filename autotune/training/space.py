@@ -155,6 +155,9 @@ def load_space(path: str | None) -> Space:
     if path is None:
         default = bundled_dir("search_spaces") / "train.yaml"
         return space_from_mapping(loading.read_mapping(default), source="search_spaces/train.yaml")
+    if not path.strip():  # as a path it is the working folder
+        raise InputError(f"must not be empty: give a search-space YAML, or leave --space out for the bundled "
+                         f"train.yaml, but got {path!r}", field="--space")
     return space_from_mapping(loading.read_mapping(Path(path)), source=path)
 
 
