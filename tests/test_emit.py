@@ -575,6 +575,9 @@ def test_a_plans_json_keeps_its_framework_and_version_when_its_files_run_it(cli_
     named is estimated for that one, with a note; a Megatron-DeepSpeed search emitted as DeepSpeed files runs
     Megatron-DeepSpeed and keeps its estimate."""
     document = json.loads((searched / "plans.json").read_text())
+    # the best plan at ZeRO-1, which megatron-lm@2023-06 offers (its ZeRO-3 came in 2024-10): an edited file's plan
+    # is held to the rules of the framework it names
+    document["plans"][0]["plan"]["zero"] = 1
 
     def emit(framework_spec: str, *flags: str):
         path = tmp_path / f"{framework_spec.replace('@', '_')}.json"

@@ -26,6 +26,7 @@ from rich.progress import (
 )
 
 from ..errors import InputError
+from ..inputs.framework import framework_version_note
 from ..inputs.loading import strict_json
 
 app = typer.Typer(
@@ -70,11 +71,26 @@ def check_number_options() -> None:
                                  field=flag)
 
 
+def note_framework_version() -> None:
+    """A one-line note when ``--framework NAME@YYYY-MM`` is newer than any version profiled (its newest settings are
+    used); every command that takes --framework says it the same way."""
+    try:
+        from typer.main import get_current_context  # typer with click vendored
+    except ImportError:  # pragma: no cover - older typer on click
+        from click import get_current_context
+    ctx = get_current_context(silent=True)
+    spec = ctx.params.get("framework") if ctx is not None else None
+    note = framework_version_note(spec) if isinstance(spec, str) else ""
+    if note:
+        stderr.print(f"[yellow]note:[/] {escape(note)}.", highlight=False, soft_wrap=True)
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """The one error path: bad input (and a number option that is not finite) exits 2 with one line."""
     try:
         check_number_options()
+        note_framework_version()
         yield
     except RecursionError:
         stderr.print("[bold red]error:[/] an input is nested too deeply to read; give a flat file", highlight=False)

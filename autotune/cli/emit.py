@@ -45,7 +45,7 @@ from ..serving.space import REASONS as SERVE_REASONS
 from ..serving.space import rejection_reasons as serve_rejection_reasons
 from ..training.estimate import estimate_training
 from ..training.plan import PlanBatch, parse_plan
-from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
+from ..training.space import plan_violation
 from .app import (
     MoeCapacityFactor,
     MoeImbalance,
@@ -116,6 +116,10 @@ def emit(
             raise InputError("give the plan once: as PLAN or as --plan", field="--plan")
         if rank < 1:
             raise InputError(f"must be >= 1 (1 = the best plan of a plans.json), but got {rank}", field="--rank")
+        for flag, value in (("--data-path", data_path), ("--tokenizer", tokenizer), ("--model-path", model_path)):
+            if value is not None and not value.strip():  # a script would pass '' on: the run fails at launch
+                raise InputError(f"must name a path or a Hugging Face name, but got {value!r}; leave {flag} out "
+                                 "for the default", field=flag)
         if out is not None:  # before any work: a file, an unwritable place
             check_out_dir(out, force, must_be_empty=False)
         if format in SERVING_FORMATS:
@@ -280,12 +284,10 @@ def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[s
         chosen = parse_plan(plan_text, inputs.cluster.n_gpus)
     except ValueError as exc:
         raise InputError(str(exc), field="--plan") from None
+    why = plan_violation(inputs.model, inputs.cluster, inputs.workload, chosen, inputs.framework)
+    if why:
+        raise InputError(f"this plan cannot run: {why}; fix the plan (see `autotune predict`)", field="--plan")
     batch = PlanBatch.from_plans([chosen])
-    reason = int(rejection_reasons(inputs.model, inputs.cluster, inputs.workload, batch, PERMISSIVE_RULES,
-                                   framework=inputs.framework)[0])
-    if reason:
-        raise InputError(f"this plan cannot run: {reason_text(reason, chosen, inputs.framework)}; fix the plan "
-                         "(see `autotune predict`)", field="--plan")
     estimate = estimate_training(inputs.model, inputs.cluster, inputs.workload, batch, inputs.framework).row(0)
     return EmitContext(
         plan=chosen, model=inputs.model, hardware=inputs.cluster.hardware.name,

@@ -10,6 +10,7 @@ import typer
 from ..errors import InputError
 from ..outputs.files import check_out_dir
 from ..outputs.report import StudySource, build_report, require_matplotlib
+from ..search.api import MAX_SEED
 from .app import FrameworkOpt, app, progress, stdout, user_errors
 
 MAX_REPORT_TRIALS = 10_000
@@ -58,6 +59,8 @@ def report_command(
         if not 0 <= trials <= MAX_REPORT_TRIALS:
             raise InputError(f"must be between 0 and {MAX_REPORT_TRIALS:,} (each convergence run costs a TPE "
                              f"trial per evaluation), but got {trials:,}", field="--trials")
+        if not 0 <= seed <= MAX_SEED:
+            raise InputError(f"must be between 0 and {MAX_SEED}, but got {seed}", field="--seed")
         require_matplotlib()
         check_out_dir(out, force)
         with progress("report") as update:

@@ -249,6 +249,18 @@ class FrameworkProfile:
     sources: Mapping[str, str]
     source: str
 
+    @property
+    def newest(self) -> str:
+        """The newest date the profile knows, of a change or a release (``""`` when it records none)."""
+        return max([c[0] for c in self.changes] + list(self.releases.values()), default="")
+
+    def known_versions(self) -> str:
+        """The versions this profile knows, in words: its releases and the dates its changes span."""
+        releases = f"releases {', '.join(self.releases)}" if self.releases else "no named releases"
+        dates = (f"changes profiled from {self.changes[0][0]} to {self.changes[-1][0]}" if self.changes
+                 else "no dated changes")
+        return f"{releases}; {dates}"
+
     def resolve_date(self, version: str) -> str:
         """The YYYY-MM date of ``version`` (a release of this profile or a date); InputError otherwise."""
         if version in self.releases:
@@ -256,9 +268,20 @@ class FrameworkProfile:
         text = version.strip()
         if _DATE.match(text) and 1 <= int(text[5:7]) <= 12:
             return text
-        known = ", ".join(self.releases) or "none"
-        raise InputError(f"unknown version {version!r} of {self.name}; give a date YYYY-MM or a release "
-                         f"({known})", source=self.source, field="version")
+        raise InputError(f"unknown version {version!r} of {self.name}; give a release or a date YYYY-MM "
+                         f"({self.name} knows {self.known_versions()})", field="--framework")
+
+    def version_note(self, version: str) -> str:
+        """A note when ``version`` is a date after the newest change profiled (``""`` otherwise): such a date
+        resolves, as every date does, to the changes made by then -- the newest settings the profile knows --
+        but they may miss what changed since."""
+        if not version or version in self.releases or not self.newest:
+            return ""
+        date = self.resolve_date(version)
+        if date <= self.newest:
+            return ""
+        return (f"{self.name}@{version} is newer than any version profiled ({self.known_versions()}); the newest "
+                "profiled settings are used")
 
     def at(self, version: str = "") -> Framework:
         date = self.resolve_date(version) if version else ""
@@ -339,6 +362,16 @@ def load_framework(spec: str | None = None) -> Framework:
     return load_profile(name).at(version)
 
 
+def framework_version_note(spec: str | None) -> str:
+    """:meth:`FrameworkProfile.version_note` of ``NAME@VERSION`` (``""`` without a version, or for a spec that does
+    not load: loading it reports that)."""
+    try:
+        name, version = parse_framework_spec(spec or DEFAULT_FRAMEWORK)
+        return load_profile(name).version_note(version) if version else ""
+    except InputError:
+        return ""
+
+
 def framework_for_run(name: str | None, version: str | None,
                       profiles: dict[str, FrameworkProfile] | None = None) -> Framework:
     """A measured run's framework from its ``framework`` and ``framework_version`` cells.
@@ -349,4 +382,7 @@ def framework_for_run(name: str | None, version: str | None,
     cache = profiles if profiles is not None else {}
     if name not in cache:
         cache[name] = load_profile(name)
-    return cache[name].at((version or "").strip())
+    try:
+        return cache[name].at((version or "").strip())
+    except InputError as exc:  # the version cell, not --framework
+        raise InputError(exc.message, field="framework_version") from None

@@ -16,7 +16,7 @@ from typing import Mapping
 
 from ..errors import InputError, check_keys
 from . import loading
-from .resources import bundled_dir, bundled_names, read_named
+from .resources import bundled_dir, bundled_names, read_named, require_name
 
 # Precisions whose dense tensor-core peak a profile may list.  A precision missing
 # from a profile is not supported by that GPU (no fp8 on A100, fp4 only on Blackwell).
@@ -296,6 +296,11 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     if not isinstance(eff_raw, dict):
         raise InputError("must be a mapping of parameter names to numbers", source=source, field="efficiency")
     tdp = loading.number(data, "tdp_w", source=source)
+    average_power = loading.number(data, "average_power_w", source=source, default=tdp)
+    if average_power > tdp:  # the board caps its power at the TDP: more is a typo (or kW given for W)
+        raise InputError(f"average_power_w <= tdp_w must hold (a board's power under load stays within its TDP), "
+                         f"but got (average_power_w={average_power:g}, tdp_w={tdp:g})", source=source,
+                         field="average_power_w")
     reference_raw = data.get("reference_efficiency") or {}
     if not isinstance(reference_raw, dict):
         raise InputError("must map gemm / fp8_gemm to measured fractions of the peak", source=source,
@@ -327,7 +332,7 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         host_link_bandwidth_gb_per_s=loading.number(data, "host_link_bandwidth_gb_per_s", source=source),
         cpu_optimizer_params_per_s=loading.number(data, "cpu_optimizer_params_per_s", source=source),
         tdp_w=tdp,
-        average_power_w=loading.number(data, "average_power_w", source=source, default=tdp),
+        average_power_w=average_power,
         price_usd_per_gpu_hour=loading.number(data, "price_usd_per_gpu_hour", source=source),
         efficiency=efficiency_from_mapping(eff_raw, source=source),
         sources=MappingProxyType({str(k): str(v) for k, v in sources.items()}),
@@ -390,6 +395,7 @@ def resolve_hardware_name(name: str) -> str | None:
 
 def load_hardware(name_or_path: str) -> Hardware:
     """Load a bundled profile by name or alias, or a profile YAML by path."""
+    require_name(name_or_path, kind="hardware", what="hardware profile", field="--hardware")
     if not Path(name_or_path).exists() and name_or_path not in hardware_names():
         alias = resolve_hardware_name(name_or_path)
         if alias is not None:

@@ -29,7 +29,7 @@ from typing import Mapping
 
 from ..errors import InputError, check_keys
 from . import loading
-from .resources import bundled_dir, bundled_names, read_named
+from .resources import bundled_dir, bundled_names, read_named, require_name
 
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
@@ -375,6 +375,10 @@ class ModelSpec:
                 raise ValueError(f"{name} must be <= {limit:,}, but got ({name}={value})")
         if self.moe is not None and self.moe.n_experts > MAX_SIZE:
             raise ValueError(f"moe.n_experts must be <= {MAX_SIZE:,}, but got (n_experts={self.moe.n_experts})")
+        if self.moe is not None and self.moe.first_dense_layers >= self.n_layers:
+            raise ValueError("moe.first_dense_layers must be < n_layers (some layer must hold the experts; a model "
+                             "without any is dense: drop the moe section), but got "
+                             f"(first_dense_layers={self.moe.first_dense_layers}, n_layers={self.n_layers})")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads must be a multiple of n_kv_heads, but got (n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads})")
         if self.mlp not in MLP_KINDS:
@@ -734,6 +738,8 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
             mla = MLASpec(kv_lora_rank=anum("kv_lora_rank"), qk_nope_head_dim=anum("qk_nope_head_dim"),
                           qk_rope_head_dim=anum("qk_rope_head_dim"), v_head_dim=anum("v_head_dim"),
                           q_lora_rank=anum("q_lora_rank", default=None))
+        except InputError:
+            raise  # a field of the section: it names itself (mla.kv_lora_rank)
         except ValueError as exc:
             raise InputError(str(exc), source=source, field="mla") from None
     head_dim = num("head_dim", default=None)
@@ -761,6 +767,8 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
                 routing_groups=mnum("routing_groups", default=1),
                 routing_group_topk=mnum("routing_group_topk", default=1),
             )
+        except InputError:
+            raise  # a field of the section: it names itself (moe.top_k)
         except ValueError as exc:
             raise InputError(str(exc), source=source, field="moe") from None
     dsa = None
@@ -847,6 +855,7 @@ def model_names() -> list[str]:
 def load_model(name_or_path: str) -> ModelSpec:
     """A bundled spec by name, a spec YAML by path, a Hugging Face ``config.json``, or a Hugging Face
     id that the bundled catalogue knows (``deepseek-ai/DeepSeek-V3`` -> ``deepseek-v3``)."""
+    require_name(name_or_path, kind="models", what="model", field="--model")  # '' would read ./config.json
     path = Path(name_or_path)
     if path.suffix == ".json" or (path.is_dir() and (path / "config.json").exists()):
         from .hf_config import spec_mapping_from_hf

@@ -46,6 +46,15 @@ def bundled_names(kind: str) -> list[str]:
     return sorted(p.stem for p in bundled_dir(kind).glob("*.yaml"))
 
 
+def require_name(name_or_path: str, *, kind: str, what: str, field: str) -> None:
+    """Refuse an empty name (``-m ''``): as a path it is the working folder, which reads as "is a folder"."""
+    from ..errors import InputError
+
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise InputError(f"must not be empty: name a bundled {what} ({', '.join(bundled_names(kind))}) or a file, "
+                         f"but got {name_or_path!r}", field=field)
+
+
 def read_named(kind: str, name_or_path: str, *, what: str, field: str, alternative: str):
     """``(mapping, source)`` of a YAML given by path, or of the bundled file named ``name_or_path``.
 
@@ -56,6 +65,7 @@ def read_named(kind: str, name_or_path: str, *, what: str, field: str, alternati
     from ..errors import InputError
     from . import loading
 
+    require_name(name_or_path, kind=kind, what=what, field=field)
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         return loading.read_mapping(path), str(path)

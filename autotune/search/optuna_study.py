@@ -26,6 +26,7 @@ import time as _time
 import warnings
 from dataclasses import dataclass as _dataclass
 from dataclasses import field as _field
+from dataclasses import replace as _replace
 from typing import Any as _Any
 from typing import Callable, Sequence
 from typing import Mapping as _Mapping
@@ -45,6 +46,7 @@ from .fingerprint import (
 )
 from .optuna_search import _WORST, make_sampler
 from .result import Evaluated
+from .tune import implausibility
 
 PROBLEM_ATTR = "autotune.problem"
 WORKER_ATTR = "autotune.worker"  # system attribute of a trial: the process running it (host, pid, start)
@@ -475,6 +477,9 @@ def run_study(
         if not take_slot(trial):
             raise _Surplus()
         result = measure(plan, row, trial.number)
+        why = implausibility(problem, result) if result.status == "ok" else ""
+        if why:  # a benchmark bug, not a result: the trial failed (and the study goes on)
+            result = _replace(result, status="failed", reason=f"implausible result: {why}")
         attrs: dict = {"estimate": row, "predicted_tokens_per_s_per_gpu": predicted, "wall_s": result.wall_s,
                        "measured": result.as_dict()}
         if result.status == "ok":

@@ -42,6 +42,7 @@ from ..serving.engines import DEFAULT_ENGINE, ENGINES
 from ..serving.estimate import ServingParams
 from ..serving.overlay import serving_params_from_mapping
 from ..serving.space import ServeSpace, load_serve_space, serve_space_from_mapping
+from ..training.plan import PRECISION
 from ..training.problem import TrainingProblem
 from ..training.space import Space, load_space, space_from_mapping
 
@@ -256,10 +257,12 @@ def training_problem_from_plans(inputs: Mapping[str, Any], source: str) -> Train
     t = training_inputs_from_plans(inputs, source)
     space = space_from_plans(inputs, source)
     precisions = inputs.get("precisions")
-    if precisions:
-        if not isinstance(precisions, list) or not all(isinstance(p, str) for p in precisions):
-            raise InputError(f"must list precisions, but got {precisions!r}", source=source, field="inputs.precisions")
-        space = space.with_precisions(tuple(precisions))
+    if precisions is not None:
+        if (not isinstance(precisions, list) or not precisions
+                or not all(isinstance(p, str) and p in PRECISION for p in precisions)):
+            raise InputError(f"must list precisions among {', '.join(PRECISION)}, but got {precisions!r}; fix it or "
+                             "rerun `autotune search --out DIR`", source=source, field="inputs.precisions")
+        space = space.with_precisions(tuple(dict.fromkeys(precisions)))
     extra = {}
     if inputs.get("memory_headroom") is not None:
         extra["memory_headroom"] = loading.number(dict(inputs), "memory_headroom", source=source, section="inputs",

@@ -9,7 +9,8 @@ a shell unless ``shell=True``.  It reports one JSON object with at least
 last such line wins) or written to the file named by ``AUTOTUNE_RESULT_JSON`` (which wins).
 
 A non-zero exit, a timeout, a crash (killed by a signal) or no measurement makes the trial
-failed; an out-of-memory marker in its output (or ``"oom": true`` in its result) makes it
+failed, as does a result beyond what the GPU can do (:func:`implausibility`, checked where the study
+records the trial); an out-of-memory marker in its output (or ``"oom": true`` in its result) makes it
 infeasible.  The reason and the tail of stderr are kept on the trial.
 
 This module runs processes; Optuna stays in :mod:`autotune.search.optuna_search`.
@@ -194,6 +195,35 @@ def run_benchmark(command: list[str] | str, plan: Mapping[str, Any], *, estimate
         extra = {k: v for k, v in data.items() if k not in ("tokens_per_s_per_gpu", "peak_memory_gib")}
         return Measurement("ok", tokens_per_s_per_gpu=value, peak_memory_gib=peak, stderr_tail=tail, exit_code=code,
                            wall_s=wall, extra=extra or None)
+
+
+# A measurement beyond these is a benchmark bug (wrong units, all GPUs summed, a counter overflow), not a result:
+# its model FLOP/s cannot exceed the GPU's highest dense peak (any precision) by more than this factor -- room for
+# 2:4 sparsity and FLOP-counting conventions -- nor its peak memory the GPU's memory by more than this factor.
+PLAUSIBLE_PEAK_FACTOR = 5.0
+PLAUSIBLE_MEMORY_FACTOR = 100.0
+
+
+def implausibility(problem: TrainingProblem, measurement: Measurement) -> str:
+    """Why a benchmark's result cannot be real on the study's GPU and model (``""`` when it can)."""
+    from ..costmodel.flops import training_flops_per_token
+
+    hw, model = problem.cluster.hardware, problem.model
+    value, peak_gib = measurement.tokens_per_s_per_gpu, measurement.peak_memory_gib
+    peak = max(hw.peak_tflops.values()) * 1e12
+    flops = training_flops_per_token(model, problem.workload.seq_len, "none")
+    ceiling = PLAUSIBLE_PEAK_FACTOR * peak / flops
+    if value is not None and value > ceiling:
+        return (f"tokens_per_s_per_gpu <= {ceiling:,.0f} must hold ({PLAUSIBLE_PEAK_FACTOR:g}x what the "
+                f"{hw.name}'s peak of {peak / 1e12:,.0f} TFLOP/s gives at {flops / 1e9:,.1f} GFLOP per token of "
+                f"{model.name}), but got (tokens_per_s_per_gpu={value:g}); check the benchmark's units: tokens per "
+                "second per GPU")
+    limit = PLAUSIBLE_MEMORY_FACTOR * hw.memory_gib
+    if peak_gib is not None and peak_gib > limit:
+        return (f"peak_memory_gib <= {limit:,.0f} must hold ({PLAUSIBLE_MEMORY_FACTOR:g}x the {hw.name}'s "
+                f"{hw.memory_gib:g} GiB), but got (peak_memory_gib={peak_gib:g}); check the benchmark's units: GiB "
+                "per GPU")
+    return ""
 
 
 def prior_plans(problem: TrainingProblem, top: int, margin: float) -> list[dict]:

@@ -118,6 +118,9 @@ def load_serve_space(path: str | None) -> ServeSpace:
     if path is None:
         default = bundled_dir("search_spaces") / "serve.yaml"
         return serve_space_from_mapping(loading.read_mapping(default), source="search_spaces/serve.yaml")
+    if not path.strip():  # as a path it is the working folder
+        raise InputError(f"must not be empty: give a search-space YAML, or leave --space out for the bundled "
+                         f"serve.yaml, but got {path!r}", field="--space")
     return serve_space_from_mapping(loading.read_mapping(Path(path)), source=path)
 
 

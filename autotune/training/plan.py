@@ -169,6 +169,8 @@ def check_field(key: str, value: Any) -> None:
     if key == "etp" and (value is None or value == ETP_AS_TP):
         return
     if key in INT_KEYS:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"{key} must be an integer, but got ({key}={value!r})")
         low, high = (0, 3) if key == "zero" else (1, PLAN_INT_MAX)
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
             bound = "0 <= zero <= 3" if key == "zero" else f"1 <= {key} <= {PLAN_INT_MAX:,}"
@@ -216,6 +218,10 @@ def _parse_int(raw: str, key: str) -> int:
 
 def plan_from_fields(fields: Mapping[str, Any], n_gpus: int) -> Plan:
     """Fill documented defaults and build a validated :class:`Plan`."""
+    unknown = sorted(str(k) for k in fields if k not in PLAN_KEYS and k != "dp")
+    if unknown:
+        raise ValueError(f"unknown plan key(s) {', '.join(repr(k) for k in unknown)}; keys: {', '.join(PLAN_KEYS)} "
+                         "(dp is derived)")
     values = {**PLAN_DEFAULTS, **{k: v for k, v in fields.items() if k != "dp"}}
     check_field("tp", values["tp"])  # before sp is derived from it
     values.setdefault("sp", values["tp"] > 1)

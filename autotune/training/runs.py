@@ -25,7 +25,7 @@ from ..inputs.hardware import Cluster, Hardware
 from ..inputs.measured_runs import layout_reason, number, parse_rows, read_table
 from ..inputs.modelspec import ModelSpec, MoESpec, load_model
 from ..inputs.workload import TrainWorkload, capacity_factor_problem
-from .plan import Plan
+from .plan import CATEGORIES, Plan
 
 
 def microbatches_of(row: dict, framework: Framework) -> tuple[int | str | None, str | None]:
@@ -136,6 +136,18 @@ def _bool(row: dict, key: str) -> bool | None:
     raise InputError(f"row {row.get('id')!r}: must be true or false, but got {value!r}", field=key)
 
 
+def _choice(row: dict, key: str, categories: tuple[str, ...]) -> str | None:
+    """A cell naming one of ``categories`` (a plan setting): None when empty, else one of them, or an
+    :class:`InputError` naming the row, the column and the value."""
+    value = (row.get(key) or "").strip()
+    if not value:
+        return None
+    if value not in categories:
+        raise InputError(f"row {row.get('id')!r}: must be one of {', '.join(categories)} (or empty: unknown), but got "
+                         f"{value!r}", field=key)
+    return value
+
+
 def _model(row: dict, dropout: bool) -> ModelSpec:
     n_heads = _int(row, "n_heads")
     hidden = _int(row, "hidden_size")
@@ -178,7 +190,7 @@ def _model_from_hf_config(row: dict, dropout: bool) -> ModelSpec:
 def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedRow:
     """One CSV row as a run to predict (or the reason it is skipped); ``profiles`` caches framework profiles."""
     rid = row["id"]
-    if (row.get("usable") or "true").strip().lower() == "false":
+    if _bool(row, "usable") is False:  # true/false (1/0, yes/no); empty: usable
         return SkippedRow(rid, "marked unusable in the file: " + (row.get("notes") or "").split(";")[0][:120])
     hf_config = (row.get("hf_config") or "").strip()
     missing = [k for k in REQUIRED_COLUMNS if not (row.get(k) or "").strip()
@@ -196,8 +208,9 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
     inferred: dict[str, str] = {}
     try:
         framework = framework_for_run(row.get("framework"), row.get("framework_version"), profiles)
-    except InputError as exc:
-        raise InputError(f"row {rid!r}: {exc}", field="framework") from None
+    except InputError as exc:  # it names --framework (or the profile): name the row and the column instead
+        column = exc.field if exc.field == "framework_version" else "framework"
+        raise InputError(f"row {rid!r}: {exc.message}", field=column) from None
     # Dropout: a `dropout` column wins; otherwise the framework's default (Megatron-LM's arguments
     # default to 0.1 attention and hidden dropout; current LLM recipes train without).
     dropout = _bool(row, "dropout")
@@ -212,6 +225,8 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
     else:
         try:
             model = _model(row, dropout)
+        except InputError:
+            raise  # a cell that is not a number (or true/false): an error of the file, naming the row and column
         except ValueError as exc:
             return SkippedRow(rid, f"architecture cannot be expressed: {exc}")
     known: dict[str, Any] = {}
@@ -219,10 +234,10 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
     for key, column, parse in (
         ("tp", "tp", _int), ("pp", "pp", _int), ("cp", "cp", _int), ("ep", "ep", _int), ("vp", "vp", _int),
         ("sp", "sequence_parallel", _bool), ("zero", "zero", _int), ("mbs", "micro_batch", _int),
-        ("recompute", "recompute", lambda r, k: (r.get(k) or "").strip() or None),
+        ("recompute", "recompute", lambda r, k: _choice(r, k, CATEGORIES["recompute"])),
         ("precision", "precision", lambda r, k: (r.get(k) or "").strip() or None),
         ("etp", "etp", _int),
-        ("schedule", "schedule", lambda r, k: (r.get(k) or "").strip() or None),
+        ("schedule", "schedule", lambda r, k: _choice(r, k, CATEGORIES["schedule"])),
     ):
         value = parse(row, column)
         if value is None:

@@ -155,6 +155,9 @@ def load_space(path: str | None) -> Space:
     if path is None:
         default = bundled_dir("search_spaces") / "train.yaml"
         return space_from_mapping(loading.read_mapping(default), source="search_spaces/train.yaml")
+    if not path.strip():  # as a path it is the working folder
+        raise InputError(f"must not be empty: give a search-space YAML, or leave --space out for the bundled "
+                         f"train.yaml, but got {path!r}", field="--space")
     return space_from_mapping(loading.read_mapping(Path(path)), source=path)
 
 
@@ -303,6 +306,18 @@ def rejection_reasons(
     return reasons
 
 
+def plan_violation(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plan: Plan,
+                   framework: Framework | None = None) -> str:
+    """Why ``plan`` cannot run at all, in words (``""`` when it can): the first validity rule it breaks, the
+    framework's included -- the rules a search applies, without a space's preferences (:data:`PERMISSIVE_RULES`).
+
+    A plan read back from a file (a plans.json, perhaps edited) goes through this, as a plan string does."""
+    fw = framework if framework is not None else load_framework()
+    reason = int(rejection_reasons(model, cluster, workload, PlanBatch.from_plans([plan]), PERMISSIVE_RULES,
+                                   framework=fw)[0])
+    return reason_text(reason, plan, fw) if reason else ""
+
+
 LAYOUT_KEYS = ("tp", "pp", "vp", "cp", "ep", "sp", "etp", "schedule")
 SETTING_KEYS = ("zero", "mbs", "recompute", "precision", "offload")
 
@@ -370,5 +385,5 @@ def enumerate_valid(
 
 __all__ = [
     "REASONS", "Rules", "PERMISSIVE_RULES", "Space", "load_space", "space_from_mapping", "axis_choices",
-    "rejection_reasons", "enumerate_valid", "Enumeration", "space_size", "LAYOUT_KEYS", "SETTING_KEYS",
+    "rejection_reasons", "plan_violation", "enumerate_valid", "Enumeration", "space_size", "LAYOUT_KEYS", "SETTING_KEYS",
 ]

@@ -18,7 +18,7 @@ from ...search.plans_file import model_from_plans, training_inputs_from_plans
 from ...serving.plan import ServePlan
 from ...training.estimate import estimate_training
 from ...training.plan import PlanBatch, plan_from_fields
-from ...training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
+from ...training.space import plan_violation
 from . import (
     DEFAULT_FRAMEWORK,
     EMITTERS,
@@ -178,14 +178,14 @@ def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSp
         plan = plan_from_fields(entry["plan"], t.cluster.n_gpus)
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"plan of rank {rank} is malformed: {exc}", source=source, field="plans.plan") from None
+    why = plan_violation(t.model, t.cluster, t.workload, plan, t.framework)
+    if why and software is not None:  # another framework than the search's: it may not offer the plan
+        raise InputError(f"plan of rank {rank} in {source} cannot run on {software}: {why}; search again with "
+                         f"--framework {software} for plans it runs", field=software_field)
+    if why:  # a search ranks no such plan: the file was edited
+        raise InputError(f"plan of rank {rank} cannot run: {why}; fix the plan or rerun "
+                         "`autotune search --out DIR`", source=source, field="plans.plan")
     batch = PlanBatch.from_plans([plan])
-    if software is not None:  # another framework than the search's: it may not offer the plan
-        reason = int(rejection_reasons(t.model, t.cluster, t.workload, batch, PERMISSIVE_RULES,
-                                       framework=t.framework)[0])
-        if reason:
-            raise InputError(f"plan of rank {rank} in {source} cannot run on {software}: "
-                             f"{reason_text(reason, plan, t.framework)}; search again with --framework {software} "
-                             "for plans it runs", field=software_field)
     # Estimated again from the embedded inputs, not copied from the file: the comments quote it.
     estimate = estimate_training(t.model, t.cluster, t.workload, batch, t.framework).row(0)
     return EmitContext(

@@ -282,13 +282,18 @@ def gather(source: Path | StudySource, *, trials: int = 100, seed: int = 0,
                       capacity=doc.get("capacity"))
     problem = rebuild_problem(inputs, str(path))  # an error (naming the field) when it cannot be rebuilt
     from ...training.plan import plan_from_fields
+    from ...training.space import plan_violation
 
     for entry in doc["plans"]:
         try:
-            plan_from_fields(entry["plan"], problem.cluster.n_gpus)
+            plan = plan_from_fields(entry["plan"], problem.cluster.n_gpus)
         except (TypeError, ValueError) as exc:
             raise InputError(f"plan of rank {entry['rank']} is malformed: {exc}; rerun `autotune search --out DIR`",
                              source=str(path), field="plans.plan") from None
+        why = plan_violation(problem.model, problem.cluster, problem.workload, plan, problem.framework)
+        if why:  # a search ranks no such plan: the file was edited
+            raise InputError(f"plan of rank {entry['rank']} cannot run: {why}; fix the "
+                             "plan or rerun `autotune search --out DIR`", source=str(path), field="plans.plan")
     data.capacity_gib = problem.cluster.hardware.memory_gib
     if progress:
         progress("evaluating the space", 0, 1)
