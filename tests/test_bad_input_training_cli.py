@@ -70,3 +70,16 @@ def test_small_study_and_cluster_options_are_checked(tmp_path):
                              "--storage", f"sqlite:///{tmp_path}/t.db"), "--prior-top")
     assert_user_error(invoke("worker", "--storage", f"sqlite:///{tmp_path}/w.db", "--study", "x", "--seed", "-1"),
                       "--seed")
+
+
+def test_an_empty_framework_is_refused_not_read_as_the_default():
+    for text in ("", " "):
+        assert_user_error(invoke("search", *SMALL, "--framework", text), "--framework", "NAME[@VERSION]")
+        assert_user_error(invoke("predict", *SMALL, "-p", "tp=1", "--framework", text), "--framework")
+
+
+def test_an_engine_release_that_does_not_parse_is_named():
+    from tests.test_bad_input import SERVE
+
+    assert_user_error(invoke("search", *SERVE, "--engine", "vllm@latest"), "--engine", "NAME@MAJOR.MINOR")
+    assert_user_error(invoke("predict", *SERVE, "-p", "tp=1", "--engine", "tgi@2.0"), "--engine", "vllm, sglang, trtllm")

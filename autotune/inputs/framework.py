@@ -357,8 +357,9 @@ def load_profile(name_or_path: str) -> FrameworkProfile:
 
 
 def load_framework(spec: str | None = None) -> Framework:
-    """The framework ``NAME[@VERSION]`` (default :data:`DEFAULT_FRAMEWORK`, newest), traits resolved."""
-    name, version = parse_framework_spec(spec or DEFAULT_FRAMEWORK)
+    """The framework ``NAME[@VERSION]`` (default :data:`DEFAULT_FRAMEWORK`, newest), traits resolved; an empty
+    name is refused, not read as the default."""
+    name, version = parse_framework_spec(DEFAULT_FRAMEWORK if spec is None else spec)
     return load_profile(name).at(version)
 
 
