@@ -473,3 +473,36 @@ def test_engine_release_selects_its_parameters():
                                    "--engine", "trtllm@0.14", "--json"])
     assert searched.exit_code == 0, searched.output
     assert {p["plan"]["mode"] for p in json.loads(searched.stdout)["plans"]} == {"agg"}
+
+
+def test_engine_release_through_the_api_overlays_and_fixes(tmp_path):
+    from autotune.search.api import ServingSearch, search_serving
+
+    workload = ServeWorkload(2048, 256, ttft_ms=2000, tpot_ms=50, concurrency=64)
+    # the API reads "trtllm@0.14" as the command line does: that release's parameters, agg plans, family in the file
+    out = search_serving(ServingSearch(model="llama3-8b", hardware="h100-sxm5-80gb", gpus=8, workload=workload,
+                                       engine="trtllm@0.14", top=10))
+    assert len(out.result.ranked) == 10  # --top counts distinct plans (duplicates fall out before the cut)
+    assert {r.plan.mode for r in out.result.ranked} == {"agg"} and out.request.engine == "trtllm"
+    base = ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+            "--input-len", "2048", "--output-len", "256", "--concurrency", "64"]
+    fixed = runner.invoke(app, [*base, "--engine", "trtllm@0.14", "--fix", "prefill_tp=2"])
+    assert fixed.exit_code == 2 and "aggregated only" in fixed.output and "prefill_tp" in fixed.output
+    # an overlay with only the 1.x set is not silently applied to a 0.x release; engines it lacks keep theirs
+    overlay = tmp_path / "ov.yaml"
+    overlay.write_text("schema: serving\nengines:\n  trtllm: {weight_bandwidth: 0.5}\n")
+    refused = runner.invoke(app, [*base, "--engine", "trtllm@0.14", "--calibration", str(overlay)])
+    assert refused.exit_code == 2 and "trtllm@0.14" in refused.output and "Traceback" not in refused.output
+    applied = runner.invoke(app, [*base, "--engine", "trtllm@1.2", "--calibration", str(overlay), "--json"])
+    assert applied.exit_code == 0, applied.output
+    silicon = Path(__file__).resolve().parents[1] / "autotune" / "data" / "serving_silicon.csv"
+    validated = runner.invoke(app, ["validate", str(silicon), "--calibration", str(overlay),
+                                    "--json"])
+    assert validated.exit_code == 0, validated.output
+    empty = runner.invoke(app, [*base, "--calibration", ""])
+    assert empty.exit_code == 2 and "must not be empty" in empty.output
+    shown = runner.invoke(app, ["predict", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus",
+                                "1", "-p", "tp=1", "--input-len", "512", "--output-len", "128", "--engine",
+                                "trtllm@0.14", "--json"])
+    body = json.loads(shown.stdout)
+    assert body["engine"] == "trtllm" and body["engine_release"] == "trtllm@0.14" and "0.14" in body["parameters"]

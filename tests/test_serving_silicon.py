@@ -36,11 +36,13 @@ def test_validate_reads_the_silicon_schema(report):
     assert {(g["engine"], g["mode"]) for g in report["by_engine_mode"]} == {
         ("vllm", "agg"), ("vllm", "disagg"), ("sglang", "agg"), ("sglang", "disagg"), ("trtllm", "agg"),
         ("trtllm", "disagg")}
-    assert len(report["rows"]) == 1753 and len(report["rows"]) + len(report["skipped"]) == 2244
+    assert len(report["rows"]) == 1706 and len(report["rows"]) + len(report["skipped"]) == 2244
     reasons = {s["reason"] for s in report["skipped"]}
     assert any("worker counts" in r for r in reasons)
-    # 7 SGLang rows whose default memory budget holds no sequence: predict refuses them, so validate skips them
+    # rows predict refuses, so validate skips them: 7 SGLang rows whose default memory budget holds no sequence,
+    # 47 whose expert parallelism does not divide the experts
     assert sum("default memory budget" in r["reason"] for r in report["skipped"]) == 7
+    assert sum("does not divide the model's" in r["reason"] for r in report["skipped"]) == 47
 
 
 def test_silicon_error_figures_hold(report):
@@ -189,16 +191,18 @@ def test_serving_runs_rows_named_by_hf_id_on_aliased_gpus_and_under_concurrency(
 
 
 def test_validate_and_predict_are_one_path():
-    """Every row validate expresses gets, from the user's path (estimate_serving with the row's model, GPU,
-    engine, plan, lengths and concurrency, and nothing else), exactly the TTFT and TPOT validate reports."""
+    """Every row validate expresses gets, from the user's path (predict's plan from the row's layout and
+    precisions, no max_batch as the row records none, and estimate_serving with the row's model, GPU, engine,
+    lengths and concurrency), exactly the TTFT and TPOT validate reports, and predict finds the plan runnable."""
     import math
 
     from autotune.inputs.hardware import Cluster
     from autotune.inputs.workload import ServeWorkload
-    from autotune.serving import engines as E
+    from autotune.search.api import predict_serve_plan
     from autotune.serving.arch import class_formats
     from autotune.serving.estimate import estimate_serving
-    from autotune.serving.plan import WEIGHTS, Pool, ServePlan, ServePlanBatch
+    from autotune.serving.plan import WEIGHTS, ServePlanBatch
+    from autotune.serving.space import rejection_reasons
     from autotune.serving.validation import predict_silicon
 
     rows = [r for r in read_silicon_rows(SILICON) if isinstance(r, SiliconRow)]
@@ -208,24 +212,63 @@ def test_validate_and_predict_are_one_path():
         weights = next((w for w in WEIGHTS if class_formats(r.model.is_moe, w) == r.formats), None)
         if weights is None or r.concurrency != int(r.concurrency):
             continue  # a mixed-precision checkpoint or a fractional per-replica load: no single plan states it
-        limit = int(E.DEFAULTS[r.engine].max_batch(r.hardware.memory_gib)) * r.decode.dp
-        pool = lambda p: Pool(p.workers, p.tp, p.pp, p.dp, p.ep)  # noqa: E731
+        pools = ("prefill", "decode") if r.mode == "disagg" else ("decode",)
         if r.mode == "agg":
-            d = r.decode
-            width = d.tp * d.pp * d.dp
-            plan = lambda n: ServePlan(n, d.tp, d.pp, d.dp, d.ep, weights, r.kv, limit)  # noqa: E731
+            fields = {k: getattr(r.decode, k) for k in ("tp", "pp", "dp", "ep")}
         else:
-            width = pool(r.prefill).gpus + pool(r.decode).gpus
-            plan = lambda n: ServePlan(n, weights=weights, kv=r.kv, max_batch=limit, mode="disagg",  # noqa: E731
-                                       prefill=pool(r.prefill), decode=pool(r.decode))
+            fields = {f"{s}_{k}": getattr(getattr(r, s), k) for s in pools for k in ("workers", "tp", "pp", "dp", "ep")}
+        width = sum(getattr(r, s).workers * getattr(r, s).tp * getattr(r, s).pp * getattr(r, s).dp for s in pools)
         node = r.hardware.gpus_per_node
         n_gpus = width if width <= node else width * node // math.gcd(width, node)  # whole nodes: replicas
-        replicas = n_gpus // width
-        est = estimate_serving(r.model, Cluster(r.hardware, n_gpus, node),
-                               ServeWorkload(r.input_len, r.output_len, concurrency=int(r.concurrency) * replicas),
-                               ServePlanBatch.from_plans([plan(n_gpus)]), calibrated.CURRENT[r.engine],
-                               engine=r.engine)
+        plan, engine_limit = predict_serve_plan({**fields, "weights": weights, "kv": r.kv}, n_gpus, r.engine,
+                                                r.hardware.memory_gib)
+        assert engine_limit
+        cluster, batch = Cluster(r.hardware, n_gpus, node), ServePlanBatch.from_plans([plan])
+        assert int(rejection_reasons(r.model, cluster, batch, frozenset({"dp"}))[0]) == 0, r.id
+        est = estimate_serving(r.model, cluster, ServeWorkload(r.input_len, r.output_len,
+                                                               concurrency=int(r.concurrency) * (n_gpus // width)),
+                               batch, calibrated.CURRENT[r.engine], engine=r.engine, engine_batch_limit=True)
+        assert est.fits[0], (r.id, est.reason[0])
         assert est.ttft_ms[0] == pytest.approx(ttft[i], rel=1e-9), r.id
         assert est.tpot_ms[0] == pytest.approx(tpot[i], rel=1e-9), r.id
         checked += 1
-    assert checked >= 1700
+    assert checked == len(rows) >= 1700
+
+
+def test_predict_on_the_command_line_reproduces_validated_rows():
+    """`autotune predict --workload serve` as a user types it (HF id, GPU, --engine, a --plan without max_batch,
+    lengths, --concurrency) prints validate's TTFT and TPOT for the first row of every engine and mode."""
+    from autotune.serving.arch import class_formats
+    from autotune.serving.plan import WEIGHTS
+    from autotune.serving.validation import predict_silicon
+
+    import math
+
+    rows = [r for r in read_silicon_rows(SILICON) if isinstance(r, SiliconRow)]
+    picked = {}
+    for r in rows:  # the first row of each engine and mode
+        key = (r.engine, r.mode)
+        width = sum(getattr(r, s).workers * getattr(r, s).tp * getattr(r, s).pp * getattr(r, s).dp
+                    for s in (("prefill", "decode") if r.mode == "disagg" else ("decode",)))
+        weights = next((w for w in WEIGHTS if class_formats(r.model.is_moe, w) == r.formats), None)
+        if key not in picked and weights and r.concurrency == int(r.concurrency):
+            picked[key] = (r, width, weights)
+    assert len(picked) == 6
+    for r, width, weights in picked.values():
+        node = r.hardware.gpus_per_node
+        n_gpus = width if width <= node else width * node // math.gcd(width, node)  # whole nodes: replicas
+        ttft, tpot = predict_silicon([r], calibrated.CURRENT)
+        if r.mode == "agg":
+            plan = ",".join(f"{k}={getattr(r.decode, k)}" for k in ("tp", "pp", "dp", "ep"))
+        else:
+            plan = ",".join(f"{s}_{k}={getattr(getattr(r, s), k)}" for s in ("prefill", "decode")
+                            for k in ("workers", "tp", "pp", "dp", "ep"))
+        result = runner.invoke(app, ["predict", "--workload", "serve", "-m", r.hf_model_id, "-H", r.gpu, "--gpus",
+                                     str(n_gpus), "-p", f"{plan},weights={weights},kv={r.kv}", "--engine", r.engine,
+                                     "--input-len", str(r.input_len), "--output-len", str(r.output_len),
+                                     "--concurrency", str(int(r.concurrency) * (n_gpus // width)), "--json"])
+        assert result.exit_code == 0, (r.id, result.output)
+        estimate = json.loads(result.stdout)["estimate"]
+        assert estimate["fits"], (r.id, estimate.get("infeasible_reason"))
+        assert estimate["ttft_ms"] == pytest.approx(float(ttft[0]), rel=1e-9), r.id
+        assert estimate["tpot_ms"] == pytest.approx(float(tpot[0]), rel=1e-9), r.id

@@ -76,7 +76,7 @@ def validate(
             _validate_serving(runs_csv, json_out=json_out, worst=worst, calibration=calibration)
             return
         runs = read_runs(runs_csv)
-        overlay = load_calibration(calibration) if calibration else None
+        overlay = load_calibration(calibration) if calibration is not None else None
         report = validate_runs(runs, load_hardware, overlay)
         if not report.rows:
             reasons = "; ".join(f"{s.id}: {s.reason}" for s in report.skipped[:3])
@@ -117,7 +117,7 @@ def validate(
 
 
 def _validate_silicon(path: Path, *, json_out: bool, worst: int, calibration: str | None) -> None:
-    params = load_serving_calibration(calibration) if calibration else None
+    params = load_serving_calibration(calibration) if calibration is not None else None
     report = validate_silicon_csv(path, params)
     if json_out:
         print_json(report.to_json())
@@ -165,7 +165,7 @@ def _validate_silicon(path: Path, *, json_out: bool, worst: int, calibration: st
 
 
 def _validate_serving(path: Path, *, json_out: bool, worst: int, calibration: str | None = None) -> None:
-    report = validate_serving_csv(path, load_serving_calibration(calibration) if calibration else None)
+    report = validate_serving_csv(path, load_serving_calibration(calibration) if calibration is not None else None)
     if json_out:
         print_json(report.to_json())
         return

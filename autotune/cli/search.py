@@ -54,12 +54,13 @@ from ..search.api import (
     search_serving,
     search_training,
     serving_checkpoint,
+    predict_serve_plan,
     serving_engine,
     serving_parameters,
     wants_capacity,
 )
 from ..search.plans_file import serving_inputs_from_plans, training_inputs_from_plans
-from ..serving.calibrated import aggregated_only
+from ..serving.calibrated import aggregated_only, release_name
 from ..search.serving import annotate_checkpoint
 from ..serving.estimate import add_serving_cost, estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
@@ -590,19 +591,21 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     hw = priced_hardware(hardware, price)
     cluster = cluster_from_options(hw, single_gpu_count(gpus), gpus_per_node, nodes)
     try:
-        chosen = serve_plan_from_fields(parse_serve_fields(plan), cluster.n_gpus)
+        fields = parse_serve_fields(plan)
     except ValueError as exc:
         raise InputError(f"{exc}", field="--plan") from None
     params, note = serving_parameters(engine, calibration)
     family, release = serving_engine(engine)
+    chosen, engine_limit = predict_serve_plan(fields, cluster.n_gpus, family, hw.memory_gib)
     if chosen.disaggregated and aggregated_only(release):
-        raise InputError(f"{release} is planned aggregated only (its parameters come from aggregated tables); give "
-                         "an agg plan or a 1.x release", field="--plan")
+        raise InputError(f"{release_name(release)} is planned aggregated only (its parameters come from aggregated "
+                         "tables); give an agg plan or a 1.x release", field="--plan")
     engine = family  # its memory rule and defaults (the release set the parameters)
     ckpt = serving_checkpoint(model, checkpoint)
     batch = ServePlanBatch.from_plans([chosen])
     reason = int(serve_rejection_reasons(spec, cluster, batch, frozenset({"dp"}))[0])
-    estimate = annotate_checkpoint(estimate_serving(spec, cluster, workload, batch, params, engine=engine).row(0),
+    estimate = annotate_checkpoint(estimate_serving(spec, cluster, workload, batch, params, engine=engine,
+                                                    engine_batch_limit=engine_limit).row(0),
                                    chosen, ckpt, engine, spec.is_moe)
     estimate = add_serving_cost(estimate, cluster.n_gpus, hw.price_usd_per_gpu_hour)
     if reason:
@@ -610,7 +613,8 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
         estimate["meets_targets"] = False
         estimate["infeasible_reason"] = SERVE_REASONS[reason]
     if json_out:
-        print_json({"plan": chosen.as_dict(), "engine": engine, "estimate": estimate})
+        print_json({"plan": chosen.as_dict(), "engine": engine, "engine_release": release_name(release) if release
+                    else None, "parameters": note, "estimate": estimate})
         return
     e = estimate
     stdout.print(f"[bold]{spec.name}[/] on {cluster.n_gpus} x {hw.name}: {chosen.layout()} ({chosen.as_string()})",

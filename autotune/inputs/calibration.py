@@ -79,6 +79,8 @@ def calibration_from_mapping(data: Mapping[str, Any], *, source: str, known_prof
 
 def load_calibration(path: str | Path) -> Calibration:
     """Read and check a calibration overlay YAML (errors name the file and the field)."""
+    if not str(path).strip():  # as a path '' is the working folder
+        raise InputError("must not be empty: give the YAML file `autotune calibrate` wrote", field="--calibration")
     path = Path(path)
     return calibration_from_mapping(loading.read_mapping(path), source=str(path))
 

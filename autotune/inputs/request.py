@@ -152,7 +152,7 @@ class TrainingRequest:
         framework = load_framework(self.framework)
         spec = load_model(self.model)
         hw = load_hardware(self.hardware)
-        if self.calibration:
+        if self.calibration is not None:
             hw = apply_calibration(hw, load_calibration(self.calibration))
         if self.price is not None:
             if not self.price >= 0:

@@ -24,12 +24,13 @@ from ..inputs.request import (
     priced_hardware,
 )
 from ..inputs.workload import ServeWorkload
-from ..serving.calibrated import CURRENT, aggregated_only, parameters_note, params_for, release_note
+from ..serving.calibrated import CURRENT, aggregated_only, parameters_note, params_for, release_name, release_note
 from ..serving.checkpoint import check_checkpoint, default_checkpoint
+from ..serving.engines import DEFAULTS as ENGINE_DEFAULTS
 from ..serving.engines import parse_engine
 from ..serving.estimate import ServingParams
 from ..serving.overlay import load_serving_calibration
-from ..serving.plan import parse_serve_fields
+from ..serving.plan import ServePlan, parse_serve_fields, serve_plan_from_fields
 from ..serving.space import ServeSpace, load_serve_space
 from ..training.confidence import with_confidence
 from ..training.estimate import add_training_totals
@@ -392,11 +393,30 @@ def serving_parameters(engine: str, calibration: str | None,
             return CURRENT[family], parameters_note(engine=family)
         return params_for(release), release_note(release)
     table = load_serving_calibration(calibration)
-    key = release if release in table else family
+    # as validate reads an overlay: the release's own set, else (a 1.x or vLLM/SGLang release) its family's; a
+    # TensorRT-LLM 0.x release never takes the 1.x set
+    key = release if release in table else (None if aggregated_only(release) else family)
     if key not in table:
-        raise InputError(f"has no parameters for engine {family!r} (it has {', '.join(sorted(table))})",
-                         source=calibration, field="--calibration")
+        wanted = release_name(release) if aggregated_only(release) else family
+        raise InputError(f"has no parameters for engine {wanted!r} (it has {', '.join(sorted(table))}); add them "
+                         "or drop --calibration", source=calibration, field="--calibration")
     return table[key], parameters_note(overlay=True)
+
+
+def predict_serve_plan(fields: Mapping[str, Any], n_gpus: int, engine: str, memory_gib: float) -> tuple[ServePlan, bool]:
+    """The plan ``predict`` estimates from ``--plan`` fields, and whether its max_batch is the engine's own: left
+    out, max_batch is the engine's default limit per attention-DP rank (vLLM max_num_seqs, SGLang's, TensorRT-LLM's
+    max_batch_size), under which the engine admits what its KV cache holds, as a deployment launched without the
+    flag does (and as `validate` predicts a measured row, which records none)."""
+    try:
+        plan = serve_plan_from_fields(fields, n_gpus)
+    except ValueError as exc:
+        raise InputError(f"{exc}", field="--plan") from None
+    if "max_batch" in fields:
+        return plan, False
+    dp = plan.decode.dp if plan.disaggregated else plan.dp
+    limit = int(ENGINE_DEFAULTS[check_serving_engine(engine)].max_batch(memory_gib)) * dp
+    return dataclasses.replace(plan, max_batch=limit), True
 
 
 def check_serving_engine(engine: str) -> str:
@@ -417,8 +437,10 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
     """Rank serving plans (targets met first); with a GPU range and a request rate, the fewest GPUs."""
     spec = load_model(request.model)
     hw = priced_hardware(request.hardware, request.price)
-    params, note = serving_parameters(request.engine, request.calibration, request.engine_release)
-    engine = check_serving_engine(request.engine)
+    engine, stated = serving_engine(request.engine)  # "trtllm@0.14" from the API as from the command line
+    release = stated or request.engine_release
+    request = dataclasses.replace(request, engine=engine, engine_release=release)
+    params, note = serving_parameters(engine, request.calibration, release)
     checkpoint = serving_checkpoint(request.model, request.checkpoint)
     fixed: dict[str, Any] = {}
     for item in request.fixes:
@@ -430,10 +452,12 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
             if key in fixed and fixed[key] != value:
                 raise InputError(f"{key} is fixed twice, to {fixed[key]} and to {value}; keep one", field="--fix")
             fixed[key] = value
-    if aggregated_only(request.engine_release):
-        if fixed.get("mode", "agg") != "agg":
-            raise InputError(f"{request.engine_release} is planned aggregated only (its parameters come from "
-                             "aggregated tables); drop --fix mode=disagg or name a 1.x release", field="--fix")
+    if aggregated_only(release):
+        pools = [k for k in fixed if k.partition("_")[0] in ("prefill", "decode")]
+        if fixed.get("mode", "agg") != "agg" or pools:
+            raise InputError(f"{release_name(release)} is planned aggregated only (its parameters come from "
+                             f"aggregated tables); drop --fix {'mode=disagg' if not pools else pools[0]} or name a 1.x "
+                             "release", field="--fix")
         fixed["mode"] = "agg"
     search_space = load_serve_space(request.space).fixed(fixed)
     gpn = request.gpus_per_node or hw.gpus_per_node
@@ -460,5 +484,5 @@ __all__ = [
     "DEFAULT_PRECISIONS", "parse_precisions", "CapacityOutcome", "CapacitySearch", "SearchSettings", "ServingSearch",
     "ServingSearchOutcome", "StudyOptions", "TrainingSearch", "TrainingSearchOutcome", "check_trials", "inputs_json",
     "parse_fixes", "plan_capacity_search", "search_serving", "serving_parameters", "serving_checkpoint",
-    "check_serving_engine", "training_problem", "wants_capacity",
+    "check_serving_engine", "predict_serve_plan", "release_name", "serving_engine", "training_problem", "wants_capacity",
 ]

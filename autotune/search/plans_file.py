@@ -206,7 +206,7 @@ def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model:
     """The model, cluster, workload and framework of a training plans.json; flags given override the file's values."""
     spec = model_from_plans(inputs, source, model)
     hw = hardware_from_plans(inputs, source, hardware)
-    if calibration:
+    if calibration is not None:
         hw = apply_calibration(hw, load_calibration(calibration))
     n = _count(inputs, "gpus", source, gpus)
     gpn = _count(inputs, "gpus_per_node", source, gpus_per_node, required=False)

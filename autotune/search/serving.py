@@ -98,21 +98,14 @@ def annotate_checkpoint(estimate: dict[str, Any], plan: ServePlan, checkpoint: s
     return out
 
 
-def _distinct(ranked: list[RankedServePlan]) -> list[RankedServePlan]:
-    """Drop a plan that differs from a better-ranked one only in a max_batch the load never reaches (same
-    layout, precisions and estimates): under a concurrency below both limits it only costs memory, and ten
-    copies of one layout would fill the table."""
-    seen: set[tuple] = set()
-    out = []
-    for r in ranked:
-        e = r.estimate
-        key = (tuple((k, v) for k, v in r.plan.as_dict().items() if k != "max_batch"),
-               *(float(f"{e[k]:.6g}") if e[k] is not None else None
-                 for k in ("output_tokens_per_s", "ttft_ms", "tpot_ms", "meets_targets")))
-        if key not in seen:
-            seen.add(key)
-            out.append(r)
-    return out
+def _distinct_key(r: RankedServePlan) -> tuple:
+    """A plan that differs from a better-ranked one only in a max_batch the load never reaches (same layout,
+    precisions and estimates) is the same deployment: under a concurrency below both limits a larger limit only
+    costs memory, and ten copies of one layout would fill the table."""
+    e = r.estimate
+    return (tuple((k, v) for k, v in r.plan.as_dict().items() if k != "max_batch"),
+            *(float(f"{e[k]:.6g}") if e[k] is not None else None
+              for k in ("output_tokens_per_s", "ttft_ms", "tpot_ms", "meets_targets")))
 
 
 def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, space: ServeSpace,
@@ -143,11 +136,21 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
     memory = est.memory_gib_per_gpu[fits]
     width = plans.gpus_per_replica[fits]
     order = np.lexsort((memory, width, -throughput, ~runnable, ~meets))
-    ranked = [RankedServePlan(0, plans.plan(int(fits[i])), est.row(int(fits[i]))) for i in order[: max(top * 4, top)]]
+    # walk the whole order: plans that differ only in an unreached max_batch fall out (_distinct), and --top counts
+    # distinct ones
+    ranked, seen = [], set()
+    for i in order:
+        r = RankedServePlan(0, plans.plan(int(fits[i])), est.row(int(fits[i])))
+        key = _distinct_key(r)
+        if key in seen:
+            continue
+        seen.add(key)
+        ranked.append(r)
+        if len(ranked) >= top * 4:
+            break
     ranked.sort(key=lambda r: (not r.estimate["meets_targets"], how(r.plan.weights, checkpoint, engine, moe) == "needs",
                                -round(r.estimate["output_tokens_per_s"], 6), r.plan.gpus_per_replica,
                                round(r.estimate["memory_gib_per_gpu"], 6), r.plan.as_string()))
-    ranked = _distinct(ranked)
     price = cluster.hardware.price_usd_per_gpu_hour
     ranked = [RankedServePlan(k, r.plan, add_serving_cost(annotate_checkpoint(r.estimate, r.plan, checkpoint, engine, moe),
                                                           cluster.n_gpus, price))

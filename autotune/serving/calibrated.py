@@ -33,9 +33,9 @@ KV_REREAD_FRACTION_TRTLLM_0_9 = 0.25
 # Written by `autotune calibrate autotune/data/serving_silicon.csv` (tests/test_serving_fit.py checks
 # that the fit reproduces them).
 CURRENT_VALUES: Mapping[str, Mapping[str, float]] = {
-    "vllm": {'gemm': 0.85, 'attention': 0.44091, 'kv_bandwidth': 0.88782, 'grouped_gemm': 0.31823, 'fp4_gemm': 0.97257, 'weight_only': 0.69184, 'link_bandwidth': 0.5961, 'allreduce_us': 4.31252, 'alltoall_us': 2.09022, 'moe_layer_us': 11.59331, 'prompt_token_us': 4.5922, 'arrival_cv2': 0.88672, 'kv_handoff_ms': 66.36843, 'transfer_poll_us': 4e-05, 'older_overhead': 1.1206, 'kv_reserve': 0.61388, 'weight_bandwidth': 0.93583, 'step_us': 0.0, 'layer_us': 64.19226, 'seq_us': 0.0, 'seq_layer_us': 0.05776, 'request_ms': 4.73831, 'admission_steps': 4.00405, 'sync_share': 0.10129},
-    "sglang": {'gemm': 0.85, 'attention': 0.44091, 'kv_bandwidth': 0.88782, 'grouped_gemm': 0.31823, 'fp4_gemm': 0.97257, 'weight_only': 0.69184, 'link_bandwidth': 0.5961, 'allreduce_us': 4.31252, 'alltoall_us': 2.09022, 'moe_layer_us': 11.59331, 'prompt_token_us': 4.5922, 'arrival_cv2': 0.88672, 'kv_handoff_ms': 66.36843, 'transfer_poll_us': 169.65309, 'older_overhead': 1.1206, 'kv_reserve': 0.61388, 'weight_bandwidth': 0.91476, 'step_us': 1123.42247, 'layer_us': 60.28357, 'seq_us': 11.01321, 'seq_layer_us': 0.42451, 'request_ms': 111.8437, 'admission_steps': 8.98033, 'sync_share': 0.36644},
-    "trtllm": {'gemm': 0.85, 'attention': 0.44091, 'kv_bandwidth': 0.88782, 'grouped_gemm': 0.31823, 'fp4_gemm': 0.97257, 'weight_only': 0.69184, 'link_bandwidth': 0.5961, 'allreduce_us': 4.31252, 'alltoall_us': 2.09022, 'moe_layer_us': 11.59331, 'prompt_token_us': 4.5922, 'arrival_cv2': 0.88672, 'kv_handoff_ms': 66.36843, 'transfer_poll_us': 1648.46421, 'older_overhead': 1.1206, 'kv_reserve': 0.61388, 'weight_bandwidth': 0.9318, 'step_us': 333.6545, 'layer_us': 41.22329, 'seq_us': 0.01681, 'seq_layer_us': 0.41378, 'request_ms': 16.19197, 'admission_steps': 6.8696, 'sync_share': 0.12765},
+    "vllm": {'gemm': 0.85, 'attention': 0.44571, 'kv_bandwidth': 0.85912, 'grouped_gemm': 0.31813, 'fp4_gemm': 0.96963, 'weight_only': 0.69644, 'link_bandwidth': 0.6215, 'allreduce_us': 6.2718, 'alltoall_us': 13.8543, 'moe_layer_us': 12.49434, 'prompt_token_us': 4.85671, 'arrival_cv2': 0.99202, 'kv_handoff_ms': 67.89396, 'transfer_poll_us': 7e-05, 'older_overhead': 1.1325, 'kv_reserve': 0.61384, 'weight_bandwidth': 0.93953, 'step_us': 0.0, 'layer_us': 60.20066, 'seq_us': 0.0, 'seq_layer_us': 0.05969, 'request_ms': 3.72012, 'admission_steps': 4.15225, 'sync_share': 0.10076},
+    "sglang": {'gemm': 0.85, 'attention': 0.44571, 'kv_bandwidth': 0.85912, 'grouped_gemm': 0.31813, 'fp4_gemm': 0.96963, 'weight_only': 0.69644, 'link_bandwidth': 0.6215, 'allreduce_us': 6.2718, 'alltoall_us': 13.8543, 'moe_layer_us': 12.49434, 'prompt_token_us': 4.85671, 'arrival_cv2': 0.99202, 'kv_handoff_ms': 67.89396, 'transfer_poll_us': 3.5111, 'older_overhead': 1.1325, 'kv_reserve': 0.61384, 'weight_bandwidth': 0.91364, 'step_us': 1179.74419, 'layer_us': 53.77522, 'seq_us': 12.86067, 'seq_layer_us': 0.36286, 'request_ms': 105.60441, 'admission_steps': 9.85212, 'sync_share': 0.35505},
+    "trtllm": {'gemm': 0.85, 'attention': 0.44571, 'kv_bandwidth': 0.85912, 'grouped_gemm': 0.31813, 'fp4_gemm': 0.96963, 'weight_only': 0.69644, 'link_bandwidth': 0.6215, 'allreduce_us': 6.2718, 'alltoall_us': 13.8543, 'moe_layer_us': 12.49434, 'prompt_token_us': 4.85671, 'arrival_cv2': 0.99202, 'kv_handoff_ms': 67.89396, 'transfer_poll_us': 1544.77404, 'older_overhead': 1.1325, 'kv_reserve': 0.61384, 'weight_bandwidth': 0.9465, 'step_us': 297.00502, 'layer_us': 38.64209, 'seq_us': 0.04834, 'seq_layer_us': 0.42001, 'request_ms': 15.51762, 'admission_steps': 6.93579, 'sync_share': 0.12625},
 }
 # Written by `autotune calibrate autotune/data/serving_runs.csv`.
 LEGACY_VALUES: Mapping[str, Mapping[str, float]] = {
@@ -100,6 +100,12 @@ def aggregated_only(release: str | None) -> bool:
         return False
     name, version = _version(release)
     return name == "trtllm" and version is not None and version[0] < 1
+
+
+def release_name(release: str) -> str:
+    """``trtllm-0.14`` as a user writes it: ``trtllm@0.14``."""
+    name, version = _version(release)
+    return f"{name}@{version[0]}.{version[1]}" if version else release
 
 
 def release_note(release: str) -> str:

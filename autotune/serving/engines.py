@@ -118,7 +118,8 @@ def parse_engine(text: str) -> tuple[str, str | None]:
                          f"(e.g. trtllm@0.14), but got (engine={text!r})")
     if not at:
         return name, None
-    found = re.fullmatch(r"v?(\d{1,4})\.(\d{1,4})([.\w+-]*)", version.strip())
+    # MAJOR.MINOR, then what releases append: .PATCH, rcN, .postN, .devN (a Triton front end is not a release)
+    found = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(\.\d+)?(rc\d+)?(\.post\d+)?(\.dev\d+)?", version.strip())
     if not found:
         raise ValueError(f"an engine release must read NAME@MAJOR.MINOR (e.g. trtllm@0.14, vllm@0.12.0), but got "
                          f"(engine={text!r})")

@@ -619,8 +619,13 @@ def plan_rows(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans
 
 
 def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans: ServePlanBatch,
-                     params: ServingParams, *, engine: str = E.DEFAULT_ENGINE, memory_fraction=None) -> ServeEstimate:
-    """Estimate every serve plan on ``engine`` (its memory rule, its defaults, and ``params``)."""
+                     params: ServingParams, *, engine: str = E.DEFAULT_ENGINE, memory_fraction=None,
+                     engine_batch_limit: bool = False) -> ServeEstimate:
+    """Estimate every serve plan on ``engine`` (its memory rule, its defaults, and ``params``).
+
+    ``engine_batch_limit``: the plans' max_batch is the engine's own default, not one the user set: the engine
+    admits what its KV cache holds below it, so a KV budget that holds fewer full-length sequences is not a
+    reason the plan cannot run (a stated max_batch is a promise the budget must keep)."""
     hw = cluster.hardware
     n = len(plans)
     mem = engine_memory(model, cluster, plans, engine, fraction=memory_fraction)
@@ -632,7 +637,8 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
     fit = (fit_rank * plans.d_dp).astype(np.int64)
     per_rank = plans.max_batch / plans.d_dp.astype(np.float64)
     reason = np.full(n, "", dtype=object)
-    reason[fit_rank < per_rank] = f"max_batch exceeds what the {engine} KV-cache budget holds"
+    if not engine_batch_limit:
+        reason[fit_rank < per_rank] = f"max_batch exceeds what the {engine} KV-cache budget holds"
     prefill_used = prefill_knob = None
     if (plans.disagg).any():  # the prefill engines must hold their weights and one prompt
         pmem = engine_memory(model, cluster, plans, engine, side="p", fraction=memory_fraction)

@@ -42,6 +42,8 @@ def serving_params_from_mapping(raw: object, base: ServingParams, *, source: str
 
 def load_serving_calibration(path: str | Path) -> dict[str, ServingParams]:
     source = str(path)
+    if not source.strip():  # as a path '' is the working folder
+        raise InputError("must not be empty: give the YAML file `autotune calibrate` wrote", field="--calibration")
     data = loading.read_mapping(Path(path))  # duplicate keys refused, 6e-1 read as a number
     if data.get("schema") != "serving":
         raise InputError("is not a serving calibration (schema: serving), so it cannot go to --calibration of a "

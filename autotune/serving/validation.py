@@ -463,7 +463,8 @@ def validate_silicon_csv(path: Path, params: Mapping[str, ServingParams] | None 
     from .calibrated import CURRENT, parameters_note
 
     parsed = read_silicon_rows(path)
-    return validate_silicon(parsed, params or CURRENT, parameters_note(params is not None))
+    # an overlay that names some engines: the others keep their shipped parameters
+    return validate_silicon(parsed, {**CURRENT, **(params or {})}, parameters_note(params is not None))
 
 
 # === fitting ============================================================================================
