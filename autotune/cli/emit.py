@@ -36,7 +36,7 @@ from ..outputs.files import (
     read_plans,
     write_files,
 )
-from ..search.api import serving_checkpoint
+from ..search.api import predict_serve_plan, serving_checkpoint
 from ..search.plans_file import framework_from_plans, serving_inputs_from_plans
 from ..search.serving import annotate_checkpoint
 from ..serving.estimate import estimate_serving
@@ -325,6 +325,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
                             ("--seq-len", seq_len), ("--input-len", input_len), ("--output-len", output_len)):
             if value is not None:
                 raise InputError(f"comes from {path}; leave it out, or emit a plan string instead", field=flag)
+        engine_limit = False  # a searched plan states its max_batch
         entry = plan_entry(document, rank, str(path))
         served = serving_inputs_from_plans(inputs, str(path), model=_model_override(model, inputs, path))
         spec, hw = served.model, served.cluster.hardware
@@ -352,9 +353,11 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         hw = load_hardware(hardware)
         gpn = gpus_per_node or hw.gpus_per_node
         try:
-            chosen = serve_plan_from_fields(parse_serve_fields(source), int(gpus))
+            fields = parse_serve_fields(source)
         except ValueError as exc:
             raise InputError(str(exc), field="--plan") from None
+        # as predict reads it: no max_batch is the engine's default limit
+        chosen, engine_limit = predict_serve_plan(fields, int(gpus), format, hw.memory_gib)
         cluster = Cluster(hw, chosen.n_gpus, min(gpn, chosen.n_gpus))
         code = int(serve_rejection_reasons(spec, cluster, ServePlanBatch.from_plans([chosen]), frozenset({"dp"}))[0])
         # Refuse what no engine can launch; a search-space preference (tp within one node) stays the user's call.
@@ -378,5 +381,5 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
     given_name = model if path is None else (model or inputs.get("model"))
     model_path = model_path or hf_model_name(given_name if isinstance(given_name, str) else None)
     files, mine = serving_files(format, chosen, spec, hw, input_len, output_len, estimate, model_path,
-                                gpus_per_node=gpn, checkpoint=ckpt)
+                                gpus_per_node=gpn, checkpoint=ckpt, engine_batch_limit=engine_limit)
     return files, mine
