@@ -10,32 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from autotune.cli import app
 from autotune.inputs.modelspec import load_model
+from tests.test_bad_input import assert_user_error, invoke
 
-runner = CliRunner()
 HF = Path(__file__).resolve().parent.parent / "autotune" / "data" / "hf_configs"
 SERVE_PREDICT = ["-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len", "2048", "--output-len", "256", "-p", "tp=4"]
 SERVE_STRING = ["-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8"]
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_user_error(result, *needles: str) -> None:
-    """Exit 2, one line on stderr starting with 'error:', naming each needle; no traceback, nothing on stdout."""
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    assert isinstance(result.exception, SystemExit), result.exception
-    assert "Traceback" not in result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("error:"), lines
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert result.stdout == ""
 
 
 def hf_config(tmp_path: Path, name: str, **changes) -> Path:
