@@ -347,7 +347,7 @@ def read_silicon_rows(path: Path, *, primary_only: bool = True) -> list[SiliconR
         return _skip_beyond_default_budget(out)
 
 
-def _stack(dicts) -> dict:
+def stack_scalars(dicts) -> dict:
     """Per-row scalar dicts as arrays (keys with a leading underscore carry objects, not numbers)."""
     return {k: np.array([d[k] for d in dicts], dtype=np.float64) for k in dicts[0] if not k.startswith("_")}
 
@@ -358,9 +358,9 @@ def default_pools(rows, side: str = "decode") -> np.ndarray:
     ``autotune predict`` assumes for the same deployment, so validation and prediction share it."""
     if not rows:
         return np.zeros(0)
-    a = _stack([model_scalars(r.model) for r in rows])
+    a = stack_scalars([model_scalars(r.model) for r in rows])
     gs = [gpu_scalars(r.hardware) for r in rows]
-    g = _stack(gs)
+    g = stack_scalars(gs)
     q = precision_arrays([r.formats for r in rows], gs, [r.kv for r in rows])
     col = lambda k: np.array([float(getattr(getattr(r, side), k)) for r in rows])  # noqa: E731
     mem_gib = [r.hardware.memory_gib for r in rows]
@@ -385,7 +385,7 @@ def _skip_beyond_default_budget(parsed: list) -> list:
     rows = [r for r in parsed if isinstance(r, SiliconRow)]
     if not rows:
         return parsed
-    a = _stack([model_scalars(r.model) for r in rows])
+    a = stack_scalars([model_scalars(r.model) for r in rows])
     kv_b = np.array([KV_BYTES[r.kv] for r in rows])
     bad: dict[int, str] = {}  # by position: a user's file may repeat an id
     for side, tokens in (("decode", [r.input_len + r.output_len for r in rows]),

@@ -42,7 +42,7 @@ from .estimate import (
     solve,
 )
 from .runs import ServingRun, SkippedServingRow, read_serving_runs
-from .silicon import SiliconRow, SkippedRow, _stack, default_pools, read_silicon_rows
+from .silicon import SiliconRow, SkippedRow, default_pools, read_silicon_rows, stack_scalars
 
 # --- parameters of many rows ------------------------------------------------------------------------
 
@@ -84,9 +84,9 @@ class MapeSummary:
 
 def silicon_rows(rows: Sequence[SiliconRow]) -> Rows:
     """The core's input for measured closed-loop rows (each row its own model, GPU, engine and layout)."""
-    a = _stack([model_scalars(r.model) for r in rows])
+    a = stack_scalars([model_scalars(r.model) for r in rows])
     gs = [gpu_scalars(r.hardware) for r in rows]
-    g = _stack(gs)
+    g = stack_scalars(gs)
     q = precision_arrays([r.formats for r in rows], gs, [r.kv for r in rows])
     col = lambda pool, k: np.array([float(getattr(getattr(r, pool), k)) for r in rows])  # noqa: E731
     d = {f"d_{k}": col("decode", k) for k in ("workers", "tp", "pp", "dp", "ep")}
@@ -307,8 +307,8 @@ def _legacy_batch(runs: Sequence[ServingRun], hardware_loader: Callable[[str], H
             kvs.append(kv)
     hws = {g: hardware_loader(g) for g in {r.gpu for r in expanded}}
     gs = [gpu_scalars(hws[r.gpu]) for r in expanded]
-    a = _stack([model_scalars(r.model) for r in expanded])
-    g = _stack(gs)
+    a = stack_scalars([model_scalars(r.model) for r in expanded])
+    g = stack_scalars(gs)
     q = precision_arrays([class_formats(r.model.is_moe, r.weights) for r in expanded], gs, kvs)
     tp = np.array([float(r.tp) for r in expanded])
     pp = np.array([float(r.pp) for r in expanded])
