@@ -138,6 +138,8 @@ PLANS = [
      "max_batch=1024", 4096, 1024, "fp8", "native"),
 ]
 ENGINES = ("vllm", "sglang")
+# Plans emitted with a stated --memory-fraction (the value of each engine's own memory flag).
+FRACTIONS = {"70B TP8 fp8 from a compressed-tensors checkpoint": {"vllm": 0.95, "sglang": 0.86}}
 
 
 def _model_dir(root: Path, model: str, quant: str | None) -> Path:
@@ -193,7 +195,8 @@ def _emit(engine: str, case: tuple, tmp: Path) -> tuple[list[dict], str]:
         plan = outcome.result.ranked[0].plan
     else:
         plan = parse_serve_plan(plan_text, gpus)
-    files, estimate = serving_files(engine, plan, spec, hardware, i, o, checkpoint=checkpoint)
+    files, estimate = serving_files(engine, plan, spec, hardware, i, o, checkpoint=checkpoint,
+                                    memory_fraction=FRACTIONS.get(name, {}).get(engine))
     assert estimate["fits"], (name, engine, estimate.get("infeasible_reason"))
     assert "needs_checkpoint" not in estimate, (name, engine, estimate["needs_checkpoint"])
     script = next(iter(files.values()))
@@ -286,3 +289,9 @@ def test_what_the_engines_resolved_matches_the_plan(checked):
     assert wide and all(r["dp"] == 16 and r["expert_parallel"] for r in wide)
     sg = next(r for r in verdicts[("sglang", "DeepSeek-V3 DEP8 on H200, fp8 checkpoint")] if "tp_size" in r)
     assert sg["tp_size"] == 8 and sg["attn_dp_size"] == 8 and sg["ep_size"] == 8
+    # a stated --memory-fraction is the value each engine resolves
+    (case, fractions), = FRACTIONS.items()
+    stated = next(r for r in verdicts[("vllm", case)] if "gpu_memory_utilization" in r)
+    assert stated["gpu_memory_utilization"] == pytest.approx(fractions["vllm"])
+    stated = next(r for r in verdicts[("sglang", case)] if "mem_fraction_static" in r)
+    assert stated["mem_fraction_static"] == pytest.approx(fractions["sglang"])

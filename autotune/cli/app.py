@@ -189,6 +189,7 @@ Concurrency = Annotated[Optional[int], typer.Option("--concurrency", help="Servi
 RequestRate = Annotated[Optional[float], typer.Option("--request-rate", help="Serving: requests per second (with a --gpus range: find the fewest GPUs).")]
 EngineOpt = Annotated[str, typer.Option("--engine", help="Serving: the engine the plans are for, its memory budget rule and fitted parameters: vllm (0.33), sglang (0.5.23) or trtllm; NAME@MAJOR.MINOR names its release (trtllm@0.14: that release's parameters, fitted on its tables; 0.x releases are planned aggregated).")]
 CheckpointOpt = Annotated[Optional[str], typer.Option("--checkpoint", help="Serving: the weights you have: bf16, fp8, nvfp4, mxfp4, awq, gptq, compressed-tensors[:fp8|int8|int4|fp4] or modelopt[:fp4|fp8] (a container holds one scheme; bare: fp8 and fp4) [default: the catalogue's record for a Hugging Face id, else bf16]. Plans whose weights need another checkpoint say so.")]
+MemoryFractionOpt = Annotated[Optional[float], typer.Option("--memory-fraction", help="Serving: the value of the engine's memory flag, 0 < f <= 1: vLLM --gpu-memory-utilization, SGLang --mem-fraction-static, TensorRT-LLM free_gpu_memory_fraction [default: the engine's own: vLLM 0.92, TensorRT-LLM 0.9, SGLang's computed reserve]. The KV cache and batch limit follow it; launch files set it.")]
 
 # Persistent studies (search --storage, tune, worker).
 Heartbeat = Annotated[int, typer.Option("--heartbeat", help="Seconds between trial heartbeats (SQLite/PostgreSQL); "

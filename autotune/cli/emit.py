@@ -36,7 +36,7 @@ from ..outputs.files import (
     read_plans,
     write_files,
 )
-from ..search.api import predict_serve_plan, serving_checkpoint
+from ..search.api import predict_serve_plan, serving_checkpoint, serving_memory_fraction
 from ..search.plans_file import framework_from_plans, serving_inputs_from_plans
 from ..search.serving import annotate_checkpoint
 from ..serving.estimate import estimate_serving
@@ -51,6 +51,7 @@ from .app import (
     MoeImbalance,
     Calibration,
     CheckpointOpt,
+    MemoryFractionOpt,
     Gpus,
     GpusPerNode,
     InputLen,
@@ -108,6 +109,7 @@ def emit(
     input_len: InputLen = None,
     output_len: OutputLen = None,
     checkpoint: CheckpointOpt = None,
+    memory_fraction: MemoryFractionOpt = None,
     model_path: Annotated[Optional[str], typer.Option("--model-path", help="Serving: the weights the script loads (a Hugging Face name or folder) [default: the model name].")] = None,
 ) -> None:
     """Write the launch config of a plan for Megatron-LM, DeepSpeed, torchtitan, Slurm, vLLM or SGLang."""
@@ -139,13 +141,14 @@ def emit(
                                                      "is their sum)")
             files, estimate = _serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len,
                                        input_len=input_len, output_len=output_len, gpus_per_node=gpus_per_node,
-                                       checkpoint=checkpoint, model_path=model_path)
+                                       checkpoint=checkpoint, model_path=model_path,
+                                       memory_fraction=serving_memory_fraction(memory_fraction))
         else:
             if format not in EMITTERS:
                 raise InputError(f"unknown format {format!r}; choose from {', '.join(FORMATS + SERVING_FORMATS)}",
                                  field="--format")
             reject_flags({"--input-len": input_len, "--output-len": output_len, "--checkpoint": checkpoint,
-                          "--model-path": model_path},
+                          "--model-path": model_path, "--memory-fraction": memory_fraction},
                          f"a training launch config (--format {format}; serving: --format vllm or sglang)")
             given = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                                     seq_len=seq_len, global_batch=global_batch, tokens=tokens, calibration=calibration,
@@ -304,9 +307,10 @@ _IMPOSSIBLE = frozenset({"heads not divisible by tp", "pipeline stages exceed la
 def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: int, model: str | None,
              hardware: str | None, gpus: int | None, seq_len: int | None, *, input_len: int | None = None,
              output_len: int | None = None, gpus_per_node: int | None = None, checkpoint: str | None = None,
-             model_path: str | None = None) -> tuple[dict[str, str], Any]:
+             model_path: str | None = None, memory_fraction: float | None = None) -> tuple[dict[str, str], Any]:
     """The launch files of a serve plan: from a serving plans.json, or a plan string with --model,
-    --hardware, --gpus and the request shape (--input-len and --output-len, or --seq-len: prompt + output)."""
+    --hardware, --gpus and the request shape (--input-len and --output-len, or --seq-len: prompt + output).
+    ``memory_fraction`` (--memory-fraction) overrides the engine memory flag a plans.json records."""
     source = plan_source or plan_text
     if source is None:
         raise InputError("give a serving plans.json (search --workload serve --out DIR) or a plan string such as "
@@ -336,11 +340,13 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"plan of rank {rank} is malformed: {exc}", source=str(path), field="plans.plan") from None
         ckpt = served.checkpoint if checkpoint is None else serving_checkpoint(spec.name, checkpoint)
+        if memory_fraction is None and served.engine == format:  # a value of the searched engine's flag
+            memory_fraction = served.memory_fraction
         if served.engine == format:
             # Estimated again from the embedded inputs and parameters (the script's comments quote it), not copied.
             estimate = annotate_checkpoint(
                 estimate_serving(spec, served.cluster, served.workload, ServePlanBatch.from_plans([chosen]),
-                                 served.params, engine=served.engine).row(0),
+                                 served.params, engine=served.engine, memory_fraction=memory_fraction).row(0),
                 chosen, ckpt, served.engine, spec.is_moe)
         else:
             stderr.print(f"[yellow]note:[/] the plan was searched for {served.engine}; its batch is re-checked "
@@ -381,5 +387,6 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
     given_name = model if path is None else (model or inputs.get("model"))
     model_path = model_path or hf_model_name(given_name if isinstance(given_name, str) else None)
     files, mine = serving_files(format, chosen, spec, hw, input_len, output_len, estimate, model_path,
-                                gpus_per_node=gpn, checkpoint=ckpt, engine_batch_limit=engine_limit)
+                                gpus_per_node=gpn, checkpoint=ckpt, engine_batch_limit=engine_limit,
+                                memory_fraction=memory_fraction)
     return files, mine

@@ -54,6 +54,7 @@ from ..search.api import (
     search_serving,
     search_training,
     serving_checkpoint,
+    serving_memory_fraction,
     predict_serve_plan,
     serving_engine,
     serving_parameters,
@@ -80,6 +81,7 @@ from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
 from .app import (
     Calibration,
     CheckpointOpt,
+    MemoryFractionOpt,
     Concurrency,
     EngineOpt,
     Fix,
@@ -184,6 +186,7 @@ def search(
     moe_capacity_factor: MoeCapacityFactor = None,
     engine: EngineOpt = "vllm",
     checkpoint: CheckpointOpt = None,
+    memory_fraction: MemoryFractionOpt = None,
 ) -> None:
     """Search the plans of a training run (layouts and settings) or, with --workload serve, of a serving deployment
     (tp, pp, replicas, quantization, batch limit under latency targets); print the best, ranked."""
@@ -214,10 +217,11 @@ def search(
                 model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                 workload=serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate),
                 space=space, fixes=tuple(fix or ()), top=top, price=price, engine=family, checkpoint=checkpoint,
-                calibration=calibration, engine_release=release)
+                calibration=calibration, engine_release=release, memory_fraction=memory_fraction)
             raise typer.Exit(code=_search_serving(request, json_out=json_out, out=out, gpus_text=gpus, force=force,
                                                   formats=serving_formats))
-        serving_flags.update({"--checkpoint": checkpoint, "--engine": None if engine == "vllm" else engine})
+        serving_flags.update({"--checkpoint": checkpoint, "--engine": None if engine == "vllm" else engine,
+                              "--memory-fraction": memory_fraction})
         reject_flags(serving_flags, "training (add --workload serve for serving)")
         require_training(seq_len, global_batch)
         gpu_count, gpu_range = parse_gpus(gpus)
@@ -371,7 +375,10 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                                                         best.estimate if name == request.engine else None,
                                                         hf_model_name(request.model),
                                                         gpus_per_node=outcome.gpus_per_node,
-                                                        checkpoint=outcome.checkpoint)
+                                                        checkpoint=outcome.checkpoint,
+                                                        # the fraction is a value of the searched engine's flag
+                                                        memory_fraction=request.memory_fraction
+                                                        if name == request.engine else None)
                 if name != request.engine:
                     verdict = ("its batch fits that engine's memory budget" if on_engine.get("fits") else
                                f"it does not fit there: {on_engine.get('infeasible_reason', 'see emit')}")
@@ -512,6 +519,7 @@ def predict(
     moe_capacity_factor: MoeCapacityFactor = None,
     engine: EngineOpt = "vllm",
     checkpoint: CheckpointOpt = None,
+    memory_fraction: MemoryFractionOpt = None,
 ) -> None:
     """Estimate one plan: training (step time and its parts, throughput, MFU, memory) or, with --workload serve,
     serving (output tokens/s, TTFT, TPOT, batch, memory)."""
@@ -523,10 +531,11 @@ def predict(
             load = serve_workload(input_len, output_len, ttft_ms, tpot_ms, concurrency, request_rate)
             _predict_serving(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                              workload=load, plan=plan, json_out=json_out, price=price, engine=engine,
-                             checkpoint=checkpoint, calibration=calibration)
+                             checkpoint=checkpoint, calibration=calibration, memory_fraction=memory_fraction)
             return
         reject_flags({"--checkpoint": checkpoint, "--engine": None if engine == "vllm" else engine,
-                      "--input-len": input_len, "--output-len": output_len, "--ttft-ms": ttft_ms, "--tpot-ms": tpot_ms,
+                      "--memory-fraction": memory_fraction, "--input-len": input_len, "--output-len": output_len,
+                      "--ttft-ms": ttft_ms, "--tpot-ms": tpot_ms,
                       "--concurrency": concurrency, "--request-rate": request_rate},
                      "training (add --workload serve for serving)")
         require_training(seq_len, global_batch)
@@ -586,7 +595,9 @@ def predict(
 
 def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_node: int | None, nodes: int | None,
                      workload, plan: str, json_out: bool, price: float | None, engine: str = "vllm",
-                     checkpoint: str | None = None, calibration: str | None = None) -> None:
+                     checkpoint: str | None = None, calibration: str | None = None,
+                     memory_fraction: float | None = None) -> None:
+    fraction = serving_memory_fraction(memory_fraction)
     spec = load_model(model)
     hw = priced_hardware(hardware, price)
     cluster = cluster_from_options(hw, single_gpu_count(gpus), gpus_per_node, nodes)
@@ -605,7 +616,8 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     batch = ServePlanBatch.from_plans([chosen])
     reason = int(serve_rejection_reasons(spec, cluster, batch, frozenset({"dp"}))[0])
     estimate = annotate_checkpoint(estimate_serving(spec, cluster, workload, batch, params, engine=engine,
-                                                    engine_batch_limit=engine_limit).row(0),
+                                                    engine_batch_limit=engine_limit,
+                                                    memory_fraction=fraction).row(0),
                                    chosen, ckpt, engine, spec.is_moe)
     estimate = add_serving_cost(estimate, cluster.n_gpus, hw.price_usd_per_gpu_hour)
     if reason:
@@ -737,8 +749,10 @@ def _explain_serving(source: str, inputs: dict, fields: Any, *, model: str | Non
     hw = cluster.hardware
     params, engine = found_inputs.params, found_inputs.engine
     note = f"engine {engine}, checkpoint {found_inputs.checkpoint}; {inputs.get('parameters') or 'shipped parameters'}"
+    if found_inputs.memory_fraction is not None:
+        note += f"; memory flag {found_inputs.memory_fraction:g} (--memory-fraction)"
     found = explain_serving(found_inputs.model, cluster, workload, chosen, params, engine=engine,
-                            checkpoint=found_inputs.checkpoint)
+                            checkpoint=found_inputs.checkpoint, memory_fraction=found_inputs.memory_fraction)
     if json_out:
         print_json(found.to_json())
         return

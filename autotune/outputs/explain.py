@@ -268,7 +268,8 @@ def _changed_plan(plan, fields: Mapping[str, Any]):
 
 
 def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params, *,
-                    engine: str = "vllm", checkpoint: str = "bf16") -> ServingExplanation:
+                    engine: str = "vllm", checkpoint: str = "bf16",
+                    memory_fraction: float | None = None) -> ServingExplanation:
     """The estimate of serve ``plan``, what binds it (a rule, memory, a latency target) and each one-step change."""
     from ..serving.checkpoint import requirement
     from ..serving.estimate import estimate_serving
@@ -279,7 +280,7 @@ def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params, 
     def evaluate(plans: list) -> tuple[list[dict[str, Any]], list[str]]:
         batch = ServePlanBatch.from_plans(plans)
         codes = serve_rejection_reasons(model, cluster, batch)
-        est = estimate_serving(model, cluster, workload, batch, params, engine=engine)
+        est = estimate_serving(model, cluster, workload, batch, params, engine=engine, memory_fraction=memory_fraction)
         return [est.row(i) for i in range(len(plans))], [SERVE_REASONS[int(c)] if int(c) else "" for c in codes]
 
     (base,), (base_reason,) = evaluate([plan])

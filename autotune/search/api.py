@@ -8,6 +8,7 @@ hold.  Nothing here prints or writes files.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -338,6 +339,7 @@ class ServingSearch:
     checkpoint: str | None = None
     calibration: str | None = None
     engine_release: str | None = None  # e.g. trtllm-0.14: that release's fitted parameters (serving_engine)
+    memory_fraction: float | None = None  # the engine's memory flag as the user sets it (None: the engine's default)
 
 
 @dataclass(frozen=True)
@@ -365,7 +367,8 @@ class ServingSearchOutcome:
             "ttft_ms": w.ttft_ms, "tpot_ms": w.tpot_ms, "concurrency": w.concurrency, "request_rate": w.request_rate,
             "mode": w.mode, "space": self.request.space or SERVE_SPACE, "parameters": self.parameters_note,
             **serving_inputs_json(self.model, self.hardware, self.space, engine=self.request.engine,
-                                  checkpoint=self.checkpoint, params=self.params),
+                                  checkpoint=self.checkpoint, params=self.params,
+                                  memory_fraction=self.request.memory_fraction),
         }
         if self.capacity is not None:
             document["capacity"] = {"gpus": self.capacity.n_gpus,
@@ -419,6 +422,17 @@ def predict_serve_plan(fields: Mapping[str, Any], n_gpus: int, engine: str, memo
     return dataclasses.replace(plan, max_batch=limit), True
 
 
+def serving_memory_fraction(value: float | None, flag: str = "--memory-fraction") -> float | None:
+    """The value of the engine's memory flag a user sets (vLLM --gpu-memory-utilization, SGLang
+    --mem-fraction-static, TensorRT-LLM free_gpu_memory_fraction): 0 < fraction <= 1; None keeps the engine's own."""
+    if value is None:
+        return None
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0.0 < value <= 1.0):
+        raise InputError(f"0 < fraction <= 1 must hold (the share of GPU memory the engine's memory flag gives it), "
+                         f"but got {value!r}", field=flag)
+    return float(value)
+
+
 def check_serving_engine(engine: str) -> str:
     """The engine family of ``--engine`` (its memory rule, defaults and launch files)."""
     return serving_engine(engine)[0]
@@ -442,6 +456,7 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
     request = dataclasses.replace(request, engine=engine, engine_release=release)
     params, note = serving_parameters(engine, request.calibration, release)
     checkpoint = serving_checkpoint(request.model, request.checkpoint)
+    fraction = serving_memory_fraction(request.memory_fraction)
     fixed: dict[str, Any] = {}
     for item in request.fixes:
         try:
@@ -462,7 +477,7 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
     search_space = load_serve_space(request.space).fixed(fixed)
     gpn = request.gpus_per_node or hw.gpus_per_node
     count, bounds = parse_gpus(request.gpus)
-    options = dict(top=request.top, engine=engine, checkpoint=checkpoint)
+    options = dict(top=request.top, engine=engine, checkpoint=checkpoint, memory_fraction=fraction)
     if bounds is not None and bounds[0] != bounds[1]:
         if request.workload.request_rate is None:
             raise InputError("a GPU range finds the fewest GPUs for a request rate: add --request-rate R",
@@ -484,5 +499,5 @@ __all__ = [
     "DEFAULT_PRECISIONS", "parse_precisions", "CapacityOutcome", "CapacitySearch", "SearchSettings", "ServingSearch",
     "ServingSearchOutcome", "StudyOptions", "TrainingSearch", "TrainingSearchOutcome", "check_trials", "inputs_json",
     "parse_fixes", "plan_capacity_search", "search_serving", "serving_parameters", "serving_checkpoint",
-    "check_serving_engine", "predict_serve_plan", "release_name", "serving_engine", "training_problem", "wants_capacity",
+    "check_serving_engine", "predict_serve_plan", "release_name", "serving_engine", "serving_memory_fraction", "training_problem", "wants_capacity",
 ]

@@ -108,12 +108,15 @@ def training_inputs_json(inputs: TrainingInputs, space_path: str | None, space: 
 
 def serving_inputs_json(model: ModelSpec, hardware: Hardware, space: ServeSpace | None, *,
                         engine: str = DEFAULT_ENGINE, checkpoint: str = "bf16",
-                        params: ServingParams | None = None) -> dict[str, Any]:
+                        params: ServingParams | None = None, memory_fraction: float | None = None) -> dict[str, Any]:
     """What a serving ``plans.json`` embeds besides the workload: the spec, the profile, the space, and the
-    engine, checkpoint and serving parameters (shipped or a --calibration's) its plans were estimated with."""
+    engine, checkpoint and serving parameters (shipped or a --calibration's) its plans were estimated with, and
+    the engine's memory flag when the user set it (--memory-fraction; absent: the engine's default rule)."""
     out: dict[str, Any] = {"model_spec": model_to_mapping(model), "hardware_profile": hardware_to_mapping(hardware),
                            "engine": engine, "checkpoint": checkpoint,
                            "serving_params": (params or params_for(engine)).as_dict()}
+    if memory_fraction is not None:
+        out["memory_fraction"] = float(memory_fraction)
     if space is not None:
         out["space_spec"] = space_mapping(space)
     return _plain(out)
@@ -281,6 +284,7 @@ class ServingInputs:
     engine: str = DEFAULT_ENGINE
     checkpoint: str = "bf16"
     params: ServingParams = dataclasses.field(default_factory=lambda: params_for(DEFAULT_ENGINE))
+    memory_fraction: float | None = None  # the engine's memory flag as searched (None: the engine's default rule)
 
 
 def _serving_stack(inputs: Mapping[str, Any], source: str) -> tuple[str, str, ServingParams]:
@@ -348,7 +352,10 @@ def serving_inputs_from_plans(inputs: Mapping[str, Any], source: str, *,
         path = inputs.get("space")
         space = load_serve_space(None if path in (None, SERVE_SPACE) else str(path))
     engine, checkpoint, params = _serving_stack(inputs, source)
-    return ServingInputs(spec, cluster, workload, space, engine, checkpoint, params)
+    fraction = None
+    if inputs.get("memory_fraction") is not None:
+        fraction = float(loading.number(numbers, "memory_fraction", source=source, section="inputs", maximum=1.0))
+    return ServingInputs(spec, cluster, workload, space, engine, checkpoint, params, fraction)
 
 
 __all__ = ["SERVE_SPACE", "TRAIN_SPACE", "ServingInputs", "framework_of", "hardware_from_plans", "model_from_plans",

@@ -65,9 +65,9 @@ class ServeSearchResult:
 
 
 def _with_fit_batches(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, workload: ServeWorkload,
-                      engine: str) -> ServePlanBatch:
+                      engine: str, memory_fraction: float | None = None) -> ServePlanBatch:
     """Add, per layout and precision, the plan whose max_batch is what the engine's KV budget holds."""
-    fit = max_batch_fit(model, cluster, plans, workload.max_len, engine)
+    fit = max_batch_fit(model, cluster, plans, workload.max_len, engine, fraction=memory_fraction)
     key = plans.key_matrix()
     key[:, -1] = 0  # max_batch
     _, first = np.unique(key, axis=0, return_index=True)
@@ -110,7 +110,9 @@ def _distinct_key(r: RankedServePlan) -> tuple:
 
 def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, space: ServeSpace,
                  params: ServingParams, *, top: int = 10, engine: str = DEFAULT_ENGINE,
-                 checkpoint: str = "bf16") -> ServeSearchResult:
+                 checkpoint: str = "bf16", memory_fraction: float | None = None) -> ServeSearchResult:
+    """Rank the space's plans on ``engine`` (``memory_fraction``: the engine's memory flag as the user sets it;
+    None: the engine's default rule)."""
     started = time.perf_counter()
     enumeration = enumerate_serve(model, cluster, space)
     plans = enumeration.plans
@@ -119,12 +121,12 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
     if len(plans) and enumeration.fit_batch:
         # the choice ``max_batch: fit`` becomes one plan per valid layout: count those in the space too
         before = len(plans)
-        plans = _with_fit_batches(model, cluster, plans, workload, engine)
+        plans = _with_fit_batches(model, cluster, plans, workload, engine, memory_fraction)
         space_size += len(plans) - before
     if not len(plans):
         return ServeSearchResult([], 0, space_size, time.perf_counter() - started, rejected, 0, 0,
                                  cluster.n_gpus)
-    est = estimate_serving(model, cluster, workload, plans, params, engine=engine)
+    est = estimate_serving(model, cluster, workload, plans, params, engine=engine, memory_fraction=memory_fraction)
     for reason, count in zip(*np.unique(est.reason[~est.fits].astype(str), return_counts=True)):
         rejected[str(reason)] = rejected.get(str(reason), 0) + int(count)
     fits = np.flatnonzero(est.fits)
@@ -173,7 +175,7 @@ class CapacityResult:
 
 def capacity_search(model: ModelSpec, hardware, gpus_per_node: int, low: int, high: int, workload: ServeWorkload,
                     space: ServeSpace, params: ServingParams, *, top: int = 10, engine: str = DEFAULT_ENGINE,
-                    checkpoint: str = "bf16") -> CapacityResult:
+                    checkpoint: str = "bf16", memory_fraction: float | None = None) -> CapacityResult:
     """The fewest GPUs in ``low..high`` whose best plan meets the targets at the workload's request rate.
 
     Counts within a node are tried in turn.  Beyond a node the counts are whole nodes.  A count that meets
@@ -191,7 +193,7 @@ def capacity_search(model: ModelSpec, hardware, gpus_per_node: int, low: int, hi
         if n not in results:
             cluster = Cluster(hardware=hardware, n_gpus=n, gpus_per_node=min(gpus_per_node, n))
             results[n] = serve_search(model, cluster, workload, space, params, top=top, engine=engine,
-                                      checkpoint=checkpoint)
+                                      checkpoint=checkpoint, memory_fraction=memory_fraction)
             tried[n] = results[n].meeting
         return bool(results[n].meeting)
 

@@ -625,7 +625,8 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
 
     ``engine_batch_limit``: the plans' max_batch is the engine's own default, not one the user set: the engine
     admits what its KV cache holds below it, so a KV budget that holds fewer full-length sequences is not a
-    reason the plan cannot run (a stated max_batch is a promise the budget must keep)."""
+    reason the plan cannot run (a stated max_batch is a promise the budget must keep).  ``memory_fraction``: the
+    value the user sets on the engine's memory flag (``engines.memory_budget``); None: the engine's default."""
     hw = cluster.hardware
     n = len(plans)
     mem = engine_memory(model, cluster, plans, engine, fraction=memory_fraction)
@@ -639,7 +640,7 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
     reason = np.full(n, "", dtype=object)
     if not engine_batch_limit:
         reason[fit_rank < per_rank] = f"max_batch exceeds what the {engine} KV-cache budget holds"
-    prefill_used = prefill_knob = None
+    prefill_used = prefill_knob = pmem = None
     if (plans.disagg).any():  # the prefill engines must hold their weights and one prompt
         pmem = engine_memory(model, cluster, plans, engine, side="p", fraction=memory_fraction)
         p_seq = E.kv_bytes_per_sequence(a, q["kv_b"], rows.p_tp, rows.p_pp, float(workload.input_len))
@@ -649,6 +650,16 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
         prefill_used = np.where(plans.disagg, used / GIB, np.nan)
         prefill_knob = np.where(plans.disagg, np.asarray(pmem.knob, float) * np.ones(n), np.nan)
     reason[fit_rank < 1] = "weights and the engine's reserve leave no room for one sequence's KV cache"
+    if memory_fraction is not None and E.engine_family(engine) == "sglang":
+        # --mem-fraction-static caps weights plus KV; activations, CUDA graphs and the runtime live in the rest,
+        # so a stated fraction that leaves less than they need fails at launch (SGLang's own default keeps them)
+        sides = [(mem, np.ones(n, bool))] + ([(pmem, plans.disagg)] if pmem is not None else [])
+        for side_mem, on in sides:
+            outside = (1.0 - np.asarray(side_mem.knob, float)) * hw.memory_gib * GIB * np.ones(n)
+            need = (side_mem.activations + side_mem.cuda_graphs + side_mem.runtime) * np.ones(n)
+            for i in np.flatnonzero(on & (outside < need)):
+                reason[i] = (f"--mem-fraction-static {float(memory_fraction):g} leaves {outside[i] / GIB:.1f} GiB "
+                             f"outside the pool; activations, CUDA graphs and the runtime need {need[i] / GIB:.1f} GiB")
     if E.engine_family(engine) == "vllm":
         # vLLM 0.33's --enable-expert-parallel spreads the experts over the whole engine (ep = tp*dp) or not at
         # all; narrower EP groups are SGLang's (--ep-size) and cannot be launched on vLLM.

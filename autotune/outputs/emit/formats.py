@@ -211,13 +211,15 @@ _UNSUPPORTED_BY_GPU = frozenset({"weight precision not supported by the GPU", "K
 def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, input_len: int, output_len: int,
                   estimate: Mapping[str, Any] | None = None, model_path: str | None = None, *,
                   gpus_per_node: int | None = None, checkpoint: str = "bf16",
-                  engine_batch_limit: bool = False) -> tuple[dict[str, str], dict[str, Any]]:
+                  engine_batch_limit: bool = False,
+                  memory_fraction: float | None = None) -> tuple[dict[str, str], dict[str, Any]]:
     """The launch files of a serve plan for ``vllm`` or ``sglang``, and the plan's estimate on that engine.
 
     The memory flag in the files is the engine budget the plan's batch is checked against here (a plan
     searched for another engine is re-checked: ``estimate["fits"]`` says whether its batch fits).
     ``engine_batch_limit``: the plan's max_batch is the engine's default (a plan string without one), which the
-    engine caps at what its KV cache holds, as ``predict`` takes it.
+    engine caps at what its KV cache holds, as ``predict`` takes it.  ``memory_fraction``: the value of the
+    engine's memory flag the user set (None: the engine's default rule); the files set the value checked.
     """
     from ...inputs.hardware import Cluster, load_hardware
     from ...inputs.workload import ServeWorkload
@@ -238,7 +240,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     cluster = Cluster(hw, plan.n_gpus, min(gpn, plan.n_gpus))
     batch = ServePlanBatch.from_plans([plan])
     est = estimate_serving(model, cluster, workload, batch, CURRENT[format], engine=format,
-                           engine_batch_limit=engine_batch_limit)
+                           engine_batch_limit=engine_batch_limit, memory_fraction=memory_fraction)
     mine = annotate_checkpoint(est.row(0), plan, checkpoint, format, model.is_moe)
     # The estimate checks memory only; a precision the GPU lacks is a rule of the search space, which `predict`
     # reports as "does not fit" with the rule's own words: the files and the caller say the same. Layouts the

@@ -81,6 +81,8 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
     hw = cluster.hardware
     params, engine = served.params, served.engine
     note = f"engine {engine}, checkpoint {served.checkpoint}; {inputs.get('parameters') or 'shipped parameters'}"
+    if served.memory_fraction is not None:
+        note += f"; memory flag {served.memory_fraction:g} (--memory-fraction)"
     chosen = []
     for position, entry in enumerate(entries[:TOP], start=1):
         if not isinstance(entry, dict) or not isinstance(entry.get("plan"), dict):
@@ -92,7 +94,9 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
             raise InputError(f"plan {position} is malformed: {exc}", source=source, field="plans.plan") from None
     if progress:
         progress("estimating the top plans", 0, 1)
-    est = estimate_serving(model, cluster, workload, ServePlanBatch.from_plans(chosen), params, engine=engine)
+    fraction = served.memory_fraction
+    est = estimate_serving(model, cluster, workload, ServePlanBatch.from_plans(chosen), params, engine=engine,
+                           memory_fraction=fraction)
     plans = [{"rank": i + 1, "plan": p.as_dict(), "text": p.as_string(), "estimate": est.row(i),
               "layout": f"{p.layout()} {p.weights}/{p.kv} b{p.max_batch}"}
              for i, p in enumerate(chosen)]
@@ -109,7 +113,7 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
     enumeration = enumerate_serve(model, cluster, served.space)
     every = enumeration.plans
     if len(every):
-        cloud = estimate_serving(model, cluster, workload, every, params, engine=engine)
+        cloud = estimate_serving(model, cluster, workload, every, params, engine=engine, memory_fraction=fraction)
         n = len(every)
         data.cloud = ServingCloud(
             per_gpu=_column(cloud, "output_tokens_per_s_per_gpu", n), per_user=_column(cloud, "tokens_per_s_per_user", n),
