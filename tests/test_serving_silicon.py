@@ -33,12 +33,13 @@ def test_validate_reads_the_silicon_schema(report):
     row = report["rows"][0]
     for key in ("measured_ttft_ms", "predicted_ttft_ms", "measured_tpot_ms", "predicted_tpot_ms", "engine", "mode"):
         assert key in row
+    # vLLM's only disaggregated rows record no concurrency (concurrency_derived), so they are skipped
     assert {(g["engine"], g["mode"]) for g in report["by_engine_mode"]} == {
-        ("vllm", "agg"), ("vllm", "disagg"), ("sglang", "agg"), ("sglang", "disagg"), ("trtllm", "agg"),
-        ("trtllm", "disagg")}
-    assert len(report["rows"]) == 1706 and len(report["rows"]) + len(report["skipped"]) == 2244
+        ("vllm", "agg"), ("sglang", "agg"), ("sglang", "disagg"), ("trtllm", "agg"), ("trtllm", "disagg")}
+    assert len(report["rows"]) == 1690 and len(report["rows"]) + len(report["skipped"]) == 2244
     reasons = {s["reason"] for s in report["skipped"]}
     assert any("worker counts" in r for r in reasons)
+    assert sum("concurrency not recorded (concurrency_derived" in r["reason"] for r in report["skipped"]) == 16
     # rows predict refuses, so validate skips them: 7 SGLang rows whose default memory budget holds no sequence,
     # 47 whose expert parallelism does not divide the experts
     assert sum("default memory budget" in r["reason"] for r in report["skipped"]) == 7
@@ -84,6 +85,7 @@ def test_rows_that_cannot_be_expressed_are_skipped_with_their_reason(tmp_path):
         {"mode": "disagg", "prefill_workers": "", "decode_workers": ""},
         {"weight_precision": "int3"},
         {"duplicate_primary": "false"},
+        {"quality_flags": "attention_dp_missing;concurrency_derived"},
     ])
     result = runner.invoke(app, ["validate", str(path), "--json"])
     assert result.exit_code == 0, result.output
@@ -93,6 +95,7 @@ def test_rows_that_cannot_be_expressed_are_skipped_with_their_reason(tmp_path):
     assert "lengths" in reasons["row1"] and "catalogue" in reasons["row2"] and "profile" in reasons["row3"]
     assert "engine" in reasons["row4"] and "TTFT" in reasons["row5"] and "concurrency" in reasons["row6"]
     assert "worker counts" in reasons["row7"] and "precision" in reasons["row8"] and "copy" in reasons["row9"]
+    assert "concurrency not recorded" in reasons["row10"]
     text = runner.invoke(app, ["validate", str(path)])
     assert text.exit_code == 0 and "MAPE by engine and mode" in text.stdout
 
@@ -232,7 +235,7 @@ def test_validate_and_predict_are_one_path():
         assert est.ttft_ms[0] == pytest.approx(ttft[i], rel=1e-9), r.id
         assert est.tpot_ms[0] == pytest.approx(tpot[i], rel=1e-9), r.id
         checked += 1
-    assert checked == len(rows) >= 1700
+    assert checked == len(rows) >= 1690
 
 
 def test_predict_on_the_command_line_reproduces_validated_rows():
@@ -253,7 +256,7 @@ def test_predict_on_the_command_line_reproduces_validated_rows():
         weights = next((w for w in WEIGHTS if class_formats(r.model.is_moe, w) == r.formats), None)
         if key not in picked and weights and r.concurrency == int(r.concurrency):
             picked[key] = (r, width, weights)
-    assert len(picked) == 6
+    assert len(picked) == 5  # every engine and mode the rows hold (no vLLM disagg row records its load)
     for r, width, weights in picked.values():
         node = r.hardware.gpus_per_node
         n_gpus = width if width <= node else width * node // math.gcd(width, node)  # whole nodes: replicas

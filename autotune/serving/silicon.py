@@ -73,6 +73,8 @@ UNKNOWN_DEPLOYMENT_FLAGS = {
     "disagg_workers_missing": "disagg worker counts not recorded (the per-stage layout is lossy)",
     "batch_concurrency_mismatch": "replica count or attention-DP width not recorded (concurrency != batch x attention DP)",
     "moe_layout_inconsistent": "MoE split contradicts the GPU count (moe_tp x moe_ep != tp x attention_dp)",
+    # the load is an input like the layout: a concurrency rebuilt from AIC's batch convention is not the benchmark's
+    "concurrency_derived": "concurrency not recorded (concurrency_derived: rebuilt from AIC's batch convention)",
 }
 PRECISION_LABELS = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "mxfp4",
                     "int4": "int4", "int8": "int8"}
