@@ -234,3 +234,14 @@ def test_every_yaml_input_refuses_a_key_held_twice(tmp_path):
     path.write_text(text)
     assert_user_error(invoke("predict", "-m", path, "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "2048", "-b", "8",
                              "-p", "tp=1"), "model.yaml", "n_layers", "twice")
+
+
+@pytest.mark.parametrize("command, name, needle", [
+    ("hardware", "", "must not be empty"), ("hardware", "no-such-gpu", "unknown hardware"),
+    ("models", " ", "must not be empty"), ("models", "no-such-model", "no-such-model")])
+def test_show_names_its_argument_not_the_search_flag(command, name, needle):
+    """`hardware show NAME` and `models show NAME` take the name as an argument: the error names NAME, not the
+    --hardware / --model flag of search and predict."""
+    result = invoke(command, "show", name)
+    assert_user_error(result, "field 'NAME'", needle)
+    assert "--hardware" not in result.stderr and "--model'" not in result.stderr

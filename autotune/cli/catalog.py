@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ..errors import InputError
 from ..inputs.catalogue import catalogue
 from ..inputs.hardware import hardware_names, load_hardware
 from ..inputs.modelspec import load_model, model_names
@@ -17,6 +18,17 @@ hardware_app = typer.Typer(help="Bundled hardware profiles (used by training and
 models_app = typer.Typer(help="Bundled model specs (used by training and serving plans).", no_args_is_help=True)
 app.add_typer(hardware_app, name="hardware")
 app.add_typer(models_app, name="models")
+
+
+def _positional(load, name: str, flag: str):
+    """``load(name)``, with an error about the name given as NAME (the argument), not the ``flag`` that
+    ``search`` and ``predict`` take it by."""
+    try:
+        return load(name)
+    except InputError as exc:
+        if exc.field != flag:
+            raise
+        raise InputError(exc.message, source=exc.source, field="NAME") from None
 
 
 @hardware_app.command("list", epilog="**Example**\n\n    autotune hardware list")
@@ -42,7 +54,7 @@ def hardware_show(name: Annotated[str, typer.Argument(help="Profile name or YAML
     """Show one hardware profile (for training and serving) with the source of every number."""
 
     with user_errors():
-        hw = load_hardware(name)
+        hw = _positional(load_hardware, name, "--hardware")
         table = Table(title=f"{hw.name}: {hw.description}", header_style="bold", show_lines=False)
         table.add_column("field")
         table.add_column("value", justify="right")
@@ -105,7 +117,7 @@ def models_show(name: Annotated[str, typer.Argument(help="Spec name, spec YAML o
     """Show one model spec (for training and serving) and its derived sizes."""
 
     with user_errors():
-        m = load_model(name)
+        m = _positional(load_model, name, "--model")
         table = Table(title=m.name + (f": {m.description}" if m.description else ""), header_style="bold")
         table.add_column("field")
         table.add_column("value", justify="right")
