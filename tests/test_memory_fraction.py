@@ -56,8 +56,33 @@ def test_trtllm_pool_scales_with_its_free_memory_fraction():
 def test_sglang_refuses_a_fraction_that_leaves_no_room_for_activations():
     estimate = _predict("sglang", 0.99)
     assert estimate["fits"] is False
-    assert "--mem-fraction-static 0.99 leaves" in estimate["infeasible_reason"]
-    assert "activations, CUDA graphs and the runtime need" in estimate["infeasible_reason"]
+    assert "--mem-fraction-static 0.99 leaves less memory outside the pool than activations, CUDA graphs and the " \
+           "runtime need" == estimate["infeasible_reason"]
+    mem = estimate["memory_breakdown_gib"]
+    assert (1 - 0.99) * 80.0 < mem["activations"] + mem["cuda_graphs"] + mem["runtime"]
+
+
+def test_a_search_counts_the_sglang_refusal_as_one_reason(tmp_path):
+    """Every plan the fraction starves is refused for the same reason, so the rejected counts hold one entry."""
+    out = tmp_path / "plans"
+    result = invoke("search", *SERVE, "--engine", "sglang", "--memory-fraction", "0.97", "--out", out)
+    assert result.exit_code == 0, result.output
+    rejected = json.loads((out / "plans.json").read_text())["search"]["rejected"]
+    starved = [k for k in rejected if k.startswith("--mem-fraction-static 0.97 leaves")]
+    assert len(starved) == 1 and rejected[starved[0]] > 1
+
+
+def test_the_python_api_takes_numpy_numbers_and_records_the_checked_value(tmp_path):
+    import numpy as np
+
+    from autotune.inputs.workload import ServeWorkload
+    from autotune.search.api import ServingSearch, search_serving
+
+    outcome = search_serving(ServingSearch(model="llama3-70b", hardware="h100-sxm5-80gb", gpus=8, top=1,
+                                           workload=ServeWorkload(1024, 256, concurrency=64),
+                                           memory_fraction=np.float32(0.95)))
+    assert outcome.to_json()["inputs"]["memory_fraction"] == 0.95
+    assert outcome.result.ranked[0].estimate["engine_memory_flag"] == {"--gpu-memory-utilization": 0.95}
 
 
 def test_search_records_the_fraction_and_every_output_reads_it_back(tmp_path):
@@ -92,7 +117,7 @@ def test_emit_from_a_plan_string_sets_the_stated_fraction():
     assert "--mem-fraction-static 0.85 " in result.stdout
 
 
-@pytest.mark.parametrize("value", ["0", "-0.5", "1.5", "nan", "inf", "-inf"])
+@pytest.mark.parametrize("value", ["0", "-0.5", "1.5", "nan", "inf", "-inf", "0.9512345", "0.9999999", "1e-320"])
 @pytest.mark.parametrize("command", ["predict", "search", "emit"])
 def test_a_fraction_outside_zero_to_one_is_refused(command, value):
     if command == "emit":
@@ -100,7 +125,9 @@ def test_a_fraction_outside_zero_to_one_is_refused(command, value):
                 "--input-len", "1024", "--output-len", "256"]
     else:
         args = [command, *SERVE] + (["--plan", "tp=4"] if command == "predict" else [])
-    assert_user_error(invoke(*args, "--memory-fraction", value), "--memory-fraction")
+    # NaN and infinity are caught for every number option, before this one's own rule (which names the fix)
+    fix = "finite number" if value in ("nan", "inf", "-inf") else "leave --memory-fraction out"
+    assert_user_error(invoke(*args, "--memory-fraction", value), "--memory-fraction", fix)
 
 
 def test_training_refuses_the_serving_flag():
@@ -108,7 +135,9 @@ def test_training_refuses_the_serving_flag():
                              "64", "--plan", "tp=8", "--memory-fraction", "0.9"), "--memory-fraction", "training")
 
 
-@pytest.mark.parametrize("value, needle", [(1.7, "must be <= 1.0"), ("x", "must be a number"), (0, "must be > 0")])
+@pytest.mark.parametrize("value, needle", [(1.7, "0 < fraction <= 1"), ("x", "must be a number"), (0, "0 < fraction <= 1"),
+                                           (None, "must be a number"), (True, "must be a number"),
+                                           (0.95123, "three decimals")])
 def test_a_plans_json_with_a_bad_fraction_names_the_field(tmp_path, value, needle):
     out = tmp_path / "plans"
     assert invoke("search", *SERVE, "--memory-fraction", "0.95", "--out", out, "-k", "1").exit_code == 0
@@ -116,5 +145,14 @@ def test_a_plans_json_with_a_bad_fraction_names_the_field(tmp_path, value, needl
     document["inputs"]["memory_fraction"] = value
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(document))
-    for args in (("emit", bad, "-f", "vllm"), ("explain", bad)):
-        assert_user_error(invoke(*args), "inputs.memory_fraction", needle)
+    for args in (("emit", bad, "-f", "vllm"), ("explain", bad), ("report", bad, "--out", tmp_path / "r")):
+        assert_user_error(invoke(*args), "inputs.memory_fraction", needle, "leave the key out")
+
+
+def test_emit_for_another_engine_says_the_recorded_fraction_is_not_its_own(tmp_path):
+    out = tmp_path / "plans"
+    assert invoke("search", *SERVE, "--memory-fraction", "0.95", "--out", out, "-k", "1").exit_code == 0
+    result = invoke("emit", out / "plans.json", "-f", "sglang")
+    assert result.exit_code == 0, result.output
+    assert "memory fraction 0.95 is a vllm value" in result.stderr.replace("\n", " ")
+    assert "--mem-fraction-static 0.95" not in result.stdout

@@ -349,8 +349,11 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
                                  served.params, engine=served.engine, memory_fraction=memory_fraction).row(0),
                 chosen, ckpt, served.engine, spec.is_moe)
         else:
+            kept = ("" if served.memory_fraction is None or memory_fraction is not None else
+                    f" (its recorded memory fraction {served.memory_fraction:g} is a {served.engine} value: {format} "
+                    "keeps its default; --memory-fraction sets one)")
             stderr.print(f"[yellow]note:[/] the plan was searched for {served.engine}; its batch is re-checked "
-                         f"against {format}'s memory budget.", highlight=False)
+                         f"against {format}'s memory budget{kept}.", highlight=False, soft_wrap=True)
     else:
         if model is None or hardware is None or gpus is None or (seq_len is None and (input_len is None or output_len is None)):
             raise InputError("a plan string needs --model, --hardware, --gpus and --input-len/--output-len (or "

@@ -377,7 +377,7 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                                                         gpus_per_node=outcome.gpus_per_node,
                                                         checkpoint=outcome.checkpoint,
                                                         # the fraction is a value of the searched engine's flag
-                                                        memory_fraction=request.memory_fraction
+                                                        memory_fraction=outcome.request.memory_fraction
                                                         if name == request.engine else None)
                 if name != request.engine:
                     verdict = ("its batch fits that engine's memory budget" if on_engine.get("fits") else

@@ -8,7 +8,6 @@ hold.  Nothing here prints or writes files.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -28,7 +27,7 @@ from ..inputs.workload import ServeWorkload
 from ..serving.calibrated import CURRENT, aggregated_only, parameters_note, params_for, release_name, release_note
 from ..serving.checkpoint import check_checkpoint, default_checkpoint
 from ..serving.engines import DEFAULTS as ENGINE_DEFAULTS
-from ..serving.engines import parse_engine
+from ..serving.engines import check_memory_fraction, parse_engine
 from ..serving.estimate import ServingParams
 from ..serving.overlay import load_serving_calibration
 from ..serving.plan import ServePlan, parse_serve_fields, serve_plan_from_fields
@@ -424,13 +423,14 @@ def predict_serve_plan(fields: Mapping[str, Any], n_gpus: int, engine: str, memo
 
 def serving_memory_fraction(value: float | None, flag: str = "--memory-fraction") -> float | None:
     """The value of the engine's memory flag a user sets (vLLM --gpu-memory-utilization, SGLang
-    --mem-fraction-static, TensorRT-LLM free_gpu_memory_fraction): 0 < fraction <= 1; None keeps the engine's own."""
+    --mem-fraction-static, TensorRT-LLM free_gpu_memory_fraction; ``engines.check_memory_fraction``); None keeps
+    the engine's own."""
     if value is None:
         return None
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0.0 < value <= 1.0):
-        raise InputError(f"0 < fraction <= 1 must hold (the share of GPU memory the engine's memory flag gives it), "
-                         f"but got {value!r}", field=flag)
-    return float(value)
+    try:
+        return check_memory_fraction(value)
+    except ValueError as exc:
+        raise InputError(f"{exc}; leave {flag} out for the engine's default", field=flag) from None
 
 
 def check_serving_engine(engine: str) -> str:
@@ -457,6 +457,7 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
     params, note = serving_parameters(engine, request.calibration, release)
     checkpoint = serving_checkpoint(request.model, request.checkpoint)
     fraction = serving_memory_fraction(request.memory_fraction)
+    request = dataclasses.replace(request, memory_fraction=fraction)  # as checked: what plans.json records
     fixed: dict[str, Any] = {}
     for item in request.fixes:
         try:

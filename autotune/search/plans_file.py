@@ -38,7 +38,7 @@ from ..inputs.request import TrainingInputs, cluster_from_options, moe_workload_
 from ..inputs.workload import MAX_CAPACITY_FACTOR, MIN_CAPACITY_FACTOR, ServeWorkload, TrainWorkload
 from ..serving.calibrated import params_for
 from ..serving.checkpoint import check_checkpoint
-from ..serving.engines import DEFAULT_ENGINE, ENGINES
+from ..serving.engines import DEFAULT_ENGINE, ENGINES, check_memory_fraction
 from ..serving.estimate import ServingParams
 from ..serving.overlay import serving_params_from_mapping
 from ..serving.space import ServeSpace, load_serve_space, serve_space_from_mapping
@@ -353,8 +353,12 @@ def serving_inputs_from_plans(inputs: Mapping[str, Any], source: str, *,
         space = load_serve_space(None if path in (None, SERVE_SPACE) else str(path))
     engine, checkpoint, params = _serving_stack(inputs, source)
     fraction = None
-    if inputs.get("memory_fraction") is not None:
-        fraction = float(loading.number(numbers, "memory_fraction", source=source, section="inputs", maximum=1.0))
+    if "memory_fraction" in inputs:  # absent: the engine's default rule; a recorded value is a number
+        try:
+            fraction = check_memory_fraction(inputs["memory_fraction"])
+        except ValueError as exc:
+            raise InputError(f"{exc}; leave the key out for the engine's default, or rerun the search", source=source,
+                             field="inputs.memory_fraction") from None
     return ServingInputs(spec, cluster, workload, space, engine, checkpoint, params, fraction)
 
 

@@ -28,6 +28,8 @@ Non-torch memory: CUDA context and NCCL buffers, 0.75 GiB plus 0.5 GiB with any 
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from dataclasses import dataclass
 from typing import Mapping
@@ -206,6 +208,22 @@ class MemoryBudget:
     kv_pool: np.ndarray  # what the engine gives the KV cache
     budget: np.ndarray  # what the engine's knob lets it use in total
     knob: np.ndarray  # the value of the engine's memory flag (fraction)
+
+
+def check_memory_fraction(value) -> float:
+    """A value a user sets on an engine's memory flag: a real number, 0 < f <= 1, with at most three decimals
+    (what the launch files write and the estimate shows, so the value checked is the value launched)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"must be a number between 0 and 1 (e.g. 0.9), but got {value!r}")
+    f = float(value)
+    if not (math.isfinite(f) and 0.0 < f <= 1.0):
+        raise ValueError(f"0 < fraction <= 1 must hold (the share of GPU memory the engine's memory flag gives "
+                         f"it), but got {value!r}")
+    # within 5e-8 of a three-decimal value: a float32 0.9 is 0.9; 0.9999999 is not 1
+    if abs(f * 1000.0 - round(f * 1000.0)) > 5e-5 or round(f, 3) <= 0.0:
+        raise ValueError(f"must have at most three decimals, as the engines' flags are written (e.g. "
+                         f"{max(round(f, 3), 0.001):g}), but got {value!r}")
+    return round(f, 3)
 
 
 def memory_budget(engine: str, a, q, g, tp, pp, dp, ep, max_batch, chunk, *, fraction=None) -> MemoryBudget:

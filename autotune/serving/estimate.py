@@ -657,9 +657,8 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
         for side_mem, on in sides:
             outside = (1.0 - np.asarray(side_mem.knob, float)) * hw.memory_gib * GIB * np.ones(n)
             need = (side_mem.activations + side_mem.cuda_graphs + side_mem.runtime) * np.ones(n)
-            for i in np.flatnonzero(on & (outside < need)):
-                reason[i] = (f"--mem-fraction-static {float(memory_fraction):g} leaves {outside[i] / GIB:.1f} GiB "
-                             f"outside the pool; activations, CUDA graphs and the runtime need {need[i] / GIB:.1f} GiB")
+            reason[on & (outside < need)] = (f"--mem-fraction-static {float(memory_fraction):g} leaves less memory "
+                                             "outside the pool than activations, CUDA graphs and the runtime need")
     if E.engine_family(engine) == "vllm":
         # vLLM 0.33's --enable-expert-parallel spreads the experts over the whole engine (ep = tp*dp) or not at
         # all; narrower EP groups are SGLang's (--ep-size) and cannot be launched on vLLM.
