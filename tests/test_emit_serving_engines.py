@@ -122,6 +122,8 @@ PLANS = [
      "tp=1,dp=8,ep=8,weights=fp8,kv=fp8,max_batch=1024", 1024, 1024, "fp8", "native"),
     ("DeepSeek-V3 DEP16 over 2 H200 nodes (wide EP)", "deepseek-v3", "h200-sxm-141gb", 16,
      "tp=1,dp=16,ep=16,weights=fp8,kv=fp8,max_batch=2048", 1024, 1024, "fp8", "native"),
+    ("DeepSeek-V3 DEP24 over 3 H200 nodes: 256 experts + 8 redundant copies (EPLB)", "deepseek-v3", "h200-sxm-141gb",
+     24, "tp=1,dp=24,ep=24,weights=fp8,kv=fp8,max_batch=2048", 1024, 1024, "fp8", "native"),
     ("DeepSeek-V3 DEP32 in a GB200 NVL72 rack (8 trays)", "deepseek-v3", "gb200-nvl72", 32,
      "tp=1,dp=32,ep=32,weights=fp8,kv=fp8,max_batch=4096", 1024, 1024, "fp8", "native"),
     ("DeepSeek-V3 TP8 on B200, fp8 checkpoint", "deepseek-v3", "b200-sxm-180gb", 8,
@@ -289,6 +291,13 @@ def test_what_the_engines_resolved_matches_the_plan(checked):
     assert wide and all(r["dp"] == 16 and r["expert_parallel"] for r in wide)
     sg = next(r for r in verdicts[("sglang", "DeepSeek-V3 DEP8 on H200, fp8 checkpoint")] if "tp_size" in r)
     assert sg["tp_size"] == 8 and sg["attn_dp_size"] == 8 and sg["ep_size"] == 8
+    # an EP width that does not divide the experts: both engines balance with the redundant copies the plan counts
+    eplb = "DeepSeek-V3 DEP24 over 3 H200 nodes: 256 experts + 8 redundant copies (EPLB)"
+    served = [r for r in verdicts[("vllm", eplb)] if r.get("dp")]
+    assert served and all(r["eplb"] and r["redundant_experts"] == 8 and r["expert_parallel"] for r in served)
+    served = [r for r in verdicts[("sglang", eplb)] if "ep_size" in r]
+    assert served and all(r["enable_eplb"] and r["ep_num_redundant_experts"] == 8 and r["ep_size"] == 24
+                          for r in served)
     # a stated --memory-fraction is the value each engine resolves
     (case, fractions), = FRACTIONS.items()
     stated = next(r for r in verdicts[("vllm", case)] if "gpu_memory_utilization" in r)

@@ -301,7 +301,7 @@ def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[s
 
 
 _IMPOSSIBLE = frozenset({"heads not divisible by tp", "pipeline stages exceed layers", "ep > 1 on a dense model",
-                        "experts not divisible by ep", "ep does not divide tp*dp"})
+                        "ep exceeds the model's experts", "ep does not divide tp*dp"})
 
 
 def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: int, model: str | None,

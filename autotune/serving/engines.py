@@ -136,13 +136,28 @@ def check_engine(engine: str) -> str:
 
 # --- memory per GPU (bytes; numpy arrays broadcast over plans or rows) -----------------------------
 
+def physical_experts(n_experts, ep):
+    """Expert copies an engine holds over ``ep`` ranks: ``ceil(E/ep) * ep``.  When ``ep`` does not divide the E
+    experts the engines fill each rank with redundant copies of the busiest ones (vLLM --enable-eplb with
+    eplb_config.num_redundant_experts, SGLang --enable-eplb --ep-num-redundant-experts; DeepSeek's 256 experts
+    over 72 ranks hold 288, 4 a rank); when it does, there are none."""
+    ep = np.maximum(np.asarray(ep, dtype=np.float64), 1.0)
+    return np.ceil(np.asarray(n_experts, dtype=np.float64) / ep) * ep
+
+
+def redundant_experts(n_experts: int, ep: int) -> int:
+    """Redundant expert copies a layout needs (``physical_experts`` minus the model's experts)."""
+    return (-int(n_experts)) % max(int(ep), 1) if n_experts else 0
+
+
 def weight_bytes_per_gpu(a, q, tp, pp, dp, ep):
     """Resident weights per GPU: attention, dense MLP and shared experts split over tp and pp; routed
-    experts over the engine's tp*dp GPUs of a stage (ep groups of experts, each split moe_tp ways);
+    experts (with their redundant copies, ``physical_experts``) over the engine's tp*dp GPUs of a stage (ep
+    groups of experts, each split moe_tp ways);
     embedding and output layer (bf16) split over tp (vocabulary-parallel) and held by the end stages."""
     G = tp * dp
     non_expert = (a["P_attn"] * q["b_attn"] + (a["P_dense"] + a["P_shared"]) * q["b_mlp"]) / (tp * pp)
-    experts = a["n_moe"] * a["E"] * a["P_expert"] * q["b_exp"] / (G * pp)
+    experts = a["n_moe"] * physical_experts(a["E"], ep) * a["P_expert"] * q["b_exp"] / (G * pp)
     embed = (a["P_embed"] + a["P_head"]) * 2.0 / tp / np.minimum(pp, 2.0)
     return non_expert + experts + embed + a["P_norm"] * 2.0 / pp
 

@@ -164,7 +164,7 @@ def experts_touched_busiest(tokens, a, ep):
     ``experts_touched``, and the round waits for the group that drew the most (normal approximation of the
     maximum of ``ep`` groups).  With the experts split by TP instead (ep 1) every GPU streams the mean."""
     phi = experts_touched(tokens, a)
-    n = np.maximum(a["E"] / np.maximum(ep, 1.0), 1.0)
+    n = np.maximum(E.physical_experts(a["E"], ep) / np.maximum(ep, 1.0), 1.0)
     return np.minimum(phi + _max_normal_z(ep) * np.sqrt(phi * (1.0 - phi) / n), 1.0)
 
 
@@ -182,7 +182,8 @@ def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep):
     wo = lambda c: np.where(q[f"wo_{c}"] > 0, 1.0 / p.weight_only, 1.0)  # noqa: E731
     w_non = (a["P_attn"] * q["b_attn"] * wo("attn") + (a["P_dense"] + a["P_shared"]) * q["b_mlp"] * wo("mlp")
              + a["P_head"] * 2.0) / (tp * pp)
-    w_exp = a["n_moe"] * a["E"] * a["P_expert"] * q["b_exp"] * wo("exp") * experts_touched_busiest(T, a, ep) / (G * pp)
+    w_exp = (a["n_moe"] * E.physical_experts(a["E"], ep) * a["P_expert"] * q["b_exp"] * wo("exp")
+             * experts_touched_busiest(T, a, ep) / (G * pp))
     t_w = (w_non + w_exp) / (g["hbm"] * p.weight_bandwidth)
     eff = lambda c: p.gemm * np.where(q[f"fp4_{c}"] > 0, p.fp4_gemm, 1.0)  # noqa: E731
     flops = (2.0 * bm * a["P_attn"] / (tp * pp) / (q["pk_attn"] * eff("attn"))

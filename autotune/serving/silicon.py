@@ -382,8 +382,9 @@ def default_pools(rows, side: str = "decode") -> np.ndarray:
 
 def _skip_beyond_default_budget(parsed: list) -> list:
     """Skip the rows ``autotune predict`` refuses: their engine, under its default memory budget, holds no
-    sequence (decode side: the prompt and output; prefill side of a disagg row: the prompt), or their expert
-    parallelism does not divide the experts."""
+    sequence (decode side: the prompt and output; prefill side of a disagg row: the prompt).  An expert
+    parallelism that does not divide the experts is predicted with redundant copies (``engines.physical_experts``),
+    as predict takes it."""
     rows = [r for r in parsed if isinstance(r, SiliconRow)]
     if not rows:
         return parsed
@@ -399,12 +400,6 @@ def _skip_beyond_default_budget(parsed: list) -> list:
             if k not in bad and p < n and (side == "decode" or r.mode == "disagg"):
                 bad[k] = NO_DEFAULT_BUDGET.format(engine=r.engine, tokens=t, side=side)
     position = {id(r): k for k, r in enumerate(rows)}
-    for k, r in enumerate(rows):  # predict's plan rule (serving/space.py): the experts split evenly over ep
-        for side in ("prefill", "decode"):
-            ep = getattr(r, side).ep
-            if k not in bad and r.model.moe is not None and r.model.moe.n_experts % ep:
-                bad[k] = (f"{side} ep {ep} does not divide the model's {r.model.moe.n_experts} experts, a plan predict "
-                          "refuses (the deployment spread redundant expert copies, which autotune does not model)")
     return [SkippedRow(r.id, r.engine, r.mode, bad[position[id(r)]])
             if isinstance(r, SiliconRow) and position[id(r)] in bad else r for r in parsed]
 

@@ -45,7 +45,7 @@ REASONS: tuple[str, ...] = (
     "heads not divisible by tp",
     "pipeline stages exceed layers",
     "ep > 1 on a dense model",
-    "experts not divisible by ep",
+    "ep exceeds the model's experts",
     "weight precision not supported by the GPU",
     "KV-cache dtype not supported by the GPU",
     "ep does not divide tp*dp",
@@ -135,7 +135,8 @@ def _pool_checks(model: ModelSpec, cluster: Cluster, tp, pp, dp, ep) -> dict[int
         3: heads % tp != 0,
         4: pp > model.n_layers,
         5: (ep > 1) & (model.moe is None),
-        6: (model.moe is not None) & (experts % ep != 0),
+        # an ep that does not divide the experts fills its ranks with redundant copies (engines.physical_experts)
+        6: (model.moe is not None) & (ep > experts),
         9: G % ep != 0,
         # an engine over several nodes splits by whole nodes: stages or data-parallel ranks per node
         11: (engine > node) & (tp > node) & (cluster.gpus_per_scale_up_domain <= node),

@@ -230,7 +230,7 @@ def check(words: list[str]) -> dict:
                 "context_length", "mem_fraction_static", "max_running_requests",
                 "chunked_prefill_size", "max_prefill_tokens", "cuda_graph_config", "page_size",
                 "attention_backend", "disaggregation_mode", "disaggregation_transfer_backend",
-                "disaggregation_bootstrap_port", "load_balance_method")
+                "disaggregation_bootstrap_port", "load_balance_method", "enable_eplb", "ep_num_redundant_experts")
         out = {"ok": True}
         for k in keys:
             try:

@@ -235,6 +235,7 @@ class Checker:
                 out.update({
                     "world_size": pc.world_size, "dp_local": pc.data_parallel_size_local,
                     "nnodes": pc.nnodes, "expert_parallel": pc.enable_expert_parallel,
+                    "eplb": pc.enable_eplb, "redundant_experts": pc.eplb_config.num_redundant_experts,
                     "executor": pc.distributed_executor_backend,
                     "max_model_len": mc.max_model_len, "dtype": str(mc.dtype).replace("torch.", ""),
                     "quantization": mc.quantization, "kv_cache_dtype": cc.cache_dtype,

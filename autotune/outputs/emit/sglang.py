@@ -5,7 +5,9 @@ Mapping:
 
 * ``tp``, ``pp`` -> ``--tp-size``, ``--pp-size``.  A MoE engine with ``dp > 1`` is attention data parallelism
   over the engine's ``tp*dp`` GPUs: ``--tp-size tp*dp --attn-dp-size dp``; ``--ep-size ep`` splits the
-  experts (any width that divides the engine).  A dense engine's ``dp`` is ``--dp-size`` (data-parallel
+  experts (any width that divides the engine; one that does not divide the experts adds ``--enable-eplb
+  --ep-num-redundant-experts R``, the copies that fill the ranks, ``engines.physical_experts``).  A dense
+  engine's ``dp`` is ``--dp-size`` (data-parallel
   replicas inside one server, one node).
 * An engine over several nodes: ``--nnodes N --node-rank k --dist-init-addr HEAD:5000``.
 * Weights: read from the checkpoint where it holds them (SGLang reads the scheme from the config; ModelOpt
@@ -23,6 +25,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ...errors import InputError
+from ...serving.engines import redundant_experts
 from ...serving.checkpoint import checkpoint_format, how
 from . import shell
 from .serve_common import (
@@ -93,6 +96,10 @@ def sglang_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[E
         groups.append(("--pp-size", pool.pp))
     if ctx.model.is_moe and pool.ep > 1:
         groups.append(("--ep-size", pool.ep))
+        redundant = redundant_experts(ctx.model.moe.n_experts, pool.ep)
+        if redundant:  # ep does not divide the experts: EPLB fills each rank with copies of the busiest ones
+            groups.append(("--enable-eplb",))
+            groups.append(("--ep-num-redundant-experts", redundant))
     groups += quantization_flags(ctx)[0]
     groups.append(("--kv-cache-dtype", "fp8_e4m3" if p.kv == "fp8" else "auto"))
     groups.append(("--max-running-requests", p.max_batch))

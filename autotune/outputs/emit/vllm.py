@@ -5,7 +5,8 @@ Mapping (checked by vLLM's own argument parser and config validation in CI, test
 * ``tp``, ``pp`` -> ``--tensor-parallel-size``, ``--pipeline-parallel-size``; ``dp`` -> ``--data-parallel-size``
   (for a MoE model the DP ranks are attention data parallelism and share the experts); ``ep = tp*dp`` ->
   ``--enable-expert-parallel`` (vLLM's expert parallelism spans every GPU of the engine: it cannot express
-  another EP width).
+  another EP width); an ``ep`` that does not divide the experts adds ``--enable-eplb`` and
+  ``--eplb-config '{"num_redundant_experts": R}'`` (R copies fill the ranks, ``engines.physical_experts``).
 * An engine over several nodes: ``--nnodes N --node-rank k --master-addr HEAD --master-port 29501`` (the
   nodes after the first ``--headless``); with ``dp > 1`` the DP ranks split over the nodes instead:
   ``--data-parallel-size-local``, ``--data-parallel-start-rank``, ``--data-parallel-address``,
@@ -28,6 +29,7 @@ from typing import Mapping
 
 from ...errors import InputError
 from ...serving.checkpoint import how
+from ...serving.engines import redundant_experts
 from . import shell
 from .serve_common import (
     ROUTER_PORT,
@@ -92,6 +94,10 @@ def vllm_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[Eng
         groups.append(("--data-parallel-size", pool.dp))
     if ctx.model.is_moe and pool.ep > 1:
         groups.append(("--enable-expert-parallel",))
+        redundant = redundant_experts(ctx.model.moe.n_experts, pool.ep)
+        if redundant:  # ep does not divide the experts: EPLB fills each rank with copies of the busiest ones
+            groups.append(("--enable-eplb",))
+            groups.append(("--eplb-config", json.dumps({"num_redundant_experts": redundant})))
     groups += quantization_flags(ctx)[0]
     groups.append(("--kv-cache-dtype", "fp8" if p.kv == "fp8" else "auto"))
     per_rank = max(p.max_batch // pool.dp, 1)
