@@ -147,7 +147,7 @@ def physical_experts(n_experts, ep):
 
 def redundant_experts(n_experts: int, ep: int) -> int:
     """Redundant expert copies a layout needs (``physical_experts`` minus the model's experts)."""
-    return (-int(n_experts)) % max(int(ep), 1) if n_experts else 0
+    return int(physical_experts(n_experts, ep)) - int(n_experts)
 
 
 def weight_bytes_per_gpu(a, q, tp, pp, dp, ep):
