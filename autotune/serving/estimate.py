@@ -22,8 +22,9 @@ Per engine, in steady state:
   (``--request-rate``), or the engine full (max-throughput).  Little's law on the decode phase gives
   the request rate; prefill work steals engine time from decode in an aggregated engine
   (``TPOT = t_dec / (1 - ρ)``); prefill waits in a G/D/c queue (Sakasegawa's approximation, M/D/1 of
-  DistServe for one server), plus the synchronised waves a closed-loop benchmark starts with and the
-  scheduler's pick-up delay; requests beyond the KV cache or the engine's batch limit wait for a slot.
+  DistServe for one server) and the scheduler's pick-up delay; requests beyond the KV cache or the engine's
+  batch limit wait for a slot.  A share of a closed loop runs in synchronised waves instead (clients of equal
+  lengths finish and return together): a wave's prefill splits between its prompts' TTFT and their TPOT.
 * **Disaggregated** plans: prefill engines and decode engines, each with their own layout; TPOT is the
   decode pool's round; TTFT adds the KV hand-off over the link between them.
 
@@ -367,12 +368,10 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     def prefill_at(rho):  # a prompt's prefill when a share rho of the other DP ranks prefill with it
         return S_alone + (S_busy - S_alone) * np.clip(rho, 0.0, 1.0)
 
-    def ttft_parts(t_dec, rho, ca2, C_eff):
+    def ttft_parts(t_dec, rho, ca2):
         S_own = prefill_at(rho)
         S_own = S_own + np.where(dis, 0.0, mixed * n_chunks * t_dec)
         wq = _wq_gdc(S_busy, rho, servers, ca2)
-        if C_eff is not None:
-            wq = wq + p.sync_share * np.maximum(C_eff / servers - 1.0, 0.0) * 0.5 * S_busy
         return p.request_ms * 1e-3 + p.prompt_token_us * 1e-6 * I + S_own + wq + p.admission_steps * t_dec + t_xfer
 
     # --- closed loop: C clients (max-throughput: the engine full) -------------------------------------
@@ -410,6 +409,22 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         wait = adp_balance_wait_s(lam, r.p_dp * ones, np.asarray(r.balance_iters, float) * t_iter)
         return np.where(bal, busy * wait, 0.0)
 
+    # Synchronised waves (a share sync_share of the closed loop): clients with equal lengths that start together
+    # finish together and send their next prompts together.  A wave's k prompts per prefill server are prefilled
+    # in steps of the engine's token budget, ``per_step`` prompts a step, whose first tokens come out together: a
+    # prompt waits for the steps up to its own, (k + per_step)/2 prompts' prefill on average, and after its first
+    # token for the rest of the wave, (k - per_step)/2 prompts, before its next (aggregated engines; a
+    # disaggregated decode pool does not wait for the prefill pool).  The wave's whole prefill is counted once:
+    # part in TTFT, the rest in TPOT; the staggered share pays the others' prefill in TPOT (t_dec/(1-rho)) and
+    # its own queue in TTFT.
+    k_wave = np.maximum(C_eff / servers, 1.0)
+    t_dec_wave = t_dec_of(C_eff)
+    per_step = np.clip(np.floor(chunk / np.maximum(I, 1.0)), 1.0, k_wave)
+    ttft_wave = (p.request_ms * 1e-3 + p.prompt_token_us * 1e-6 * I + 0.5 * (k_wave + per_step) * S_busy
+                 + p.admission_steps * t_dec_wave + t_xfer)
+    tpot_wave = t_dec_wave + np.where(dis, 0.0, 0.5 * (k_wave - per_step) * S_busy / Om1)
+    s_w = p.sync_share
+
     def closed(nd):
         t_dec = t_dec_of(nd)
         lam = np.where(dis, nd / (Om1 * t_dec), nd / (Om1 * t_dec + nd * S_busy / servers))
@@ -420,7 +435,10 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         tpot = tpot + extra
         lam = np.where(extra > 0, nd / (Om1 * tpot), lam)
         rho = np.where(extra > 0, lam * S_busy / servers, rho)
-        ttft = ttft_parts(t_dec, rho, p.arrival_cv2, C_eff) + balance_s(nd, lam, tpot)
+        ttft = ttft_parts(t_dec, rho, p.arrival_cv2) + balance_s(nd, lam, tpot)
+        tpot = (1.0 - s_w) * tpot + s_w * tpot_wave
+        ttft = (1.0 - s_w) * ttft + s_w * ttft_wave
+        lam = nd / (Om1 * tpot)
         ttft = np.where(rho >= 0.999999, np.inf, ttft)
         return lam, tpot, ttft, t_dec, rho
 
@@ -455,7 +473,7 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         nd_o = hi
         tpot_o, t_dec_o = tpot_open(nd_o)
         stable = (rho_o < 0.999) & (lam_o * Om1 * tpot_o <= cap * 1.0001)
-        ttft_o = np.where(stable, ttft_parts(t_dec_o, rho_o, 1.0, None) + balance_s(nd_o, lam_o, tpot_o), np.inf)
+        ttft_o = np.where(stable, ttft_parts(t_dec_o, rho_o, 1.0) + balance_s(nd_o, lam_o, tpot_o), np.inf)
     else:
         nd_o, tpot_o, t_dec_o, ttft_o, stable = nd, tpot_c, t_dec_c, ttft_c, np.ones(n, bool)
 
