@@ -178,3 +178,31 @@ def test_estimate_speaks_for_the_engine_it_was_asked_about():
                                params_for(engine), engine=engine)
         assert est.engine == engine and est.fits[0]
         assert np.isfinite(est.ttft_ms[0]) and np.isfinite(est.tpot_ms[0])
+
+
+def test_a_synchronised_wave_counts_its_prefill_once():
+    """Hand-checked closed loop in whole waves (sync_share 1, no fixed TTFT costs): 16 users send 16k-token
+    prompts together; one prompt fills a prefill step (vLLM's 8,192-token budget on 80 GiB), so the k-th prompt's
+    first token comes after k prefills: TTFT = (16+1)/2 S.  After it a prompt waits for the other prompts behind
+    it, (16-1)/2 S over its O-1 tokens, on top of the decode step of all 16: the wave's 16 S appear once in
+    TTFT + (O-1) TPOT.  Without waves (sync_share 0) TPOT carries the others' prefill instead."""
+    from autotune.serving.estimate import prefill_s
+
+    hw = load_hardware("h100-sxm5-80gb")
+    cluster = Cluster(hardware=hw, n_gpus=1, gpus_per_node=8)
+    plans = ServePlanBatch.from_plans([ServePlan(n_gpus=1, max_batch=16)])  # the KV pool holds 28
+    a, q, g = _rows(MISTRAL, hw, plans)
+    I, O, C = 16384, 257, 16
+    one = np.array([1.0])
+    wave = ServingParams(sync_share=1.0, request_ms=0.0, prompt_token_us=0.0, admission_steps=0.0)
+    S = prefill_s(a, q, g, wave, np.array([float(I)]), one, one, one, one, np.array([8192.0]))[0]
+    t_dec = decode_step_s(a, q, g, wave, np.array([float(C)]), np.array([I + O / 2.0]), one, one, one, one)[0]
+    work = ServeWorkload(input_len=I, output_len=O, concurrency=C)
+    est = estimate_serving(MISTRAL, cluster, work, plans, wave, engine="vllm")
+    assert est.fits[0]
+    ttft_s, tpot_s = est.ttft_ms[0] / 1e3, est.tpot_ms[0] / 1e3
+    assert ttft_s == pytest.approx((C + 1) / 2 * S, rel=1e-6)
+    assert tpot_s == pytest.approx(t_dec + (C - 1) / 2 * S / (O - 1), rel=1e-6)
+    assert ttft_s + (O - 1) * tpot_s == pytest.approx(C * S + (O - 1) * t_dec, rel=1e-6)
+    staggered = estimate_serving(MISTRAL, cluster, work, plans, wave.replace(sync_share=0.0), engine="vllm")
+    assert staggered.ttft_ms[0] < est.ttft_ms[0] and staggered.tpot_ms[0] > t_dec * 1e3
