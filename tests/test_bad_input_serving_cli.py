@@ -104,3 +104,58 @@ def test_a_yarn_scaled_config_has_the_longer_context(tmp_path):
     assert not short["fits"] and "context window of 40,960 tokens" in short["infeasible_reason"]
     long = json.loads(runner.invoke(app, [*args, "-m", str(yarn)]).stdout)["estimate"]
     assert "context window" not in long.get("infeasible_reason", "")
+
+
+def _csv_rows(path, keep, out):
+    import csv
+
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = [r for r in reader if keep(r)]
+        columns = reader.fieldnames
+    with open(out, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    return out
+
+
+def test_calibrate_refuses_what_it_cannot_do_before_fitting(tmp_path):
+    """Leave-one-model-out on rows of one model (it crashed with an IndexError after the fit), leave-one-model-out on
+    a serving-runs CSV (ignored before), and an overlay written over the CSV it was fitted on."""
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parent.parent / "autotune" / "data"
+    seen: list[str] = []
+
+    def first_eight_of_one_model(r):
+        if r["hf_model_id"] != "Qwen/Qwen3.5-397B-A17B" or r["quality_flags"] or r["duplicate_primary"] != "true":
+            return False
+        seen.append(r["id"])
+        return len(seen) <= 8
+
+    one = _csv_rows(data / "serving_silicon.csv", first_eight_of_one_model, tmp_path / "one.csv")
+    runs = _csv_rows(data / "serving_runs.csv", lambda r: r["id"].startswith("TRT014-00"), tmp_path / "runs.csv")
+    cases = [
+        (["calibrate", str(one), "--out", str(tmp_path / "a.yaml"), "--leave-one-out"], "at least two models"),
+        (["calibrate", str(runs), "--out", str(tmp_path / "b.yaml"), "--leave-one-out"], "drop --leave-one-out"),
+        (["calibrate", str(runs), "--out", str(runs), "--force"], "is the CSV being calibrated"),
+    ]
+    for args, expected in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output and expected in result.output, result.output
+    assert (tmp_path / "runs.csv").read_text().startswith("id,")  # the CSV is still the CSV
+    assert not (tmp_path / "a.yaml").exists() and not (tmp_path / "b.yaml").exists()
+
+
+def test_validate_refuses_an_overlay_for_none_of_the_rows_engines(tmp_path):
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parent.parent / "autotune" / "data"
+    runs = _csv_rows(data / "serving_runs.csv", lambda r: r["id"].startswith("TRT014-00"), tmp_path / "runs.csv")
+    overlay = tmp_path / "sglang.yaml"
+    overlay.write_text("schema: serving\nengines:\n  sglang:\n    gemm: 0.5\n")
+    result = runner.invoke(app, ["validate", str(runs), "--calibration", str(overlay)])
+    assert result.exit_code == 2, result.output
+    assert "has parameters for sglang, but the rows are of trtllm-0.14" in result.output

@@ -225,6 +225,9 @@ def calibrate(
     """Fit efficiency parameters to measured runs (training or serving CSV); report MAPE before, after and held out."""
     with user_errors():
         check_out_file(out, force)
+        if out.exists() and runs_csv.exists() and out.resolve() == runs_csv.resolve():
+            raise InputError("is the CSV being calibrated; give the overlay another file name, e.g. calib.yaml",
+                             source=str(out), field="--out")
         columns = read_columns(runs_csv)
         if is_silicon_schema(columns) or is_serving_schema(columns):
             _calibrate_serving(runs_csv, out, json_out=json_out, silicon=is_silicon_schema(columns),

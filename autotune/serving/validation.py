@@ -455,14 +455,28 @@ def validate_serving_csv(path: Path, params: Mapping[str, ServingParams] | None 
     if params is not None:
         from .calibrated import params_for
 
+        _check_overlay_engines(params, {legacy_engine(r.engine) for r in parsed if isinstance(r, ServingRun)}, path)
+
         params_of = lambda r: params.get(legacy_engine(r.engine)) or params_for(r.engine, r.gpu)  # noqa: E731
     return validate_serving(parsed, profiles.__getitem__, datasets, params_of=params_of)
+
+
+def _check_overlay_engines(params: Mapping[str, ServingParams], engines: set[str], path: Path) -> None:
+    """A --calibration overlay must name at least one engine release of the rows (one that names some keeps the
+    shipped parameters for the others); one that names none would change nothing, silently."""
+    if engines and not engines & set(params):
+        from ..errors import InputError
+        raise InputError(f"the calibration overlay has parameters for {', '.join(sorted(params))}, but the rows are of "
+                         f"{', '.join(sorted(engines))}; calibrate on rows of these engines (autotune calibrate) or drop "
+                         "--calibration", source=str(path), field="--calibration")
 
 
 def validate_silicon_csv(path: Path, params: Mapping[str, ServingParams] | None = None) -> SiliconReport:
     from .calibrated import CURRENT, parameters_note
 
     parsed = read_silicon_rows(path)
+    if params is not None:
+        _check_overlay_engines(params, {r.engine for r in parsed if isinstance(r, SiliconRow)}, path)
     # an overlay that names some engines: the others keep their shipped parameters
     return validate_silicon(parsed, {**CURRENT, **(params or {})}, parameters_note(params is not None))
 
@@ -665,6 +679,12 @@ def calibrate_serving_csv(path: Path, *, silicon: bool, leave_one_out: bool = Fa
             from ..errors import InputError
             raise InputError("no row of the silicon schema could be expressed; see `autotune validate --json`",
                              source=str(path))
+        models = sorted({r.hf_model_id for r in rows})
+        if leave_one_out and len(models) < 2:
+            from ..errors import InputError
+            raise InputError(f"leave-one-model-out refits without each model's rows, so it needs rows of at least two "
+                             f"models, but the expressed rows hold one (model={models[0]!r}); add rows of another model "
+                             "or drop --leave-one-out", source=str(path), field="--leave-one-out")
         before = _silicon_groups(rows, *predict_silicon(rows, {e: CURRENT.get(e, CURRENT["vllm"]) for e in E.ENGINES}))
         table = fit_silicon(rows, max_nfev=max_nfev)
         after = _silicon_groups(rows, *predict_silicon(rows, table))
@@ -680,6 +700,11 @@ def calibrate_serving_csv(path: Path, *, silicon: bool, leave_one_out: bool = Fa
             for v in groups.values():
                 v.pop("rows", None)
         return ServingCalibration(table, "silicon", len(rows), before, after, held)
+    if leave_one_out:
+        from ..errors import InputError
+        raise InputError("leave-one-model-out is reported for the silicon schema (docs/serving.md); a serving-runs CSV "
+                         "is fitted per engine release on its own tables: drop --leave-one-out", source=str(path),
+                         field="--leave-one-out")
     parsed, profiles, datasets = read_runs_csv(path)
     runs = [r for r in parsed if isinstance(r, ServingRun)]
     if not runs:
