@@ -159,3 +159,31 @@ def test_validate_refuses_an_overlay_for_none_of_the_rows_engines(tmp_path):
     result = runner.invoke(app, ["validate", str(runs), "--calibration", str(overlay)])
     assert result.exit_code == 2, result.output
     assert "has parameters for sglang, but the rows are of trtllm-0.14" in result.output
+
+
+def test_a_searched_release_is_recorded_and_holds_for_an_edited_plan(tmp_path):
+    """plans.json records the release the search named (trtllm@0.14); explain, emit and report refuse a plan edited
+    into one that release is not planned for, as predict does."""
+    out = tmp_path / "s"
+    result = runner.invoke(app, [*SERVE, "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "2", "--input-len",
+                                 "1024", "--engine", "trtllm@0.14", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "plans.json").read_text())
+    assert document["inputs"]["engine_release"] == "trtllm@0.14"
+    assert runner.invoke(app, ["explain", str(out / "plans.json")]).exit_code == 0
+    document["plans"][0]["plan"] = {
+        "mode": "disagg", "prefill_workers": 1, "prefill_tp": 1, "prefill_pp": 1, "prefill_dp": 1, "prefill_ep": 1,
+        "decode_workers": 1, "decode_tp": 1, "decode_pp": 1, "decode_dp": 1, "decode_ep": 1, "weights": "bf16",
+        "kv": "bf16", "max_batch": 64, "replicas": 1}
+    edited = tmp_path / "edited" / "plans.json"
+    edited.parent.mkdir()
+    edited.write_text(json.dumps(document))
+    for args in (["explain", str(edited)], ["emit", str(edited), "--format", "vllm", "--out", str(tmp_path / "e")],
+                 ["report", str(edited), "--out", str(tmp_path / "r")]):
+        refused = runner.invoke(app, args)
+        assert refused.exit_code == 2, (args, refused.output)
+        assert "trtllm@0.14 is planned aggregated only" in refused.output and "Traceback" not in refused.output
+    document["inputs"]["engine_release"] = "vllm@0.14"
+    edited.write_text(json.dumps(document))
+    wrong = runner.invoke(app, ["explain", str(edited)])
+    assert wrong.exit_code == 2 and "inputs.engine_release" in wrong.output

@@ -339,6 +339,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
             chosen = serve_plan_from_fields(entry["plan"], served.cluster.n_gpus)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"plan of rank {rank} is malformed: {exc}", source=str(path), field="plans.plan") from None
+        served.check_plan(chosen, str(path), rank)
         ckpt = served.checkpoint if checkpoint is None else serving_checkpoint(spec.name, checkpoint)
         if memory_fraction is None and served.engine == format:  # a value of the searched engine's flag
             memory_fraction = served.memory_fraction

@@ -693,7 +693,7 @@ def explain_command(
                               "--seq-len": seq_len, "--global-batch": global_batch, "--calibration": calibration},
                              f"a serving plans.json ({source} holds them)")
                 reject_flags({"--framework": framework}, "a serving plans.json (it plans no training software)")
-                _explain_serving(source, inputs, fields, model=model, json_out=json_out)
+                _explain_serving(source, inputs, fields, rank=rank, model=model, json_out=json_out)
                 return
             t = training_inputs_from_plans(inputs, source, model=model, hardware=hardware, gpus=gpus,
                                            gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
@@ -737,7 +737,8 @@ def explain_command(
         stdout.print(tables.sensitivity_table(found))
 
 
-def _explain_serving(source: str, inputs: dict, fields: Any, *, model: str | None, json_out: bool) -> None:
+def _explain_serving(source: str, inputs: dict, fields: Any, *, rank: int, model: str | None,
+                     json_out: bool) -> None:
     """Explain a serve plan of a serving plans.json."""
     found_inputs = serving_inputs_from_plans(inputs, source, model=model)
     cluster, workload = found_inputs.cluster, found_inputs.workload
@@ -746,6 +747,7 @@ def _explain_serving(source: str, inputs: dict, fields: Any, *, model: str | Non
     except (TypeError, ValueError) as exc:
         raise InputError(f"the plan is malformed ({exc}); rerun `autotune search --workload serve --out DIR`",
                          source=source, field="plans.plan") from None
+    found_inputs.check_plan(chosen, source, rank)
     hw = cluster.hardware
     params, engine = found_inputs.params, found_inputs.engine
     note = f"engine {engine}, checkpoint {found_inputs.checkpoint}; {inputs.get('parameters') or 'shipped parameters'}"

@@ -367,7 +367,7 @@ class ServingSearchOutcome:
             "mode": w.mode, "space": self.request.space or SERVE_SPACE, "parameters": self.parameters_note,
             **serving_inputs_json(self.model, self.hardware, self.space, engine=self.request.engine,
                                   checkpoint=self.checkpoint, params=self.params,
-                                  memory_fraction=self.request.memory_fraction),
+                                  memory_fraction=self.request.memory_fraction, release=self.request.engine_release),
         }
         if self.capacity is not None:
             document["capacity"] = {"gpus": self.capacity.n_gpus,

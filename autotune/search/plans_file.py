@@ -36,9 +36,9 @@ from ..inputs.modelspec import (
 )
 from ..inputs.request import TrainingInputs, cluster_from_options, moe_workload_problem
 from ..inputs.workload import MAX_CAPACITY_FACTOR, MIN_CAPACITY_FACTOR, ServeWorkload, TrainWorkload
-from ..serving.calibrated import params_for
+from ..serving.calibrated import aggregated_only, params_for, release_name
 from ..serving.checkpoint import check_checkpoint
-from ..serving.engines import DEFAULT_ENGINE, ENGINES, check_memory_fraction
+from ..serving.engines import DEFAULT_ENGINE, ENGINES, check_memory_fraction, parse_engine
 from ..serving.estimate import ServingParams
 from ..serving.overlay import serving_params_from_mapping
 from ..serving.space import ServeSpace, load_serve_space, serve_space_from_mapping
@@ -108,13 +108,17 @@ def training_inputs_json(inputs: TrainingInputs, space_path: str | None, space: 
 
 def serving_inputs_json(model: ModelSpec, hardware: Hardware, space: ServeSpace | None, *,
                         engine: str = DEFAULT_ENGINE, checkpoint: str = "bf16",
-                        params: ServingParams | None = None, memory_fraction: float | None = None) -> dict[str, Any]:
+                        params: ServingParams | None = None, memory_fraction: float | None = None,
+                        release: str | None = None) -> dict[str, Any]:
     """What a serving ``plans.json`` embeds besides the workload: the spec, the profile, the space, and the
-    engine, checkpoint and serving parameters (shipped or a --calibration's) its plans were estimated with, and
-    the engine's memory flag when the user set it (--memory-fraction; absent: the engine's default rule)."""
+    engine, checkpoint and serving parameters (shipped or a --calibration's) its plans were estimated with, the
+    engine release the user named (--engine trtllm@0.14; absent: the family), and the engine's memory flag when
+    the user set it (--memory-fraction; absent: the engine's default rule)."""
     out: dict[str, Any] = {"model_spec": model_to_mapping(model), "hardware_profile": hardware_to_mapping(hardware),
                            "engine": engine, "checkpoint": checkpoint,
                            "serving_params": (params or params_for(engine)).as_dict()}
+    if release is not None:
+        out["engine_release"] = release_name(release)
     if memory_fraction is not None:
         out["memory_fraction"] = float(memory_fraction)
     if space is not None:
@@ -285,9 +289,18 @@ class ServingInputs:
     checkpoint: str = "bf16"
     params: ServingParams = dataclasses.field(default_factory=lambda: params_for(DEFAULT_ENGINE))
     memory_fraction: float | None = None  # the engine's memory flag as searched (None: the engine's default rule)
+    release: str | None = None  # the engine release the search named (trtllm-0.14), None: the family's
+
+    def check_plan(self, plan: Any, source: str, rank: int) -> None:
+        """A plan the recorded release cannot run (a hand-edited file): TensorRT-LLM 0.x is planned aggregated
+        only, as search and predict plan it."""
+        if getattr(plan, "disaggregated", False) and aggregated_only(self.release):
+            raise InputError(f"plan of rank {rank} is disaggregated, but {release_name(self.release)} is planned "
+                             "aggregated only (its parameters come from aggregated tables); rerun the search with a "
+                             "1.x release for disaggregated plans", source=source, field="plans.plan")
 
 
-def _serving_stack(inputs: Mapping[str, Any], source: str) -> tuple[str, str, ServingParams]:
+def _serving_stack(inputs: Mapping[str, Any], source: str) -> tuple[str, str, ServingParams, str | None]:
     """Engine, checkpoint and parameters of a serving plans.json; a file written before they were recorded
     reads as vLLM with bf16 weights and the shipped parameters."""
     recorded = [k for k in ("engine", "checkpoint", "serving_params") if k in inputs]
@@ -311,7 +324,17 @@ def _serving_stack(inputs: Mapping[str, Any], source: str) -> tuple[str, str, Se
     if "serving_params" in inputs:
         params = serving_params_from_mapping(inputs["serving_params"], params, source=source,
                                              section="inputs.serving_params", complete=True)
-    return engine, checkpoint, params
+    release = None
+    if inputs.get("engine_release") is not None:
+        text = inputs["engine_release"]
+        try:
+            family, release = parse_engine(text) if isinstance(text, str) else (None, None)
+        except ValueError as exc:
+            raise InputError(f"{exc}; rerun the search", source=source, field="inputs.engine_release") from None
+        if family != engine or release is None:
+            raise InputError(f"must name a release of the recorded engine {engine} as {engine}@MAJOR.MINOR, but got "
+                             f"{text!r}; rerun the search", source=source, field="inputs.engine_release")
+    return engine, checkpoint, params, release
 
 
 def serving_inputs_from_plans(inputs: Mapping[str, Any], source: str, *,
@@ -351,7 +374,7 @@ def serving_inputs_from_plans(inputs: Mapping[str, Any], source: str, *,
     else:
         path = inputs.get("space")
         space = load_serve_space(None if path in (None, SERVE_SPACE) else str(path))
-    engine, checkpoint, params = _serving_stack(inputs, source)
+    engine, checkpoint, params, release = _serving_stack(inputs, source)
     fraction = None
     if "memory_fraction" in inputs:  # absent: the engine's default rule; a recorded value is a number
         try:
@@ -359,7 +382,7 @@ def serving_inputs_from_plans(inputs: Mapping[str, Any], source: str, *,
         except ValueError as exc:
             raise InputError(f"{exc}; leave the key out for the engine's default, or rerun the search", source=source,
                              field="inputs.memory_fraction") from None
-    return ServingInputs(spec, cluster, workload, space, engine, checkpoint, params, fraction)
+    return ServingInputs(spec, cluster, workload, space, engine, checkpoint, params, fraction, release)
 
 
 __all__ = ["SERVE_SPACE", "TRAIN_SPACE", "ServingInputs", "framework_of", "hardware_from_plans", "model_from_plans",

@@ -92,6 +92,7 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
             chosen.append(serve_plan_from_fields(entry["plan"], cluster.n_gpus))
         except (TypeError, ValueError) as exc:
             raise InputError(f"plan {position} is malformed: {exc}", source=source, field="plans.plan") from None
+        served.check_plan(chosen[-1], source, position)
     if progress:
         progress("estimating the top plans", 0, 1)
     fraction = served.memory_fraction
