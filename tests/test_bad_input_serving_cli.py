@@ -187,3 +187,15 @@ def test_a_searched_release_is_recorded_and_holds_for_an_edited_plan(tmp_path):
     edited.write_text(json.dumps(document))
     wrong = runner.invoke(app, ["explain", str(edited)])
     assert wrong.exit_code == 2 and "inputs.engine_release" in wrong.output
+
+
+def test_emit_refuses_a_launch_beyond_the_models_context(tmp_path):
+    """vLLM refuses --max-model-len and SGLang --context-length beyond the model's window: no script is written."""
+    for fmt in ("vllm", "sglang"):
+        out = tmp_path / fmt
+        result = runner.invoke(app, ["emit", "tp=4,max_batch=64", "--format", fmt, "-m", "llama3-70b", "-H",
+                                     "h100-sxm5-80gb", "--gpus", "8", "--input-len", "100000", "--output-len", "256",
+                                     "--out", str(out)])
+        assert result.exit_code == 2, result.output
+        assert "exceed llama3-70b's context window of 8,192 tokens" in result.output
+        assert not out.exists() or not any(out.iterdir())

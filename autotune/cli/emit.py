@@ -143,6 +143,10 @@ def emit(
                                        input_len=input_len, output_len=output_len, gpus_per_node=gpus_per_node,
                                        checkpoint=checkpoint, model_path=model_path,
                                        memory_fraction=serving_memory_fraction(memory_fraction))
+            reason = estimate.get("infeasible_reason", "") if isinstance(estimate, dict) else ""
+            if "context window" in reason:  # the engine refuses --max-model-len / --context-length beyond it
+                raise InputError(f"the engine would refuse this launch: {reason}; shorten --input-len/--output-len",
+                                 field="--input-len")
         else:
             if format not in EMITTERS:
                 raise InputError(f"unknown format {format!r}; choose from {', '.join(FORMATS + SERVING_FORMATS)}",
