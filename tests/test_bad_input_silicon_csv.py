@@ -1,9 +1,10 @@
 """Hostile input to `autotune validate` and `autotune calibrate` on the silicon schema (serving_silicon.csv).
 
-A nonsense cell skips its row with a reason that names the column and the value (never a silent 1, a
-truncation or a "not recorded"); the good rows of the same file are still predicted; `--json` is strict JSON;
+A nonsense cell refuses the file (exit 2) naming the row, the column and the value (never a silent 1, a
+truncation, a "not recorded" or a skip); an empty cell is still a skip with its reason; `--json` is strict JSON;
 a header that means the silicon schema gets the silicon schema's missing columns; an empty or ragged file
 is said as such; a fit on fewer rows than parameters says so.  Each case goes through typer's CliRunner.
+(More cases: tests/test_bad_input_silicon_cells.py.)
 """
 
 from __future__ import annotations
@@ -57,6 +58,17 @@ def _validate_json(path: Path) -> tuple[dict, dict[str, str]]:
     return doc, {s["id"]: s["reason"] for s in doc["skipped"]}
 
 
+def _refused(path: Path, column: str, value: str, json_flag: bool = False) -> str:
+    """Exit 2, no traceback, nothing on stdout, one error line naming the file, the row, the column and the value."""
+    result = runner.invoke(app, ["validate", str(path), *(["--json"] if json_flag else [])])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.stdout == ""
+    message = result.stderr.strip()
+    assert message.startswith(f"error: {path}: field '{column}': row 'row0' (line 3): must be"), message
+    assert message.endswith(f"but got {value.strip()!r}"), message
+    return message
+
+
 def _reject(name: str):
     raise AssertionError(f"non-standard JSON constant {name} in --json output")
 
@@ -71,16 +83,16 @@ def _expressed(doc: dict) -> set[str]:
     ("tp", "0"), ("tp", "-4"), ("tp", "eight"), ("tp", "2.7"), ("pp", "0"), ("attention_dp", "-4"),
     ("attention_dp", "1.5"), ("moe_tp", "eight"), ("moe_ep", "-8"), ("tp", "1e400"), ("tp", "99999999999"),
 ])
-def test_a_bad_agg_layout_cell_skips_the_row_naming_column_and_value(tmp_path, column, value):
-    doc, reasons = _validate_json(_write(tmp_path, [{column: value}]))
-    assert _expressed(doc) == {"good"}
-    assert reasons["row0"].startswith(f"{column} must be a positive integer"), reasons["row0"]
-    assert f"but got ({column}={value!r})" in reasons["row0"]
+def test_a_bad_agg_layout_cell_is_refused_naming_column_and_value(tmp_path, column, value):
+    message = _refused(_write(tmp_path, [{column: value}]), column, value)
+    assert "must be a positive integer" in message
 
 
-def test_the_reason_reads_as_the_house_style(tmp_path):
-    _, reasons = _validate_json(_write(tmp_path, [{"tp": "0"}]))
-    assert reasons["row0"] == "tp must be a positive integer up to 1,000,000 (empty: 1), but got (tp='0')"
+def test_the_error_reads_as_the_house_style(tmp_path):
+    path = _write(tmp_path, [{"tp": "0"}])
+    message = _refused(path, "tp", "0", json_flag=True)
+    assert message == (f"error: {path}: field 'tp': row 'row0' (line 3): must be a positive integer up to 1,000,000 "
+                       "(empty: 1), but got '0'")
 
 
 def test_empty_and_zero_cells_keep_their_meaning(tmp_path):
@@ -94,19 +106,19 @@ def test_empty_and_zero_cells_keep_their_meaning(tmp_path):
     ("decode_tp", "0"), ("prefill_tp", "-4"), ("decode_attention_dp", "eight"), ("prefill_moe_ep", "2.7"),
     ("prefill_workers", "0"), ("decode_workers", "-1"), ("decode_workers", "two"), ("prefill_pp", "0"),
 ])
-def test_a_bad_disagg_layout_cell_skips_the_row(tmp_path, column, value):
-    doc, reasons = _validate_json(_write(tmp_path, [{column: value}], base=DISAGG))
-    assert _expressed(doc) == {"good"}
-    assert f"{column} must be a positive integer" in reasons["row0"] and f"({column}={value!r})" in reasons["row0"]
+def test_a_bad_disagg_layout_cell_is_refused(tmp_path, column, value):
+    message = _refused(_write(tmp_path, [{column: value}], base=DISAGG), column, value)
+    assert "must be a positive integer" in message
 
 
-def test_bad_cells_are_listed_on_stderr_without_json(tmp_path):
-    path = _write(tmp_path, [{"tp": "0"}, {"duplicate_primary": "false"}])
-    result = runner.invoke(app, ["validate", str(path)])
+def test_a_bad_cell_refuses_the_file_but_a_copy_is_a_skip(tmp_path):
+    result = runner.invoke(app, ["validate", str(_write(tmp_path, [{"tp": "0"}, {"duplicate_primary": "false"}]))])
+    assert result.exit_code == 2, result.output
+    assert "field 'tp': row 'row0'" in result.stderr and "row1" not in result.stderr
+    result = runner.invoke(app, ["validate", str(_write(tmp_path, [{"duplicate_primary": "false"}]))])
     assert result.exit_code == 0, result.output
-    assert f"{path}: skipped row0: tp must be a positive integer" in result.stderr
-    assert "row1" not in result.stderr  # a copy is not a fault of the file
-    assert "over 1 rows; 2 skipped" in result.stdout
+    assert "row0" not in result.stderr  # a copy is not a fault of the file
+    assert "over 1 rows; 1 skipped" in result.stdout
 
 
 # --- 2. absurd magnitudes ---------------------------------------------------------------------------------
@@ -121,12 +133,9 @@ def test_bad_cells_are_listed_on_stderr_without_json(tmp_path):
     ({"ttft_ms": "1e308"}, "ttft_ms", "above 0.001 and below 1e+08"),
     ({"tpot_ms": "1e8"}, "tpot_ms", "above 0.001 and below 1e+08"),
 ])
-def test_absurd_magnitudes_are_skipped_with_the_bound(tmp_path, change, column, bound):
-    doc, reasons = _validate_json(_write(tmp_path, [change]))
-    assert _expressed(doc) == {"good"}
-    assert reasons["row0"].startswith(f"{column} must be") and bound in reasons["row0"], reasons["row0"]
-    assert f"({column}={change[column]!r})" in reasons["row0"]
-    assert doc["ttft_mape_pct"] is not None and doc["ttft_mape_pct"] < 1e3  # the summary is the good row's
+def test_absurd_magnitudes_are_refused_with_the_bound(tmp_path, change, column, bound):
+    message = _refused(_write(tmp_path, [change]), column, change[column], json_flag=True)
+    assert bound in message, message
 
 
 # --- 3. "not recorded" only for empty cells ---------------------------------------------------------------
@@ -137,10 +146,8 @@ def test_absurd_magnitudes_are_skipped_with_the_bound(tmp_path, change, column, 
     ("concurrency", "-3"),
 ])
 def test_a_value_is_not_called_not_recorded(tmp_path, column, value):
-    doc, reasons = _validate_json(_write(tmp_path, [{column: value}]))
-    assert _expressed(doc) == {"good"}
-    assert "not recorded" not in reasons["row0"]
-    assert reasons["row0"].startswith(f"{column} must be") and f"({column}={value!r})" in reasons["row0"]
+    message = _refused(_write(tmp_path, [{column: value}]), column, value, json_flag=True)
+    assert "not recorded" not in message
 
 
 @pytest.mark.parametrize("change, reason", [
@@ -197,16 +204,20 @@ def test_a_header_only_file_says_it_has_no_data_rows(tmp_path, json_flag):
     assert result.stdout == ""
 
 
-def test_a_short_row_is_skipped_with_its_field_count(tmp_path):
+def test_a_short_row_is_refused_with_its_cell_count(tmp_path):
     path = _write(tmp_path, [])
     good = path.read_text().splitlines()[1]
     cells = next(csv.reader([good]))
     short = ",".join(["short", *cells[1:12]])
-    path.write_text(path.read_text() + short + "\n" + good.replace("good", "trailing", 1) + ",,\n")
-    doc, reasons = _validate_json(path)
+    text = path.read_text()
+    path.write_text(text + good.replace("good", "trailing", 1) + ",,\n")
+    doc, _ = _validate_json(path)
     assert _expressed(doc) == {"good", "trailing"}  # empty trailing cells are harmless
-    assert reasons["short"] == (f"row on line 3 has 12 fields, the header has {len(COLUMNS)}; add the missing "
-                                "cells (empty cells are allowed)")
+    path.write_text(text + short + "\n")
+    result = runner.invoke(app, ["validate", str(path), "--json"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (f"error: {path}: row 'short' (line 3) has 12 cells but the header names "
+                                     f"{len(COLUMNS)} columns; add the missing cells (empty cells are allowed)")
 
 
 def test_a_long_row_is_an_error_of_the_file(tmp_path):
@@ -223,7 +234,7 @@ def test_a_long_row_is_an_error_of_the_file(tmp_path):
 # --- 7. a fit on fewer rows than parameters -------------------------------------------------------------
 
 def test_calibrate_on_few_rows_notes_the_unidentified_parameters(tmp_path):
-    path = _write(tmp_path, [{"concurrency": "16", "concurrency_per_replica": "16"}, {"tp": "0"}])
+    path = _write(tmp_path, [{"concurrency": "16", "concurrency_per_replica": "16"}, {"ttft_ms": ""}])
     out = tmp_path / "few.yaml"
     result = runner.invoke(app, ["calibrate", str(path), "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output

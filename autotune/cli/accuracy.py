@@ -24,7 +24,6 @@ from ..training.runs import MeasuredRun, SkippedRow, read_runs
 from ..training.validation import validate_runs
 from .app import JsonOut, app, print_json, progress, stderr, stdout, user_errors
 
-MAX_BAD_ROWS_SHOWN = 20  # rows with nonsense cells listed on stderr by `validate` (all of them with --json)
 BUNDLED = {"training": "training_runs.csv", "moe-training": "moe_training_runs.csv", "serving": "serving_runs.csv",
            "serving-silicon": "serving_silicon.csv"}
 
@@ -80,7 +79,7 @@ def validate(
         report = validate_runs(runs, load_hardware, overlay)
         if not report.rows:
             reasons = "; ".join(f"{s.id}: {s.reason}" for s in report.skipped[:3])
-            raise InputError(f"no usable rows to compare ({len(report.skipped)} skipped: {reasons})",
+            raise InputError(f"no usable rows to compare ({len(report.skipped)} skipped: {reasons or 'the file has no rows'})",
                              source=str(runs_csv))
         if json_out:
             print_json(report.to_json())
@@ -126,14 +125,6 @@ def _validate_silicon(path: Path, *, json_out: bool, worst: int, calibration: st
         reasons = "; ".join(f"{s.id or '(no id)'}: {s.reason}" for s in report.skipped[:3])
         raise InputError(f"no serving row could be expressed ({len(report.skipped)} skipped: {reasons})",
                          source=str(path))
-    # a nonsense cell is the file's fault, not a deployment the model cannot express: say it here, not only in --json
-    bad = [s for s in report.skipped if s.bad_input]
-    for skipped in bad[:MAX_BAD_ROWS_SHOWN]:
-        stderr.print(f"{escape(str(path))}: skipped {escape(skipped.id or '(no id)')}: {escape(skipped.reason)}",
-                     highlight=False, soft_wrap=True)
-    if len(bad) > MAX_BAD_ROWS_SHOWN:
-        stderr.print(f"{escape(str(path))}: {len(bad) - MAX_BAD_ROWS_SHOWN} more rows skipped for bad cells "
-                     "(all with --json)", highlight=False, soft_wrap=True)
     rows = sorted(report.rows, key=lambda r: -max(abs(r.ttft_error_pct or 0), abs(r.tpot_error_pct or 0)))
     table = Table(title=f"{len(report.rows)} measured operating points, worst first", header_style="bold",
                   caption="meas/pred: measured / predicted (error); the rows' ids with --json",
@@ -170,7 +161,9 @@ def _validate_serving(path: Path, *, json_out: bool, worst: int, calibration: st
         print_json(report.to_json())
         return
     if not report.rows:
-        raise InputError("no usable serving rows to compare; see the skipped reasons with --json", source=str(path))
+        why = ("the file has no rows" if not report.skipped else
+               f"{len(report.skipped)} skipped, e.g. {report.skipped[0].id}: {report.skipped[0].reason}")
+        raise InputError(f"no usable serving rows to compare ({why}); the reasons of all with --json", source=str(path))
     rows = sorted(report.rows, key=lambda r: -abs(r.error_pct if r.error_pct is not None else (r.ttft_error_pct or 0)))
     table = Table(title=f"{len(report.rows)} serving runs, worst first", header_style="bold")
     for col in ("id", "source group", "kind", "measured tok/s/GPU", "predicted", "error", "batch (pred)",

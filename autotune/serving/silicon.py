@@ -17,11 +17,17 @@ Reading rules (each one is stated where it acts):
   attention.  Empty ``tp``/``pp`` read as 1.  A MoE layout whose ``tp`` does not divide the attention heads
   or exceeds a node is AIC's lossy encoding of attention DP + expert parallelism (DEP; e.g. ``tp 72`` on GB200 for DeepSeek): read
   as ``dp = tp, tp = 1, ep = GPUs``.
-* A cell that cannot be what its column says (a width of 0 where 0 does not mean "not set", a negative or
-  fractional width, a word, NaN, a length or concurrency beyond 10 million, a latency outside 0.001 ms to 1e8 ms)
-  skips its row with a reason naming the column and the value (``SkippedRow.bad_input``); it is never read
-  as a default or truncated.  "Not recorded" is said of empty cells only.
-* A row with fewer cells than the header is skipped naming its line; a header without data rows is an error.
+* A non-empty cell that cannot be what its column says (a width of 0 where 0 does not mean "not set", a
+  negative or fractional width, a word, NaN, ``1,234.5``, a width beyond 1 million, a length or concurrency
+  beyond 10 million, a latency outside 0.001 ms to 1e8 ms) is an error of the file (:class:`InputError`, exit
+  2) naming the file, the row (id and line), the column and the value, as the training and serving-runs
+  readers refuse theirs; it is never read as a default, truncated or skipped.  Every number cell of the schema
+  is checked in every row, whatever else would skip the row.  "Not recorded" (a skip) is said of empty cells
+  only.
+* A row with fewer (or more) cells than the header is an error naming its line; so is a header without data
+  rows, or one that lacks a column the rows are read from (``SILICON_REQUIRED_COLUMNS``; the layout columns of
+  agg rows, ``AGG_LAYOUT_COLUMNS``, when the file has an agg row, and those of disagg rows,
+  ``DISAGG_LAYOUT_COLUMNS``, when it has a disagg row): an absent column is never read as empty cells.
 * Weight formats: ``weight_precision`` for attention and dense layers, ``moe_precision`` for routed
   experts (``arch.class_formats``); an ``fp4`` label on a checkpoint the catalogue knows as MXFP4
   (gpt-oss) is MXFP4, an ``int4`` on a compressed-tensors INT4 checkpoint (Kimi-K2.5) has group 32.
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -50,9 +57,15 @@ from .arch import KV_BYTES, gpu_scalars, model_scalars, precision_arrays
 from .engines import ENGINES
 
 SILICON_MARKER_COLUMNS = frozenset({"hf_model_id", "engine", "mode", "ttft_ms", "tpot_ms", "concurrency"})
-# Columns without which no row could be read (the rest are optional and have stated defaults).
+# Columns every row is read from (its model, GPU, engine, formats, lengths, load and measurements): a file without
+# one is refused, never read as if the column's cells were empty.  The layout columns are required by the mode of
+# the rows that read them (an agg-only file need not carry the disagg columns, and the other way round).
 SILICON_REQUIRED_COLUMNS = ("id", "hf_model_id", "engine", "gpu", "mode", "input_len", "output_len", "concurrency",
-                            "ttft_ms", "tpot_ms")
+                            "concurrency_per_replica", "weight_precision", "moe_precision", "ttft_ms", "tpot_ms")
+AGG_LAYOUT_COLUMNS = ("tp", "pp", "attention_dp", "moe_tp", "moe_ep")
+DISAGG_LAYOUT_COLUMNS = tuple(f"{side}_{c}" for side in ("prefill", "decode")
+                              for c in ("workers", "tp", "pp", "attention_dp", "moe_tp", "moe_ep"))
+LAYOUT_COLUMNS = {"agg": AGG_LAYOUT_COLUMNS, "disagg": DISAGG_LAYOUT_COLUMNS}
 # Columns only this schema has (serving_runs.csv has none of them): a header with two of them is meant to be a
 # silicon file even when a required column is missing, so the error names the silicon columns that are missing
 # rather than those of the other schema.
@@ -69,6 +82,7 @@ MAX_LENGTH = 10_000_000  # tokens per request
 MAX_CONCURRENCY = 10_000_000  # requests in flight
 MIN_LATENCY_MS, MAX_LATENCY_MS = 0.001, 1e8  # 1 us to ~28 hours
 MAX_PARALLEL = 1_000_000  # GPUs, workers or ranks of one dimension
+OR_EMPTY = ", or empty where the source does not say"  # the fix for a bad cell whose empty value is "not recorded"
 UNKNOWN_DEPLOYMENT_FLAGS = {
     "disagg_workers_missing": "disagg worker counts not recorded (the per-stage layout is lossy)",
     "batch_concurrency_mismatch": "replica count or attention-DP width not recorded (concurrency != batch x attention DP)",
@@ -126,11 +140,22 @@ class SkippedRow:
     engine: str
     mode: str
     reason: str
-    bad_input: bool = False  # a cell of the file is nonsense (not a deployment the model cannot express)
+    # a cell of the file is nonsense: no longer a skip (read_silicon_rows refuses such a file), kept False for the
+    # readers of the report's JSON
+    bad_input: bool = False
 
 
 class _BadCell(ValueError):
-    """A cell whose value cannot be a measurement or a layout; the row is skipped with this message."""
+    """A non-empty cell whose value cannot be a measurement, a length, a load or a layout: the readers turn it
+    into an :class:`InputError` naming the row and the column."""
+
+    def __init__(self, column: str, text: str, what: str):
+        self.column = column
+        super().__init__(f"must be {what}, but got {text!r}")
+
+
+# A plain decimal number (``8``, ``2.5``, ``1e3``): not ``1,234.5``, ``1_000``, ``nan``, ``inf`` or other digits.
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def _cell(row: dict, key: str) -> str:
@@ -138,10 +163,8 @@ def _cell(row: dict, key: str) -> str:
 
 
 def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
+    """The value of a plain decimal number, NaN for anything else (which no bound accepts)."""
+    return float(text) if _PLAIN_NUMBER.fullmatch(text) else math.nan
 
 
 def _whole(row: dict, key: str, lo: int, hi: int, what: str) -> int | None:
@@ -151,12 +174,13 @@ def _whole(row: dict, key: str, lo: int, hi: int, what: str) -> int | None:
         return None
     value = _float(text)
     if not (math.isfinite(value) and value == int(value) and lo <= value <= hi):
-        raise _BadCell(f"{key} must be {what}, but got ({key}={text!r})")
+        raise _BadCell(key, text, what)
     return int(value)
 
 
 def _length(row: dict, key: str) -> int | None:
-    return _whole(row, key, 1, MAX_LENGTH, f"a whole number of tokens from 1 to {MAX_LENGTH:,}")
+    return _whole(row, key, 1, MAX_LENGTH,
+                  f"a whole number of tokens from 1 to {MAX_LENGTH:,}{OR_EMPTY}")
 
 
 def _concurrency(row: dict, key: str) -> float | None:
@@ -165,8 +189,7 @@ def _concurrency(row: dict, key: str) -> float | None:
         return None
     value = _float(text)
     if not (math.isfinite(value) and 1 <= value <= MAX_CONCURRENCY):
-        raise _BadCell(f"{key} must be a number of requests in flight from 1 to {MAX_CONCURRENCY:,}, "
-                       f"but got ({key}={text!r})")
+        raise _BadCell(key, text, f"a number of requests in flight from 1 to {MAX_CONCURRENCY:,}{OR_EMPTY}")
     return value
 
 
@@ -176,8 +199,8 @@ def _latency(row: dict, key: str) -> float | None:
         return None
     value = _float(text)
     if not (math.isfinite(value) and MIN_LATENCY_MS < value < MAX_LATENCY_MS):
-        raise _BadCell(f"{key} must be a finite number of milliseconds above {MIN_LATENCY_MS:g} and below "
-                       f"{MAX_LATENCY_MS:g}, but got ({key}={text!r})")
+        raise _BadCell(key, text, f"a plain number of milliseconds above {MIN_LATENCY_MS:g} and below "
+                       f"{MAX_LATENCY_MS:g}{OR_EMPTY}")
     return value
 
 
@@ -190,6 +213,47 @@ def _parallel(row: dict, key: str, *, zero_unset: bool = False) -> int:
     hint = " (0 or empty: not set)" if zero_unset else " (empty: 1)"
     value = _whole(row, key, 1, MAX_PARALLEL, f"a positive integer up to {MAX_PARALLEL:,}{hint}")
     return 1 if value is None else value
+
+
+def _count(row: dict, key: str) -> int | None:
+    """A GPU, replica or worker count: empty is not recorded (a disagg row without worker counts is skipped)."""
+    return _whole(row, key, 1, MAX_PARALLEL, f"a positive integer up to {MAX_PARALLEL:,}{OR_EMPTY}")
+
+
+def _batch(row: dict, key: str) -> int | None:
+    return _whole(row, key, 1, MAX_CONCURRENCY,
+                  f"a whole number of sequences from 1 to {MAX_CONCURRENCY:,}{OR_EMPTY}")
+
+
+# Every number cell of the schema and what it must hold when not empty.  Each is checked in every row (before
+# any reason to skip the row), so that whether a file is accepted does not depend on the order of the skips.
+CELL_CHECKS: dict[str, Callable[[dict, str], object]] = {
+    "input_len": _length, "output_len": _length, "concurrency": _concurrency, "concurrency_per_replica": _concurrency,
+    "ttft_ms": _latency, "tpot_ms": _latency, "n_gpus": _count, "replicas": _count, "gpus_per_replica": _count,
+    **{f"{prefix}{c}": _parallel for prefix in ("", "prefill_", "decode_") for c in ("tp", "pp")},
+    **{f"{prefix}{c}": (lambda row, key: _parallel(row, key, zero_unset=True))
+       for prefix in ("", "prefill_", "decode_") for c in ("attention_dp", "moe_tp", "moe_ep")},
+    **{f"{side}_workers": _count for side in ("prefill", "decode")},
+    **{f"{side}_batch": _batch for side in ("prefill", "decode")},
+}
+
+
+def _check_cells(row: dict) -> None:
+    """Raise :class:`_BadCell` for the first number cell (in the header's order) that is not empty and not what
+    its column says."""
+    for key in row:
+        check = CELL_CHECKS.get(key) if key is not None else None
+        if check is not None:
+            check(row, key)
+
+
+def _where(rid: str, line: int | None = None) -> str:
+    who = f"row {rid!r}" if rid else "a row without an id"
+    return f"{who} (line {line})" if line else who
+
+
+def _cell_error(exc: _BadCell, rid: str, line: int | None = None, source: str | None = None) -> InputError:
+    return InputError(f"{_where(rid, line)}: {exc}", source=source, field=exc.column)
 
 
 def _pool(row: dict, prefix: str, model: ModelSpec, gpus_per_node: int) -> tuple[Pool, str]:
@@ -230,18 +294,23 @@ def _formats(model: ModelSpec, weight: str, moe: str, hf_id: str) -> tuple[str, 
 
 def parse_silicon_row(row: dict, hardware_loader: Callable[[str], Hardware] = load_hardware,
                       model_loader: Callable[[str], ModelSpec] = load_model, *,
-                      primary_only: bool = True) -> SiliconRow | SkippedRow:
+                      primary_only: bool = True, line: int | None = None,
+                      source: str | None = None) -> SiliconRow | SkippedRow:
+    """One row as a deployment to predict, or skipped with the reason the record does not hold it.  A non-empty
+    cell that cannot be what its column says raises :class:`InputError` naming the row (its id, and ``line``
+    where given), the column and the value (and the file, ``source``)."""
     rid = (row.get("id") or "").strip()
     engine = (row.get("engine") or "").strip().lower()
     mode = (row.get("mode") or "").strip().lower()
 
-    def skip(reason: str, bad_input: bool = False) -> SkippedRow:
-        return SkippedRow(rid, engine, mode, reason, bad_input)
+    def skip(reason: str) -> SkippedRow:
+        return SkippedRow(rid, engine, mode, reason)
 
     try:
+        _check_cells(row)
         return _parse(row, rid, engine, mode, skip, hardware_loader, model_loader, primary_only)
     except _BadCell as exc:
-        return skip(str(exc), bad_input=True)
+        raise _cell_error(exc, rid, line, source) from None
 
 
 def _parse(row: dict, rid: str, engine: str, mode: str, skip: Callable[[str], SkippedRow],
@@ -304,7 +373,10 @@ def _parse(row: dict, rid: str, engine: str, mode: str, skip: Callable[[str], Sk
 
 
 def read_silicon_rows(path: Path, *, primary_only: bool = True) -> list[SiliconRow | SkippedRow]:
-    """Every row of a silicon-schema CSV, parsed or skipped with its reason (never an exception per row)."""
+    """Every row of a silicon-schema CSV, parsed or skipped with the reason its record does not hold the deployment.
+    A file that lacks a column its rows are read from, has a row with fewer or more cells than the header, or holds
+    a non-empty cell that cannot be what its column says raises :class:`InputError` naming the file (and the row,
+    the column and the value)."""
     source = str(path)
     try:
         handle = open(path, newline="", encoding="utf-8-sig")
@@ -331,7 +403,7 @@ def read_silicon_rows(path: Path, *, primary_only: bool = True) -> list[SiliconR
         if absent:
             raise InputError(f"missing silicon-schema column(s) {', '.join(absent)}; add them to the header (see "
                              "docs/serving.md for the columns)", source=source)
-        out: list[SiliconRow | SkippedRow] = []
+        records: list[tuple[int, dict]] = []
         for row in reader:
             number = reader.line_num  # the file's line (the header is line 1)
             cells = [v for k, v in row.items() if k is not None] + list(row.get(None) or [])
@@ -339,10 +411,19 @@ def read_silicon_rows(path: Path, *, primary_only: bool = True) -> list[SiliconR
                 continue  # a line of empty cells from a spreadsheet export: no row
             ragged = _ragged(row, number, len(header))
             if ragged:
-                out.append(SkippedRow(_cell(row, "id"), _cell(row, "engine").lower(), _cell(row, "mode").lower(),
-                                      ragged, bad_input=True))
-                continue
-            out.append(parse_silicon_row(row, hw_of, model_of, primary_only=primary_only))
+                raise InputError(ragged, source=source)
+            records.append((number, row))
+        for mode, columns in LAYOUT_COLUMNS.items():
+            absent = [c for c in columns if c not in header]
+            first = next(((n, r) for n, r in records if _cell(r, "mode").lower() == mode), None)
+            if absent and first is not None:
+                where = _where(_cell(first[1], "id"), first[0])
+                raise InputError(f"missing silicon-schema column(s) {', '.join(absent)}, the layout of its {mode} rows "
+                                 f"(first: {where}); add them to the header, with empty cells where a row does not "
+                                 "say (see docs/serving.md for the columns)", source=source)
+        out: list[SiliconRow | SkippedRow] = [parse_silicon_row(row, hw_of, model_of, primary_only=primary_only,
+                                                                line=number, source=source)
+                                              for number, row in records]
         if not out:
             raise InputError("has a header but no data rows; add one row per measured operating point below it",
                              source=source)
@@ -406,11 +487,13 @@ def _skip_beyond_default_budget(parsed: list) -> list:
 
 def _ragged(row: dict, number: int, width: int) -> str:
     """Why a row whose cell count differs from the header's cannot be read ('' when it can): csv.DictReader
-    fills missing cells with None and puts extra ones under the key None.  Trailing empty cells are harmless."""
+    fills missing cells with None and puts extra ones under the key None.  Trailing empty cells are harmless.
+    A short row's cells cannot be told apart (which column lost one?), so the file is refused, not the row
+    skipped."""
     extra = [c for c in row.get(None) or [] if c.strip()]
     missing = sum(1 for k, v in row.items() if k is not None and v is None)
     if not extra and not missing:
         return ""
     fields = width - missing + len(row.get(None) or [])
     fix = "quote cells that hold commas" if extra else "add the missing cells (empty cells are allowed)"
-    return f"row on line {number} has {fields} fields, the header has {width}; {fix}"
+    return f"{_where(_cell(row, 'id'), number)} has {fields} cells but the header names {width} columns; {fix}"
