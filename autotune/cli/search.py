@@ -203,8 +203,9 @@ def search(
             "--sampler": None if sampler == "auto" else sampler,
         }
         if check_workload(workload) == "serve":
-            if trials < 1:
-                raise InputError(f"must be >= 1, but got {trials}", field="--trials")
+            # a serving search is exact: the sampler's and the study's settings have nothing to act on
+            training_flags.update({"--trials": None if trials == 200 else trials, "--seed": None if seed == 0 else seed,
+                                   "--new": new or None, "--heartbeat": None if heartbeat == 30 else heartbeat})
             if top < 1:
                 raise InputError(f"must be >= 1, but got {top}", field="--top")
             reject_flags({k: v for k, v in training_flags.items() if k != "--emit"}, "--workload serve")

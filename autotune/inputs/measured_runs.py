@@ -93,6 +93,11 @@ def read_table(path: Path, *, required: Sequence[str], schema: str = "", id_colu
     if not records:
         raise InputError(f"empty file; expected a CSV header row{see}", source=source)
     columns = tuple(cell.strip() for cell in records[0])
+    if len(columns) == 1:  # one column: most likely another delimiter (a spreadsheet's ';' or a TSV's tab)
+        for name, mark in (("semicolons", ";"), ("tabs", "\t")):
+            if mark in columns[0]:
+                raise InputError(f"the header is one column separated by {name} ({columns[0][:60]!r}); save the file "
+                                 f"with commas between the columns{see}", source=source)
     seen: set[str] = set()
     twice = sorted({c for c in columns if c in seen or seen.add(c)})  # type: ignore[func-returns-value]
     if twice:

@@ -135,6 +135,11 @@ def read_plans(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("plans"), list) or not isinstance(doc.get("inputs"), dict):
         raise InputError("has no 'plans' list and 'inputs' object; give a plans.json written by "
                          "`autotune search --out DIR`", source=str(path))
+    # absent in the files of the first releases, which were all training searches
+    kind = doc["inputs"].get("workload", "train")
+    if kind not in ("train", "serve"):
+        raise InputError(f"must be 'train' or 'serve' (the search that wrote the file), but got {kind!r}; rerun "
+                         "`autotune search --out DIR`", source=str(path), field="inputs.workload")
     return doc
 
 

@@ -76,6 +76,8 @@ def parse_fixes(fixes: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """``["tp=8", "pp=2,zero=1"]`` -> ``{"tp": 8, "pp": 2, "zero": 1}``; the same axis twice must agree."""
     out: dict[str, Any] = {}
     for item in fixes:
+        if not item.strip():
+            raise InputError("is empty; give key=value, e.g. --fix tp=8, or leave --fix out", field="--fix")
         try:
             fields = parse_plan_fields(item)
         except ValueError as exc:
@@ -460,14 +462,23 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
     request = dataclasses.replace(request, memory_fraction=fraction)  # as checked: what plans.json records
     fixed: dict[str, Any] = {}
     for item in request.fixes:
+        if not item.strip():
+            raise InputError("is empty; give key=value, e.g. --fix tp=4, or leave --fix out", field="--fix")
         try:
-            fields = {k: v for k, v in parse_serve_fields(item).items() if k != "replicas"}
+            fields = parse_serve_fields(item)
         except ValueError as exc:
             raise InputError(f"{exc} (use e.g. --fix tp=4)", field="--fix") from None
+        if "replicas" in fields:
+            raise InputError("replicas is not an axis: it is --gpus over the GPUs of one replica, so fix those "
+                             "(tp, pp, dp, or the prefill_/decode_ pools) or set --gpus", field="--fix")
         for key, value in fields.items():
             if key in fixed and fixed[key] != value:
                 raise InputError(f"{key} is fixed twice, to {fixed[key]} and to {value}; keep one", field="--fix")
             fixed[key] = value
+    pool_keys = [k for k in fixed if k.partition("_")[0] in ("prefill", "decode")]
+    if pool_keys and fixed.get("mode") == "agg":
+        raise InputError(f"{pool_keys[0]} sets a pool of a disaggregated plan, but mode=agg is fixed too; drop one",
+                         field="--fix")
     if aggregated_only(release):
         pools = [k for k in fixed if k.partition("_")[0] in ("prefill", "decode")]
         if fixed.get("mode", "agg") != "agg" or pools:

@@ -240,6 +240,9 @@ def serve_plan_from_fields(fields: Mapping[str, Any], n_gpus: int) -> ServePlan:
                              f"decode_{stray[0]}, not {stray[0]}")
         pools = {}
         for side in SIDES:
+            for k in POOL_KEYS:  # named as the file or the flag names them (prefill_tp), before any conversion
+                if f"{side}_{k}" in given:
+                    check_serve_field(f"{side}_{k}", given[f"{side}_{k}"])
             pools[side] = Pool(**{k: int(given.get(f"{side}_{k}", 1)) for k in POOL_KEYS})
         values = {k: given.get(k, SERVE_DEFAULTS[k]) for k in COMMON_KEYS}
         plan = ServePlan(n_gpus=n_gpus, mode="disagg", prefill=pools["prefill"], decode=pools["decode"], **values)

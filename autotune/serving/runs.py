@@ -33,8 +33,15 @@ REQUIRED_COLUMNS = (
 KINDS = ("max-throughput", "static", "prefill", "rate", "concurrency")
 
 
+# columns only the serving-runs schema has (the training schema has seq_len and none of these)
+SERVING_ONLY_COLUMNS = frozenset({"input_len", "output_len", "scenario", "ttft_ms_mean", "itl_ms_mean",
+                                  "concurrency_or_batch", "output_tokens_per_s_per_gpu"})
+
+
 def is_serving_schema(columns) -> bool:
-    return SERVING_MARKER_COLUMNS <= set(columns)
+    """Whether a header is meant to be this schema (it may still lack a required column; the reader says which)."""
+    names = set(columns)
+    return SERVING_MARKER_COLUMNS <= names or (len(SERVING_ONLY_COLUMNS & names) >= 2 and "seq_len" not in names)
 
 
 @dataclass(frozen=True)
