@@ -199,3 +199,47 @@ def test_emit_refuses_a_launch_beyond_the_models_context(tmp_path):
         assert result.exit_code == 2, result.output
         assert "exceed llama3-70b's context window of 8,192 tokens" in result.output
         assert not out.exists() or not any(out.iterdir())
+
+
+SERVE_8 = [*SERVE, "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len", "2048"]
+
+
+@pytest.mark.parametrize("extra, field, needle", [
+    (["--fix", "replicas=2"], "--fix", "replicas is not an axis"),
+    (["--fix", "prefill_tp=2", "--fix", "mode=agg"], "--fix", "mode=agg is fixed too"),
+    (["--fix", ""], "--fix", "is empty"),
+    (["--trials", "5"], "--trials", "does not apply to --workload serve"),
+    (["--seed", "3"], "--seed", "does not apply to --workload serve"),
+    (["--new"], "--new", "does not apply to --workload serve"),
+    (["--heartbeat", "-1"], "--heartbeat", "does not apply to --workload serve"),
+])
+def test_a_serving_search_refuses_settings_it_would_ignore(extra, field, needle):
+    result = runner.invoke(app, [*SERVE_8, *extra])
+    assert result.exit_code == 2, result.output
+    assert f"field '{field}'" in result.output and needle in result.output and "Traceback" not in result.output
+
+
+def test_files_that_are_not_what_they_claim_are_named(tmp_path):
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parent.parent / "autotune" / "data"
+    lines = (data / "serving_runs.csv").read_text().splitlines()[:3]
+    semicolons = tmp_path / "semicolons.csv"
+    semicolons.write_text("\n".join(line.replace(",", ";") for line in lines) + "\n")
+    result = runner.invoke(app, ["validate", str(semicolons)])
+    assert result.exit_code == 2 and "separated by semicolons" in result.output, result.output
+    header = lines[0].split(",")
+    keep = [i for i, c in enumerate(header) if c != "output_tokens_per_s_per_gpu"]
+    missing = tmp_path / "missing.csv"
+    missing.write_text("\n".join(",".join(line.split(",")[i] for i in keep) for line in lines[:1]) + "\n")
+    result = runner.invoke(app, ["validate", str(missing)])
+    assert result.exit_code == 2 and "missing column(s) output_tokens_per_s_per_gpu" in result.output, result.output
+    out = tmp_path / "s"
+    assert runner.invoke(app, [*SERVE, "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "1", "--input-len",
+                               "1024", "--out", str(out)]).exit_code == 0
+    document = json.loads((out / "plans.json").read_text())
+    document["inputs"]["workload"] = "foo"
+    (out / "plans.json").write_text(json.dumps(document))
+    for args in (["explain", str(out)], ["report", str(out), "--out", str(tmp_path / "r")]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "inputs.workload" in result.output, (args, result.output)
