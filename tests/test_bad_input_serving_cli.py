@@ -243,3 +243,29 @@ def test_files_that_are_not_what_they_claim_are_named(tmp_path):
     for args in (["explain", str(out)], ["report", str(out), "--out", str(tmp_path / "r")]):
         result = runner.invoke(app, args)
         assert result.exit_code == 2 and "inputs.workload" in result.output, (args, result.output)
+
+
+@pytest.mark.parametrize("bundled, column", [
+    ("training_runs.csv", "measured_tokens_per_s_per_gpu"),
+    ("serving_runs.csv", "output_tokens_per_s_per_gpu"),
+])
+def test_a_vanishing_measurement_is_refused_not_divided_by(bundled, column, tmp_path):
+    """1e-300 tokens/s printed a 300-digit MAPE (validate) or a NaN error naming nothing (calibrate)."""
+    import csv
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parent.parent / "autotune" / "data" / bundled
+    with open(source, newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = [row for _, row in zip(range(4), reader)]
+        columns = reader.fieldnames
+    rows[1][column] = "1e-300"
+    path = tmp_path / bundled
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    for args in (["validate", str(path)], ["calibrate", str(path), "--out", str(tmp_path / "c.yaml")]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert f"field '{column}'" in result.output and "at least 0.001" in result.output

@@ -186,8 +186,9 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
     itl = (_float(row, "itl_ms_mean") or _float(row, "tpot_ms_mean") or _float(row, "itl_ms_median")
            or _float(row, "tpot_ms_median"))
     for key, value in (("output_tokens_per_s_per_gpu", measured), ("ttft_ms_mean", ttft), ("itl_ms_mean", itl)):
-        if value is not None and value <= 0:
-            raise InputError(f"row {rid!r}: a measurement must be > 0, but got {value!r}", field=key)
+        if value is not None and value < 1e-3:  # tokens/s or ms: a vanishing value is a unit slip or a typo
+            raise InputError(f"row {rid!r}: a measurement must be at least 0.001, but got {value!r}; check the unit",
+                             field=key)
     for key in ("tp", "pp", "n_gpus", "input_len", "output_len"):
         value = _int(row, key)
         if value is not None and value < 1:

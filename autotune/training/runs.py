@@ -117,11 +117,16 @@ def _workload(row: dict, global_batch: int | None) -> TrainWorkload:
     return TrainWorkload(seq_len=_int(row, "seq_len"), global_batch=global_batch, moe_capacity_factor=capacity)
 
 
+MIN_MEASUREMENT = 1e-3  # tokens/s, GiB or ms: below it a value is a unit slip or a typo, and its relative error absurd
+
+
 def _positive(row: dict, key: str) -> float | None:
-    """A measurement: empty, or a number > 0 (a zero or negative one cannot be compared with)."""
+    """A measurement: empty, or a number of at least MIN_MEASUREMENT (a zero, negative or vanishing one cannot be
+    compared with)."""
     value = _float(row, key)
-    if value is not None and value <= 0:
-        raise InputError(f"row {row.get('id')!r}: a measurement must be > 0, but got {value!r}", field=key)
+    if value is not None and value < MIN_MEASUREMENT:
+        raise InputError(f"row {row.get('id')!r}: a measurement must be at least {MIN_MEASUREMENT:g}, but got "
+                         f"{value!r}; check the unit", field=key)
     return value
 
 
