@@ -269,3 +269,16 @@ def test_a_vanishing_measurement_is_refused_not_divided_by(bundled, column, tmp_
         result = runner.invoke(app, args)
         assert result.exit_code == 2, (args, result.output)
         assert f"field '{column}'" in result.output and "at least 0.001" in result.output
+
+
+def test_emit_of_a_missing_plans_folder_says_no_such_file(tmp_path):
+    for fmt in ("vllm", "megatron"):
+        result = runner.invoke(app, ["emit", str(tmp_path / "no-such-search"), "--format", fmt])
+        assert result.exit_code == 2 and "no such file" in result.output, result.output
+
+
+def test_hardware_aliases_users_type():
+    for alias, name in (("b200", "b200-sxm-180gb"), ("h200", "h200-sxm-141gb"), ("l40s", "l40s-48gb")):
+        result = runner.invoke(app, ["hardware", "show", alias])
+        assert result.exit_code == 0 and name in result.output
+    assert runner.invoke(app, ["hardware", "show", "h100"]).exit_code == 2  # two H100 profiles: no alias

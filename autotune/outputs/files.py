@@ -106,11 +106,12 @@ def write_files(out: Path, files: Mapping[str, str], force: bool) -> list[Path]:
 
 
 def plans_path(source: str | Path) -> Path | None:
-    """The plans.json that ``source`` names (a file or its folder), or None when ``source`` is not a path."""
+    """The plans.json that ``source`` names (a file or its folder), or None when ``source`` is a plan string
+    (``key=value`` pairs; anything else is a path, which read_plans reports when it does not exist)."""
     path = Path(source)
     if path.is_dir():
         return path / PLANS_JSON
-    if path.suffix == ".json" or path.is_file():
+    if path.suffix == ".json" or path.is_file() or "=" not in str(source):
         return path
     return None
 
