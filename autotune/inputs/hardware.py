@@ -79,6 +79,39 @@ EFFICIENCY_BOUNDS: Mapping[str, tuple[float, float]] = MappingProxyType(
     }
 )
 EFFICIENCY_FIELDS = tuple(f.name for f in dataclasses.fields(Efficiency))
+# Physical ceilings of a profile's numbers, per GPU: about a hundred times (or more) the largest of any
+# accelerator so far (B300: 288 GiB at 8 TB/s, 15 PFLOP/s dense fp4, 1,400 W; NVLink5 900 GB/s one way).
+# Beyond them a number is a unit slip (TB for GB, MiB for GiB) or an attack, which the cost model would
+# otherwise plan on silently.
+# (limit, unit, what it bounds); the key is the field as errors name it, "<link>." standing for any link section.
+PHYSICAL_LIMITS: Mapping[str, tuple[float, str, str]] = MappingProxyType(
+    {
+        "peak_tflops": (1_000_000, "TFLOP/s", "a dense peak per GPU"),
+        "memory_gib": (100_000, "GiB", "memory per GPU"),
+        "memory_bandwidth_gb_per_s": (1_000_000, "GB/s", "memory bandwidth per GPU"),
+        "gpus_per_node": (100_000, "GPUs", "GPUs in one node"),
+        "scale_up_domain_gpus": (1_000_000, "GPUs", "GPUs on one scale-up fabric"),
+        "<link>.bandwidth_gb_per_s": (100_000, "GB/s", "link bandwidth per GPU, one direction"),
+        "<link>.latency_us": (1_000_000, "us", "per-hop link latency (one second)"),
+        "host_link_bandwidth_gb_per_s": (100_000, "GB/s", "host link bandwidth per GPU, one direction"),
+        "cpu_optimizer_params_per_s": (1e13, "parameters/s", "CPU optimizer rate per GPU"),
+        "tdp_w": (100_000, "W", "board power per GPU"),
+    }
+)
+
+
+def _physical(data: dict, key: str, *, source: str, section: str = "", limit_key: str | None = None,
+              integer: bool = False, **kwargs) -> float:
+    """``loading.number`` (or ``loading.integer``) of ``key``, also refused above its physical ceiling."""
+    read = loading.integer if integer else loading.number
+    value = read(data, key, source=source, section=section, **kwargs)
+    limit, unit, what = PHYSICAL_LIMITS[limit_key or key]
+    if value is not None and value > limit:
+        field = f"{section}.{key}" if section else key
+        shown = f"{int(limit):,}" if limit < 1e9 else f"{limit:g}"
+        raise InputError(f"must be <= {shown} {unit} (a physical ceiling on {what}; check the value and its unit), "
+                         f"but got {value!r}", source=source, field=field)
+    return value
 
 
 @dataclass(frozen=True)
@@ -259,8 +292,10 @@ def _link(data: dict, key: str, source: str) -> Link:
         raise InputError("must be a mapping with bandwidth_gb_per_s and latency_us", source=source, field=key)
     check_keys(raw, _LINK_KEYS, source=source, section=key)
     return Link(
-        bandwidth_gb_per_s=loading.number(raw, "bandwidth_gb_per_s", source=source, section=key),
-        latency_us=loading.number(raw, "latency_us", source=source, section=key, positive=False, minimum=0),
+        bandwidth_gb_per_s=_physical(raw, "bandwidth_gb_per_s", source=source, section=key,
+                                     limit_key="<link>.bandwidth_gb_per_s"),
+        latency_us=_physical(raw, "latency_us", source=source, section=key, limit_key="<link>.latency_us",
+                             positive=False, minimum=0),
     )
 
 
@@ -281,7 +316,8 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     if not isinstance(peaks_raw, dict) or not peaks_raw:
         raise InputError("must map precisions (e.g. bf16, fp8) to dense TFLOP/s", source=source, field="peak_tflops")
     check_keys(peaks_raw, frozenset(PRECISIONS), source=source, section="peak_tflops")
-    peaks = {p: float(loading.number(peaks_raw, p, source=source, section="peak_tflops")) for p in PRECISIONS if p in peaks_raw}
+    peaks = {p: float(_physical(peaks_raw, p, source=source, section="peak_tflops", limit_key="peak_tflops"))
+             for p in PRECISIONS if p in peaks_raw}
     if "bf16" not in peaks:
         raise InputError("must list bf16 (the reference precision for MFU)", source=source, field="peak_tflops.bf16")
     peaks.setdefault("fp16", peaks["bf16"])
@@ -295,7 +331,7 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     eff_raw = data.get("efficiency", {}) or {}
     if not isinstance(eff_raw, dict):
         raise InputError("must be a mapping of parameter names to numbers", source=source, field="efficiency")
-    tdp = loading.number(data, "tdp_w", source=source)
+    tdp = _physical(data, "tdp_w", source=source)
     average_power = loading.number(data, "average_power_w", source=source, default=tdp)
     if average_power > tdp:  # the board caps its power at the TDP: more is a typo (or kW given for W)
         raise InputError(f"average_power_w <= tdp_w must hold (a board's power under load stays within its TDP), "
@@ -308,8 +344,8 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     check_keys(reference_raw, REFERENCE_KEYS, source=source, section="reference_efficiency")
     reference = {k: loading.number(reference_raw, k, source=source, section="reference_efficiency", maximum=1.0)
                  for k in reference_raw}
-    gpus_per_node = loading.integer(data, "gpus_per_node", source=source)
-    domain = loading.integer(data, "scale_up_domain_gpus", source=source, default=None)
+    gpus_per_node = _physical(data, "gpus_per_node", source=source, integer=True)
+    domain = _physical(data, "scale_up_domain_gpus", source=source, integer=True, default=None)
     if domain is not None and (domain < gpus_per_node or domain % gpus_per_node):
         raise InputError(f"must be a multiple of gpus_per_node ({gpus_per_node}), but got {domain}", source=source,
                          field="scale_up_domain_gpus")
@@ -324,13 +360,13 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         name=loading.text(data, "name", source=source),
         description=loading.text(data, "description", source=source, default=""),
         peak_tflops=MappingProxyType(peaks),
-        memory_gib=loading.number(data, "memory_gib", source=source),
-        memory_bandwidth_gb_per_s=loading.number(data, "memory_bandwidth_gb_per_s", source=source),
+        memory_gib=_physical(data, "memory_gib", source=source),
+        memory_bandwidth_gb_per_s=_physical(data, "memory_bandwidth_gb_per_s", source=source),
         gpus_per_node=gpus_per_node,
         intra_node=_link(data, "intra_node", source),
         inter_node=_link(data, "inter_node", source),
-        host_link_bandwidth_gb_per_s=loading.number(data, "host_link_bandwidth_gb_per_s", source=source),
-        cpu_optimizer_params_per_s=loading.number(data, "cpu_optimizer_params_per_s", source=source),
+        host_link_bandwidth_gb_per_s=_physical(data, "host_link_bandwidth_gb_per_s", source=source),
+        cpu_optimizer_params_per_s=_physical(data, "cpu_optimizer_params_per_s", source=source),
         tdp_w=tdp,
         average_power_w=average_power,
         price_usd_per_gpu_hour=loading.number(data, "price_usd_per_gpu_hour", source=source),

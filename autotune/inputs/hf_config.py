@@ -16,7 +16,9 @@ fix its shapes (the module shapes of the Hugging Face ``transformers`` implement
 Anything else, or a key whose value the spec cannot express (a shared DSA indexer, MiniMax's
 lightning attention, an activation other than SiLU-gated), is refused with an error naming the
 field, rather than guessed: a wrong shape gives wrong plans silently.  Keys that do not change
-shapes or cost (router scoring, rope scaling, token ids, quantization_config) are ignored;
+shapes or cost (router scoring, token ids, the quantization_config block) are not interpreted, but
+a block that is not a mapping (``rope_scaling: "big"``) is refused, as are sizes beyond the spec's
+bounds, checked before anything loops over the layers;
 biases, QK-norm weights and router bias vectors are not counted (well under 0.1% of any model).
 Vision towers of multimodal wrappers (``vision_config``) are not counted either.
 """
@@ -27,6 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import InputError, require_keys
 from . import loading
+from .modelspec import MAX_LAYERS, MAX_SIZE
 
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "minimax_m2")
@@ -53,6 +56,23 @@ _REQUIRED_BY_TYPE = {
 # The HF names of per-layer attention kinds.
 _HF_LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "linear"}
 _GATED_ACTIVATIONS = ("silu", "swiglu")
+# The activations Hugging Face transformers knows (ACT2FN, transformers/activations.py), plus "swiglu" as above.
+# Llama, Mistral, Qwen2/3 and their MoE build a gated MLP (gate, up, down) whatever the activation, so any of
+# these gives the same shapes and FLOPs; a name outside them is a typo that HF itself would refuse.
+_KNOWN_ACTIVATIONS = ("silu", "swish", "swiglu", "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate",
+                      "gelu_python", "gelu_10", "quick_gelu", "relu", "relu2", "relu6", "leaky_relu", "prelu", "mish",
+                      "sigmoid", "tanh", "laplace", "linear", "xielu")
+# Sizes checked before anything else, by the key the file holds: num_hidden_layers bounds the per-layer loops
+# (a billion layers took minutes and gigabytes before the spec refused it), the others the spec's own bounds.
+_LAYER_COUNT_KEYS = ("num_hidden_layers", "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")
+_SIZE_KEYS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size", "num_attention_heads",
+              "head_dim", "num_experts", "num_local_experts", "n_routed_experts",
+              "n_shared_experts", "shared_expert_intermediate_size", "shared_intermediate_size", "kv_lora_rank",
+              "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "sliding_window", "n_group",
+              "index_n_heads", "index_head_dim", "index_topk", "linear_num_key_heads", "linear_key_head_dim",
+              "linear_num_value_heads", "linear_value_head_dim", "linear_conv_kernel_dim")
+# The longest context a config may state: ten times the longest published (Llama 4 Scout, 10M tokens).
+MAX_POSITIONS = 100_000_000
 
 
 def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
@@ -76,16 +96,21 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
             source=source, field="model_type",
         )
     require_keys(config, set(_REQUIRED) | set(_REQUIRED_BY_TYPE.get(model_type, ())), source=source)
+    _check_sizes(config, source)  # first: a billion layers must not be looped over
+    _check_blocks(config, source)
     if model_type not in DENSE_TYPES + ("mixtral", "qwen2_moe", "qwen3_moe"):
         _check_gated_activation(config, source)
+    else:
+        _check_known_activation(config, source)
 
+    n_layers = loading.integer(config, "num_hidden_layers", source=source, maximum=MAX_LAYERS)
     hidden = loading.integer(config, "hidden_size", source=source)
     n_heads = loading.integer(config, "num_attention_heads", source=source)
     spec = {
         "name": _model_name(config, source, model_type if wrapper_type == model_type else wrapper_type or model_type),
         "description": f"converted from a Hugging Face config.json (model_type {model_type})",
         "source": source,
-        "n_layers": config["num_hidden_layers"],
+        "n_layers": n_layers,
         "hidden_size": hidden,
         # The width of a dense MLP layer. In Mixtral and gpt-oss every layer is MoE and this is also
         # the expert width; in Qwen MoE and DeepSeek it is the width of the dense layers, while the
@@ -93,11 +118,11 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
         # intermediate_size: the expert width stands in (unused).
         "ffn_hidden_size": _ffn_hidden_size(config, source),
         "n_heads": n_heads,
-        "vocab_size": config["vocab_size"],
+        "vocab_size": loading.integer(config, "vocab_size", source=source),
         # All supported families use a gated MLP (gate, up, down); the activation (silu) does not
         # change the matrix count, which is what "swiglu" stands for here.
         "mlp": "swiglu",
-        "tied_embeddings": config.get("tie_word_embeddings", False),  # the loader checks it is a bool
+        "tied_embeddings": loading.boolean(config, "tie_word_embeddings", source=source, default=False),
         "max_seq_len": _context_window(config, source),
         "norm": "rmsnorm",
         "position_embedding": "rope",
@@ -124,11 +149,60 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
     return spec
 
 
+def _check_sizes(config: dict, source: str) -> None:
+    """Every size key the file holds, within the spec's bounds and named as the file names it.
+
+    Only the upper bound and the type are checked here (before any per-layer loop); what a family needs of each
+    key (>= 1, or 0 for "none") is checked where it is read.
+    """
+    for keys, limit, what in ((_LAYER_COUNT_KEYS, MAX_LAYERS, "more layers than any model has"),
+                              (_SIZE_KEYS, MAX_SIZE, "wider, or more, than any model has")):
+        for key in keys:
+            value = config.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InputError(f"must be an integer, but got {value!r}", source=source, field=key)
+            if value > limit:
+                raise InputError(f"must be <= {limit:,} (beyond it is {what}; check the value), but got {value!r}",
+                                 source=source, field=key)
+    _max_positions(config, source)
+
+
+def _max_positions(config: dict, source: str) -> int | None:
+    """``max_position_embeddings``: a whole number of tokens from 1 to MAX_POSITIONS, or absent (null)."""
+    value = config.get("max_position_embeddings")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_POSITIONS:
+        raise InputError(f"must be a whole number of tokens from 1 to {MAX_POSITIONS:,} (the context the model "
+                         f"was trained for, e.g. 131072), but got {value!r}", source=source,
+                         field="max_position_embeddings")
+    return value
+
+
+def _check_blocks(config: dict, source: str) -> None:
+    """Blocks that autotune does not interpret (beyond a RoPE factor) must still be what HF writes: a mapping,
+    or null.  A string (``"fp8"``, ``"yarn"``) is a hand edit that an engine would refuse to load."""
+    for key, what in (("rope_scaling", "rope_type / type, factor, ..."),
+                      ("quantization_config", "quant_method, ..., as the checkpoint's exporter writes it")):
+        value = config.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise InputError(f"must be a mapping ({what}) or null, but got {value!r}", source=source, field=key)
+
+
 def _check_gated_activation(config: dict, source: str) -> None:
     act = config.get("hidden_act")
     if act is not None and act not in _GATED_ACTIVATIONS:
         raise InputError(f"must be a SiLU-gated activation ({', '.join(_GATED_ACTIVATIONS)}) for this family, but got {act!r}",
                          source=source, field="hidden_act")
+
+
+def _check_known_activation(config: dict, source: str) -> None:
+    act = config.get("hidden_act")
+    if act is not None and act not in _KNOWN_ACTIVATIONS:
+        raise InputError(f"must be an activation Hugging Face transformers knows ({', '.join(_KNOWN_ACTIVATIONS)}), "
+                         f"but got {act!r}; most models use silu", source=source, field="hidden_act")
 
 
 def _ffn_hidden_size(config: dict, source: str) -> int | None:
@@ -144,17 +218,20 @@ def _context_window(config: dict, source: str) -> int | None:
     vLLM derives its maximum model length (config.py, _get_and_verify_max_len): YaRN scales the original
     window, linear and dynamic scaling the configured one; llama3 and longrope configs already state their
     full window."""
-    base = config.get("max_position_embeddings")
+    base = _max_positions(config, source)
     rope = config.get("rope_scaling")
     if not isinstance(rope, dict) or rope.get("factor") is None or base is None:
         return base
     kind = rope.get("rope_type", rope.get("type"))
+    if kind is not None and not isinstance(kind, str):
+        raise InputError(f"must be a string (yarn, linear, dynamic, llama3, ...), but got {kind!r}", source=source,
+                         field="rope_scaling.rope_type" if "rope_type" in rope else "rope_scaling.type")
     if kind in ("su", "longrope", "llama3", "default", "mrope"):
         return base
     factor = loading.number(rope, "factor", source=source, section="rope_scaling", maximum=1e4)
     original = rope.get("original_max_position_embeddings") if kind == "yarn" else None
     window = (original if isinstance(original, int) and original > 0 else base) * factor
-    return int(window) if isinstance(base, int) else base
+    return int(window)
 
 
 def _n_kv_heads(config: dict, n_heads: int, source: str) -> int:
@@ -276,26 +353,44 @@ def _mla_family(config: dict, model_type: str, source: str) -> dict:
         require_keys(config, {"num_experts_per_tok", "moe_intermediate_size"}, source=source)
         first = loading.integer(config, "first_k_dense_replace", **src, minimum=0, default=0)
         freq = loading.integer(config, "moe_layer_freq", **src, default=1)
-        moe_layers = [i for i in range(n_layers) if i >= first and i % freq == 0]
-        if moe_layers:
-            width = loading.integer(config, "moe_intermediate_size", **src)
-            shared = loading.integer(config, "n_shared_experts", **src, minimum=0, default=0)
-            out["moe"] = {
-                "n_experts": experts,
-                "top_k": top_k,
-                "expert_ffn_hidden_size": width,
-                "n_shared_experts": shared,
-                "shared_expert_ffn_hidden_size": shared * width,
-                "layer_interval": freq,
-                "first_dense_layers": moe_layers[0],
-            }
-            groups = loading.integer(config, "n_group", **src, default=1)
-            group_topk = loading.integer(config, "topk_group", **src, default=1)
-            if group_topk > groups:
-                raise InputError(f"topk_group must be <= n_group (the best groups of all), but got "
-                                 f"(topk_group={group_topk}, n_group={groups})", source=source, field="topk_group")
-            if groups > 1:  # group-limited routing (DeepSeek-V3: 8 groups, the best 4)
-                out["moe"].update(routing_groups=groups, routing_group_topk=group_topk)
+        if first >= n_layers:
+            raise InputError(f"first_k_dense_replace must be < num_hidden_layers (layers from first_k_dense_replace "
+                             f"on hold the experts), but got (first_k_dense_replace={first}, "
+                             f"num_hidden_layers={n_layers}); lower it, or set n_routed_experts to 0 for a dense model",
+                             source=source, field="first_k_dense_replace")
+        first_moe = -(-first // freq) * freq  # the first multiple of moe_layer_freq from first_k_dense_replace on
+        if first_moe >= n_layers:
+            raise InputError(f"leaves no MoE layer (a layer i is MoE iff i >= first_k_dense_replace and "
+                             f"i % moe_layer_freq == 0), but got (moe_layer_freq={freq}, "
+                             f"first_k_dense_replace={first}, num_hidden_layers={n_layers}); lower it, or set "
+                             "n_routed_experts to 0 for a dense model",
+                             source=source, field="moe_layer_freq")
+        width = loading.integer(config, "moe_intermediate_size", **src)
+        shared = loading.integer(config, "n_shared_experts", **src, minimum=0, default=0)
+        out["moe"] = {
+            "n_experts": experts,
+            "top_k": top_k,
+            "expert_ffn_hidden_size": width,
+            "n_shared_experts": shared,
+            "shared_expert_ffn_hidden_size": shared * width,
+            "layer_interval": freq,
+            "first_dense_layers": first_moe,
+        }
+        groups = loading.integer(config, "n_group", **src, default=1)
+        group_topk = loading.integer(config, "topk_group", **src, default=1)
+        if group_topk > groups:
+            raise InputError(f"topk_group must be <= n_group (the best groups of all), but got "
+                             f"(topk_group={group_topk}, n_group={groups})", source=source, field="topk_group")
+        if experts % groups:
+            raise InputError(f"n_group must divide n_routed_experts (the experts form equal groups), but got "
+                             f"(n_group={groups}, n_routed_experts={experts})", source=source, field="n_group")
+        if top_k > group_topk * (experts // groups):
+            raise InputError(f"num_experts_per_tok must be <= topk_group * n_routed_experts / n_group (a token's "
+                             f"experts come from its best topk_group groups), but got (num_experts_per_tok={top_k}, "
+                             f"topk_group={group_topk}, n_routed_experts={experts}, n_group={groups})",
+                             source=source, field="num_experts_per_tok")
+        if groups > 1:  # group-limited routing (DeepSeek-V3: 8 groups, the best 4)
+            out["moe"].update(routing_groups=groups, routing_group_topk=group_topk)
     return out
 
 
@@ -359,19 +454,26 @@ def _moe(config: dict, model_type: str, source: str) -> dict | None:
     step = loading.integer(config, "decoder_sparse_step", source=source, default=1)
     mlp_only = config.get("mlp_only_layers")
     mlp_only = [] if mlp_only is None else mlp_only
-    if not isinstance(mlp_only, list):
-        raise InputError(f"must be a list of layer indices, but got {mlp_only!r}", source=source, field="mlp_only_layers")
+    if not isinstance(mlp_only, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n_layers
+                                                 for i in mlp_only):
+        raise InputError(f"must be a list of layer indices (0 to num_hidden_layers - 1 = {n_layers - 1}), but got "
+                         f"{_short(mlp_only)}", source=source, field="mlp_only_layers")
     experts, top_k = _expert_pair(config, "num_experts", source)
     if not experts:
         return None  # num_experts 0 (with num_experts_per_tok 0) builds a dense model in HF
-    moe_layers = [i for i in range(n_layers) if i not in mlp_only and (i + 1) % step == 0]
+    dense_only = set(mlp_only)
+    moe_layers = [i for i in range(n_layers) if i not in dense_only and (i + 1) % step == 0]
     if not moe_layers:
-        return None
+        key = "decoder_sparse_step" if step > n_layers else "mlp_only_layers"
+        raise InputError(f"leaves no MoE layer (a layer i is MoE iff i is not in mlp_only_layers and "
+                         f"(i + 1) % decoder_sparse_step == 0), but got (decoder_sparse_step={step}, "
+                         f"{len(dense_only)} mlp_only_layers, num_hidden_layers={n_layers}); fix it, or set "
+                         "num_experts to 0 for a dense model", source=source, field=key)
     first = moe_layers[0]
     if moe_layers != list(range(first, n_layers, step)):
         raise InputError(
-            f"MoE layers {moe_layers} (from mlp_only_layers={mlp_only}, decoder_sparse_step={step}) are not "
-            "'leading dense layers, then every Nth layer'; write a model spec YAML instead; see profiles/models/",
+            f"MoE layers {_short(moe_layers)} (from mlp_only_layers={_short(mlp_only)}, decoder_sparse_step={step}) "
+            "are not 'leading dense layers, then every Nth layer'; write a model spec YAML instead; see profiles/models/",
             source=source, field="mlp_only_layers",
         )
     # One always-on shared expert (qwen2_moe, Qwen3.5; with a sigmoid gate h -> 1, not counted).
@@ -385,6 +487,12 @@ def _moe(config: dict, model_type: str, source: str) -> dict | None:
         "layer_interval": step,
         "first_dense_layers": first,
     }
+
+
+def _short(value: object, limit: int = 120) -> str:
+    """``repr(value)``, cut to ``limit`` characters: a list of 100,000 layer indices must not fill the terminal."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _model_name(config: dict, source: str, model_type: str) -> str:
