@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import InputError, require_keys
 from . import loading
-from .modelspec import MAX_LAYERS, MAX_SIZE
+from .loading import MAX_LAYERS, MAX_SIZE
 
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "minimax_m2")

@@ -12,6 +12,11 @@ import yaml
 
 from ..errors import InputError
 
+# A model spec's bounds (its own YAML and a converted config.json): beyond these a spec is a typo; the space
+# enumerates pipeline splits per layer, and sizes this large overflow.
+MAX_LAYERS = 100_000
+MAX_SIZE = 10**8
+
 # Numbers in an input file beyond these magnitudes are typos (or attacks), not hardware or models:
 # refusing them at the edge keeps infinities and overflows out of the cost model.
 MAX_NUMBER = 1e15

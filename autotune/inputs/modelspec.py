@@ -29,14 +29,12 @@ from typing import Mapping
 
 from ..errors import InputError, check_keys
 from . import loading
+from .loading import MAX_LAYERS, MAX_SIZE
 from .resources import bundled_dir, bundled_names, read_named, require_name
 
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "alibi", "none")
-# Beyond these a spec is a typo: the space enumerates pipeline splits per layer, and sizes this large overflow.
-MAX_LAYERS = 100_000
-MAX_SIZE = 10**8
 
 LAYER_KINDS = ("full", "sliding", "linear")
 # Bytes of the attention kernel's fp32 log-sum-exp, per head (FlashAttention saves it for backward).
