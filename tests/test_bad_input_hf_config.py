@@ -246,3 +246,9 @@ def test_the_lists_still_load():
     for group in ("models", "hardware"):
         result = invoke(group, "list")
         assert result.exit_code == 0, result.output
+
+
+def test_sliding_window_false_reads_as_no_window(tmp_path):
+    """Some Qwen2 exports write "sliding_window": false with use_sliding_window false: no window, as null."""
+    path = mutated(tmp_path, LLAMA, sliding_window=False)
+    assert load_model(str(path)).layer_types in (None, ()) or set(load_model(str(path)).layer_types) == {"full"}

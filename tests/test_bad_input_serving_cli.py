@@ -140,6 +140,7 @@ def test_calibrate_refuses_what_it_cannot_do_before_fitting(tmp_path):
         (["calibrate", str(one), "--out", str(tmp_path / "a.yaml"), "--leave-one-out"], "at least two models"),
         (["calibrate", str(runs), "--out", str(tmp_path / "b.yaml"), "--leave-one-out"], "drop --leave-one-out"),
         (["calibrate", str(runs), "--out", str(runs), "--force"], "is the CSV being calibrated"),
+        (["calibrate", str(runs), "--out", str(runs)], "is the CSV being calibrated"),  # not 'pass --force'
     ]
     for args, expected in cases:
         result = runner.invoke(app, args)
@@ -275,6 +276,16 @@ def test_emit_of_a_missing_plans_folder_says_no_such_file(tmp_path):
     for fmt in ("vllm", "megatron"):
         result = runner.invoke(app, ["emit", str(tmp_path / "no-such-search"), "--format", fmt])
         assert result.exit_code == 2 and "no such file" in result.output, result.output
+    # a plan string without '=' (the search table's label) is read as a path: the message names both readings
+    typo = runner.invoke(app, ["emit", "tp2", "--format", "vllm", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus",
+                               "2", "--input-len", "100", "--output-len", "10"])
+    assert typo.exit_code == 2 and "no such file" in typo.output and "key=value pairs" in typo.output
+
+
+def test_emit_names_the_flag_that_set_a_request_beyond_the_context():
+    result = runner.invoke(app, ["emit", "tp=4", "--format", "vllm", "-m", "llama3-70b", "-H", "h100-sxm5-80gb",
+                                 "--gpus", "8", "--seq-len", "9000"])
+    assert result.exit_code == 2 and "field '--seq-len'" in result.output and "shorten --seq-len" in result.output
 
 
 def test_hardware_aliases_users_type():

@@ -155,6 +155,13 @@ def _validate_silicon(path: Path, *, json_out: bool, worst: int, calibration: st
                  highlight=False, soft_wrap=True)
 
 
+def _pair(measured: float | None, predicted: float | None) -> str:
+    """measured/predicted; an unbounded prediction (over capacity) reads "inf", not "nan"."""
+    if measured is None:
+        return "-"
+    return f"{measured:,.1f}/{'inf' if predicted is None else f'{predicted:,.1f}'}"
+
+
 def _validate_serving(path: Path, *, json_out: bool, worst: int, calibration: str | None = None) -> None:
     report = validate_serving_csv(path, load_serving_calibration(calibration) if calibration is not None else None)
     if json_out:
@@ -177,8 +184,8 @@ def _validate_serving(path: Path, *, json_out: bool, worst: int, calibration: st
             "-" if r.predicted_tokens_per_s_per_gpu is None else f"{r.predicted_tokens_per_s_per_gpu:,.1f}{rng}",
             "-" if r.error_pct is None else f"{r.error_pct:+.1f}%",
             "-" if r.predicted_batch is None else f"{r.predicted_batch:,.0f}",
-            "-" if r.measured_ttft_ms is None else f"{r.measured_ttft_ms:,.1f}/{r.predicted_ttft_ms or float('nan'):,.1f}",
-            "-" if r.measured_itl_ms is None else f"{r.measured_itl_ms:,.1f}/{r.predicted_itl_ms or float('nan'):,.1f}",
+            _pair(r.measured_ttft_ms, r.predicted_ttft_ms),
+            _pair(r.measured_itl_ms, r.predicted_itl_ms),
         )
     stdout.print(table)
     groups = Table(title="Serving error by source group and kind (MAPE)", header_style="bold")
@@ -213,14 +220,14 @@ def calibrate(
     out: Annotated[Path, typer.Option("--out", help="Where to write the calibration overlay YAML (parent folders are created).")],
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out file.")] = False,
     json_out: JsonOut = False,
-    leave_one_out: Annotated[bool, typer.Option("--leave-one-out", help="Serving: also refit once per model with its rows held out and report their error (minutes).")] = False,
+    leave_one_out: Annotated[bool, typer.Option("--leave-one-out", help="Serving, silicon schema: also refit once per model with its rows held out and report their error (minutes).")] = False,
 ) -> None:
     """Fit efficiency parameters to measured runs (training or serving CSV); report MAPE before, after and held out."""
     with user_errors():
-        check_out_file(out, force)
         if out.exists() and runs_csv.exists() and out.resolve() == runs_csv.resolve():
             raise InputError("is the CSV being calibrated; give the overlay another file name, e.g. calib.yaml",
                              source=str(out), field="--out")
+        check_out_file(out, force)
         columns = read_columns(runs_csv)
         if is_silicon_schema(columns) or is_serving_schema(columns):
             _calibrate_serving(runs_csv, out, json_out=json_out, silicon=is_silicon_schema(columns),

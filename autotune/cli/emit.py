@@ -143,10 +143,6 @@ def emit(
                                        input_len=input_len, output_len=output_len, gpus_per_node=gpus_per_node,
                                        checkpoint=checkpoint, model_path=model_path,
                                        memory_fraction=serving_memory_fraction(memory_fraction))
-            reason = estimate.get("infeasible_reason", "") if isinstance(estimate, dict) else ""
-            if "context window" in reason:  # the engine refuses --max-model-len / --context-length beyond it
-                raise InputError(f"the engine would refuse this launch: {reason}; shorten --input-len/--output-len",
-                                 field="--input-len")
         else:
             if format not in EMITTERS:
                 raise InputError(f"unknown format {format!r}; choose from {', '.join(FORMATS + SERVING_FORMATS)}",
@@ -315,6 +311,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
     """The launch files of a serve plan: from a serving plans.json, or a plan string with --model,
     --hardware, --gpus and the request shape (--input-len and --output-len, or --seq-len: prompt + output).
     ``memory_fraction`` (--memory-fraction) overrides the engine memory flag a plans.json records."""
+    input_len_given, output_len_given = input_len, output_len
     source = plan_source or plan_text
     if source is None:
         raise InputError("give a serving plans.json (search --workload serve --out DIR) or a plan string such as "
@@ -392,6 +389,14 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
             if input_len is None:
                 input_len = seq_len - output_len
         ckpt = serving_checkpoint(model, checkpoint)
+    window = spec.max_seq_len
+    if window and input_len + output_len > window:
+        # the engines refuse --max-model-len / --context-length beyond the model's window: no script to write
+        flag = "--seq-len" if path is None and seq_len is not None and (input_len_given is None
+                                                                        or output_len_given is None) else "--input-len"
+        raise InputError(f"input + output ({input_len + output_len:,} tokens) exceed {spec.name}'s context window of "
+                         f"{window:,} tokens, so the engine would refuse the launch; shorten {flag}"
+                         f"{'' if flag == '--seq-len' else '/--output-len'}", field=flag)
     given_name = model if path is None else (model or inputs.get("model"))
     model_path = model_path or hf_model_name(given_name if isinstance(given_name, str) else None)
     files, mine = serving_files(format, chosen, spec, hw, input_len, output_len, estimate, model_path,

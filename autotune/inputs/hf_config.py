@@ -159,7 +159,7 @@ def _check_sizes(config: dict, source: str) -> None:
                               (_SIZE_KEYS, MAX_SIZE, "wider, or more, than any model has")):
         for key in keys:
             value = config.get(key)
-            if value is None:
+            if value is None or (key == "sliding_window" and value is False):  # false: no window, as null
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InputError(f"must be an integer, but got {value!r}", source=source, field=key)

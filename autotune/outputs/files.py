@@ -121,8 +121,9 @@ def read_plans(path: Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / PLANS_JSON
     if not path.is_file():
-        raise InputError("no such file; give a plans.json written by `autotune search --out DIR` (or its folder)",
-                         source=str(path))
+        plan_hint = "" if path.suffix == ".json" or "/" in str(path) else ", or a plan string of key=value pairs (tp=8,pp=2)"
+        raise InputError(f"no such file; give a plans.json written by `autotune search --out DIR` (or its folder)"
+                         f"{plan_hint}", source=str(path))
     try:
         doc = load_json(path.read_text(encoding="utf-8"), source=str(path))
     except RecursionError:

@@ -24,10 +24,11 @@ Reading rules (each one is stated where it acts):
   readers refuse theirs; it is never read as a default, truncated or skipped.  Every number cell of the schema
   is checked in every row, whatever else would skip the row.  "Not recorded" (a skip) is said of empty cells
   only.
-* A row with fewer (or more) cells than the header is an error naming its line; so is a header without data
-  rows, or one that lacks a column the rows are read from (``SILICON_REQUIRED_COLUMNS``; the layout columns of
-  agg rows, ``AGG_LAYOUT_COLUMNS``, when the file has an agg row, and those of disagg rows,
-  ``DISAGG_LAYOUT_COLUMNS``, when it has a disagg row): an absent column is never read as empty cells.
+* A row with more non-empty cells than the header is an error naming its line (missing trailing cells read as
+  empty, as in the other readers); so is a header without data rows, or one that lacks a column the rows are
+  read from (``SILICON_REQUIRED_COLUMNS``; ``tp`` when the file has an agg row, the pools' worker counts and
+  ``tp`` when it has a disagg row): such a column is never read as empty cells.  Columns whose empty cell has a
+  stated meaning (pp, attention DP, the MoE split, moe_precision, concurrency_per_replica) may be left out.
 * Weight formats: ``weight_precision`` for attention and dense layers, ``moe_precision`` for routed
   experts (``arch.class_formats``); an ``fp4`` label on a checkpoint the catalogue knows as MXFP4
   (gpt-oss) is MXFP4, an ``int4`` on a compressed-tensors INT4 checkpoint (Kimi-K2.5) has group 32.
@@ -61,10 +62,12 @@ SILICON_MARKER_COLUMNS = frozenset({"hf_model_id", "engine", "mode", "ttft_ms", 
 # one is refused, never read as if the column's cells were empty.  The layout columns are required by the mode of
 # the rows that read them (an agg-only file need not carry the disagg columns, and the other way round).
 SILICON_REQUIRED_COLUMNS = ("id", "hf_model_id", "engine", "gpu", "mode", "input_len", "output_len", "concurrency",
-                            "concurrency_per_replica", "weight_precision", "moe_precision", "ttft_ms", "tpot_ms")
-AGG_LAYOUT_COLUMNS = ("tp", "pp", "attention_dp", "moe_tp", "moe_ep")
-DISAGG_LAYOUT_COLUMNS = tuple(f"{side}_{c}" for side in ("prefill", "decode")
-                              for c in ("workers", "tp", "pp", "attention_dp", "moe_tp", "moe_ep"))
+                            "weight_precision", "ttft_ms", "tpot_ms")
+# The widths every row of a mode is read from; the others (pp, attention DP, the MoE split, moe_precision,
+# concurrency_per_replica) have a stated meaning when empty (1, none, the dense split, the weights' format,
+# one replica), so a file may leave those columns out.
+AGG_LAYOUT_COLUMNS = ("tp",)
+DISAGG_LAYOUT_COLUMNS = tuple(f"{side}_{c}" for side in ("prefill", "decode") for c in ("workers", "tp"))
 LAYOUT_COLUMNS = {"agg": AGG_LAYOUT_COLUMNS, "disagg": DISAGG_LAYOUT_COLUMNS}
 # Columns only this schema has (serving_runs.csv has none of them): a header with two of them is meant to be a
 # silicon file even when a required column is missing, so the error names the silicon columns that are missing
@@ -401,8 +404,9 @@ def read_silicon_rows(path: Path, *, primary_only: bool = True) -> list[SiliconR
         reader.fieldnames = header  # " ttft_ms" from a hand-edited header is ttft_ms
         absent = [c for c in SILICON_REQUIRED_COLUMNS if c not in header]
         if absent:
-            raise InputError(f"missing silicon-schema column(s) {', '.join(absent)}; add them to the header (see "
-                             "docs/serving.md for the columns)", source=source)
+            raise InputError(f"missing silicon-schema column(s) {', '.join(absent)}; add them to the header, with "
+                             "empty cells where a row does not say (autotune/data/serving_silicon.csv has every "
+                             "column)", source=source)
         records: list[tuple[int, dict]] = []
         for row in reader:
             number = reader.line_num  # the file's line (the header is line 1)
@@ -420,7 +424,7 @@ def read_silicon_rows(path: Path, *, primary_only: bool = True) -> list[SiliconR
                 where = _where(_cell(first[1], "id"), first[0])
                 raise InputError(f"missing silicon-schema column(s) {', '.join(absent)}, the layout of its {mode} rows "
                                  f"(first: {where}); add them to the header, with empty cells where a row does not "
-                                 "say (see docs/serving.md for the columns)", source=source)
+                                 "say (autotune/data/serving_silicon.csv has every column)", source=source)
         out: list[SiliconRow | SkippedRow] = [parse_silicon_row(row, hw_of, model_of, primary_only=primary_only,
                                                                 line=number, source=source)
                                               for number, row in records]
@@ -487,13 +491,12 @@ def _skip_beyond_default_budget(parsed: list) -> list:
 
 def _ragged(row: dict, number: int, width: int) -> str:
     """Why a row whose cell count differs from the header's cannot be read ('' when it can): csv.DictReader
-    fills missing cells with None and puts extra ones under the key None.  Trailing empty cells are harmless.
-    A short row's cells cannot be told apart (which column lost one?), so the file is refused, not the row
-    skipped."""
+    fills missing cells with None and puts extra ones under the key None.  Missing trailing cells read as empty
+    (as the training and serving-runs readers read them), and so do extra empty ones; extra cells with values
+    (an unquoted comma) refuse the file."""
     extra = [c for c in row.get(None) or [] if c.strip()]
-    missing = sum(1 for k, v in row.items() if k is not None and v is None)
-    if not extra and not missing:
+    if not extra:
         return ""
-    fields = width - missing + len(row.get(None) or [])
-    fix = "quote cells that hold commas" if extra else "add the missing cells (empty cells are allowed)"
-    return f"{_where(_cell(row, 'id'), number)} has {fields} cells but the header names {width} columns; {fix}"
+    fields = width - sum(1 for k, v in row.items() if k is not None and v is None) + len(row.get(None) or [])
+    return (f"{_where(_cell(row, 'id'), number)} has {fields} cells but the header names {width} columns; quote "
+            "cells that hold commas")
