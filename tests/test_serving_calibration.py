@@ -206,3 +206,37 @@ def test_a_synchronised_wave_counts_its_prefill_once():
     assert ttft_s + (O - 1) * tpot_s == pytest.approx(C * S + (O - 1) * t_dec, rel=1e-6)
     staggered = estimate_serving(MISTRAL, cluster, work, plans, wave.replace(sync_share=0.0), engine="vllm")
     assert staggered.ttft_ms[0] < est.ttft_ms[0] and staggered.tpot_ms[0] > t_dec * 1e3
+
+
+def test_the_closed_loop_is_the_mixture_of_its_two_regimes():
+    """A share s of the loop's time in synchronised waves, each regime solved on its own (a blend inside one fixed
+    point gave a throughput above both regimes): the request rate and the decode count are (1-s) times the
+    staggered regime's plus s times the wave's, TTFT and TPOT the regimes' weighted by the requests each serves,
+    and Little's law holds for the mixture; a wave of 1k-token prompts prefills eight to a step of vLLM's
+    8,192-token budget, the step one prefill of 8,192 tokens (the weights streamed once), not eight of one."""
+    from autotune.serving.estimate import prefill_s
+
+    hw = load_hardware("h100-sxm5-80gb")
+    cluster = Cluster(hardware=hw, n_gpus=1, gpus_per_node=8)
+    plans = ServePlanBatch.from_plans([ServePlan(n_gpus=1, max_batch=64)])
+    work = ServeWorkload(input_len=1024, output_len=256, concurrency=64)
+    base = ServingParams(request_ms=0.0, prompt_token_us=0.0, admission_steps=0.0)
+    est = {s: estimate_serving(MISTRAL, cluster, work, plans, base.replace(sync_share=s), engine="vllm")
+           for s in (0.0, 0.3, 1.0)}
+    for field in ("requests_per_s", "batch"):
+        ends = (getattr(est[0.0], field)[0], getattr(est[1.0], field)[0])
+        assert getattr(est[0.3], field)[0] == pytest.approx(0.7 * ends[0] + 0.3 * ends[1], rel=1e-9), field
+    served = (0.7 * est[0.0].requests_per_s[0], 0.3 * est[1.0].requests_per_s[0])
+    for field in ("ttft_ms", "tpot_ms"):
+        ends = (getattr(est[0.0], field)[0], getattr(est[1.0], field)[0])
+        mixed = (served[0] * ends[0] + served[1] * ends[1]) / sum(served)
+        assert getattr(est[0.3], field)[0] == pytest.approx(mixed, rel=1e-9), field
+    for e in est.values():  # Little's law on the decode phase: decoding = rate x (O-1) x TPOT
+        assert e.batch[0] == pytest.approx(e.requests_per_s[0] * 255 * e.tpot_ms[0] / 1e3, rel=1e-6)
+    a, q, g = _rows(MISTRAL, hw, plans)
+    one = np.array([1.0])
+    step = prefill_s(a, q, g, base, np.array([8 * 1024.0]), one, one, one, one, np.array([8192.0]), seqs=8.0)[0]
+    single = prefill_s(a, q, g, base, np.array([1024.0]), one, one, one, one, np.array([8192.0]))[0]
+    assert step < 8 * single  # batching prompts into one step is cheaper than one at a time
+    # 64 prompts, 8 a step: 8 steps; the k-th step's prompts wait k steps, (8+1)/2 on average
+    assert est[1.0].ttft_ms[0] / 1e3 == pytest.approx(4.5 * step, rel=1e-6)

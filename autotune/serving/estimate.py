@@ -409,22 +409,6 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         wait = adp_balance_wait_s(lam, r.p_dp * ones, np.asarray(r.balance_iters, float) * t_iter)
         return np.where(bal, busy * wait, 0.0)
 
-    # Synchronised waves (a share sync_share of the closed loop): clients with equal lengths that start together
-    # finish together and send their next prompts together.  A wave's k prompts per prefill server are prefilled
-    # in steps of the engine's token budget, ``per_step`` prompts a step, whose first tokens come out together: a
-    # prompt waits for the steps up to its own, (k + per_step)/2 prompts' prefill on average, and after its first
-    # token for the rest of the wave, (k - per_step)/2 prompts, before its next (aggregated engines; a
-    # disaggregated decode pool does not wait for the prefill pool).  The wave's whole prefill is counted once:
-    # part in TTFT, the rest in TPOT; the staggered share pays the others' prefill in TPOT (t_dec/(1-rho)) and
-    # its own queue in TTFT.
-    k_wave = np.maximum(C_eff / servers, 1.0)
-    t_dec_wave = t_dec_of(C_eff)
-    per_step = np.clip(np.floor(chunk / np.maximum(I, 1.0)), 1.0, k_wave)
-    ttft_wave = (p.request_ms * 1e-3 + p.prompt_token_us * 1e-6 * I + 0.5 * (k_wave + per_step) * S_busy
-                 + p.admission_steps * t_dec_wave + t_xfer)
-    tpot_wave = t_dec_wave + np.where(dis, 0.0, 0.5 * (k_wave - per_step) * S_busy / Om1)
-    s_w = p.sync_share
-
     def closed(nd):
         t_dec = t_dec_of(nd)
         lam = np.where(dis, nd / (Om1 * t_dec), nd / (Om1 * t_dec + nd * S_busy / servers))
@@ -436,9 +420,6 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         lam = np.where(extra > 0, nd / (Om1 * tpot), lam)
         rho = np.where(extra > 0, lam * S_busy / servers, rho)
         ttft = ttft_parts(t_dec, rho, p.arrival_cv2) + balance_s(nd, lam, tpot)
-        tpot = (1.0 - s_w) * tpot + s_w * tpot_wave
-        ttft = (1.0 - s_w) * ttft + s_w * ttft_wave
-        lam = nd / (Om1 * tpot)
         ttft = np.where(rho >= 0.999999, np.inf, ttft)
         return lam, tpot, ttft, t_dec, rho
 
@@ -453,6 +434,42 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     lam_c, tpot_c, ttft_q, t_dec_c, rho_c = closed(nd)
     ttft_c = np.where(C_eff - nd > 1e-9 * C_eff, (C_eff - nd) / np.maximum(lam_c, 1e-12), ttft_q)
     ttft_c = ttft_c + np.maximum(C - cap, 0.0) / np.maximum(lam_c, 1e-12)  # waiting for a KV / batch slot
+
+    # Synchronised waves, a share sync_share of the closed loop: clients of equal lengths that start together
+    # finish together and send their next prompts together, so all C decode together and a wave's prompts are
+    # prefilled back to back before (SGLang) or alongside (mixed chunks) the next decode steps.  A prefill server's
+    # k prompts of a wave run in steps of the engine's token budget, ``per_step`` prompts a step (one prefill of
+    # per_step*I tokens, ``S_step``, weights streamed once), whose first tokens come out together: a prompt waits
+    # (steps + 1)/2 steps for its first token and, in an aggregated engine, the other (steps - 1)/2 before its
+    # next one (a disaggregated decode pool does not wait for the prefill pool).  The wave's prefill is counted
+    # once, part in TTFT and the rest in TPOT.  Each regime is solved on its own (the staggered one above, this
+    # one in closed form) and the loop spends a share sync_share of its time in waves: the request rate and the
+    # decode count are time averages, TTFT and TPOT averages over the requests (each regime's weighted by the
+    # requests it serves), so Little's law holds for the mixture as for each regime.
+    k_wave = np.maximum(C_eff / servers, 1.0)
+    per_step = np.clip(np.floor(chunk / np.maximum(I, 1.0)), 1.0, k_wave)
+    steps = k_wave / per_step
+    S_step = prefill_s(a, q, g, p, per_step * I, r.p_tp, r.p_pp, r.p_dp, r.p_ep, chunk, seqs=per_step,
+                       moe_share=r.p_dp)
+    t_dec_wave = t_dec_of(C_eff)
+    tpot_wave = t_dec_wave + np.where(dis, 0.0, 0.5 * (steps - 1.0) * S_step / Om1)
+    ttft_wave = (p.request_ms * 1e-3 + p.prompt_token_us * 1e-6 * I + 0.5 * (steps + 1.0) * S_step
+                 + p.admission_steps * t_dec_wave + t_xfer)
+    # A wave's cycle is at least the prefill servers' work on it: a disaggregated decode pool does not wait for the
+    # prefill pool, so its prompts queue there instead (closed loop: TTFT = C/rate - decode time).
+    lam_wave = np.minimum(C_eff / (ttft_wave + Om1 * tpot_wave), servers * per_step / S_step)
+    ttft_wave = np.maximum(ttft_wave, C_eff / lam_wave - Om1 * tpot_wave)
+    nd_wave = lam_wave * Om1 * tpot_wave  # over a wave's cycle: all C in the decode phase, none in the prefill one
+    ttft_wave = ttft_wave + np.maximum(C - cap, 0.0) / lam_wave  # users beyond the KV / batch limit wait a slot
+    w_st, w_wave = (1.0 - p.sync_share) * lam_c, p.sync_share * lam_wave  # requests/s each regime serves
+    lam_mix = w_st + w_wave
+    lam_mix = np.maximum(lam_mix, 1e-300)
+    tpot_c = (w_st * tpot_c + w_wave * tpot_wave) / lam_mix
+    ttft_c = np.where(np.isfinite(ttft_c), (w_st * np.where(np.isfinite(ttft_c), ttft_c, 0.0) + w_wave * ttft_wave)
+                      / lam_mix, np.inf)
+    nd = (1.0 - p.sync_share) * nd + p.sync_share * nd_wave
+    rho_c = (1.0 - p.sync_share) * rho_c + p.sync_share * lam_wave * S_step / per_step / servers
+    lam_c = lam_mix
 
     # --- open loop: λ requests/s ------------------------------------------------------------------------
     rate = load == LOAD_RATE
