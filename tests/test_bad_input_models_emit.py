@@ -21,17 +21,9 @@ SERVE_STRING = ["-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8"]
 
 def hf_config(tmp_path: Path, name: str, **changes) -> Path:
     """A bundled config.json with ``changes`` (None deletes the key), written to its own folder."""
-    config = json.loads((HF / name).read_text())
-    for key, value in changes.items():
-        if value is None:
-            config.pop(key, None)
-        else:
-            config[key] = value
-    folder = tmp_path / "model"
-    folder.mkdir(exist_ok=True)
-    path = folder / "config.json"
-    path.write_text(json.dumps(config))
-    return path
+    from tests.test_bad_input_hf_config import mutated
+
+    return mutated(tmp_path, HF / name, **changes)
 
 
 # --- 1. Hugging Face config.json: 0 is not "absent" --------------------------------------------------------
