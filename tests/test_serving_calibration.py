@@ -240,3 +240,11 @@ def test_the_closed_loop_is_the_mixture_of_its_two_regimes():
     assert step < 8 * single  # batching prompts into one step is cheaper than one at a time
     # 64 prompts, 8 a step: 8 steps; the k-th step's prompts wait k steps, (8+1)/2 on average
     assert est[1.0].ttft_ms[0] / 1e3 == pytest.approx(4.5 * step, rel=1e-6)
+
+
+def test_a_release_outside_the_measured_ones_is_said_to_be():
+    from autotune.serving.calibrated import release_note
+
+    assert "outside the releases measured there (vLLM 0.11-0.18)" in release_note("vllm-0.1")
+    assert "outside the releases measured there (TensorRT-LLM 1.0-1.3)" in release_note("trtllm-99.9")
+    assert "outside" not in release_note("vllm-0.15") and "outside" not in release_note("sglang-0.5")

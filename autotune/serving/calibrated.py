@@ -108,6 +108,11 @@ def release_name(release: str) -> str:
     return f"{name}@{version[0]}.{version[1]}" if version else release
 
 
+# The releases (MAJOR, MINOR) the silicon rows were measured on, per engine (autotune/data/serving_silicon.csv's
+# engine_version; rows without one are of the same period): a release outside them is predicted with them.
+MEASURED_RELEASES = {"vllm": ((0, 11), (0, 18)), "sglang": ((0, 5), (0, 5)), "trtllm": ((1, 0), (1, 3))}
+
+
 def release_note(release: str) -> str:
     """Where the parameters of an engine release (``trtllm-0.14``, ``vllm-0.12``) come from."""
     name, version = _version(release)
@@ -117,8 +122,14 @@ def release_note(release: str) -> str:
         which = "" if fitted == release else f" (the nearest fitted release, for {label})"
         return (f"serving parameters of TensorRT-LLM {fitted.split('-')[1]}{which}, fitted on its performance "
                 "tables (autotune/data/serving_runs.csv)")
+    outside = ""
+    span = MEASURED_RELEASES.get(name)
+    if version is not None and span is not None and not span[0] <= version <= span[1]:
+        (a, b), (c, d) = span
+        outside = (f"; {label} is outside the releases measured there ({label.split(' ')[0]} {a}.{b}"
+                   f"{'' if (a, b) == (c, d) else f'-{c}.{d}'}), which stand in for it")
     return (f"serving parameters of {label}: its engine's one calibration for its 2025-26 releases, fitted on measured "
-            "vLLM, SGLang and TensorRT-LLM operating points (autotune/data/serving_silicon.csv)")
+            f"vLLM, SGLang and TensorRT-LLM operating points (autotune/data/serving_silicon.csv){outside}")
 
 
 def params_table(engines=ENGINES) -> dict[str, ServingParams]:
