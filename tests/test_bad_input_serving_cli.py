@@ -26,6 +26,8 @@ def test_a_serving_search_where_no_plan_fits_says_so(args):
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.output
     assert "no serving plan fits" in result.output or "No GPU count" in result.output
+    if "No GPU count" in result.output:  # and what to change
+        assert "widen the --gpus range, lower --request-rate" in result.output
 
 
 def test_a_prompt_beyond_the_models_context_is_no_plan():

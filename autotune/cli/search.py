@@ -404,8 +404,10 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
     if capacity is not None:
         tried = ", ".join(f"{g}: {m}" for g, m in capacity.tried)
         if capacity.n_gpus is None:
+            loosen = " or loosen --ttft-ms/--tpot-ms" if workload.ttft_ms or workload.tpot_ms else ""
             stdout.print(f"No GPU count in {gpus_text} serves {workload.request_rate:g} requests/s within the targets "
-                         f"(GPUs: plans meeting them: {tried}).", highlight=False, soft_wrap=True)
+                         f"(GPUs: plans meeting them: {tried}); widen the --gpus range, lower --request-rate"
+                         f"{loosen}, or state a quantized checkpoint (--checkpoint fp8, nvfp4).", highlight=False, soft_wrap=True)
             return 1
         stdout.print(f"[bold]Fewest GPUs: {capacity.n_gpus}[/] serve {workload.request_rate:g} requests/s within "
                      f"the targets (GPUs tried: plans meeting them: {tried}).", highlight=False, soft_wrap=True)
