@@ -109,17 +109,11 @@ def test_a_yarn_scaled_config_has_the_longer_context(tmp_path):
 
 
 def _csv_rows(path, keep, out):
-    import csv
+    """The rows of a bundled CSV that ``keep`` selects, written to ``out`` with the full header."""
+    from tests.test_bad_input import csv_rows, write_csv
 
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle)
-        rows = [r for r in reader if keep(r)]
-        columns = reader.fieldnames
-    with open(out, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-    return out
+    rows = csv_rows(path)
+    return write_csv(out, [r for r in rows if keep(r)], list(rows[0]))
 
 
 def test_calibrate_refuses_what_it_cannot_do_before_fitting(tmp_path):
@@ -254,20 +248,13 @@ def test_files_that_are_not_what_they_claim_are_named(tmp_path):
 ])
 def test_a_vanishing_measurement_is_refused_not_divided_by(bundled, column, tmp_path):
     """1e-300 tokens/s printed a 300-digit MAPE (validate) or a NaN error naming nothing (calibrate)."""
-    import csv
     from pathlib import Path
 
-    source = Path(__file__).resolve().parent.parent / "autotune" / "data" / bundled
-    with open(source, newline="") as handle:
-        reader = csv.DictReader(handle)
-        rows = [row for _, row in zip(range(4), reader)]
-        columns = reader.fieldnames
+    from tests.test_bad_input import csv_rows, write_csv
+
+    rows = csv_rows(Path(__file__).resolve().parent.parent / "autotune" / "data" / bundled)[:4]
     rows[1][column] = "1e-300"
-    path = tmp_path / bundled
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    path = write_csv(tmp_path / bundled, rows)
     for args in (["validate", str(path)], ["calibrate", str(path), "--out", str(tmp_path / "c.yaml")]):
         result = runner.invoke(app, args)
         assert result.exit_code == 2, (args, result.output)
