@@ -30,7 +30,7 @@ from .estimate import ServingParams
 PRIOR = ServingParams()
 KV_REREAD_FRACTION_TRTLLM_0_9 = 0.25
 
-# Written by `autotune calibrate autotune/data/serving_silicon.csv` (tests/test_serving_fit.py checks
+# Written by `autotune calibrate autotune/data/serving_silicon.csv` (tests/test_serving_silicon.py checks
 # that the fit reproduces them).
 CURRENT_VALUES: Mapping[str, Mapping[str, float]] = {
     "vllm": {'gemm': 0.8406, 'attention': 0.45547, 'kv_bandwidth': 0.83861, 'grouped_gemm': 0.32899, 'fp4_gemm': 0.9042, 'weight_only': 0.74979, 'link_bandwidth': 0.61937, 'allreduce_us': 8.82042, 'alltoall_us': 5.10593, 'moe_layer_us': 12.92034, 'prompt_token_us': 4.04103, 'arrival_cv2': 0.85543, 'kv_handoff_ms': 64.74487, 'transfer_poll_us': 0.005, 'older_overhead': 1.16261, 'kv_reserve': 0.61329, 'weight_bandwidth': 0.86905, 'step_us': 8.28057, 'layer_us': 51.39448, 'seq_us': 0.18443, 'seq_layer_us': 0.12888, 'request_ms': 10.98557, 'admission_steps': 2.94378, 'sync_share': 0.11898},
