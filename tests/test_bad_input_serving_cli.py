@@ -86,6 +86,11 @@ def test_launch_files_for_another_engine_than_the_ranking_say_so(tmp_path):
     assert result.exit_code == 0, result.output
     assert "ranked for trtllm; the vllm files launch the best of them on vllm" in result.output
     assert (tmp_path / "s" / "serve_vllm.sh").exists()
+    # emit without a format: no TensorRT-LLM launcher exists, and the message says which formats re-check the plan
+    bare = runner.invoke(app, ["emit", str(tmp_path / "s" / "plans.json"), "--out", str(tmp_path / "e")])
+    assert bare.exit_code == 2, bare.output
+    assert "searched for TensorRT-LLM, for which autotune writes no launch files" in bare.output
+    assert "--format vllm or --format sglang" in bare.output and "Traceback" not in bare.output
 
 
 def test_a_yarn_scaled_config_has_the_longer_context(tmp_path):

@@ -217,6 +217,11 @@ def _context(plan_source: str | None, plan_text: str | None, rank: int, given: T
             if value is not None:
                 raise InputError(f"comes from {path}; leave it out, or emit a plan string instead", field=flag)
         if document["inputs"].get("workload") == "serve":
+            engine = document["inputs"].get("engine")
+            if isinstance(engine, str) and engine.startswith("trtllm"):
+                raise InputError("is a serving plans.json searched for TensorRT-LLM, for which autotune writes no "
+                                 "launch files; --format vllm or --format sglang re-checks the plan for that engine "
+                                 "(or search again with --engine vllm or sglang)", source=str(path))
             raise InputError("is a serving plans.json; emit it with --format vllm or --format sglang", source=str(path))
         spec = _model_override(given.model, document["inputs"], path)
         framework, note = _files_framework(document["inputs"].get("framework"), given.framework, options["framework"],
