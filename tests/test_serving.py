@@ -507,3 +507,19 @@ def test_engine_release_through_the_api_overlays_and_fixes(tmp_path):
                                 "trtllm@0.14", "--json"])
     body = json.loads(shown.stdout)
     assert body["engine"] == "trtllm" and body["engine_release"] == "trtllm@0.14" and "0.14" in body["parameters"]
+
+
+def test_a_search_runs_the_weights_its_checkpoint_holds():
+    """gpt-oss ships MXFP4 experts (the catalogue records the checkpoint): the bundled space, which lists no
+    mxfp4, searches it too, so the best plan runs from the weights the user has instead of needing another
+    checkpoint; weights pinned by --fix stay pinned."""
+    base = ["search", "--workload", "serve", "-m", "openai/gpt-oss-120b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+            "--input-len", "1024", "--output-len", "1024", "--top", "3", "--json"]
+    result = runner.invoke(app, base)
+    assert result.exit_code == 0, result.output
+    plans = json.loads(result.stdout)["plans"]
+    assert plans[0]["plan"]["weights"] == "mxfp4"
+    assert not plans[0]["estimate"].get("needs_checkpoint")
+    pinned = runner.invoke(app, [*base, "--fix", "weights=fp8"])
+    assert pinned.exit_code == 0, pinned.output
+    assert {p["plan"]["weights"] for p in json.loads(pinned.stdout)["plans"]} == {"fp8"}

@@ -25,7 +25,7 @@ from ..inputs.request import (
 )
 from ..inputs.workload import ServeWorkload
 from ..serving.calibrated import CURRENT, aggregated_only, parameters_note, params_for, release_name, release_note
-from ..serving.checkpoint import check_checkpoint, default_checkpoint
+from ..serving.checkpoint import HOLDS, check_checkpoint, default_checkpoint
 from ..serving.engines import DEFAULTS as ENGINE_DEFAULTS
 from ..serving.engines import check_memory_fraction, parse_engine
 from ..serving.estimate import ServingParams
@@ -487,6 +487,8 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
                              "release", field="--fix")
         fixed["mode"] = "agg"
     search_space = load_serve_space(request.space).fixed(fixed)
+    if request.space is None:  # the bundled space searches the weights the checkpoint holds, whatever they are
+        search_space = search_space.with_weights(HOLDS[check_checkpoint(checkpoint)])
     gpn = request.gpus_per_node or hw.gpus_per_node
     count, bounds = parse_gpus(request.gpus)
     options = dict(top=request.top, engine=engine, checkpoint=checkpoint, memory_fraction=fraction)

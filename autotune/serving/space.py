@@ -12,6 +12,7 @@ router; the search plans replicas and keeps ``dp > 1`` only when it is pinned (`
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,17 @@ class ServeSpace:
             axes[key] = (value,)
             pinned.add(key)
         return ServeSpace(self.name, axes, self.source, frozenset(pinned), pool_fixes)
+
+    def with_weights(self, precisions) -> "ServeSpace":
+        """The space with ``precisions`` (those a checkpoint holds) on its weights axis, unless weights is pinned:
+        a gpt-oss checkpoint holds MXFP4, which the bundled space does not list, and without it every plan would
+        need another checkpoint."""
+        if "weights" in self.pinned:
+            return self
+        weights = tuple(dict.fromkeys((*self.axes["weights"], *sorted(precisions))))
+        if weights == tuple(self.axes["weights"]):
+            return self
+        return dataclasses.replace(self, axes={**self.axes, "weights": weights})
 
 
 def serve_space_from_mapping(data: dict, *, source: str) -> ServeSpace:
