@@ -20,3 +20,9 @@ def test_readme_example_matches_the_command():
     assert result.exit_code == 0, result.output
     best = next(line for line in result.stdout.splitlines() if line.startswith("Best: "))
     assert best == expected_best, "regenerate the README example: the search now answers differently"
+    # the table's rows too (their error bands come from the validation residuals, which a refit changes)
+    example = text[text.index("$ autotune search"):]
+    example = example[:example.index("```")]
+    expected_rows = [line for line in example.splitlines() if line.startswith("│")]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert expected_rows and rows == expected_rows, "regenerate the README example's table"
