@@ -211,7 +211,8 @@ def search_training(request: TrainingSearch, progress: Progress | None = None) -
                         study=study.study if study else None, new=study.new if study else False,
                         heartbeat_s=study.heartbeat_s if study else None)
     result = _annotate(result, inputs)
-    diagnosis = None if result.ranked else diagnose(problem, result.rejected)
+    diagnosis = None if result.ranked else diagnose(problem, result.rejected, sampler=result.sampler,
+                                                        evaluations=result.evaluations)
     return TrainingSearchOutcome(request, problem, result, diagnosis)
 
 

@@ -78,9 +78,17 @@ def _remedy(reason: str, problem: TrainingProblem) -> str:
     return remedies.get(reason, "loosen --fix values or the --space axes")
 
 
-def diagnose(problem: TrainingProblem, rejected: dict[str, int]) -> Diagnosis:
-    valid, lowest_gib, _ = _best_fit(problem)
+def diagnose(problem: TrainingProblem, rejected: dict[str, int], *, sampler: str = "exact",
+             evaluations: int = 0) -> Diagnosis:
+    """Why no plan was ranked. ``sampler`` and ``evaluations``: how the search looked (a sampled search that
+    missed the fitting plans is told so, not sent to change the model or cluster)."""
+    valid, lowest_gib, best = _best_fit(problem)
     capacity = problem.cluster.hardware.memory_gib
+    if sampler != "exact" and best > 0:
+        binding = (f"the {sampler} sampler tried only {evaluations:,} plan{'s' if evaluations != 1 else ''}, none of "
+                   f"which fits; the space holds {valid:,} valid plans, and some fit (best {best:,.0f} tokens/s/GPU)")
+        return Diagnosis(binding, [f"more trials (--trials {max(200, 10 * evaluations):,})",
+                                   "every plan of the space (--sampler exact)"])
     if valid == 0:
         top = sorted(((n, r) for r, n in rejected.items()), reverse=True)[:3]
         reasons = "; ".join(f"{r} ({n:,} plans)" for n, r in top)
