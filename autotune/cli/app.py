@@ -138,6 +138,23 @@ def reject_flags(given: dict[str, Any], context: str) -> None:
                          f"{'it' if len(used) == 1 else 'them'} out", field=used[0])
 
 
+STUDY_HINTS = {
+    "--storage": "give an Optuna storage URL (sqlite:///study.db, postgresql://user:pw@host/db or journal:./study.log)",
+    "--study": "give the study's name",
+}
+
+
+def check_study_flags(*, required: tuple[str, ...] = (), **given: str | None) -> None:
+    """``--storage ''`` or ``--study ''`` (an unset shell variable) is refused, never read as the flag left out:
+    an empty storage made a persistent search forget its trials, an empty study name fell back to the default.
+    ``required``: the flags the command cannot do without (no 'leave it out' advice for them)."""
+    for name, value in given.items():
+        flag = f"--{name}"
+        if value is not None and not value.strip():
+            rest = "" if flag in required else f", or leave {flag} out"
+            raise InputError(f"must not be empty: {STUDY_HINTS[flag]}{rest}", field=flag)
+
+
 WORKLOADS = ("train", "serve")
 
 

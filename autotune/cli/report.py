@@ -11,7 +11,7 @@ from ..errors import InputError
 from ..outputs.files import check_out_dir
 from ..outputs.report import StudySource, build_report, require_matplotlib
 from ..search.api import MAX_SEED
-from .app import FrameworkOpt, app, progress, stdout, user_errors
+from .app import FrameworkOpt, app, check_study_flags, progress, stdout, user_errors
 
 MAX_REPORT_TRIALS = 10_000
 
@@ -40,6 +40,7 @@ def report_command(
     and its figures as PNG files."""
     with user_errors():
         source: Path | StudySource
+        check_study_flags(storage=storage, study=study)
         if storage or study:
             if result is not None:
                 raise InputError("give a plans.json or a stored study (--storage with --study), not both",

@@ -79,6 +79,7 @@ from ..training.plan import (
 )
 from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
 from .app import (
+    check_study_flags,
     Calibration,
     CheckpointOpt,
     MemoryFractionOpt,
@@ -191,6 +192,7 @@ def search(
     """Search the plans of a training run (layouts and settings) or, with --workload serve, of a serving deployment
     (tp, pp, replicas, quantization, batch limit under latency targets); print the best, ranked."""
     with user_errors():
+        check_study_flags(storage=storage, study=study)
         serving_flags = {"--input-len": input_len, "--output-len": output_len, "--ttft-ms": ttft_ms,
                          "--tpot-ms": tpot_ms, "--concurrency": concurrency, "--request-rate": request_rate}
         training_flags = {

@@ -32,6 +32,7 @@ from ..search.tune import (
 from ..training.problem import TrainingProblem, parse_objectives
 from ..training.space import load_space
 from .app import (
+    check_study_flags,
     MoeCapacityFactor,
     MoeImbalance,
     Calibration,
@@ -215,6 +216,9 @@ def tune(
             raise InputError(f"must be tpe or random, but got {sampler!r}", field="--sampler")
         if heartbeat < 0:
             raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
+        check_study_flags(storage=storage, study=study, required=("--storage",))
+        if top < 1:
+            raise InputError(f"must be >= 1 plans, but got {top}", field="--top")
         if prior_top < 0:
             raise InputError(f"must be >= 0 plans, but got {prior_top}", field="--prior-top")
         if seed < 0:
@@ -293,6 +297,7 @@ def worker(
             raise InputError(f"must be >= 0, but got {seed}", field="--seed")
         if heartbeat < 0:
             raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
+        check_study_flags(storage=storage, study=study, required=("--storage", "--study"))
         store = make_storage(storage, heartbeat_s=heartbeat or None)
         opened, problem, objectives, settings, target = load_for_worker(store, study, wait)
         target = trials or target
