@@ -1,0 +1,49 @@
+"""Command-line edges a hostile-input sweep found mishandled: empty study flags read as left out, a sampled search
+that missed the fitting plans blamed on memory, and other values accepted without a word."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_bad_input import SMALL, assert_user_error, invoke
+
+
+# --- a sampled search that found no fitting plan is not a memory problem ---------------------------------
+
+def test_a_sampled_search_that_misses_the_fitting_plans_says_to_sample_more(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("search", *SMALL, "--sampler", "tpe", "--trials", "3", "--json")
+    assert result.exit_code == 1, result.output
+    diagnosis = json.loads(result.stdout)["diagnosis"]
+    assert "tpe sampler tried only 3 plans" in diagnosis["binding"]
+    assert "memory" not in diagnosis["binding"]
+    assert any("--trials" in fix for fix in diagnosis["fixes"])
+    assert any("--sampler exact" in fix for fix in diagnosis["fixes"])
+
+
+# --- an empty --storage or --study (an unset shell variable) is not the flag left out -------------------
+
+@pytest.mark.parametrize("args, flag", [
+    (["search", *SMALL, "--storage", ""], "--storage"),
+    (["search", *SMALL, "--sampler", "tpe", "--trials", "3", "--storage", " "], "--storage"),
+    (["search", *SMALL, "--study", ""], "--study"),
+    (["tune", *SMALL, "--run", "true", "--study", ""], "--study"),
+    (["tune", *SMALL, "--run", "true", "--storage", ""], "--storage"),
+    (["worker", "--storage", "sqlite:///w.db", "--study", ""], "--study"),
+    (["worker", "--storage", "", "--study", "s"], "--storage"),
+    (["report", "--storage", "", "--study", "s"], "--storage"),
+    (["report", "--storage", "sqlite:///w.db", "--study", ""], "--study"),
+])
+def test_empty_storage_or_study_is_refused(args, flag, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_user_error(invoke(*args), flag, "must not be empty")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("top", ["0", "-1"])
+def test_tune_top_below_one_is_refused(top, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_user_error(invoke("tune", *SMALL, "--run", "true", "--top", top), "--top")
+    assert list(tmp_path.iterdir()) == []
