@@ -361,6 +361,9 @@ TRAIN_ONLY = [
     ("inputs.seq_len", 0),
     ("inputs.global_batch", 1.5),
     ("inputs.tokens", -1),
+    ("inputs.price_usd_per_gpu_hour", -1),  # the profile embedded beside it hid it from explain, emit and report
+    ("inputs.precisions", ["fp2"]),  # explain and emit did not read these two, which report refused
+    ("inputs.memory_headroom", 2),
 ]
 TRAIN_ONLY_PARTLY = [
     ("plans.0.rank", _DELETE, ("emit", "report")),

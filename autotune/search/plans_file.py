@@ -169,6 +169,11 @@ def hardware_from_plans(inputs: Mapping[str, Any], source: str, override: str | 
     """The profile a plans.json was searched on: ``--hardware`` when given, else the embedded profile, else by name."""
     if override is not None:
         return load_hardware(override)
+    # the price the search applied, checked whether or not a profile is embedded (which holds that price already)
+    price = inputs.get("price_usd_per_gpu_hour")
+    if price is not None:
+        price = loading.number(dict(inputs), "price_usd_per_gpu_hour", source=source, section="inputs",
+                               positive=False, minimum=0)
     embedded = _mapping(inputs, "hardware_profile", source)
     if embedded is not None:
         return hardware_from_mapping(embedded, source=f"{source}: inputs.hardware_profile")
@@ -179,11 +184,7 @@ def hardware_from_plans(inputs: Mapping[str, Any], source: str, override: str | 
         raise InputError(f"names hardware {name!r}, which is not bundled, and embeds no profile (an older "
                          "plans.json); pass --hardware with the profile YAML the search used, or rerun the search",
                          source=source, field="inputs.hardware") from None
-    price = inputs.get("price_usd_per_gpu_hour")
-    if price is not None:
-        hw = hw.with_price(loading.number(dict(inputs), "price_usd_per_gpu_hour", source=source, section="inputs",
-                                          positive=False, minimum=0))
-    return hw
+    return hw if price is None else hw.with_price(price)
 
 
 def _count(inputs: Mapping[str, Any], key: str, source: str, given: int | None = None, *,
@@ -206,11 +207,29 @@ def framework_from_plans(named: str | None, source: str, *, flag: bool = False):
                          "rerun the search", **where) from None
 
 
+def _search_settings(inputs: Mapping[str, Any], source: str) -> tuple[tuple[str, ...] | None, float | None]:
+    """The precisions searched and the memory headroom kept (None where the file predates them); every reader of a
+    training plans.json checks them, so explain and emit refuse what report refuses."""
+    precisions = inputs.get("precisions")
+    if precisions is not None:
+        if (not isinstance(precisions, list) or not precisions
+                or not all(isinstance(p, str) and p in PRECISION for p in precisions)):
+            raise InputError(f"must list precisions among {', '.join(PRECISION)}, but got {precisions!r}; fix it or "
+                             "rerun `autotune search --out DIR`", source=source, field="inputs.precisions")
+        precisions = tuple(dict.fromkeys(precisions))
+    headroom = None
+    if inputs.get("memory_headroom") is not None:
+        headroom = loading.number(dict(inputs), "memory_headroom", source=source, section="inputs", positive=False,
+                                  minimum=0, maximum=0.99)
+    return precisions, headroom
+
+
 def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model: str | ModelSpec | None = None,
                                hardware: str | None = None, gpus: int | None = None, gpus_per_node: int | None = None,
                                seq_len: int | None = None, global_batch: int | None = None,
                                calibration: str | None = None, framework: str | None = None) -> TrainingInputs:
     """The model, cluster, workload and framework of a training plans.json; flags given override the file's values."""
+    _search_settings(inputs, source)
     spec = model_from_plans(inputs, source, model)
     hw = hardware_from_plans(inputs, source, hardware)
     if calibration is not None:
@@ -263,17 +282,10 @@ def training_problem_from_plans(inputs: Mapping[str, Any], source: str) -> Train
     """The search problem a training plans.json came from (its framework, precisions and headroom too)."""
     t = training_inputs_from_plans(inputs, source)
     space = space_from_plans(inputs, source)
-    precisions = inputs.get("precisions")
+    precisions, headroom = _search_settings(inputs, source)
     if precisions is not None:
-        if (not isinstance(precisions, list) or not precisions
-                or not all(isinstance(p, str) and p in PRECISION for p in precisions)):
-            raise InputError(f"must list precisions among {', '.join(PRECISION)}, but got {precisions!r}; fix it or "
-                             "rerun `autotune search --out DIR`", source=source, field="inputs.precisions")
-        space = space.with_precisions(tuple(dict.fromkeys(precisions)))
-    extra = {}
-    if inputs.get("memory_headroom") is not None:
-        extra["memory_headroom"] = loading.number(dict(inputs), "memory_headroom", source=source, section="inputs",
-                                                  positive=False, minimum=0, maximum=0.99)
+        space = space.with_precisions(precisions)
+    extra = {} if headroom is None else {"memory_headroom": headroom}
     return TrainingProblem.build(t.model, t.cluster, t.workload, space, t.framework, **extra)
 
 
