@@ -54,8 +54,12 @@ FROM_CATALOGUE: Mapping[str, str] = {"bf16": "bf16", "fp8": "fp8", "nvfp4": "nvf
 def check_checkpoint(name: str) -> str:
     """The checkpoint named, normalised: a container format carries its scheme (``compressed-tensors:fp8``)."""
     key = name.strip().lower()
-    fmt, _, scheme = key.partition(":")
+    fmt, colon, scheme = key.partition(":")
     if fmt in SCHEMES:
+        if colon and not scheme:  # 'compressed-tensors:' is a scheme left out, not the bare container
+            raise ValueError(f"a {fmt} checkpoint names its scheme after the colon, one of {', '.join(SCHEMES[fmt])}, "
+                             f"but got ({name!r}); e.g. {fmt}:{SCHEMES[fmt][0]}, or {fmt} alone for "
+                             f"{SCHEMES[fmt][0]}")
         scheme = scheme or SCHEMES[fmt][0]
         if scheme not in SCHEMES[fmt]:
             raise ValueError(f"a {fmt} checkpoint holds one of {', '.join(SCHEMES[fmt])}, but got ({name!r}); "
