@@ -66,6 +66,8 @@ def validate(
 ) -> None:
     """Predict every measured run (training or serving) with its own layout; report the error per row and per group."""
     with user_errors():
+        if worst < 0:
+            raise InputError(f"must be >= 0 rows (0: all), but got {worst}", field="--worst")
         runs_csv = _runs_csv(runs_csv, bundled)
         columns = read_columns(runs_csv)
         if is_silicon_schema(columns):  # serving_silicon.csv schema (TTFT and TPOT per operating point)
