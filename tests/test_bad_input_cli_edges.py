@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.test_bad_input import SMALL, assert_user_error, invoke
+from tests.test_bad_input import SERVE, SMALL, assert_user_error, invoke
 
 
 # --- a sampled search that found no fitting plan is not a memory problem ---------------------------------
@@ -47,3 +47,20 @@ def test_tune_top_below_one_is_refused(top, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert_user_error(invoke("tune", *SMALL, "--run", "true", "--top", top), "--top")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- values that were read as something else -------------------------------------------------------------
+
+@pytest.mark.parametrize("checkpoint", ["compressed-tensors:", "modelopt:", "MODELOPT: "])
+def test_a_container_checkpoint_with_an_empty_scheme_is_refused(checkpoint):
+    assert_user_error(invoke("search", *SERVE, "--checkpoint", checkpoint), "--checkpoint", "after the colon")
+
+
+def test_the_bare_container_still_means_its_common_scheme():
+    result = invoke("search", *SERVE, "--checkpoint", "compressed-tensors", "-k", "1", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["inputs"]["checkpoint"] == "compressed-tensors:fp8"
+
+
+def test_validate_worst_below_zero_is_refused():
+    assert_user_error(invoke("validate", "--bundled", "training", "--worst", "-1"), "--worst")
