@@ -131,13 +131,13 @@ def space_from_mapping(data: dict, *, source: str) -> Space:
             continue
         if not isinstance(raw, list) or not raw:
             raise InputError(f"must be a non-empty list, but got {raw!r}", source=source, field=f"axes.{key}")
-        text = ",".join(f"{key}={str(v).lower() if isinstance(v, bool) else v}" for v in raw)
         try:
-            values = [v for _, v in _fields_in_order(text, key)]
+            values = [_choice(key, v) for v in raw]
         except ValueError as exc:
             raise InputError(str(exc), source=source, field=f"axes.{key}") from None
         axes[key] = tuple(dict.fromkeys(values))
-    rules_raw = data.get("rules") or {}
+    rules_raw = data.get("rules")
+    rules_raw = {} if rules_raw is None else rules_raw
     if not isinstance(rules_raw, dict):
         raise InputError("must be a mapping of rule names to true/false", source=source, field="rules")
     check_keys(rules_raw, _RULE_KEYS, source=source, section="rules")
@@ -146,9 +146,14 @@ def space_from_mapping(data: dict, *, source: str) -> Space:
                  source=source)
 
 
-def _fields_in_order(text: str, key: str) -> list[tuple[str, Any]]:
-    # parse_plan_fields rejects repeated keys, so parse each choice on its own.
-    return [(key, parse_plan_fields(part)[key]) for part in text.split(",")]
+def _choice(key: str, value: Any) -> Any:
+    """One choice of axis ``key``, read as ``--fix key=value`` reads it; a choice holding ',' or '=' (``8,pp=2``)
+    would be read as other keys, so it is refused."""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    if "," in text or "=" in text:
+        raise ValueError(f"each choice is one value, but got {value!r}; give each choice as its own item of the "
+                         "list")
+    return parse_plan_fields(f"{key}={text}")[key]
 
 
 def load_space(path: str | None) -> Space:
