@@ -64,3 +64,34 @@ def test_the_bare_container_still_means_its_common_scheme():
 
 def test_validate_worst_below_zero_is_refused():
     assert_user_error(invoke("validate", "--bundled", "training", "--worst", "-1"), "--worst")
+
+
+# --- a training search space whose choices hold ',' or '=' ----------------------------------------------
+
+def _space_with(tmp_path, **changes):
+    import yaml
+
+    from tests.test_bad_input import ROOT
+
+    space = yaml.safe_load((ROOT / "search_spaces" / "train.yaml").read_text())
+    for key, value in changes.items():
+        if key == "rules":
+            space["rules"] = value
+        else:
+            space["axes"][key] = value
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(space))
+    return path
+
+
+@pytest.mark.parametrize("key, value", [("tp", ["8,pp=2"]), ("recompute", ["full,tp=2"]), ("mbs", ["2,"]),
+                                        ("tp", ["1,2"]), ("tp", ["8=8"])])
+def test_a_space_choice_holding_other_keys_is_refused_not_a_crash(key, value, tmp_path):
+    """'8,pp=2' was read as two plan keys and crashed with a KeyError."""
+    path = _space_with(tmp_path, **{key: value})
+    for command in (["search", *SMALL, "--space", path], ["tune", *SMALL, "--run", "true", "--space", path]):
+        assert_user_error(invoke(*command), "space.yaml", f"axes.{key}", "one value")
+
+
+def test_space_rules_that_are_a_list_are_refused(tmp_path):
+    assert_user_error(invoke("search", *SMALL, "--space", _space_with(tmp_path, rules=[])), "space.yaml", "rules")
