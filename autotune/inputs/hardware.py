@@ -357,7 +357,7 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
                          "price_estimated: true and say how it was made under sources", source=source,
                          field="price_usd_per_gpu_hour")
     return Hardware(
-        name=loading.text(data, "name", source=source),
+        name=loading.text(data, "name", source=source, blank=False),
         description=loading.text(data, "description", source=source, default=""),
         peak_tflops=MappingProxyType(peaks),
         memory_gib=_physical(data, "memory_gib", source=source),

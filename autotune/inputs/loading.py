@@ -205,7 +205,8 @@ def integer(data: dict, key: str, *, source: str, section: str = "", minimum: in
 
 
 def text(data: dict, key: str, *, source: str, section: str = "", default: Any = ...,
-         choices: tuple[str, ...] | None = None) -> str:
+         choices: tuple[str, ...] | None = None, blank: bool = True) -> str:
+    """Fetch a string; ``blank=False``: one that is empty or only spaces is refused (a name things are known by)."""
     field = f"{section}.{key}" if section else key
     if key not in data or data[key] is None:
         if default is ...:
@@ -214,6 +215,9 @@ def text(data: dict, key: str, *, source: str, section: str = "", default: Any =
     value = data[key]
     if not isinstance(value, str):
         raise InputError(f"must be a string, but got {value!r}", source=source, field=field)
+    if not blank and not value.strip():
+        raise InputError(f"must not be empty, but got {value!r}; give the name it is shown and recorded by",
+                         source=source, field=field)
     if choices is not None and value not in choices:
         raise InputError(f"must be one of {', '.join(choices)}, but got {value!r}", source=source, field=field)
     return value

@@ -790,7 +790,7 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
         raise InputError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})", source=source, field="n_kv_heads")
     try:
         return ModelSpec(
-            name=loading.text(data, "name", source=source),
+            name=loading.text(data, "name", source=source, blank=False),
             n_layers=n_layers,
             hidden_size=hidden,
             ffn_hidden_size=num("ffn_hidden_size"),
