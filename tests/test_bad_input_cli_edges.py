@@ -95,3 +95,20 @@ def test_a_space_choice_holding_other_keys_is_refused_not_a_crash(key, value, tm
 
 def test_space_rules_that_are_a_list_are_refused(tmp_path):
     assert_user_error(invoke("search", *SMALL, "--space", _space_with(tmp_path, rules=[])), "space.yaml", "rules")
+
+
+# --- a model spec or hardware profile without a name -----------------------------------------------------
+
+@pytest.mark.parametrize("name", ['""', "'  '"])
+def test_a_blank_model_or_hardware_name_is_refused(name, tmp_path):
+    """A blank name printed '  on 8 x h100-sxm5-80gb' and was recorded so in plans.json."""
+    from tests.test_bad_input import PROFILE, SPEC
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.replace("name: llama3-8b", f"name: {name}"))
+    profile = tmp_path / "gpu.yaml"
+    profile.write_text(PROFILE.replace("name: h100-sxm5-80gb", f"name: {name}"))
+    assert_user_error(invoke("models", "show", spec), "spec.yaml", "'name'", "must not be empty")
+    assert_user_error(invoke("predict", *SMALL[:2], "-H", profile, *SMALL[4:], "-p", "tp=1"), "gpu.yaml", "'name'")
+    assert_user_error(invoke("search", "-m", spec, *SMALL[2:], "--out", tmp_path / "o"), "spec.yaml", "'name'")
+    assert not (tmp_path / "o").exists()
