@@ -50,6 +50,10 @@ def load_serving_calibration(path: str | Path) -> dict[str, ServingParams]:
                          "serving command; fit one with `autotune calibrate SERVING_RUNS.csv --out FILE` (a training "
                          "overlay goes to training commands)", source=source, field="schema")
     check_keys(data, frozenset({"schema", "engines", "source", "fit"}), source=source)
+    # notes on the fit, written by `autotune calibrate`: not read, but of the kind it writes
+    loading.text(data, "source", source=source, default=None)
+    if data.get("fit") is not None and not isinstance(data["fit"], dict):
+        raise InputError(f"must be a mapping (notes on the fit), but got {data['fit']!r}", source=source, field="fit")
     engines = data.get("engines")
     if not isinstance(engines, dict) or not engines:
         raise InputError("must map engine names to parameter mappings", source=source, field="engines")
