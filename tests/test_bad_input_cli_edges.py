@@ -112,3 +112,13 @@ def test_a_blank_model_or_hardware_name_is_refused(name, tmp_path):
     assert_user_error(invoke("predict", *SMALL[:2], "-H", profile, *SMALL[4:], "-p", "tp=1"), "gpu.yaml", "'name'")
     assert_user_error(invoke("search", "-m", spec, *SMALL[2:], "--out", tmp_path / "o"), "spec.yaml", "'name'")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("key, value", [("source", [1]), ("fit", [1]), ("fit", "good")])
+def test_a_serving_calibration_with_notes_of_the_wrong_kind_is_refused(key, value, tmp_path):
+    import yaml
+
+    path = tmp_path / "serving.yaml"
+    path.write_text(yaml.safe_dump({"schema": "serving", "engines": {"vllm": {"gemm": 0.6}}, key: value}))
+    assert_user_error(invoke("search", *SERVE, "--calibration", path), "serving.yaml", f"'{key}'")
+    assert_user_error(invoke("validate", "--bundled", "serving", "--calibration", path), "serving.yaml", f"'{key}'")
