@@ -222,6 +222,12 @@ def test_an_unknown_version_names_the_known_ones(spec, known):
     assert_user_error(invoke(*PREDICT, "--framework", spec), "field '--framework'", "unknown version", known)
 
 
+@pytest.mark.parametrize("spec", ["megatron-lm@0000-01", "deepspeed@1999-12", "torchtitan@2019-08"])
+def test_a_version_before_any_profiled_framework_is_refused(spec):
+    assert_user_error(invoke(*PREDICT, "--framework", spec), "field '--framework'", "predates every framework",
+                      "2019-09")
+
+
 # --- 10. an empty model, hardware or space name ------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, flag", [

@@ -237,6 +237,11 @@ def _traits(raw: Any, *, source: str, section: str, complete: bool) -> dict[str,
     return {k: _trait(v, k, source=source, where=f"{section}.{k}") for k, v in raw.items()}
 
 
+# A version date before this is a typo (0000-01, 1900-01): Megatron-LM, the oldest framework profiled, was
+# published in September 2019 (NVIDIA/Megatron-LM, Shoeybi et al. 2019, arXiv:1909.08053).
+EARLIEST_FRAMEWORK_DATE = "2019-09"
+
+
 @dataclass(frozen=True)
 class FrameworkProfile:
     """A profile as loaded: base traits, dated changes and releases; :meth:`at` resolves a version."""
@@ -267,6 +272,10 @@ class FrameworkProfile:
             return self.releases[version]
         text = version.strip()
         if _DATE.match(text) and 1 <= int(text[5:7]) <= 12:
+            if text < EARLIEST_FRAMEWORK_DATE:
+                raise InputError(f"version {version!r} of {self.name} predates every framework autotune profiles (the "
+                                 f"oldest, Megatron-LM, appeared in {EARLIEST_FRAMEWORK_DATE}); give a release or a "
+                                 f"date YYYY-MM ({self.name} knows {self.known_versions()})", field="--framework")
             return text
         raise InputError(f"unknown version {version!r} of {self.name}; give a release or a date YYYY-MM "
                          f"({self.name} knows {self.known_versions()})", field="--framework")
