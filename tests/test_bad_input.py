@@ -43,6 +43,8 @@ def assert_user_error(result, *needles: str) -> None:
 @pytest.mark.parametrize("args, flag", [
     (["search", *SMALL, "--tokens", "nan"], "--tokens"),
     (["search", *SMALL, "--tokens", "inf"], "--tokens"),
+    (["search", *SMALL, "--tokens", "1e-320"], "--tokens"),  # below one step's tokens: a typo, not a budget
+    (["search", *SMALL, "--gpus", "8..16", "--tokens", "1e3", "--deadline", "3d"], "--tokens"),
     (["search", *SMALL, "--price", "-inf"], "--price"),
     (["predict", *SMALL, "--plan", "tp=1", "--price", "nan"], "--price"),
     (["search", *SMALL, "--gpus", "8..16", "--tokens", "1e12", "--pue", "nan"], "--pue"),

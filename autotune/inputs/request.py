@@ -165,6 +165,11 @@ class TrainingRequest:
             raise InputError(f"must be >= 1 sequence, but got {self.global_batch}", field="--global-batch")
         if self.tokens is not None and not self.tokens > 0:
             raise InputError(f"must be > 0, but got {self.tokens}", field="--tokens")
+        step_tokens = self.seq_len * self.global_batch
+        if self.tokens is not None and self.tokens < step_tokens:
+            # a budget below one optimizer step is a typo (1e-320, 15e2 for 15e12): the run would be 0 days and $0
+            raise InputError(f"must be at least one step's tokens (--seq-len x --global-batch = {step_tokens:,}), "
+                             f"but got {self.tokens:g}", field="--tokens")
         imbalance = 1.0 if self.moe_imbalance is None else self.moe_imbalance
         if not imbalance >= 1.0:
             raise InputError(f"must be >= 1 (the busiest rank's tokens over the mean), but got {imbalance}",
