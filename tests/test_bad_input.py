@@ -363,6 +363,7 @@ TRAIN_ONLY = [
     ("inputs.seq_len", 0),
     ("inputs.global_batch", 1.5),
     ("inputs.tokens", -1),
+    ("inputs.tokens", 1e-320),  # below one step's tokens, as search refuses: emit wrote --train-iters 1
     ("inputs.price_usd_per_gpu_hour", -1),  # the profile embedded beside it hid it from explain, emit and report
     ("inputs.precisions", ["fp2"]),  # explain and emit did not read these two, which report refused
     ("inputs.memory_headroom", 2),

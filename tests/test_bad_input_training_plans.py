@@ -222,10 +222,25 @@ def test_an_unknown_version_names_the_known_ones(spec, known):
     assert_user_error(invoke(*PREDICT, "--framework", spec), "field '--framework'", "unknown version", known)
 
 
-@pytest.mark.parametrize("spec", ["megatron-lm@0000-01", "deepspeed@1999-12", "torchtitan@2019-08"])
+@pytest.mark.parametrize("spec", ["megatron-lm@0000-01", "deepspeed@1999-12", "torchtitan@2019-07"])
 def test_a_version_before_any_profiled_framework_is_refused(spec):
     assert_user_error(invoke(*PREDICT, "--framework", spec), "field '--framework'", "predates every framework",
-                      "2019-09")
+                      "2019-08")
+
+
+def test_a_users_profile_with_older_dates_is_held_to_its_own(tmp_path):
+    """A user's profile that records a change of 2018-06 resolves a 2018 date; a date before it is refused."""
+    import yaml
+
+    data = yaml.safe_load(Path("profiles/frameworks/megatron-lm.yaml").read_text())
+    data["name"] = "meshtf"
+    data["changes"] = [{"since": "2018-06", "traits": {"dropout": True}, "source": "a user's profile"},
+                       *data.get("changes", [])]
+    path = tmp_path / "meshtf.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert invoke(*PREDICT, "--framework", f"{path}@2018-08").exit_code == 0
+    assert_user_error(invoke(*PREDICT, "--framework", f"{path}@2018-05"), "field '--framework'",
+                      "predates every framework")
 
 
 # --- 10. an empty model, hardware or space name ------------------------------------------------------------------

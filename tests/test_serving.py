@@ -523,3 +523,7 @@ def test_a_search_runs_the_weights_its_checkpoint_holds():
     pinned = runner.invoke(app, [*base, "--fix", "weights=fp8"])
     assert pinned.exit_code == 0, pinned.output
     assert {p["plan"]["weights"] for p in json.loads(pinned.stdout)["plans"]} == {"fp8"}
+    # a space given with --space is searched as written, the bundled file too
+    written = runner.invoke(app, [*base, "--space", "search_spaces/serve.yaml"])
+    assert written.exit_code == 0, written.output
+    assert "mxfp4" not in {p["plan"]["weights"] for p in json.loads(written.stdout)["plans"]}

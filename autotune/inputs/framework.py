@@ -238,8 +238,9 @@ def _traits(raw: Any, *, source: str, section: str, complete: bool) -> dict[str,
 
 
 # A version date before this is a typo (0000-01, 1900-01): Megatron-LM, the oldest framework profiled, was
-# published in September 2019 (NVIDIA/Megatron-LM, Shoeybi et al. 2019, arXiv:1909.08053).
-EARLIEST_FRAMEWORK_DATE = "2019-09"
+# released in August 2019 (NVIDIA's MegatronLM announcement and code, 2019-08; Shoeybi et al., arXiv:1909.08053).
+# A profile that records older dates of its own (a user's) is held to those instead.
+EARLIEST_FRAMEWORK_DATE = "2019-08"
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,11 @@ class FrameworkProfile:
     releases: Mapping[str, str]
     sources: Mapping[str, str]
     source: str
+
+    @property
+    def dates(self) -> list[str]:
+        """Every date the profile records, of a change or a release."""
+        return [c[0] for c in self.changes] + list(self.releases.values())
 
     @property
     def newest(self) -> str:
@@ -272,7 +278,7 @@ class FrameworkProfile:
             return self.releases[version]
         text = version.strip()
         if _DATE.match(text) and 1 <= int(text[5:7]) <= 12:
-            if text < EARLIEST_FRAMEWORK_DATE:
+            if text < min([EARLIEST_FRAMEWORK_DATE, *self.dates]):
                 raise InputError(f"version {version!r} of {self.name} predates every framework autotune profiles (the "
                                  f"oldest, Megatron-LM, appeared in {EARLIEST_FRAMEWORK_DATE}); give a release or a "
                                  f"date YYYY-MM ({self.name} knows {self.known_versions()})", field="--framework")

@@ -169,7 +169,8 @@ class TrainingRequest:
         if self.tokens is not None and self.tokens < step_tokens:
             # a budget below one optimizer step is a typo (1e-320, 15e2 for 15e12): the run would be 0 days and $0
             raise InputError(f"must be at least one step's tokens (--seq-len x --global-batch = {step_tokens:,}), "
-                             f"but got {self.tokens:g}", field="--tokens")
+                             f"but got {self.tokens:g}; give the whole training budget, e.g. --tokens 1.5e12",
+                             field="--tokens")
         imbalance = 1.0 if self.moe_imbalance is None else self.moe_imbalance
         if not imbalance >= 1.0:
             raise InputError(f"must be >= 1 (the busiest rank's tokens over the mean), but got {imbalance}",

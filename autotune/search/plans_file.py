@@ -257,6 +257,11 @@ def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model:
                          field=exc.field) from None
     except ValueError as exc:
         raise InputError(str(exc), source=source, field="inputs") from None
+    step_tokens = workload.seq_len * workload.global_batch
+    if workload.tokens is not None and workload.tokens < step_tokens:  # as search refuses --tokens
+        raise InputError(f"must be at least one step's tokens (seq_len x global_batch = {step_tokens:,}), but got "
+                         f"{workload.tokens:g}; rerun `autotune search --out` (or delete the key)", source=source,
+                         field="inputs.tokens")
     named = framework or inputs.get("framework")
     if named is not None and not isinstance(named, str):
         raise InputError(f"must name a framework (NAME[@VERSION]), but got {named!r}", source=source,

@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -83,7 +83,7 @@ class ServeSpace:
             pinned.add(key)
         return ServeSpace(self.name, axes, self.source, frozenset(pinned), pool_fixes)
 
-    def with_weights(self, precisions) -> "ServeSpace":
+    def with_weights(self, precisions: Iterable[str]) -> ServeSpace:
         """The space with ``precisions`` (those a checkpoint holds) on its weights axis, unless weights is pinned:
         a gpt-oss checkpoint holds MXFP4, which the bundled space does not list, and without it every plan would
         need another checkpoint."""
