@@ -79,7 +79,6 @@ from ..training.plan import (
 )
 from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
 from .app import (
-    check_study_flags,
     Calibration,
     CheckpointOpt,
     MemoryFractionOpt,
@@ -107,6 +106,7 @@ from .app import (
     TtftMs,
     WorkloadKind,
     app,
+    check_study_flags,
     check_workload,
     note_inputs,
     print_json,

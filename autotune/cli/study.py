@@ -32,7 +32,6 @@ from ..search.tune import (
 from ..training.problem import TrainingProblem, parse_objectives
 from ..training.space import load_space
 from .app import (
-    check_study_flags,
     MoeCapacityFactor,
     MoeImbalance,
     Calibration,
@@ -49,6 +48,7 @@ from .app import (
     SeqLen,
     Tokens,
     app,
+    check_study_flags,
     print_json,
     stderr,
     stdout,

@@ -13,7 +13,7 @@ from .calibration import apply_calibration, load_calibration
 from .framework import Framework, load_framework
 from .hardware import Cluster, Hardware, load_hardware
 from .modelspec import ModelSpec, load_model
-from .workload import ServeWorkload, TrainWorkload, capacity_factor_problem
+from .workload import ServeWorkload, TrainWorkload, capacity_factor_problem, tokens_problem
 
 # More GPUs than this is a typo, not a cluster (the largest are a few hundred thousand).
 MAX_GPUS = 10_000_000
@@ -163,14 +163,9 @@ class TrainingRequest:
             raise InputError(f"must be >= 1, but got {self.seq_len}", field="--seq-len")
         if self.global_batch < 1:
             raise InputError(f"must be >= 1 sequence, but got {self.global_batch}", field="--global-batch")
-        if self.tokens is not None and not self.tokens > 0:
-            raise InputError(f"must be > 0, but got {self.tokens}", field="--tokens")
-        step_tokens = self.seq_len * self.global_batch
-        if self.tokens is not None and self.tokens < step_tokens:
-            # a budget below one optimizer step is a typo (1e-320, 15e2 for 15e12): the run would be 0 days and $0
-            raise InputError(f"must be at least one step's tokens (--seq-len x --global-batch = {step_tokens:,}), "
-                             f"but got {self.tokens:g}; give the whole training budget, e.g. --tokens 1.5e12",
-                             field="--tokens")
+        problem = tokens_problem(self.tokens, self.seq_len, self.global_batch)
+        if problem:
+            raise InputError(f"{problem}; give the whole training budget, e.g. --tokens 1.5e12", field="--tokens")
         imbalance = 1.0 if self.moe_imbalance is None else self.moe_imbalance
         if not imbalance >= 1.0:
             raise InputError(f"must be >= 1 (the busiest rank's tokens over the mean), but got {imbalance}",

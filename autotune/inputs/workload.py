@@ -23,6 +23,20 @@ def capacity_factor_problem(value: float | None) -> str | None:
             f"its mean share; 1.0 is the usual; empty for dropless), but got {value!r}")
 
 
+def tokens_problem(tokens: float | None, seq_len: int, global_batch: int) -> str | None:
+    """Why ``tokens`` is not a training budget for this step size (None: it is, or none is given).  A budget below
+    one optimizer step is a typo (1e-320, 15e2 for 15e12): the run would take 0 days and cost $0."""
+    if tokens is None:
+        return None
+    if not tokens > 0:
+        return f"must be > 0, but got {tokens}"
+    step_tokens = seq_len * global_batch
+    if tokens < step_tokens:
+        return (f"must be at least one step's tokens (sequence length x global batch = {step_tokens:,}), but got "
+                f"{tokens:g}")
+    return None
+
+
 @dataclass(frozen=True)
 class TrainWorkload:
     """Sequence length and global batch (in sequences); ``tokens`` is the training budget, if known.

@@ -35,7 +35,8 @@ from ..inputs.modelspec import (
     model_to_mapping,
 )
 from ..inputs.request import TrainingInputs, cluster_from_options, moe_workload_problem
-from ..inputs.workload import MAX_CAPACITY_FACTOR, MIN_CAPACITY_FACTOR, ServeWorkload, TrainWorkload
+from ..inputs.workload import (MAX_CAPACITY_FACTOR, MIN_CAPACITY_FACTOR, ServeWorkload, TrainWorkload,
+                                tokens_problem)
 from ..serving.calibrated import aggregated_only, params_for, release_name
 from ..serving.checkpoint import check_checkpoint
 from ..serving.engines import DEFAULT_ENGINE, ENGINES, check_memory_fraction, parse_engine
@@ -257,10 +258,9 @@ def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model:
                          field=exc.field) from None
     except ValueError as exc:
         raise InputError(str(exc), source=source, field="inputs") from None
-    step_tokens = workload.seq_len * workload.global_batch
-    if workload.tokens is not None and workload.tokens < step_tokens:  # as search refuses --tokens
-        raise InputError(f"must be at least one step's tokens (seq_len x global_batch = {step_tokens:,}), but got "
-                         f"{workload.tokens:g}; rerun `autotune search --out` (or delete the key)", source=source,
+    problem = tokens_problem(workload.tokens, workload.seq_len, workload.global_batch)  # as search refuses --tokens
+    if problem:
+        raise InputError(f"{problem}; rerun `autotune search --out` (or delete the key)", source=source,
                          field="inputs.tokens")
     named = framework or inputs.get("framework")
     if named is not None and not isinstance(named, str):
