@@ -43,3 +43,13 @@ def require_keys(data: dict, required: set[str] | frozenset[str], *, source: str
     if missing:
         where = f"{section}." if section else ""
         raise InputError(f"missing required key(s) {', '.join(where + k for k in missing)}", source=source)
+
+
+def comma_items(text: str, *, what: str, field: str | None = None) -> list[str]:
+    """The items of a comma-separated list (``"bf16,fp8"``), stripped; an empty item is an error and not
+    dropped, as ``"bf16,,fp8"`` or a trailing comma is more likely a slip than a choice."""
+    items = [part.strip() for part in text.split(",")]
+    if len(items) > 1 and not all(items):
+        raise InputError(f"{what} must be a comma-separated list without empty items, but got ({text!r}); "
+                         "remove the extra comma", field=field)
+    return [item for item in items if item]

@@ -122,3 +122,62 @@ def test_a_serving_calibration_with_notes_of_the_wrong_kind_is_refused(key, valu
     path.write_text(yaml.safe_dump({"schema": "serving", "engines": {"vllm": {"gemm": 0.6}}, key: value}))
     assert_user_error(invoke("search", *SERVE, "--calibration", path), "serving.yaml", f"'{key}'")
     assert_user_error(invoke("validate", "--bundled", "serving", "--calibration", path), "serving.yaml", f"'{key}'")
+
+
+# --- an empty item in a comma list, an empty --out, a named pipe given as a file -------------------------
+
+@pytest.mark.parametrize("args, flag", [
+    (["search", *SMALL, "--objective", "throughput,,cost"], "--objective"),
+    (["search", *SMALL, "--objective", "throughput,"], "--objective"),
+    (["search", *SMALL, "--precision", "bf16,,fp8"], "--precision"),
+    (["search", *SMALL, "--emit", "megatron,,slurm"], "--emit"),
+    (["search", *SERVE, "--emit", "vllm,"], "--emit"),
+    (["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb,,a100-sxm4-80gb", "--gpus", "8..16", "-s", "4096", "-b", "16",
+      "--tokens", "1e9", "--deadline", "30d"], "--hardware"),
+    (["predict", *SMALL, "--plan", "tp=2,,pp=1"], "--plan"),
+    (["predict", *SERVE, "--plan", "tp=2,,replicas=4"], "--plan"),
+])
+def test_an_empty_item_in_a_comma_list_is_refused_not_dropped(args, flag, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_user_error(invoke(*args), flag, "without empty items")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_same_lists_without_the_extra_comma_still_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("search", *SMALL, "--objective", "throughput,cost", "--precision", "bf16,fp8", "-k", "1", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["plans"]
+
+
+@pytest.mark.parametrize("args", [
+    ["search", *SMALL, "--out", ""],
+    ["search", *SMALL, "--out", "  "],
+    ["report", "plans.json", "--out", ""],
+    ["emit", "plans.json", "--out", ""],
+    ["calibrate", "runs.csv", "--out", ""],
+])
+def test_an_empty_out_path_is_refused_not_read_as_the_current_folder(args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "must name a path, but got an empty one" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("name, args", [
+    ("p.csv", ["validate", "p.csv"]),
+    ("p.csv", ["calibrate", "p.csv", "--out", "o.yaml"]),
+    ("p.yaml", ["search", "-m", "p.yaml", *SMALL[2:]]),
+    ("p.yaml", ["search", *SMALL, "--space", "p.yaml"]),
+    ("p.yaml", ["search", *SMALL, "--calibration", "p.yaml"]),
+    ("p.json", ["explain", "p.json"]),
+])
+def test_a_named_pipe_given_as_a_file_is_refused_not_waited_on(name, args, tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(name)
+    assert_user_error(invoke(*args), name, "not a regular file")

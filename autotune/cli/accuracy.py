@@ -22,7 +22,7 @@ from ..serving.validation import validate_serving_csv, validate_silicon_csv
 from ..training.calibration import fit
 from ..training.runs import MeasuredRun, SkippedRow, read_runs
 from ..training.validation import validate_runs
-from .app import JsonOut, app, print_json, progress, stderr, stdout, user_errors
+from .app import JsonOut, app, path_option, print_json, progress, stderr, stdout, user_errors
 
 BUNDLED = {"training": "training_runs.csv", "moe-training": "moe_training_runs.csv", "serving": "serving_runs.csv",
            "serving-silicon": "serving_silicon.csv"}
@@ -219,7 +219,7 @@ def _validate_serving(path: Path, *, json_out: bool, worst: int, calibration: st
 )
 def calibrate(
     runs_csv: Annotated[Path, typer.Argument(help="CSV of measured runs, training or serving (schema: docs/validation.md, docs/serving.md).")],
-    out: Annotated[Path, typer.Option("--out", help="Where to write the calibration overlay YAML (parent folders are created).")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the calibration overlay YAML (parent folders are created).", parser=path_option)],
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out file.")] = False,
     json_out: JsonOut = False,
     leave_one_out: Annotated[bool, typer.Option("--leave-one-out", help="Serving, silicon schema: also refit once per model with its rows held out and report their error (minutes).")] = False,

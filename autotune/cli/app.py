@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
@@ -44,6 +45,16 @@ stderr = Console(stderr=True)
 # A number option beyond these is a typo, not a cluster: refused before it overflows the cost model.
 MAX_FLOAT_OPTION = 1e18
 MAX_INT_OPTION = 2**31 - 1
+
+
+def path_option(text: str | Path) -> Path:
+    """Typer ``parser`` of a path option: an empty path (``--out ""``, an unset shell variable) is refused, as
+    Path("") would silently mean the current folder."""
+    if isinstance(text, Path):  # a default, already a path
+        return text
+    if not text.strip():
+        raise typer.BadParameter("must name a path, but got an empty one")
+    return Path(text)
 
 
 def check_number_options() -> None:

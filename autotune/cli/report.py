@@ -11,7 +11,7 @@ from ..errors import InputError
 from ..outputs.files import check_out_dir
 from ..outputs.report import StudySource, build_report, require_matplotlib
 from ..search.api import MAX_SEED
-from .app import FrameworkOpt, app, check_study_flags, progress, stdout, user_errors
+from .app import FrameworkOpt, app, check_study_flags, path_option, progress, stdout, user_errors
 
 MAX_REPORT_TRIALS = 10_000
 
@@ -27,7 +27,7 @@ MAX_REPORT_TRIALS = 10_000
 )
 def report_command(
     result: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR` (or its folder), training or serving.")] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for report.html and the PNG figures.")] = Path("report"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for report.html and the PNG figures.", parser=path_option)] = Path("report"),
     trials: Annotated[int, typer.Option("--trials", help="Evaluations for the TPE / random convergence runs (0: skip). "
                                         "With --study: random search runs at the study's own budget; 0 skips it.")] = 100,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the convergence runs and samples.")] = 0,

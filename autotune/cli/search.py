@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.markup import escape
 
-from ..errors import InputError
+from ..errors import InputError, comma_items
 from ..inputs.modelspec import load_model
 from ..inputs.request import (
     TrainingRequest,
@@ -106,6 +106,7 @@ from .app import (
     TtftMs,
     WorkloadKind,
     app,
+    path_option,
     check_study_flags,
     check_workload,
     note_inputs,
@@ -122,7 +123,7 @@ from .app import (
 
 def parse_serving_formats(text: str) -> list[str]:
     """``--emit vllm,sglang`` for a serving search: the serving launch formats, each once."""
-    names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    names = list(dict.fromkeys(comma_items(text, what="--emit", field="--emit")))
     if not names:
         raise InputError(f"name at least one serving format: {', '.join(SERVING_FORMATS)}", field="--emit")
     unknown = [n for n in names if n not in SERVING_FORMATS]
@@ -162,7 +163,7 @@ def search(
     objective: Annotated[str, typer.Option("--objective", help="throughput | cost | time | memory; comma-separated for a Pareto set.")] = "throughput",
     top: Annotated[int, typer.Option("--top", "-k", help="How many plans to show and write.")] = 10,
     json_out: JsonOut = False,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write plans.json and plans.csv into this folder.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write plans.json and plans.csv into this folder.", parser=path_option)] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder.")] = False,
     calibration: Calibration = None,
     emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: training: megatron, deepspeed, torchtitan, slurm (comma-separated; the search keeps to plans they can express); serving: vllm, sglang.")] = None,

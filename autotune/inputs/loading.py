@@ -92,10 +92,22 @@ def _no_duplicate_pairs(pairs: list[tuple[str, Any]]) -> dict:
     return dict(pairs)
 
 
+def check_regular_file(path: Path) -> None:
+    """Refuse a named pipe, socket or device before reading it: reading a pipe nobody writes to waits forever."""
+    try:
+        special = path.exists() and not path.is_file() and not path.is_dir()
+    except OSError:  # a path too long or unreadable: the read that follows reports it
+        return
+    if special:
+        raise InputError("is not a regular file (a named pipe, socket or device); give the file itself",
+                         source=str(path))
+
+
 def read_mapping(path: Path) -> dict[str, Any]:
     """Read a YAML (or JSON) file whose top level must be a mapping (a key held twice is refused; ``6e-1`` is a
     number)."""
     source = str(path)
+    check_regular_file(path)
     try:
         text = path.read_text()
     except UnicodeDecodeError:

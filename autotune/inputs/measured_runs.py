@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import InputError
+from .loading import check_regular_file
 
 # A cell beyond this is a typo (or an overflow), not a measurement or a size.
 MAX_CELL = 1e15
@@ -56,6 +57,7 @@ def _text(path: Path) -> str:
     source = str(path)
     if path.is_dir():
         raise InputError("is a folder; give the CSV file itself", source=source)
+    check_regular_file(path)
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import InputError
-from ..inputs.loading import load_json, strict_json
+from ..inputs.loading import check_regular_file, load_json, strict_json
 
 EXECUTABLE_SUFFIXES = (".sh", ".sbatch")
 PLANS_JSON = "plans.json"
@@ -120,6 +120,7 @@ def read_plans(path: Path) -> dict[str, Any]:
     """A plans.json written by ``autotune search --out DIR`` (given as the file or its folder)."""
     if path.is_dir():
         path = path / PLANS_JSON
+    check_regular_file(path)
     if not path.is_file():
         plan_hint = "" if path.suffix == ".json" or "/" in str(path) else ", or a plan string of key=value pairs (tp=8,pp=2)"
         raise InputError(f"no such file; give a plans.json written by `autotune search --out DIR` (or its folder)"

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, comma_items
 from ..inputs.hardware import Hardware
 from ..inputs.modelspec import ModelSpec, load_model
 from ..inputs.request import (
@@ -64,7 +64,7 @@ def parse_precisions(text: str | None) -> tuple[str, ...]:
     """``--precision bf16,fp8`` -> ("bf16", "fp8"); None -> :data:`DEFAULT_PRECISIONS`."""
     if text is None:
         return DEFAULT_PRECISIONS
-    names = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    names = tuple(dict.fromkeys(comma_items(text, what="--precision", field="--precision")))
     bad = [n for n in names if n not in PRECISION]
     if not names or bad:
         raise InputError(f"must be a comma-separated list of {', '.join(PRECISION)}, but got {text!r}",

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError
+from ..errors import InputError, comma_items
 
 if TYPE_CHECKING:
     from ..inputs.hardware import Cluster
@@ -98,7 +98,7 @@ def parse_duration_days(text: str | None, flag: str = "--deadline") -> float | N
 
 
 def split_hardware(text: str) -> list[str]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
+    names = comma_items(text, what="--hardware", field="--hardware")
     if not names:
         raise InputError("name at least one hardware profile (see `autotune hardware list`)", field="--hardware")
     if len(set(names)) != len(names):

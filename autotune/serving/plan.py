@@ -33,6 +33,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from ..errors import comma_items
 from ..inputs.request import MAX_GPUS
 
 # Weight precisions.  bf16/fp8/int8/fp4 run their GEMMs at that precision (W8A8, W4A4 NVFP4);
@@ -202,7 +203,7 @@ def check_serve_field(key: str, value: Any) -> None:
 def parse_serve_fields(text: str) -> dict[str, Any]:
     """``"tp=4,weights=fp8,max_batch=64"`` -> typed fields; unknown keys are an error."""
     fields: dict[str, Any] = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
+    for item in comma_items(text, what="a plan"):
         if "=" not in item:
             raise ValueError(f"each plan entry must read key=value, but got ({item!r})")
         key, _, raw = (s.strip() for s in item.partition("="))

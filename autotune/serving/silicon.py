@@ -52,6 +52,7 @@ import numpy as np
 from ..errors import InputError
 from ..inputs.catalogue import lookup_hf_id
 from ..inputs.hardware import Hardware, load_hardware, resolve_hardware_name
+from ..inputs.loading import check_regular_file
 from ..inputs.modelspec import ModelSpec, load_model
 from . import engines as E
 from .arch import KV_BYTES, gpu_scalars, model_scalars, precision_arrays
@@ -381,6 +382,7 @@ def read_silicon_rows(path: Path, *, primary_only: bool = True) -> list[SiliconR
     a non-empty cell that cannot be what its column says raises :class:`InputError` naming the file (and the row,
     the column and the value)."""
     source = str(path)
+    check_regular_file(path)
     try:
         handle = open(path, newline="", encoding="utf-8-sig")
     except FileNotFoundError:

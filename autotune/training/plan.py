@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from ..errors import comma_items
 from ..inputs.request import MAX_GPUS
 
 RECOMPUTE = ("none", "selective", "full")
@@ -186,7 +187,7 @@ def check_field(key: str, value: Any) -> None:
 def parse_plan_fields(text: str) -> dict[str, Any]:
     """Parse ``"tp=8,pp=4,sp=true,..."`` into typed fields; unknown keys are an error."""
     fields: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
+    for item in comma_items(text, what="a plan"):
         if "=" not in item:
             raise ValueError(f"each plan entry must read key=value, but got ({item!r})")
         key, _, raw = (s.strip() for s in item.partition("="))

@@ -8,6 +8,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from ..errors import comma_items
 from ..inputs.framework import Framework, load_framework
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
@@ -44,7 +45,7 @@ OBJECTIVES: Mapping[str, Objective] = {
 
 
 def parse_objectives(text: str, *, tokens: float | None) -> tuple[Objective, ...]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
+    names = comma_items(text, what="--objective")
     if not names:
         raise ValueError("--objective needs at least one of: " + ", ".join(OBJECTIVES))
     unknown = [n for n in names if n not in OBJECTIVES]

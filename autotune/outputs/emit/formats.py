@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ...errors import InputError
+from ...errors import InputError, comma_items
 from ...inputs.framework import DEFAULT_FRAMEWORK as DEFAULT_SOFTWARE
 from ...inputs.modelspec import ModelSpec
 from ...search.plans_file import model_from_plans, training_inputs_from_plans
@@ -55,8 +55,8 @@ def parse_formats(text: str | list[str]) -> list[str]:
     ``slurm`` runs the first framework named beside it (else Megatron-LM); write
     ``slurm:torchtitan`` to choose explicitly.
     """
-    items = text.split(",") if isinstance(text, str) else [p for item in text for p in item.split(",")]
-    names = [item.strip() for item in items if item.strip()]
+    joined = text if isinstance(text, str) else ",".join(text)
+    names = comma_items(joined, what="--emit", field="--emit")
     if not names:
         raise InputError(f"name at least one format: {', '.join(FORMATS)}", field="--emit")
     frameworks = [n for n in names if n in FRAMEWORKS]
