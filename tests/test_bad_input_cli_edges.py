@@ -181,3 +181,21 @@ def test_a_named_pipe_given_as_a_file_is_refused_not_waited_on(name, args, tmp_p
     monkeypatch.chdir(tmp_path)
     os.mkfifo(name)
     assert_user_error(invoke(*args), name, "not a regular file")
+
+
+def test_a_plans_json_entry_is_chosen_by_its_rank_not_its_position(tmp_path, monkeypatch):
+    """explain and emit read the plan a search ranked N, even where the entries were reordered or pruned by hand;
+    ranks that repeat are refused."""
+    monkeypatch.chdir(tmp_path)
+    assert invoke("search", *SMALL, "-k", "3", "--out", "r").exit_code == 0
+    document = json.loads((tmp_path / "r" / "plans.json").read_text())
+    second = document["plans"][1]["plan"]
+    document["plans"] = document["plans"][::-1][:2]  # ranks 3 and 2 left, in that order
+    (tmp_path / "edited.json").write_text(json.dumps(document))
+    result = invoke("explain", "edited.json", "--rank", "2", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["plan"] == second
+    assert_user_error(invoke("explain", "edited.json", "--rank", "1"), "--rank", "ranks 2..3")
+    document["plans"][0]["rank"] = 2
+    (tmp_path / "twice.json").write_text(json.dumps(document))
+    assert_user_error(invoke("emit", "twice.json", "--rank", "2"), "its own whole-number 'rank'")

@@ -147,16 +147,25 @@ def read_plans(path: Path) -> dict[str, Any]:
 
 
 def plan_entry(document: Mapping[str, Any], rank: int, source: str) -> dict[str, Any]:
-    """The entry of rank ``rank`` (1 = best) of a plans.json document, checked to hold a ``plan`` mapping."""
-    entries = document["plans"]
+    """The entry whose ``rank`` is ``rank`` (1 = best) in a plans.json document, checked to hold a ``plan`` mapping.
+    Chosen by the rank it records, not by its position: a file whose entries were reordered or pruned by hand
+    still gives the plan that was ranked ``rank``."""
+    entries = document.get("plans")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise InputError("is not a plans.json from `autotune search --out` (it needs 'inputs' and 'plans')",
+                         source=source)
     if not entries:
         raise InputError("lists no plans (nothing fitted); rerun the search with more GPUs or other settings",
                          source=source)
-    if not 1 <= rank <= len(entries):
-        raise InputError(f"must be between 1 and {len(entries)} (the plans in {source}), but got {rank}",
-                         field="--rank")
-    entry = entries[rank - 1]
-    if not isinstance(entry, dict) or not isinstance(entry.get("plan"), dict):
+    ranks = [entry.get("rank") for entry in entries]
+    if any(isinstance(r, bool) or not isinstance(r, int) for r in ranks) or len(set(ranks)) != len(ranks):
+        raise InputError(f"each plan needs its own whole-number 'rank', but got (ranks={ranks}); rerun "
+                         "`autotune search --out DIR`", source=source, field="plans")
+    if rank not in ranks:
+        raise InputError(f"has no plan of rank {rank} (it holds ranks {min(ranks)}..{max(ranks)}); choose --rank "
+                         "from those", source=source, field="--rank")
+    entry = entries[ranks.index(rank)]
+    if not isinstance(entry.get("plan"), dict):
         raise InputError(f"plan of rank {rank} is malformed (no 'plan' object); rerun `autotune search --out DIR`",
                          source=source, field="plans")
     return entry

@@ -19,6 +19,7 @@ from ...serving.plan import ServePlan
 from ...training.estimate import estimate_training
 from ...training.plan import PlanBatch, plan_from_fields
 from ...training.space import plan_violation
+from ..files import plan_entry
 from . import (
     DEFAULT_FRAMEWORK,
     EMITTERS,
@@ -139,17 +140,6 @@ def search_context(plan, model: ModelSpec, cluster, workload, estimate: Mapping[
     )
 
 
-def _entry(document: Mapping[str, Any], rank: int, source: str) -> Mapping[str, Any]:
-    entries = document.get("plans")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise InputError("is not a plans.json from `autotune search --out` (it needs 'inputs' and 'plans')", source=source)
-    ranks = [entry.get("rank") if isinstance(entry, dict) else None for entry in entries]
-    if rank not in ranks:
-        valid = [r for r in ranks if isinstance(r, int)]
-        listed = f"ranks {min(valid)}..{max(valid)}" if valid else "no plans"
-        raise InputError(f"has no plan of rank {rank} (it holds {listed}); choose --rank from those", source=source,
-                         field="--rank")
-    return entries[ranks.index(rank)]
 
 
 def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSpec | None = None,
@@ -164,7 +154,7 @@ def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSp
     for key in ("model", "hardware", "gpus", "gpus_per_node", "seq_len", "global_batch"):
         if key not in inputs:
             raise InputError(f"inputs lack '{key}'; rerun `autotune search --out`", source=source, field=f"inputs.{key}")
-    entry = _entry(document, rank, source)
+    entry = plan_entry(document, rank, source)
     if model is None:
         model = model_from_plans(inputs, source)
     elif model.name != inputs["model"]:
