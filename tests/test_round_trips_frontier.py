@@ -112,7 +112,8 @@ def test_disaggregated_memory_is_the_fuller_pool_and_each_pool_gets_its_own_flag
 
 def test_an_unbounded_ttft_is_not_written_as_zero(tmp_path):
     out = tmp_path / "r"
-    ok("search", *SERVE, "--request-rate", "500", "--out", out, "--top", "2")
+    missed = invoke("search", *SERVE, "--request-rate", "500", "--out", out, "--top", "2")
+    assert missed.exit_code == 1 and "exceeds capacity" in missed.output  # no plan serves it: said, still written
     script = ok("emit", out / "plans.json", "--format", "vllm").stdout
     assert "TTFT unbounded" in script and "TTFT 0 ms" not in script
 

@@ -395,9 +395,12 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                 files.update(engine_files)
             written += write_files(out, files, force)
 
+    # targets no plan meets are an impossible constraint: the closest plans are still shown (and written), but the
+    # exit status says so, as for a training search where nothing fits
+    missed = bool(result and result.ranked and not result.ranked[0].estimate["meets_targets"])
     if json_out:
         print_json(document)
-        return 0 if result and result.ranked else 1
+        return 0 if result and result.ranked and not missed else 1
     load = {"max-throughput": "maximum throughput (all requests queued)",
             "concurrency": f"{workload.concurrency} concurrent users",
             "rate": f"{workload.request_rate or 0:g} requests/s"}[workload.mode]
@@ -442,6 +445,16 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
     if not result.ranked:
         stderr.print(f"[bold red]no serving plan fits.[/] {_no_fit_hint(result, request)}", soft_wrap=True,
                      highlight=False)
+        return 1
+    if missed:
+        fixes = ["loosen --ttft-ms/--tpot-ms"] if workload.ttft_ms or workload.tpot_ms else []
+        fixes += ["add GPUs", "lower --request-rate" if workload.mode == "rate" else "lower --concurrency"
+                  if workload.mode == "concurrency" else ""]
+        if outcome.checkpoint == "bf16":
+            fixes.append("state a quantized checkpoint (--checkpoint fp8, nvfp4)")
+        stderr.print(f"[bold red]no plan meets the targets[/] (the best plan misses: "
+                     f"{result.ranked[0].estimate.get('misses', '')}); {' or '.join(f for f in fixes if f)}.",
+                     soft_wrap=True, highlight=False)
         return 1
     return 0
 
