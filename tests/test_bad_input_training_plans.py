@@ -222,10 +222,44 @@ def test_an_unknown_version_names_the_known_ones(spec, known):
     assert_user_error(invoke(*PREDICT, "--framework", spec), "field '--framework'", "unknown version", known)
 
 
-@pytest.mark.parametrize("spec", ["megatron-lm@0000-01", "deepspeed@1999-12", "torchtitan@2019-07"])
-def test_a_version_before_any_profiled_framework_is_refused(spec):
+@pytest.mark.parametrize("spec, first", [("megatron-lm@0000-01", "2019-08"), ("deepspeed@1999-12", "2020-02"),
+                                         ("torchtitan@2019-07", "2024-04"), ("torchtitan@2020-01", "2024-04"),
+                                         ("llm-foundry@2023-04", "2023-05"), ("nemo@2019-08", "2019-09")])
+def test_a_version_before_the_frameworks_first_release_is_refused(spec, first):
+    """A bundled profile states its first release with a source; a date before it is refused, naming it."""
+    assert_user_error(invoke(*PREDICT, "--framework", spec), "field '--framework'", "predates its first release",
+                      f"from {first} on")
+
+
+@pytest.mark.parametrize("spec", ["megascale@2019-07", "other@1999-12"])
+def test_a_profile_without_a_first_release_is_held_to_the_oldest_framework(spec):
     assert_user_error(invoke(*PREDICT, "--framework", spec), "field '--framework'", "predates every framework",
                       "2019-08")
+
+
+@pytest.mark.parametrize("spec", ["torchtitan@2024-04", "llm-foundry@2023-05", "deepspeed@2020-02", "nemo@2019-09"])
+def test_a_version_from_the_first_release_on_resolves(spec):
+    result = invoke("predict", *SMALL, "-p", "tp=1,zero=0", "--framework", spec)
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("first_release, field", [
+    ("2019", "first_release"),
+    ({"date": "2019-13", "source": "x"}, "first_release.date"),
+    ({"date": "2019-08"}, "first_release.source"),
+    ({"date": "2019-08", "source": "x", "by": "me"}, "first_release.by"),
+    ({"date": "2030-01", "source": "a date after its own changes"}, "first_release.date"),
+])
+def test_a_malformed_first_release_in_a_users_profile_is_refused(first_release, field, tmp_path):
+    import yaml
+
+    data = yaml.safe_load(Path("profiles/frameworks/megatron-lm.yaml").read_text())
+    data["name"], data["first_release"] = "mine", first_release
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = invoke(*PREDICT, "--framework", str(path))
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert field in result.output
 
 
 def test_a_users_profile_with_older_dates_is_held_to_its_own(tmp_path):
@@ -234,6 +268,7 @@ def test_a_users_profile_with_older_dates_is_held_to_its_own(tmp_path):
 
     data = yaml.safe_load(Path("profiles/frameworks/megatron-lm.yaml").read_text())
     data["name"] = "meshtf"
+    data.pop("first_release")  # a user's profile that states none
     data["changes"] = [{"since": "2018-06", "traits": {"dropout": True}, "source": "a user's profile"},
                        *data.get("changes", [])]
     path = tmp_path / "meshtf.yaml"

@@ -11,6 +11,7 @@ A profile is a YAML file in ``profiles/frameworks/``::
 
     name: megatron-lm
     description: ...
+    first_release: {date: 2019-08, source: "..."}  # optional: a version before it is refused
     releases: {core_r0.7.0: 2024-06}     # release name -> YYYY-MM, so NAME@RELEASE resolves to a date
     traits: {attention: unfused, ...}    # as of the earliest version the profile covers
     sources: {attention: "...", ...}     # one source per trait
@@ -187,7 +188,8 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
     "allocator_overhead": ("number", 0.0, 1.0),
 })
 
-_TOP_KEYS = frozenset({"name", "description", "releases", "traits", "sources", "changes"})
+_TOP_KEYS = frozenset({"name", "description", "first_release", "releases", "traits", "sources", "changes"})
+_FIRST_RELEASE_KEYS = frozenset({"date", "source"})
 _CHANGE_KEYS = frozenset({"since", "traits", "source"})
 
 
@@ -239,7 +241,8 @@ def _traits(raw: Any, *, source: str, section: str, complete: bool) -> dict[str,
 
 # A version date before this is a typo (0000-01, 1900-01): Megatron-LM, the oldest framework profiled, was
 # released in August 2019 (NVIDIA's MegatronLM announcement and code, 2019-08; Shoeybi et al., arXiv:1909.08053).
-# A profile that records older dates of its own (a user's) is held to those instead.
+# A profile that states its own ``first_release`` (with a source) is held to that date instead, and one that
+# records older dates of its own (a user's) to those.
 EARLIEST_FRAMEWORK_DATE = "2019-08"
 
 
@@ -254,6 +257,7 @@ class FrameworkProfile:
     releases: Mapping[str, str]
     sources: Mapping[str, str]
     source: str
+    first_release: tuple[str, str] | None = None  # (YYYY-MM, its source): no version of it is older
 
     @property
     def dates(self) -> list[str]:
@@ -278,6 +282,11 @@ class FrameworkProfile:
             return self.releases[version]
         text = version.strip()
         if _DATE.match(text) and 1 <= int(text[5:7]) <= 12:
+            if self.first_release is not None and text < self.first_release[0]:
+                first, why = self.first_release
+                raise InputError(f"version {version!r} of {self.name} predates its first release ({first}: {why}); "
+                                 f"give a release or a date YYYY-MM from {first} on ({self.name} knows "
+                                 f"{self.known_versions()})", field="--framework")
             if text < min([EARLIEST_FRAMEWORK_DATE, *self.dates]):
                 raise InputError(f"version {version!r} of {self.name} predates every framework autotune profiles (the "
                                  f"oldest, Megatron-LM, appeared in {EARLIEST_FRAMEWORK_DATE}); give a release or a "
@@ -345,10 +354,30 @@ def profile_from_mapping(data: dict, *, source: str) -> FrameworkProfile:
         changes.append((since, MappingProxyType(traits), why))
     if [c[0] for c in changes] != sorted(c[0] for c in changes):
         raise InputError("must be in date order (oldest first)", source=source, field="changes")
+    first_release = _first_release(data.get("first_release"), source=source)
+    older = [d for d in [c[0] for c in changes] + list(releases.values()) if first_release and d < first_release[0]]
+    if older:
+        raise InputError(f"a change or release dated {min(older)} predates the first release ({first_release[0]}); "
+                         "correct one of the dates", source=source, field="first_release.date")
     return FrameworkProfile(name=name, description=loading.text(data, "description", source=source, default=""),
                             base=MappingProxyType(base), changes=tuple(changes),
                             releases=MappingProxyType(releases),
-                            sources=MappingProxyType({k: str(v) for k, v in sources_raw.items()}), source=source)
+                            sources=MappingProxyType({k: str(v) for k, v in sources_raw.items()}), source=source,
+                            first_release=first_release)
+
+
+def _first_release(raw: Any, *, source: str) -> tuple[str, str] | None:
+    """``first_release: {date: YYYY-MM, source: "..."}`` (optional): the date and where it is from."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InputError("must be a mapping {date: YYYY-MM, source: ...}", source=source, field="first_release")
+    check_keys(raw, _FIRST_RELEASE_KEYS, source=source, section="first_release")
+    date = _date(raw.get("date"), source=source, where="first_release.date")
+    why = raw.get("source")
+    if not isinstance(why, str) or not why.strip():
+        raise InputError("must name where the date comes from", source=source, field="first_release.source")
+    return date, why.strip()
 
 
 def framework_names() -> list[str]:
