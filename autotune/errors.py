@@ -46,10 +46,12 @@ def require_keys(data: dict, required: set[str] | frozenset[str], *, source: str
 
 
 def comma_items(text: str, *, what: str, field: str | None = None) -> list[str]:
-    """The items of a comma-separated list (``"bf16,fp8"``), stripped; an empty item is an error and not
-    dropped, as ``"bf16,,fp8"`` or a trailing comma is more likely a slip than a choice."""
+    """The items of a comma-separated list (``"bf16,fp8"``), stripped; a blank ``text`` is no items.  An empty
+    item is an error and not dropped, as ``"bf16,,fp8"`` or a trailing comma is more likely a slip than a choice
+    (``what`` names the list in the message when no ``field`` does)."""
     items = [part.strip() for part in text.split(",")]
     if len(items) > 1 and not all(items):
-        raise InputError(f"{what} must be a comma-separated list without empty items, but got ({text!r}); "
+        subject = "" if field else f"{what} "
+        raise InputError(f"{subject}must be a comma-separated list without empty items, but got ({text!r}); "
                          "remove the extra comma", field=field)
     return [item for item in items if item]

@@ -150,20 +150,22 @@ def test_the_same_lists_without_the_extra_comma_still_run(tmp_path, monkeypatch)
     assert json.loads(result.stdout)["plans"]
 
 
-@pytest.mark.parametrize("args", [
-    ["search", *SMALL, "--out", ""],
-    ["search", *SMALL, "--out", "  "],
-    ["report", "plans.json", "--out", ""],
-    ["emit", "plans.json", "--out", ""],
-    ["calibrate", "runs.csv", "--out", ""],
+@pytest.mark.parametrize("args, flag", [
+    (["search", *SMALL, "--out", ""], "--out"),
+    (["search", *SMALL, "--out", "  "], "--out"),
+    (["report", "plans.json", "--out", ""], "--out"),
+    (["emit", "plans.json", "--out", ""], "--out"),
+    (["calibrate", "runs.csv", "--out", ""], "--out"),
+    (["explain", ""], "plans"),
+    (["report", ""], "result"),
+    (["validate", ""], "runs_csv"),
+    (["emit", ""], "PLAN"),
 ])
-def test_an_empty_out_path_is_refused_not_read_as_the_current_folder(args, tmp_path, monkeypatch):
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(args, flag, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = invoke(*args)
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    assert "must name a path, but got an empty one" in result.output
-    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "plans.json").write_text("{}")  # '' is the working folder: it must not read what lies there
+    assert_user_error(invoke(*args), f"field '{flag}'", "empty one")
+    assert [p.name for p in tmp_path.iterdir()] == ["plans.json"]
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="named pipes are POSIX")
@@ -195,10 +197,10 @@ def test_a_plans_json_entry_is_chosen_by_its_rank_not_its_position(tmp_path, mon
     result = invoke("explain", "edited.json", "--rank", "2", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["plan"] == second
-    assert_user_error(invoke("explain", "edited.json", "--rank", "1"), "--rank", "ranks 2..3")
+    assert_user_error(invoke("explain", "edited.json", "--rank", "1"), "--rank", "ranks 2, 3")
     document["plans"][0]["rank"] = 2
     (tmp_path / "twice.json").write_text(json.dumps(document))
-    assert_user_error(invoke("emit", "twice.json", "--rank", "2"), "its own whole-number 'rank'")
+    assert_user_error(invoke("emit", "twice.json", "--rank", "2"), "a rank given twice")
 
 
 def test_latency_targets_no_plan_meets_exit_one_and_still_show_the_closest(tmp_path, monkeypatch):
@@ -214,3 +216,42 @@ def test_latency_targets_no_plan_meets_exit_one_and_still_show_the_closest(tmp_p
     assert as_json.exit_code == 1
     assert not json.loads(as_json.stdout)["plans"][0]["estimate"]["meets_targets"]
     assert invoke("search", *SERVE, "--tpot-ms", "1000", "-k", "2").exit_code == 0
+
+
+def test_a_pipe_given_by_descriptor_is_read_as_a_yaml_file_but_not_as_a_csv():
+    """bash's <(...) and /dev/stdin hand over a pipe with a writer: a YAML input reads it; a CSV of runs, read more
+    than once, is refused with the reason instead of reading as empty."""
+    import os
+    from pathlib import Path
+
+    from tests.test_bad_input import ROOT
+
+    def pipe_of(text: str) -> str:
+        read_end, write_end = os.pipe()
+        os.write(write_end, text.encode())
+        os.close(write_end)
+        return f"/dev/fd/{read_end}"
+
+    if not Path("/dev/fd").is_dir():
+        pytest.skip("no /dev/fd on this system")
+    profile = (ROOT / "profiles" / "frameworks" / "nemo.yaml").read_text()
+    result = invoke("search", *SMALL, "--framework", pipe_of(profile), "-k", "1", "--json")
+    assert result.exit_code == 0, result.output
+    runs = (ROOT / "autotune" / "data" / "training_runs.csv").read_text()[:4000]
+    assert_user_error(invoke("validate", pipe_of(runs)), "is a pipe", "save it to a file")
+
+
+@pytest.mark.parametrize("serve", [False, True])
+def test_the_report_calls_rank_one_the_best_plan_wherever_it_stands(serve, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = (["search", *SERVE, "--tpot-ms", "1000"] if serve else ["search", *SMALL]) + ["-k", "3", "--out", "r"]
+    assert invoke(*args).exit_code == 0
+    document = json.loads((tmp_path / "r" / "plans.json").read_text())
+    document["plans"] = document["plans"][::-1]
+    (tmp_path / "reversed.json").write_text(json.dumps(document))
+    for source, out in (("r", "a"), ("reversed.json", "b")):
+        result = invoke("report", source, "--out", out)
+        assert result.exit_code == 0, result.output
+    best = [line for line in (tmp_path / "a" / "report.html").read_text().splitlines() if "Best plan" in line]
+    assert best and best == [line for line in (tmp_path / "b" / "report.html").read_text().splitlines()
+                             if "Best plan" in line]

@@ -224,7 +224,8 @@ def test_an_unknown_version_names_the_known_ones(spec, known):
 
 @pytest.mark.parametrize("spec, first", [("megatron-lm@0000-01", "2019-08"), ("deepspeed@1999-12", "2020-02"),
                                          ("torchtitan@2019-07", "2024-04"), ("torchtitan@2020-01", "2024-04"),
-                                         ("llm-foundry@2023-04", "2023-05"), ("nemo@2019-08", "2019-09")])
+                                         ("llm-foundry@2023-04", "2023-05"), ("nemo@2019-08", "2019-09"),
+                                         ("megatron-bridge@2020-01", "2025-07")])
 def test_a_version_before_the_frameworks_first_release_is_refused(spec, first):
     """A bundled profile states its first release with a source; a date before it is refused, naming it."""
     assert_user_error(invoke(*PREDICT, "--framework", spec), "field '--framework'", "predates its first release",
@@ -241,6 +242,21 @@ def test_a_profile_without_a_first_release_is_held_to_the_oldest_framework(spec)
 def test_a_version_from_the_first_release_on_resolves(spec):
     result = invoke("predict", *SMALL, "-p", "tp=1,zero=0", "--framework", spec)
     assert result.exit_code == 0, result.output
+
+
+def test_a_users_first_release_before_the_oldest_framework_is_its_floor(tmp_path):
+    """A user's profile that states a first release of 2018-01 resolves 2018-06 and refuses 2017-12."""
+    import yaml
+
+    data = yaml.safe_load(Path("profiles/frameworks/megatron-lm.yaml").read_text())
+    data["name"], data["first_release"] = "meshtf", {"date": "2018-01", "source": "a user's own release"}
+    path = tmp_path / "meshtf.yaml"
+    path.write_text(yaml.safe_dump(data))
+    plain_ddp = ["predict", *SMALL, "-p", "tp=1,zero=0"]
+    resolved = invoke(*plain_ddp, "--framework", f"{path}@2018-06")
+    assert resolved.exit_code == 0, resolved.output
+    assert_user_error(invoke(*plain_ddp, "--framework", f"{path}@2017-12"), "predates its first release",
+                      "from 2018-01 on")
 
 
 @pytest.mark.parametrize("first_release, field", [

@@ -58,7 +58,7 @@ def _runs_csv(path: Path | None, bundled: str | None) -> Path:
     )
 )
 def validate(
-    runs_csv: Annotated[Optional[Path], typer.Argument(help="CSV of measured runs: training (docs/validation.md) or serving (docs/serving.md).")] = None,
+    runs_csv: Annotated[Optional[Path], typer.Argument(help="CSV of measured runs: training (docs/validation.md) or serving (docs/serving.md).", parser=path_option, metavar="<path>")] = None,
     bundled: Annotated[Optional[str], typer.Option("--bundled", help="Validate on runs shipped with autotune instead of a CSV: training | moe-training | serving | serving-silicon.")] = None,
     calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration overlay YAML.")] = None,
     json_out: JsonOut = False,
@@ -218,8 +218,8 @@ def _validate_serving(path: Path, *, json_out: bool, worst: int, calibration: st
     )
 )
 def calibrate(
-    runs_csv: Annotated[Path, typer.Argument(help="CSV of measured runs, training or serving (schema: docs/validation.md, docs/serving.md).")],
-    out: Annotated[Path, typer.Option("--out", help="Where to write the calibration overlay YAML (parent folders are created).", parser=path_option)],
+    runs_csv: Annotated[Path, typer.Argument(help="CSV of measured runs, training or serving (schema: docs/validation.md, docs/serving.md).", parser=path_option, metavar="<path>")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the calibration overlay YAML (parent folders are created).", parser=path_option, metavar="<path>")],
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out file.")] = False,
     json_out: JsonOut = False,
     leave_one_out: Annotated[bool, typer.Option("--leave-one-out", help="Serving, silicon schema: also refit once per model with its rows held out and report their error (minutes).")] = False,

@@ -47,19 +47,21 @@ MAX_FLOAT_OPTION = 1e18
 MAX_INT_OPTION = 2**31 - 1
 
 
+class BlankPath(type(Path())):
+    """What :func:`path_option` gives for a blank path (``--out ""``, an unset shell variable): refused by
+    :func:`check_given_options` with the flag's name, where Path("") would silently mean the current folder."""
+
+
 def path_option(text: str | Path) -> Path:
-    """Typer ``parser`` of a path option: an empty path (``--out ""``, an unset shell variable) is refused, as
-    Path("") would silently mean the current folder."""
+    """Typer ``parser`` of a path option or argument (``metavar="PATH"``): a blank one becomes a :class:`BlankPath`."""
     if isinstance(text, Path):  # a default, already a path
         return text
-    if not text.strip():
-        raise typer.BadParameter("must name a path, but got an empty one")
-    return Path(text)
+    return BlankPath(".") if not text.strip() else Path(text)
 
 
-def check_number_options() -> None:
+def check_given_options() -> None:
     """Every number given on the command line is finite and of a sane size (Click reads "nan" and "inf" as floats
-    and any length of digits as an int); the flag at fault is named."""
+    and any length of digits as an int), and no path is blank; the flag at fault is named."""
     try:
         from typer.main import get_current_context  # typer with click vendored
     except ImportError:  # pragma: no cover - older typer on click
@@ -72,6 +74,9 @@ def check_number_options() -> None:
         values = value if isinstance(value, (list, tuple)) else [value]
         flag = max(param.opts, key=len) if param.opts else (param.name or "")
         for v in values:
+            if isinstance(v, BlankPath):
+                raise InputError(f"must name a path (a file or folder, e.g. runs/x), but got an empty one "
+                                 f"({flag}='')", field=flag)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 continue
             if isinstance(v, float) and not math.isfinite(v):
@@ -100,7 +105,7 @@ def note_framework_version() -> None:
 def user_errors() -> Iterator[None]:
     """The one error path: bad input (and a number option that is not finite) exits 2 with one line."""
     try:
-        check_number_options()
+        check_given_options()
         note_framework_version()
         yield
     except RecursionError:

@@ -104,7 +104,7 @@ def emit(
     moe_capacity_factor: MoeCapacityFactor = None,
     data_path: Annotated[Optional[str], typer.Option("--data-path", help="Training data (Megatron: --data-path prefix; torchtitan: dataset path) [default: mock data].")] = None,
     tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="Tokenizer: a Hugging Face name or folder.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the files into this folder [default: print them].", parser=path_option)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the files into this folder [default: print them].", parser=path_option, metavar="<path>")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite files that already exist in --out.")] = False,
     json_out: JsonOut = False,
     input_len: InputLen = None,
@@ -115,6 +115,9 @@ def emit(
 ) -> None:
     """Write the launch config of a plan for Megatron-LM, DeepSpeed, torchtitan, Slurm, vLLM or SGLang."""
     with user_errors():
+        if plan_source is not None and not plan_source.strip():
+            raise InputError("must name a plans.json (or its folder) or a plan string like tp=8,pp=4, but got an "
+                             "empty one (PLAN='')", field="PLAN")
         if plan_source is not None and plan is not None:
             raise InputError("give the plan once: as PLAN or as --plan", field="--plan")
         if rank < 1:

@@ -26,8 +26,8 @@ MAX_REPORT_TRIALS = 10_000
             "Draws with matplotlib, installed with autotune."),
 )
 def report_command(
-    result: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR` (or its folder), training or serving.")] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for report.html and the PNG figures.", parser=path_option)] = Path("report"),
+    result: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR` (or its folder), training or serving.", parser=path_option, metavar="<path>")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for report.html and the PNG figures.", parser=path_option, metavar="<path>")] = Path("report"),
     trials: Annotated[int, typer.Option("--trials", help="Evaluations for the TPE / random convergence runs (0: skip). "
                                         "With --study: random search runs at the study's own budget; 0 skips it.")] = 100,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the convergence runs and samples.")] = 0,

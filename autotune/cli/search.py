@@ -163,7 +163,7 @@ def search(
     objective: Annotated[str, typer.Option("--objective", help="throughput | cost | time | memory; comma-separated for a Pareto set.")] = "throughput",
     top: Annotated[int, typer.Option("--top", "-k", help="How many plans to show and write.")] = 10,
     json_out: JsonOut = False,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write plans.json and plans.csv into this folder.", parser=path_option)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write plans.json and plans.csv into this folder.", parser=path_option, metavar="<path>")] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder.")] = False,
     calibration: Calibration = None,
     emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: training: megatron, deepspeed, torchtitan, slurm (comma-separated; the search keeps to plans they can express); serving: vllm, sglang.")] = None,
@@ -400,6 +400,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
     missed = bool(result and result.ranked and not result.ranked[0].estimate["meets_targets"])
     if json_out:
         print_json(document)
+        if missed:
+            _say_missed(result.ranked[0].estimate, request, outcome.checkpoint)
         return 0 if result and result.ranked and not missed else 1
     load = {"max-throughput": "maximum throughput (all requests queued)",
             "concurrency": f"{workload.concurrency} concurrent users",
@@ -447,16 +449,25 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                      highlight=False)
         return 1
     if missed:
-        fixes = ["loosen --ttft-ms/--tpot-ms"] if workload.ttft_ms or workload.tpot_ms else []
-        fixes += ["add GPUs", "lower --request-rate" if workload.mode == "rate" else "lower --concurrency"
-                  if workload.mode == "concurrency" else ""]
-        if outcome.checkpoint == "bf16":
-            fixes.append("state a quantized checkpoint (--checkpoint fp8, nvfp4)")
-        stderr.print(f"[bold red]no plan meets the targets[/] (the best plan misses: "
-                     f"{result.ranked[0].estimate.get('misses', '')}); {' or '.join(f for f in fixes if f)}.",
-                     soft_wrap=True, highlight=False)
+        _say_missed(result.ranked[0].estimate, request, checkpoint=outcome.checkpoint)
         return 1
     return 0
+
+
+def _say_missed(estimate: dict, request: ServingSearch, checkpoint: str) -> None:
+    """One line on stderr when no plan meets the targets: what the best plan misses and what would help."""
+    workload, misses = request.workload, str(estimate.get("misses", ""))
+    over_capacity = "exceeds capacity" in misses
+    fixes = ["loosen --ttft-ms/--tpot-ms"] if (workload.ttft_ms or workload.tpot_ms) and not over_capacity else []
+    fixes.append("add GPUs (with --request-rate, --gpus LOW..HIGH finds the fewest that serve it)"
+                  if workload.mode == "rate" else "add GPUs")
+    if workload.mode in ("rate", "concurrency"):
+        fixes.append(f"lower --{'request-rate' if workload.mode == 'rate' else 'concurrency'}")
+    if checkpoint == "bf16":
+        fixes.append("state a quantized checkpoint (--checkpoint fp8, nvfp4)")
+    listed = fixes[0] if len(fixes) == 1 else f"{', '.join(fixes[:-1])} or {fixes[-1]}"
+    stderr.print(f"[bold red]no plan meets the targets[/] (the best plan misses: {misses}); {listed}.",
+                 soft_wrap=True, highlight=False)
 
 
 def cost_text(e: dict) -> str:
@@ -681,7 +692,7 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
             "--plan \"tp=8,pp=4,zero=1,mbs=1,recompute=selective\""),
 )
 def explain_command(
-    plans: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR` (or its folder), training or serving.")] = None,
+    plans: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR` (or its folder), training or serving.", parser=path_option, metavar="<path>")] = None,
     rank: Annotated[int, typer.Option("--rank", "-r", help="Which plan of PLANS to explain (1 = best).")] = 1,
     plan: Annotated[Optional[str], typer.Option("--plan", "-p", help="A training plan as key=value pairs (instead of PLANS).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model (with --plan; with PLANS it replaces the spec the file embeds).")] = None,

@@ -193,7 +193,7 @@ def tune(
     margin: Annotated[float, typer.Option("--margin", help="Skip plans predicted to need more than memory x (1 + margin).")] = 0.10,
     no_prior: Annotated[bool, typer.Option("--no-prior", help="No cost-model prior: no queued plans, nothing skipped.")] = False,
     calibrate: Annotated[Optional[Path], typer.Option("--calibrate", help="At the end, refit the profile's efficiency "
-                                                      "parameters to the measured trials and write the overlay here.", parser=path_option)] = None,
+                                                      "parameters to the measured trials and write the overlay here.", parser=path_option, metavar="<path>")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --calibrate file.")] = False,
     heartbeat: Heartbeat = 30,
     framework: FrameworkOpt = None,

@@ -282,12 +282,13 @@ class FrameworkProfile:
             return self.releases[version]
         text = version.strip()
         if _DATE.match(text) and 1 <= int(text[5:7]) <= 12:
-            if self.first_release is not None and text < self.first_release[0]:
-                first, why = self.first_release
-                raise InputError(f"version {version!r} of {self.name} predates its first release ({first}: {why}); "
-                                 f"give a release or a date YYYY-MM from {first} on ({self.name} knows "
-                                 f"{self.known_versions()})", field="--framework")
-            if text < min([EARLIEST_FRAMEWORK_DATE, *self.dates]):
+            if self.first_release is not None:
+                if text < self.first_release[0]:
+                    first = self.first_release[0]
+                    raise InputError(f"version {version!r} of {self.name} predates its first release ({first}, "
+                                     f"sourced in its profile); give a release or a date YYYY-MM from {first} on "
+                                     f"({self.name} knows {self.known_versions()})", field="--framework")
+            elif text < min([EARLIEST_FRAMEWORK_DATE, *self.dates]):
                 raise InputError(f"version {version!r} of {self.name} predates every framework autotune profiles (the "
                                  f"oldest, Megatron-LM, appeared in {EARLIEST_FRAMEWORK_DATE}); give a release or a "
                                  f"date YYYY-MM ({self.name} knows {self.known_versions()})", field="--framework")
@@ -354,16 +355,16 @@ def profile_from_mapping(data: dict, *, source: str) -> FrameworkProfile:
         changes.append((since, MappingProxyType(traits), why))
     if [c[0] for c in changes] != sorted(c[0] for c in changes):
         raise InputError("must be in date order (oldest first)", source=source, field="changes")
-    first_release = _first_release(data.get("first_release"), source=source)
-    older = [d for d in [c[0] for c in changes] + list(releases.values()) if first_release and d < first_release[0]]
-    if older:
-        raise InputError(f"a change or release dated {min(older)} predates the first release ({first_release[0]}); "
-                         "correct one of the dates", source=source, field="first_release.date")
-    return FrameworkProfile(name=name, description=loading.text(data, "description", source=source, default=""),
-                            base=MappingProxyType(base), changes=tuple(changes),
-                            releases=MappingProxyType(releases),
-                            sources=MappingProxyType({k: str(v) for k, v in sources_raw.items()}), source=source,
-                            first_release=first_release)
+    profile = FrameworkProfile(name=name, description=loading.text(data, "description", source=source, default=""),
+                               base=MappingProxyType(base), changes=tuple(changes),
+                               releases=MappingProxyType(releases),
+                               sources=MappingProxyType({k: str(v) for k, v in sources_raw.items()}), source=source,
+                               first_release=_first_release(data.get("first_release"), source=source))
+    if profile.first_release and min(profile.dates, default="9999-12") < profile.first_release[0]:
+        raise InputError(f"a change or release dated {min(profile.dates)} predates the first release "
+                         f"({profile.first_release[0]}); correct one of the dates", source=source,
+                         field="first_release.date")
+    return profile
 
 
 def _first_release(raw: Any, *, source: str) -> tuple[str, str] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -92,15 +93,27 @@ def _no_duplicate_pairs(pairs: list[tuple[str, Any]]) -> dict:
     return dict(pairs)
 
 
-def check_regular_file(path: Path) -> None:
-    """Refuse a named pipe, socket or device before reading it: reading a pipe nobody writes to waits forever."""
+# A pipe reached through a descriptor (bash's <(...) gives /dev/fd/63; /dev/stdin) has a writer, so it is read
+# as a file; a named pipe (mkfifo) may have none, and reading it would wait forever.
+_DESCRIPTOR_PATH = re.compile(r"^/(dev/(stdin|fd/\d+)|proc/(self|\d+)/fd/\d+)$")
+
+
+def check_regular_file(path: Path, *, pipes: bool = True) -> None:
+    """Refuse a named pipe, socket or device before reading it; a pipe given by descriptor is read, unless
+    ``pipes`` is false (a file that is read more than once)."""
     try:
-        special = path.exists() and not path.is_file() and not path.is_dir()
-    except OSError:  # a path too long or unreadable: the read that follows reports it
+        mode = path.stat().st_mode  # through symlinks
+    except OSError:  # missing, too long or unreadable: the read that follows reports it
         return
-    if special:
-        raise InputError("is not a regular file (a named pipe, socket or device); give the file itself",
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    if stat.S_ISFIFO(mode) and _DESCRIPTOR_PATH.match(str(path)):
+        if pipes:
+            return
+        raise InputError("is a pipe, and this file is read more than once; save it to a file and give that",
                          source=str(path))
+    raise InputError("is not a regular file (a named pipe, socket or device); give the file itself",
+                     source=str(path))
 
 
 def read_mapping(path: Path) -> dict[str, Any]:

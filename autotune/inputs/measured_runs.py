@@ -57,7 +57,7 @@ def _text(path: Path) -> str:
     source = str(path)
     if path.is_dir():
         raise InputError("is a folder; give the CSV file itself", source=source)
-    check_regular_file(path)
+    check_regular_file(path, pipes=False)
     try:
         data = path.read_bytes()
     except FileNotFoundError:

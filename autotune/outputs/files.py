@@ -146,24 +146,34 @@ def read_plans(path: Path) -> dict[str, Any]:
     return doc
 
 
-def plan_entry(document: Mapping[str, Any], rank: int, source: str) -> dict[str, Any]:
-    """The entry whose ``rank`` is ``rank`` (1 = best) in a plans.json document, checked to hold a ``plan`` mapping.
-    Chosen by the rank it records, not by its position: a file whose entries were reordered or pruned by hand
-    still gives the plan that was ranked ``rank``."""
+def ranked_entries(document: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
+    """The plan entries of a plans.json document in the order of the ranks they record (1 = best), each rank
+    a whole number held once: a file whose entries were reordered or pruned by hand keeps its ranking."""
     entries = document.get("plans")
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise InputError("is not a plans.json from `autotune search --out` (it needs 'inputs' and 'plans')",
                          source=source)
+    ranks = [entry.get("rank") for entry in entries]
+    bad = [r for r in ranks if isinstance(r, bool) or not isinstance(r, int)]
+    if bad or len(set(ranks)) != len(ranks):
+        what = f"a rank that is not a whole number ({bad[0]!r})" if bad else "a rank given twice"
+        raise InputError(f"each plan needs its own whole-number 'rank', but got {what}; rerun `autotune search "
+                         "--out DIR`", source=source, field="plans")
+    return sorted(entries, key=lambda entry: entry["rank"])
+
+
+def plan_entry(document: Mapping[str, Any], rank: int, source: str) -> dict[str, Any]:
+    """The entry whose ``rank`` is ``rank`` in a plans.json document (:func:`ranked_entries`), checked to hold a
+    ``plan`` mapping."""
+    entries = ranked_entries(document, source)
     if not entries:
         raise InputError("lists no plans (nothing fitted); rerun the search with more GPUs or other settings",
                          source=source)
-    ranks = [entry.get("rank") for entry in entries]
-    if any(isinstance(r, bool) or not isinstance(r, int) for r in ranks) or len(set(ranks)) != len(ranks):
-        raise InputError(f"each plan needs its own whole-number 'rank', but got (ranks={ranks}); rerun "
-                         "`autotune search --out DIR`", source=source, field="plans")
+    ranks = [entry["rank"] for entry in entries]
     if rank not in ranks:
-        raise InputError(f"has no plan of rank {rank} (it holds ranks {min(ranks)}..{max(ranks)}); choose --rank "
-                         "from those", source=source, field="--rank")
+        held = ", ".join(map(str, ranks[:10])) + (f", ... ({len(ranks)} in all)" if len(ranks) > 10 else "")
+        raise InputError(f"has no plan of rank {rank} (it holds ranks {held}); choose --rank from those",
+                         source=source, field="--rank")
     entry = entries[ranks.index(rank)]
     if not isinstance(entry.get("plan"), dict):
         raise InputError(f"plan of rank {rank} is malformed (no 'plan' object); rerun `autotune search --out DIR`",

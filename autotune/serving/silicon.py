@@ -382,7 +382,7 @@ def read_silicon_rows(path: Path, *, primary_only: bool = True) -> list[SiliconR
     a non-empty cell that cannot be what its column says raises :class:`InputError` naming the file (and the row,
     the column and the value)."""
     source = str(path)
-    check_regular_file(path)
+    check_regular_file(path, pipes=False)
     try:
         handle = open(path, newline="", encoding="utf-8-sig")
     except FileNotFoundError:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InputError
+from ..files import ranked_entries
 
 TOP = 10
 
@@ -72,7 +73,7 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
     from ...serving.space import enumerate_serve
 
     inputs = document["inputs"]
-    entries = document["plans"]
+    entries = ranked_entries(document, source)  # by the ranks recorded, which the report keeps
     if not entries:
         raise InputError("lists no serving plans (none fitted); rerun the search with more GPUs or a lower weight "
                          "precision", source=source)
@@ -98,9 +99,9 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
     fraction = served.memory_fraction
     est = estimate_serving(model, cluster, workload, ServePlanBatch.from_plans(chosen), params, engine=engine,
                            memory_fraction=fraction)
-    plans = [{"rank": i + 1, "plan": p.as_dict(), "text": p.as_string(), "estimate": est.row(i),
+    plans = [{"rank": entry["rank"], "plan": p.as_dict(), "text": p.as_string(), "estimate": est.row(i),
               "layout": f"{p.layout()} {p.weights}/{p.kv} b{p.max_batch}"}
-             for i, p in enumerate(chosen)]
+             for i, (p, entry) in enumerate(zip(chosen, entries))]
     search = document.get("search") if isinstance(document.get("search"), dict) else {}
     load = {"max-throughput": "maximum throughput", "concurrency": f"{workload.concurrency} concurrent users",
             "rate": f"{workload.request_rate or 0:g} requests/s"}[workload.mode]
