@@ -15,6 +15,7 @@ from autotune.cli import app
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "16"]
+SMALL_ANY_GPUS = [*SMALL[:4], *SMALL[6:]]  # without --gpus, to add another (an option is given once)
 SERVE = ["--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len", "512",
          "--output-len", "128"]
 PROFILE = (ROOT / "profiles" / "hardware" / "h100-sxm5-80gb.yaml").read_text()
@@ -44,11 +45,11 @@ def assert_user_error(result, *needles: str) -> None:
     (["search", *SMALL, "--tokens", "nan"], "--tokens"),
     (["search", *SMALL, "--tokens", "inf"], "--tokens"),
     (["search", *SMALL, "--tokens", "1e-320"], "--tokens"),  # below one step's tokens: a typo, not a budget
-    (["search", *SMALL, "--gpus", "8..16", "--tokens", "1e3", "--deadline", "3d"], "--tokens"),
+    (["search", *SMALL_ANY_GPUS, "--gpus", "8..16", "--tokens", "1e3", "--deadline", "3d"], "--tokens"),
     (["search", *SMALL, "--price", "-inf"], "--price"),
     (["predict", *SMALL, "--plan", "tp=1", "--price", "nan"], "--price"),
-    (["search", *SMALL, "--gpus", "8..16", "--tokens", "1e12", "--pue", "nan"], "--pue"),
-    (["search", *SMALL, "--gpus", "8..16", "--tokens", "1e12", "--grid-intensity", "inf"], "--grid-intensity"),
+    (["search", *SMALL_ANY_GPUS, "--gpus", "8..16", "--tokens", "1e12", "--pue", "nan"], "--pue"),
+    (["search", *SMALL_ANY_GPUS, "--gpus", "8..16", "--tokens", "1e12", "--grid-intensity", "inf"], "--grid-intensity"),
     (["search", *SMALL[:-2], "-b", "99999999999999999999999"], "--global-batch"),
     (["search", *SMALL[:-4], "-s", "1" + "0" * 30, "-b", "16"], "--seq-len"),
     (["search", *SERVE, "--request-rate", "inf"], "--request-rate"),
@@ -59,8 +60,8 @@ def assert_user_error(result, *needles: str) -> None:
     (["worker", "--storage", "sqlite:///never.db", "--study", "s", "--wait", "1e12"], "--wait"),
     (["tune", *SMALL, "--run", "true", "--trial-timeout", "inf"], "--trial-timeout"),
     (["tune", *SMALL, "--run", "true", "--margin", "nan"], "--margin"),
-    (["search", *SMALL, "--gpus", "99999999999"], "--gpus"),
-    (["search", *SMALL, "--gpus", "8..99999999999", "--tokens", "1e12"], "--gpus"),
+    (["search", *SMALL_ANY_GPUS, "--gpus", "99999999999"], "--gpus"),
+    (["search", *SMALL_ANY_GPUS, "--gpus", "8..99999999999", "--tokens", "1e12"], "--gpus"),
     (["search", *SMALL, "--seed", "-1"], "--seed"),
     (["search", *SMALL, "--seed", str(2**32)], "--seed"),
 ])
@@ -163,7 +164,7 @@ def test_study_without_storage(tmp_path):
 
 @pytest.mark.parametrize("text", ["3m", "1.5m"])
 def test_deadline_in_m_is_ambiguous(text):
-    assert_user_error(invoke("search", *SMALL, "--gpus", "8..16", "--tokens", "1e9", "--deadline", text),
+    assert_user_error(invoke("search", *SMALL_ANY_GPUS, "--gpus", "8..16", "--tokens", "1e9", "--deadline", text),
                       "--deadline", "mo", "min")
 
 
@@ -172,7 +173,7 @@ def test_deadline_in_minutes_and_months():
 
     assert cap.parse_duration_days("90min") == pytest.approx(90 / 1440)
     assert cap.parse_duration_days("2mo") == pytest.approx(60)
-    assert_user_error(invoke("search", *SMALL, "--gpus", "8..16", "--tokens", "1e9", "--deadline", "1e999d"),
+    assert_user_error(invoke("search", *SMALL_ANY_GPUS, "--gpus", "8..16", "--tokens", "1e9", "--deadline", "1e999d"),
                       "--deadline")
 
 
@@ -455,7 +456,7 @@ def test_out_that_cannot_be_written_is_refused_before_any_work(case, tmp_path, g
     calls = [
         ["search", *SMALL, "--out", out],
         ["search", *SERVE, "--out", out],
-        ["search", *SMALL, "--gpus", "8..16", "--tokens", "1e12", "--out", out],
+        ["search", *SMALL_ANY_GPUS, "--gpus", "8..16", "--tokens", "1e12", "--out", out],
         ["report", plans, "--out", out],
         ["emit", plans, "--out", out],
         ["calibrate", TRAINING_CSV, "--out", out],

@@ -255,3 +255,123 @@ def test_the_report_calls_rank_one_the_best_plan_wherever_it_stands(serve, tmp_p
     best = [line for line in (tmp_path / "a" / "report.html").read_text().splitlines() if "Best plan" in line]
     assert best and best == [line for line in (tmp_path / "b" / "report.html").read_text().splitlines()
                              if "Best plan" in line]
+
+
+# --- a study storage that is not one: pipes, devices, a user's other files, a worker's missing file ---------
+
+def test_a_worker_does_not_turn_an_empty_or_missing_file_into_a_database(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "e.log").write_text("")
+    assert_user_error(invoke("worker", "--storage", "sqlite:///e.log", "--study", "x"), "--storage", "is empty")
+    assert (tmp_path / "e.log").read_bytes() == b""
+    assert_user_error(invoke("worker", "--storage", "sqlite:///new.db", "--study", "x"), "--storage", "no such file")
+    assert not (tmp_path / "new.db").exists()
+
+
+@pytest.mark.parametrize("url", ["sqlite:///notes.txt", "journal:notes.txt"])
+def test_a_users_other_file_is_not_opened_as_a_study_storage(url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    result = invoke("search", *SMALL, "--storage", url, "--study", "s", "--sampler", "tpe", "--trials", "3")
+    assert_user_error(result, "--storage", "opening it would change it")
+    assert (tmp_path / "notes.txt").read_text() == "my notes\n"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("args", [
+    ["worker", "--storage", "journal:p.log", "--study", "x"],
+    ["search", *SMALL, "--storage", "journal:p.log", "--study", "x", "--sampler", "tpe", "--trials", "3"],
+    ["worker", "--storage", "journal:/dev/zero", "--study", "x"],
+])
+def test_a_journal_on_a_pipe_or_device_is_refused_not_read_forever(args, tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo("p.log")
+    assert_user_error(invoke(*args), "not a regular file")
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["search", "-m", "llama3-8b", "-m", "llama3-70b", *SMALL[2:]], "--model"),
+    (["search", *SMALL, "--gpus", "16"], "--gpus"),
+    (["search", *SMALL, "--top=3", "--top", "4"], "--top"),
+    (["search", *SERVE, "--engine", "vllm", "--engine", "sglang"], "--engine"),
+    (["validate", "--json", "--json"], "--json"),
+])
+def test_an_option_of_one_value_given_twice_is_refused_not_last_wins(args, flag, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_user_error(invoke(*args), f"field '{flag}'", "given once")
+
+
+def test_a_repeatable_option_may_repeat(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("search", *SMALL, "--fix", "tp=2", "--fix", "pp=1", "-k", "1", "--json")
+    assert result.exit_code == 0, result.output
+
+
+# --- round-5 sweep: values read as something else ---------------------------------------------------------------
+
+def test_a_disagg_search_refuses_a_layout_key_shared_by_both_pools(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_user_error(invoke("search", *SERVE, "--fix", "mode=disagg", "--fix", "tp=2"), "--fix", "prefill_tp")
+
+
+def test_serving_emit_refuses_zero_gpus_per_node():
+    assert_user_error(invoke("emit", "tp=4,weights=fp8", "--format", "sglang", "-m", "llama3-70b", "-H",
+                             "h100-sxm5-80gb", "--gpus", "8", "--input-len", "100", "--output-len", "100",
+                             "--gpus-per-node", "0"), "--gpus-per-node")
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["plans"][0].update(plan={}), "plans.plan"),
+    (lambda d: d["plans"][0].update(rank=0), "plans"),
+    (lambda d: d["search"].update(evaluations=-5), "search.evaluations"),
+])
+def test_a_hand_edited_plans_json_is_refused_where_it_is_read(edit, field, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert invoke("search", *SMALL, "-k", "3", "--out", "r").exit_code == 0
+    document = json.loads((tmp_path / "r" / "plans.json").read_text())
+    edit(document)
+    (tmp_path / "e.json").write_text(json.dumps(document))
+    readers = [["report", "e.json", "--out", "rep"]]  # the search counts are what a report quotes
+    if not field.startswith("search"):
+        readers += [["explain", "e.json"], ["emit", "e.json"]]
+    for args in readers:
+        assert_user_error(invoke(*args), field)
+
+
+def test_an_edited_price_in_a_plans_json_is_the_price_explain_uses(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert invoke("search", *SMALL, "-k", "1", "--out", "r").exit_code == 0
+    document = json.loads((tmp_path / "r" / "plans.json").read_text())
+    before = json.loads(invoke("explain", "r", "--json").stdout)
+    document["inputs"]["price_usd_per_gpu_hour"] *= 10
+    (tmp_path / "e.json").write_text(json.dumps(document))
+    after = json.loads(invoke("explain", "e.json", "--json").stdout)
+    key = "cost_usd_per_million_tokens"
+    assert after["estimate"][key] == pytest.approx(10 * before["estimate"][key])
+
+
+def test_a_serving_plans_json_whose_mode_contradicts_its_load_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert invoke("search", *SERVE, "-k", "2", "--out", "s").exit_code == 0
+    document = json.loads((tmp_path / "s" / "plans.json").read_text())
+    document["inputs"]["mode"] = "min-latency"
+    (tmp_path / "e.json").write_text(json.dumps(document))
+    assert_user_error(invoke("explain", "e.json"), "inputs.mode")
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d.update(name=""), "name"),
+    (lambda d: d["traits"].update(zero_stages=[]), "traits.zero_stages"),
+    (lambda d: d.update(changes=[*d["changes"], dict(d["changes"][-1])]), "changes"),
+])
+def test_a_users_framework_profile_that_says_nothing_sensible_is_refused(edit, field, tmp_path):
+    import yaml
+
+    from tests.test_bad_input import ROOT
+
+    data = yaml.safe_load((ROOT / "profiles" / "frameworks" / "torchtitan.yaml").read_text())
+    edit(data)
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(data))
+    assert_user_error(invoke("predict", *SMALL, "-p", "tp=1", "--framework", str(tmp_path / "mine.yaml")), field)

@@ -119,8 +119,8 @@ def test_cli_errors_exit_2_without_traceback(tmp_path):
     # An exact search is now kept in a study (see test_auto_with_storage_...); a storage still needs a study name.
     r = cli(*base, "--storage", f"sqlite:///{tmp_path}/s.db", "--sampler", "exact")
     assert r.returncode == 2 and "--study" in r.stderr
-    r = cli("worker", "--storage", f"sqlite:///{tmp_path}/s.db", "--study", "nope")
-    assert r.returncode == 2 and "no autotune study 'nope'" in r.stderr
+    r = cli("worker", "--storage", f"sqlite:///{tmp_path}/s.db", "--study", "nope")  # no file: not created
+    assert r.returncode == 2 and "no such file" in r.stderr and not (tmp_path / "s.db").exists()
 
 
 def test_search_study_resumes_and_refuses_a_changed_problem(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
+from typer.core import TyperGroup
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -30,7 +31,49 @@ from ..errors import InputError
 from ..inputs.framework import framework_version_note
 from ..inputs.loading import strict_json
 
+class _OneValueGroup(TyperGroup):
+    """The command group: an option that takes one value, given twice (``-m a -m b``), is noted here, where the raw
+    arguments are still at hand (Click would keep the last silently), and refused by :func:`check_given_options`
+    through the one error path.  Repeatable options (``--fix``) are left alone."""
+
+    def resolve_command(self, ctx, args):
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            repeated = _repeated_option(command, rest)
+            if repeated:
+                ctx.meta[_REPEATED] = repeated
+        return name, command, rest
+
+
+_REPEATED = "autotune.repeated_option"
+
+
+def _repeated_option(command, args: list[str]) -> tuple[str, str, str] | None:
+    """(flag, first, second) of the first single-value option given twice in ``args``, else None."""
+    single = {}
+    for param in getattr(command, "params", []):
+        if getattr(param, "param_type_name", "") != "option" or getattr(param, "multiple", False):
+            continue
+        for opt in [*param.opts, *getattr(param, "secondary_opts", [])]:
+            single[opt] = param
+    seen: dict[str, str] = {}
+    for i, token in enumerate(args):
+        if token == "--":
+            break
+        name = token.split("=", 1)[0] if token.startswith("--") else token
+        param = single.get(name)
+        if param is None:
+            continue
+        takes_value = "=" not in token and not getattr(param, "is_flag", False) and i + 1 < len(args)
+        given = f"{token} {args[i + 1]}" if takes_value else token
+        if param.name in seen:
+            return max(param.opts, key=len), seen[param.name], given
+        seen[param.name] = given
+    return None
+
+
 app = typer.Typer(
+    cls=_OneValueGroup,
     help="Plan parallel layouts for LLM training and serving: ranked plans, step time or latency, memory, MFU and cost.",
     no_args_is_help=True,
     add_completion=False,
@@ -61,7 +104,8 @@ def path_option(text: str | Path) -> Path:
 
 def check_given_options() -> None:
     """Every number given on the command line is finite and of a sane size (Click reads "nan" and "inf" as floats
-    and any length of digits as an int), and no path is blank; the flag at fault is named."""
+    and any length of digits as an int), no path is blank and no single-value option is given twice; the flag at
+    fault is named."""
     try:
         from typer.main import get_current_context  # typer with click vendored
     except ImportError:  # pragma: no cover - older typer on click
@@ -69,6 +113,11 @@ def check_given_options() -> None:
     ctx = get_current_context(silent=True)
     if ctx is None:
         return
+    repeated = ctx.meta.get(_REPEATED)
+    if repeated:
+        flag, first, second = repeated
+        raise InputError(f"must be given once, but got it twice ({first!r} and {second!r}); keep the one you mean",
+                         field=flag)
     for param in ctx.command.params:
         value = ctx.params.get(param.name or "")
         values = value if isinstance(value, (list, tuple)) else [value]

@@ -122,6 +122,8 @@ def emit(
             raise InputError("give the plan once: as PLAN or as --plan", field="--plan")
         if rank < 1:
             raise InputError(f"must be >= 1 (1 = the best plan of a plans.json), but got {rank}", field="--rank")
+        if gpus_per_node is not None and gpus_per_node < 1:  # not read as "the profile's" (0 or None alike below)
+            raise InputError(f"must be >= 1, but got {gpus_per_node}", field="--gpus-per-node")
         for flag, value in (("--data-path", data_path), ("--tokenizer", tokenizer), ("--model-path", model_path)):
             if value is not None and not value.strip():  # a script would pass '' on: the run fails at launch
                 raise InputError(f"must name a path or a Hugging Face name, but got {value!r}; leave {flag} out "

@@ -299,7 +299,8 @@ def worker(
         if heartbeat < 0:
             raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
         check_study_flags(storage=storage, study=study, required=("--storage", "--study"))
-        store = make_storage(storage, heartbeat_s=heartbeat or None)
+        # a worker joins a study that search or tune started: without --wait it must not create the storage file
+        store = make_storage(storage, heartbeat_s=heartbeat or None, existing=not wait)
         opened, problem, objectives, settings, target = load_for_worker(store, study, wait)
         target = trials or target
         measured = settings.get("mode") == "tune"

@@ -214,6 +214,9 @@ def _trait(value: Any, name: str, *, source: str, where: str) -> Any:
         if not isinstance(value, list) or any(v not in choices for v in value) or len(set(value)) != len(value):
             raise InputError(f"must be a list of distinct values from {list(choices)}, but got {value!r}",
                              source=source, field=where)
+        if name == "zero_stages" and not value:  # a framework that offers no way at all to train data-parallel
+            raise InputError("must list at least one ZeRO stage (0 = plain data parallelism), but got []",
+                             source=source, field=where)
         return tuple(sorted(value, key=list(choices).index))
     if value not in kind:
         raise InputError(f"must be one of {', '.join(kind)}, but got {value!r}", source=source, field=where)
@@ -324,7 +327,7 @@ class FrameworkProfile:
 
 def profile_from_mapping(data: dict, *, source: str) -> FrameworkProfile:
     check_keys(data, _TOP_KEYS, source=source)
-    name = loading.text(data, "name", source=source)
+    name = loading.text(data, "name", source=source, blank=False)
     base = _traits(data.get("traits"), source=source, section="traits", complete=True)
     sources_raw = data.get("sources")
     if not isinstance(sources_raw, dict):
@@ -355,6 +358,11 @@ def profile_from_mapping(data: dict, *, source: str) -> FrameworkProfile:
         changes.append((since, MappingProxyType(traits), why))
     if [c[0] for c in changes] != sorted(c[0] for c in changes):
         raise InputError("must be in date order (oldest first)", source=source, field="changes")
+    dates = [c[0] for c in changes]
+    if len(set(dates)) != len(dates):  # which of the two applies first would be the file's order, not a date
+        twice = next(d for d in dates if dates.count(d) > 1)
+        raise InputError(f"must date each change once, but got two changes since {twice}; merge them into one",
+                         source=source, field="changes")
     profile = FrameworkProfile(name=name, description=loading.text(data, "description", source=source, default=""),
                                base=MappingProxyType(base), changes=tuple(changes),
                                releases=MappingProxyType(releases),

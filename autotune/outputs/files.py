@@ -154,12 +154,29 @@ def ranked_entries(document: Mapping[str, Any], source: str) -> list[dict[str, A
         raise InputError("is not a plans.json from `autotune search --out` (it needs 'inputs' and 'plans')",
                          source=source)
     ranks = [entry.get("rank") for entry in entries]
-    bad = [r for r in ranks if isinstance(r, bool) or not isinstance(r, int)]
+    bad = [r for r in ranks if isinstance(r, bool) or not isinstance(r, int) or r < 1]
     if bad or len(set(ranks)) != len(ranks):
-        what = f"a rank that is not a whole number ({bad[0]!r})" if bad else "a rank given twice"
+        what = f"a rank that is not a whole number >= 1 ({bad[0]!r})" if bad else "a rank given twice"
         raise InputError(f"each plan needs its own whole-number 'rank', but got {what}; rerun `autotune search "
                          "--out DIR`", source=source, field="plans")
+    for entry in entries:
+        if entry.get("plan") == {}:  # read as the default plan, which the search did not rank
+            raise InputError(f"plan of rank {entry['rank']} is empty; restore it or rerun `autotune search --out DIR`",
+                             source=source, field="plans.plan")
     return sorted(entries, key=lambda entry: entry["rank"])
+
+
+def check_search_counts(document: Mapping[str, Any], source: str) -> None:
+    """The counts a report quotes from a plans.json's ``search`` (plans evaluated, the space, those that fit) are
+    whole numbers >= 0 (a hand edit to -5 would be printed as "-5 plans evaluated")."""
+    search = document.get("search")
+    if not isinstance(search, dict):
+        return
+    for key in ("evaluations", "space_size", "feasible", "meeting_targets"):
+        value = search.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise InputError(f"must be a whole number >= 0, but got ({key}={value!r}); restore it or rerun `autotune "
+                             "search --out DIR`", source=source, field=f"search.{key}")
 
 
 def plan_entry(document: Mapping[str, Any], rank: int, source: str) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -101,23 +100,6 @@ class StoredStudy:
         return self.settings.get("mode") == "tune"
 
 
-def _require_file(url: str) -> None:
-    """An SQLite file or journal that is not there: say so (opening it would create an empty one)."""
-    from .fingerprint import parse_storage_url
-
-    kind, target = parse_storage_url(url)
-    if kind == "sqlite":
-        target = url.strip()[len("sqlite:///"):].split("?", 1)[0]
-        if not target or target == ":memory:":
-            return
-    elif kind != "journal":
-        return
-    if not Path(target).is_file():
-        hint = "sqlite:///relative.db or sqlite:////absolute/path.db" if kind == "sqlite" else "journal:./study.log"
-        raise InputError(f"no such file {target!r} (from {url!r}); give the --storage URL that `autotune search` or "
-                         f"`autotune tune` wrote the study to ({hint})", field="--storage")
-
-
 def read_study(url: str, name: str) -> StoredStudy:
     """Open study ``name`` in ``url`` and rebuild its problem from the fingerprint it carries."""
     from .fingerprint import problem_from_fingerprint
@@ -133,8 +115,7 @@ def read_study(url: str, name: str) -> StoredStudy:
     )
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    _require_file(url)
-    storage = make_storage(url)
+    storage = make_storage(url, existing=True)
     try:
         names = sorted(optuna.study.get_all_study_names(storage))
     except Exception as exc:  # noqa: BLE001  (a file that is not an Optuna storage, a server that went away)

@@ -27,6 +27,7 @@ import warnings
 from dataclasses import dataclass as _dataclass
 from dataclasses import field as _field
 from dataclasses import replace as _replace
+from pathlib import Path as _Path
 from typing import Any as _Any
 from typing import Callable, Sequence
 from typing import Mapping as _Mapping
@@ -35,6 +36,7 @@ import numpy as np
 import optuna
 
 from ..errors import InputError
+from ..inputs.loading import check_regular_file
 from ..training.plan import PLAN_KEYS, PlanBatch, resolved_fields
 from ..training.problem import Objective, TrainingProblem
 from ..training.space import REASONS, space_size
@@ -184,9 +186,48 @@ def redact(url: str) -> str:
     return _re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
 
 
-def make_storage(url: str, *, heartbeat_s: int | None = None, retries: int = 1):
-    """An Optuna storage for ``url``; with ``heartbeat_s`` (RDB only), stale trials are failed and retried."""
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def check_storage_file(url: str, *, existing: bool = False) -> None:
+    """The file behind an SQLite or journal URL, before Optuna opens it (opening writes to it): a named pipe or
+    device is refused (reading it would wait or never end), as is a file of something else (it would be turned
+    into a database or appended to); with ``existing`` (a worker or a report, which join a study), a file that
+    is not there (opening it would create an empty one)."""
     kind, target = parse_storage_url(url)
+    if kind == "sqlite":
+        target = url.strip()[len("sqlite:///"):].split("?", 1)[0]
+        if not target or target == ":memory:":
+            return
+    elif kind != "journal":
+        return
+    path = _Path(target)
+    check_regular_file(path, pipes=False)
+    hint = "sqlite:///relative.db or sqlite:////absolute/path.db" if kind == "sqlite" else "journal:./study.log"
+    if not path.is_file():
+        if existing:
+            raise InputError(f"no such file {target!r} (from {redact(url)!r}); give the --storage URL that `autotune "
+                             f"search` or `autotune tune` wrote the study to ({hint})", field="--storage")
+        return
+    with open(path, "rb") as handle:
+        head = handle.read(len(_SQLITE_MAGIC))
+    if not head:
+        if existing:
+            raise InputError(f"{target!r} is empty, so it holds no study; give the --storage URL that `autotune "
+                             f"search` or `autotune tune` wrote the study to ({hint})", field="--storage")
+        return
+    ours = head == _SQLITE_MAGIC if kind == "sqlite" else head.lstrip()[:1] == b"{"
+    if not ours:
+        what = "an SQLite database" if kind == "sqlite" else "an Optuna journal (JSON lines)"
+        raise InputError(f"{target!r} is not {what}, and opening it would change it; choose another file ({hint})",
+                         field="--storage")
+
+
+def make_storage(url: str, *, heartbeat_s: int | None = None, retries: int = 1, existing: bool = False):
+    """An Optuna storage for ``url``; with ``heartbeat_s`` (RDB only), stale trials are failed and retried; with
+    ``existing``, the SQLite or journal file must already hold studies (:func:`check_storage_file`)."""
+    kind, target = parse_storage_url(url)
+    check_storage_file(url, existing=existing)
     try:
         if kind == "journal":
             from optuna.storages.journal import JournalFileBackend
@@ -575,7 +616,7 @@ def trial_records(study: optuna.Study) -> list[dict]:
 def load_records(url: str, name: str) -> list[dict]:
     """The trial records of study ``name`` in ``url`` (for reports and tests)."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    storage = make_storage(url)
+    storage = make_storage(url, existing=True)
     if name not in optuna.study.get_all_study_names(storage):
         raise InputError(f"no study {name!r} in {redact(url)}", field="--study")
     return trial_records(optuna.load_study(study_name=name, storage=storage))

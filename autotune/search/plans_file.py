@@ -176,8 +176,9 @@ def hardware_from_plans(inputs: Mapping[str, Any], source: str, override: str | 
         price = loading.number(dict(inputs), "price_usd_per_gpu_hour", source=source, section="inputs",
                                positive=False, minimum=0)
     embedded = _mapping(inputs, "hardware_profile", source)
-    if embedded is not None:
-        return hardware_from_mapping(embedded, source=f"{source}: inputs.hardware_profile")
+    if embedded is not None:  # it holds the price the search applied; an edited price_usd_per_gpu_hour wins
+        hw = hardware_from_mapping(embedded, source=f"{source}: inputs.hardware_profile")
+        return hw if price is None else hw.with_price(price)
     name = _name(inputs, "hardware", source)
     try:
         hw = load_hardware(name)
@@ -385,6 +386,10 @@ def serving_inputs_from_plans(inputs: Mapping[str, Any], source: str, *,
         if exc.source is not None:
             raise
         raise InputError(str(exc), source=source) from None
+    if inputs.get("mode") is not None and inputs["mode"] != workload.mode:  # a label the load it records implies
+        raise InputError(f"must be the load the file records ({workload.mode}: from concurrency and request_rate), "
+                         f"but got {inputs['mode']!r}; restore it or rerun the search", source=source,
+                         field="inputs.mode")
     embedded = _mapping(inputs, "space_spec", source)
     if embedded is not None:
         space = serve_space_from_mapping(embedded, source=f"{source}: inputs.space_spec")

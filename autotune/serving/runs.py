@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..inputs.measured_runs import (
+    CsvTable,
     layout_reason,
     number,
     parse_rows,
@@ -113,8 +114,8 @@ def engine_key(engine: str, version: str) -> str:
 
     Read from the ``engine`` and ``engine_version`` columns only (major.minor; a Triton front end is its own
     key): a row that names no engine is predicted for the default one, never for one guessed from its
-    source's name; an unknown engine keeps its name and is predicted with its family's parameters
-    (``calibrated.params_for``).
+    source's name; an unknown engine (NIM, which runs TensorRT-LLM or vLLM inside) keeps its name and is
+    predicted with its family's parameters (``calibrated.params_for``).
     """
     name = (engine or "").strip().lower().replace("tensorrt-llm", "trtllm").replace("tensorrt_llm", "trtllm")
     found = re.search(r"(\d+)\.(\d+)", version or "")
@@ -161,15 +162,23 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
     weights = _weights(row["weight_precision"])
     if weights is None:
         return SkippedServingRow(rid, group, f"unknown weight precision {row['weight_precision']!r}")
+    # the KV dtypes the estimate models (plan.KV_DTYPES); another one (int8, fp4) or a typo is not read as bf16
     kv_text = row["kv_cache_dtype"].strip().lower()
-    if kv_text:
-        kv: tuple[str, ...] = ("fp8",) if kv_text.startswith("fp8") else ("bf16",)
-    else:
+    if kv_text.startswith("fp8"):
+        kv: tuple[str, ...] = ("fp8",)
+    elif kv_text.startswith(("bf16", "fp16", "bfloat16", "float16")):
+        kv = ("bf16",)
+    elif not kv_text:
         kv = ("bf16", "fp8") if gpu in fp8_gpus else ("bf16",)
+    else:
+        return SkippedServingRow(rid, group, f"kv_cache_dtype must be bf16, fp16 or fp8 (or empty: unknown), but got "
+                                             f"(kv_cache_dtype={row['kv_cache_dtype']!r})")
     if isinstance(catalogued, ModelSpec):
         model = catalogued
     else:
         experts, topk = _int(row, "moe_experts"), _int(row, "moe_topk")
+        if experts and topk is None:  # the experts each token runs set the MoE's FLOPs: not guessed
+            return SkippedServingRow(rid, group, f"architecture not stated: moe_topk (the row has moe_experts={experts})")
         moe = MoESpec(n_experts=experts, top_k=topk, expert_ffn_hidden_size=shape["ffn_hidden_size"]) if experts else None
         try:
             model = ModelSpec(
@@ -220,11 +229,22 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
     )
 
 
+def read_serving_table(path: Path) -> CsvTable:
+    """A serving-runs CSV, checked (header, ids, required columns) but not yet parsed: its other columns
+    (``dataset``) are read from the same stripped header and cells."""
+    return read_table(Path(path), required=REQUIRED_COLUMNS, schema="docs/serving.md")
+
+
 def read_serving_runs(path: Path, supported_gpus: set[str], fp8_gpus: set[str]) -> list[ServingRun | SkippedServingRow]:
     """Every row of a serving-runs CSV: a :class:`ServingRun`, or a :class:`SkippedServingRow` with the reason
     (a row autotune cannot express).  A cell that is not a number, or not a finite one, is an error naming the
     row and column: a corrupt measurement is not silently dropped."""
-    table = read_table(Path(path), required=REQUIRED_COLUMNS, schema="docs/serving.md")
+    return parse_serving_rows(read_serving_table(path), supported_gpus, fp8_gpus)
+
+
+def parse_serving_rows(table: CsvTable, supported_gpus: set[str],
+                       fp8_gpus: set[str]) -> list[ServingRun | SkippedServingRow]:
+    """The rows of a table that :func:`read_serving_table` read, as :func:`read_serving_runs` returns them."""
     return parse_rows(table, lambda row: parse_row(row, supported_gpus, fp8_gpus),
                       lambda row, reason: SkippedServingRow(str(row.get("id", "")), str(row.get("source_group", "")),
                                                             reason))

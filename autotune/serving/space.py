@@ -81,6 +81,10 @@ class ServeSpace:
                 continue
             axes[key] = (value,)
             pinned.add(key)
+        shared = sorted(set(fixes) & {"tp", "pp", "dp", "ep"})
+        if tuple(axes.get("mode", ())) == ("disagg",) and shared:  # as a disagg plan string refuses tp=...
+            raise ValueError(f"a disagg plan gives each pool its own layout: pin prefill_{shared[0]} and "
+                             f"decode_{shared[0]} instead, but got ({shared[0]}={fixes[shared[0]]} with mode=disagg)")
         return ServeSpace(self.name, axes, self.source, frozenset(pinned), pool_fixes)
 
     def with_weights(self, precisions: Iterable[str]) -> ServeSpace:

@@ -15,7 +15,6 @@ GPUs and engines), so a fit of the model's few parameters takes seconds per iter
 
 from __future__ import annotations
 
-import csv
 import math
 import re
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from .estimate import (
     prefill_s,
     solve,
 )
-from .runs import ServingRun, SkippedServingRow, read_serving_runs
+from .runs import ServingRun, SkippedServingRow, parse_serving_rows, read_serving_table
 from .silicon import SiliconRow, SkippedRow, default_pools, read_silicon_rows, stack_scalars
 
 # --- parameters of many rows ------------------------------------------------------------------------
@@ -442,9 +441,10 @@ def _row_result(run: ServingRun, pred: Mapping[str, np.ndarray]) -> ServingRowRe
 
 def read_runs_csv(path: Path):
     profiles = {n: load_hardware(n) for n in hardware_names()}
-    parsed = read_serving_runs(path, set(profiles), {n for n, h in profiles.items() if h.supports("fp8")})
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        datasets = {row["id"]: row.get("dataset", "") for row in csv.DictReader(handle)}
+    table = read_serving_table(path)
+    parsed = parse_serving_rows(table, set(profiles), {n for n, h in profiles.items() if h.supports("fp8")})
+    # from the table the rows were parsed from: its header is stripped (" id" is id), a second csv read's is not
+    datasets = {row["id"]: row.get("dataset", "") for row in table.rows}
     return parsed, profiles, datasets
 
 

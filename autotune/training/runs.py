@@ -161,7 +161,7 @@ def _model(row: dict, dropout: bool) -> ModelSpec:
     if experts:
         shared = _int(row, "moe_shared_experts") or 0
         expert_ffn = _int(row, "moe_ffn_hidden_size") or _int(row, "ffn_hidden_size")
-        moe = MoESpec(n_experts=experts, top_k=_int(row, "moe_topk") or 1, expert_ffn_hidden_size=expert_ffn,
+        moe = MoESpec(n_experts=experts, top_k=_int(row, "moe_topk"), expert_ffn_hidden_size=expert_ffn,
                       n_shared_experts=shared, shared_expert_ffn_hidden_size=shared * expert_ffn)
     head_dim = _int(row, "head_dim") or hidden // n_heads
     return ModelSpec(
@@ -204,6 +204,9 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
         return SkippedRow(rid, f"no value for {', '.join(missing)}")
     for key in SIZE_COLUMNS:  # sizes and parallel degrees: whole numbers >= 1 when given
         number(row, key, whole=True, minimum=1)
+    experts = None if hf_config else _int(row, "moe_experts")
+    if experts and _int(row, "moe_topk") is None:  # the experts each token runs set the MoE's FLOPs: not guessed
+        return SkippedRow(rid, f"no value for moe_topk (the row has moe_experts={experts})")
     layout = layout_reason(_int(row, "n_gpus"), [(k, _int(row, k)) for k in ("tp", "pp", "cp")], _int(row, "dp"))
     if layout:
         return SkippedRow(rid, layout)
