@@ -294,16 +294,15 @@ def test_a_journal_on_a_pipe_or_device_is_refused_not_read_forever(args, tmp_pat
     (["search", *SMALL, "--gpus", "16"], "--gpus"),
     (["search", *SMALL, "--top=3", "--top", "4"], "--top"),
     (["search", *SERVE, "--engine", "vllm", "--engine", "sglang"], "--engine"),
-    (["validate", "--json", "--json"], "--json"),
 ])
 def test_an_option_of_one_value_given_twice_is_refused_not_last_wins(args, flag, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert_user_error(invoke(*args), f"field '{flag}'", "given once")
 
 
-def test_a_repeatable_option_may_repeat(tmp_path, monkeypatch):
+def test_a_repeatable_option_a_flag_or_the_same_value_may_repeat(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = invoke("search", *SMALL, "--fix", "tp=2", "--fix", "pp=1", "-k", "1", "--json")
+    result = invoke("search", *SMALL, "--fix", "tp=2", "--fix", "pp=1", "-k", "1", "--top", "1", "--json", "--json")
     assert result.exit_code == 0, result.output
 
 
@@ -373,3 +372,21 @@ def test_a_users_framework_profile_that_says_nothing_sensible_is_refused(edit, f
     edit(data)
     (tmp_path / "mine.yaml").write_text(yaml.safe_dump(data))
     assert_user_error(invoke("predict", *SMALL, "-p", "tp=1", "--framework", str(tmp_path / "mine.yaml")), field)
+
+
+def test_an_sqlite_url_is_checked_at_the_file_sqlalchemy_opens(tmp_path, monkeypatch):
+    """%20 in an SQLite URL is a space, and a file: URI names its file before the query: a worker finds the study
+    file the search wrote under either spelling."""
+    monkeypatch.chdir(tmp_path)
+    assert invoke("search", *SMALL, "--storage", "sqlite:///my%20q.db", "--study", "s", "--sampler", "tpe",
+                  "--trials", "3").exit_code in (0, 1)
+    assert (tmp_path / "my q.db").is_file()
+    for url in ("sqlite:///my%20q.db", "sqlite:///file:my%20q.db?mode=ro&uri=true"):
+        result = invoke("worker", "--storage", url, "--study", "nope")
+        assert_user_error(result, "--study", "no autotune study 'nope'")
+
+
+def test_a_folder_given_as_a_study_storage_is_named_as_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
+    assert_user_error(invoke("worker", "--storage", "journal:d", "--study", "x"), "--storage", "is a folder")

@@ -91,16 +91,17 @@ def test_a_training_row_with_experts_and_no_topk_is_skipped_not_top_1(tmp_path):
 
 # --- 3. a KV dtype the estimate has no model for ------------------------------------------------------------------
 
-@pytest.mark.parametrize("value", ["int2", "int8", "fp4", "auto"])
+@pytest.mark.parametrize("value", ["int2", "int8", "fp4", "e5m2"])
 def test_an_unknown_kv_cache_dtype_is_refused_naming_the_column(tmp_path, value):
     assert_user_error(invoke("validate", serving_csv(tmp_path / "runs.csv", {"kv_cache_dtype": value})),
-                      "runs.csv", "r1", "kv_cache_dtype", repr(value), "bf16, fp16 or fp8")
+                      "runs.csv", "r1", "kv_cache_dtype", repr(value), "bf16, fp16, fp8 or auto")
     result = invoke("validate", serving_csv(tmp_path / "runs.csv", {"kv_cache_dtype": value}, second=True))
     assert result.exit_code == 0, result.output
-    assert "skipped r1: kv_cache_dtype must be bf16, fp16 or fp8" in result.stderr
+    assert "skipped r1: kv_cache_dtype must be bf16, fp16, fp8 or auto" in result.stderr
 
 
-@pytest.mark.parametrize("value, kv", [("fp8", ["fp8"]), ("FP8_e4m3", ["fp8"]), ("fp16", ["bf16"]),
+@pytest.mark.parametrize("value, kv", [("fp8", ["fp8"]), ("FP8_e4m3", ["fp8"]), ("float8_e4m3fn", ["fp8"]),
+                                       ("fp16", ["bf16"]), ("half", ["bf16"]), ("auto", ["bf16"]),
                                        ("bf16", ["bf16"]), ("", ["bf16", "fp8"])])
 def test_the_known_kv_cache_dtypes_still_read(tmp_path, value, kv):
     report = validate_json(serving_csv(tmp_path / "runs.csv", {"kv_cache_dtype": value}))

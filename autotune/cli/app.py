@@ -31,10 +31,14 @@ from ..errors import InputError
 from ..inputs.framework import framework_version_note
 from ..inputs.loading import strict_json
 
+_REPEATED = "autotune.repeated_option"
+
+
 class _OneValueGroup(TyperGroup):
-    """The command group: an option that takes one value, given twice (``-m a -m b``), is noted here, where the raw
-    arguments are still at hand (Click would keep the last silently), and refused by :func:`check_given_options`
-    through the one error path.  Repeatable options (``--fix``) are left alone."""
+    """The command group: an option that takes one value, given twice with two values (``-m a -m b``), is noted
+    here, where the raw arguments are still at hand (Click would keep the last silently), and refused by
+    :func:`check_given_options` through the one error path.  Repeatable options (``--fix``) and flags are left
+    alone, as is the same value given twice."""
 
     def resolve_command(self, ctx, args):
         name, command, rest = super().resolve_command(ctx, args)
@@ -45,30 +49,32 @@ class _OneValueGroup(TyperGroup):
         return name, command, rest
 
 
-_REPEATED = "autotune.repeated_option"
-
-
 def _repeated_option(command, args: list[str]) -> tuple[str, str, str] | None:
-    """(flag, first, second) of the first single-value option given twice in ``args``, else None."""
+    """(flag, first, second) of the first single-value option given twice with different values, else None."""
     single = {}
     for param in getattr(command, "params", []):
-        if getattr(param, "param_type_name", "") != "option" or getattr(param, "multiple", False):
+        if (getattr(param, "param_type_name", "") != "option" or getattr(param, "multiple", False)
+                or getattr(param, "is_flag", False)):
             continue
         for opt in [*param.opts, *getattr(param, "secondary_opts", [])]:
             single[opt] = param
-    seen: dict[str, str] = {}
-    for i, token in enumerate(args):
+    seen: dict[str, tuple[str, str]] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
         if token == "--":
             break
-        name = token.split("=", 1)[0] if token.startswith("--") else token
+        name, eq, attached = token.partition("=") if token.startswith("--") else (token, "", "")
         param = single.get(name)
         if param is None:
+            i += 1
             continue
-        takes_value = "=" not in token and not getattr(param, "is_flag", False) and i + 1 < len(args)
-        given = f"{token} {args[i + 1]}" if takes_value else token
-        if param.name in seen:
-            return max(param.opts, key=len), seen[param.name], given
-        seen[param.name] = given
+        value = attached if eq else (args[i + 1] if i + 1 < len(args) else "")
+        given = token if eq else f"{token} {value}"
+        i += 1 if eq else 2  # the value is consumed, whatever it looks like (as Click does)
+        if param.name in seen and seen[param.name][0] != value:
+            return max(param.opts, key=len), seen[param.name][1], given
+        seen.setdefault(param.name, (value, given))
     return None
 
 
@@ -116,7 +122,7 @@ def check_given_options() -> None:
     repeated = ctx.meta.get(_REPEATED)
     if repeated:
         flag, first, second = repeated
-        raise InputError(f"must be given once, but got it twice ({first!r} and {second!r}); keep the one you mean",
+        raise InputError(f"must be given once, but got two values ({first!r} and {second!r}); keep the one you mean",
                          field=flag)
     for param in ctx.command.params:
         value = ctx.params.get(param.name or "")

@@ -487,10 +487,9 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
                              f"aggregated tables); drop --fix {'mode=disagg' if not pools else pools[0]} or name a 1.x "
                              "release", field="--fix")
         fixed["mode"] = "agg"
+    search_space = load_serve_space(request.space)
     try:
-        search_space = load_serve_space(request.space).fixed(fixed)
-    except InputError:
-        raise
+        search_space = search_space.fixed(fixed)
     except ValueError as exc:
         raise InputError(str(exc), field="--fix") from None
     if request.space is None:  # the bundled space searches the weights the checkpoint holds, whatever they are

@@ -36,7 +36,6 @@ import numpy as np
 import optuna
 
 from ..errors import InputError
-from ..inputs.loading import check_regular_file
 from ..training.plan import PLAN_KEYS, PlanBatch, resolved_fields
 from ..training.problem import Objective, TrainingProblem
 from ..training.space import REASONS, space_size
@@ -196,14 +195,30 @@ def check_storage_file(url: str, *, existing: bool = False) -> None:
     is not there (opening it would create an empty one)."""
     kind, target = parse_storage_url(url)
     if kind == "sqlite":
-        target = url.strip()[len("sqlite:///"):].split("?", 1)[0]
+        from sqlalchemy.engine import make_url  # the file SQLAlchemy opens: %20 decoded, a file: URI unwrapped
+
+        target = make_url(url.strip()).database or ""
+        if target.startswith("file:"):
+            target = target[len("file:"):].split("?", 1)[0]
         if not target or target == ":memory:":
             return
     elif kind != "journal":
         return
     path = _Path(target)
-    check_regular_file(path, pipes=False)
     hint = "sqlite:///relative.db or sqlite:////absolute/path.db" if kind == "sqlite" else "journal:./study.log"
+    try:
+        _check_storage_path(path, target, url, hint, kind, existing)
+    except OSError as exc:  # a name too long, a folder not readable
+        raise InputError(f"cannot use {target!r} as a study storage ({exc.strerror or exc}); {hint}",
+                         field="--storage") from None
+
+
+def _check_storage_path(path: _Path, target: str, url: str, hint: str, kind: str, existing: bool) -> None:
+    if path.is_dir():
+        raise InputError(f"{target!r} is a folder; name a file in it ({hint})", field="--storage")
+    if path.exists() and not path.is_file():
+        raise InputError(f"{target!r} is not a regular file (a pipe, socket or device), so it cannot hold a study; "
+                         f"name a file ({hint})", field="--storage")
     if not path.is_file():
         if existing:
             raise InputError(f"no such file {target!r} (from {redact(url)!r}); give the --storage URL that `autotune "

@@ -162,25 +162,27 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
     weights = _weights(row["weight_precision"])
     if weights is None:
         return SkippedServingRow(rid, group, f"unknown weight precision {row['weight_precision']!r}")
-    # the KV dtypes the estimate models (plan.KV_DTYPES); another one (int8, fp4) or a typo is not read as bf16
+    # the KV dtypes the estimate models (plan.KV_DTYPES), under the engines' names (vLLM and SGLang: auto = the
+    # model's dtype, fp8_e4m3, torch's float8_e4m3fn, half); another one (int8, fp4) or a typo is not read as bf16
     kv_text = row["kv_cache_dtype"].strip().lower()
-    if kv_text.startswith("fp8"):
+    if kv_text.startswith(("fp8", "float8")):
         kv: tuple[str, ...] = ("fp8",)
-    elif kv_text.startswith(("bf16", "fp16", "bfloat16", "float16")):
-        kv = ("bf16",)
+    elif kv_text.startswith(("bf16", "fp16", "bfloat16", "float16", "half")) or kv_text == "auto":
+        kv = ("bf16",)  # auto: the activations' dtype, 16-bit whatever the weights
     elif not kv_text:
         kv = ("bf16", "fp8") if gpu in fp8_gpus else ("bf16",)
     else:
-        return SkippedServingRow(rid, group, f"kv_cache_dtype must be bf16, fp16 or fp8 (or empty: unknown), but got "
-                                             f"(kv_cache_dtype={row['kv_cache_dtype']!r})")
+        return SkippedServingRow(rid, group, f"kv_cache_dtype must be bf16, fp16, fp8 or auto (or empty: unknown), but "
+                                             f"got (kv_cache_dtype={row['kv_cache_dtype']!r}); leave it empty if unknown")
     if isinstance(catalogued, ModelSpec):
         model = catalogued
     else:
         experts, topk = _int(row, "moe_experts"), _int(row, "moe_topk")
         if experts and topk is None:  # the experts each token runs set the MoE's FLOPs: not guessed
             return SkippedServingRow(rid, group, f"architecture not stated: moe_topk (the row has moe_experts={experts})")
-        moe = MoESpec(n_experts=experts, top_k=topk, expert_ffn_hidden_size=shape["ffn_hidden_size"]) if experts else None
         try:
+            moe = MoESpec(n_experts=experts, top_k=topk, expert_ffn_hidden_size=shape["ffn_hidden_size"]) if experts \
+                else None
             model = ModelSpec(
                 name=row["model_name"], n_layers=shape["n_layers"], hidden_size=shape["hidden_size"],
                 ffn_hidden_size=shape["ffn_hidden_size"], n_heads=shape["n_heads"], n_kv_heads=shape["n_kv_heads"],
