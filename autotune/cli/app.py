@@ -102,7 +102,7 @@ class BlankPath(type(Path())):
 
 
 def path_option(text: str | Path) -> Path:
-    """Typer ``parser`` of a path option or argument (``metavar="PATH"``): a blank one becomes a :class:`BlankPath`."""
+    """Typer ``parser`` of a path option or argument (shown as ``<path>``): a blank one becomes a :class:`BlankPath`."""
     if isinstance(text, Path):  # a default, already a path
         return text
     return BlankPath(".") if not text.strip() else Path(text)
