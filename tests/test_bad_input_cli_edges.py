@@ -390,3 +390,16 @@ def test_a_folder_given_as_a_study_storage_is_named_as_one(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     (tmp_path / "d").mkdir()
     assert_user_error(invoke("worker", "--storage", "journal:d", "--study", "x"), "--storage", "is a folder")
+
+
+@pytest.mark.parametrize("key, value", [("hardware", "a100-sxm4-40gb"), ("model", "llama3-70b")])
+def test_a_plans_json_name_that_contradicts_what_it_embeds_is_refused(key, value, tmp_path, monkeypatch):
+    """The plans were estimated for the embedded spec and profile: an edited name would be ignored, so it is
+    refused rather than read as if it planned another model or GPU."""
+    monkeypatch.chdir(tmp_path)
+    assert invoke("search", *SMALL, "-k", "1", "--out", "r").exit_code == 0
+    document = json.loads((tmp_path / "r" / "plans.json").read_text())
+    document["inputs"][key] = value
+    (tmp_path / "e.json").write_text(json.dumps(document))
+    for args in (["explain", "e.json"], ["emit", "e.json"], ["report", "e.json", "--out", "rep"]):
+        assert_user_error(invoke(*args), f"inputs.{key}", "rerun the search")

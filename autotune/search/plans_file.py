@@ -148,6 +148,15 @@ def _name(inputs: Mapping[str, Any], key: str, source: str) -> str:
     return value
 
 
+def _same_name(inputs: Mapping[str, Any], key: str, embedded_name: str, embedded_key: str, source: str) -> None:
+    """The name a plans.json records beside the spec or profile it embeds is that one's: an edited name would be
+    ignored (the embedded one is what the plans were estimated for)."""
+    named = inputs.get(key)
+    if isinstance(named, str) and named and named != embedded_name:
+        raise InputError(f"must name the {key} of inputs.{embedded_key} ({embedded_name!r}), but got {named!r}; to "
+                         f"plan another {key}, rerun the search with it", source=source, field=f"inputs.{key}")
+
+
 def model_from_plans(inputs: Mapping[str, Any], source: str, override: str | ModelSpec | None = None) -> ModelSpec:
     """The model a plans.json was searched for: ``--model`` when given, else the embedded spec, else the bundled name."""
     if isinstance(override, ModelSpec):
@@ -156,7 +165,11 @@ def model_from_plans(inputs: Mapping[str, Any], source: str, override: str | Mod
         return load_model(override)
     embedded = _mapping(inputs, "model_spec", source)
     if embedded is not None:
-        return model_from_mapping(embedded, source=f"{source}: inputs.model_spec")
+        spec = model_from_mapping(embedded, source=f"{source}: inputs.model_spec")
+        # a training search records the spec's own name (a serving one what the user typed, e.g. a Hugging Face id)
+        if inputs.get("workload") != "serve":
+            _same_name(inputs, "model", spec.name, "model_spec", source)
+        return spec
     name = _name(inputs, "model", source)
     try:
         return load_model(name)
@@ -178,6 +191,7 @@ def hardware_from_plans(inputs: Mapping[str, Any], source: str, override: str | 
     embedded = _mapping(inputs, "hardware_profile", source)
     if embedded is not None:  # it holds the price the search applied; an edited price_usd_per_gpu_hour wins
         hw = hardware_from_mapping(embedded, source=f"{source}: inputs.hardware_profile")
+        _same_name(inputs, "hardware", hw.name, "hardware_profile", source)
         return hw if price is None else hw.with_price(price)
     name = _name(inputs, "hardware", source)
     try:
