@@ -401,7 +401,7 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
     if json_out:
         print_json(document)
         if missed:
-            _say_missed(result.ranked[0].estimate, request, outcome.checkpoint)
+            _say_missed(result.ranked[0].estimate, request, checkpoint=outcome.checkpoint)
         return 0 if result and result.ranked and not missed else 1
     load = {"max-throughput": "maximum throughput (all requests queued)",
             "concurrency": f"{workload.concurrency} concurrent users",
@@ -454,7 +454,7 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
     return 0
 
 
-def _say_missed(estimate: dict, request: ServingSearch, checkpoint: str) -> None:
+def _say_missed(estimate: dict, request: ServingSearch, *, checkpoint: str) -> None:
     """One line on stderr when no plan meets the targets: what the best plan misses and what would help."""
     workload, misses = request.workload, str(estimate.get("misses", ""))
     over_capacity = "exceeds capacity" in misses

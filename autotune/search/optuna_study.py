@@ -206,32 +206,27 @@ def check_storage_file(url: str, *, existing: bool = False) -> None:
         return
     path = _Path(target)
     hint = "sqlite:///relative.db or sqlite:////absolute/path.db" if kind == "sqlite" else "journal:./study.log"
+    join = f"give the --storage URL that `autotune search` or `autotune tune` wrote the study to ({hint})"
     try:
-        _check_storage_path(path, target, url, hint, kind, existing)
+        if path.is_dir():
+            raise InputError(f"{target!r} is a folder; name a file in it ({hint})", field="--storage")
+        if path.exists() and not path.is_file():
+            raise InputError(f"{target!r} is not a regular file (a pipe, socket or device), so it cannot hold a "
+                             f"study; name a file ({hint})", field="--storage")
+        head = None
+        if path.is_file():
+            with open(path, "rb") as handle:  # its first bytes only: a study database may be large
+                head = handle.read(len(_SQLITE_MAGIC))
     except OSError as exc:  # a name too long, a folder not readable
         raise InputError(f"cannot use {target!r} as a study storage ({exc.strerror or exc}); {hint}",
                          field="--storage") from None
-
-
-def _check_storage_path(path: _Path, target: str, url: str, hint: str, kind: str, existing: bool) -> None:
-    if path.is_dir():
-        raise InputError(f"{target!r} is a folder; name a file in it ({hint})", field="--storage")
-    if path.exists() and not path.is_file():
-        raise InputError(f"{target!r} is not a regular file (a pipe, socket or device), so it cannot hold a study; "
-                         f"name a file ({hint})", field="--storage")
-    if not path.is_file():
+    if head is None or not head:
         if existing:
-            raise InputError(f"no such file {target!r} (from {redact(url)!r}); give the --storage URL that `autotune "
-                             f"search` or `autotune tune` wrote the study to ({hint})", field="--storage")
+            what = f"no such file {target!r} (from {redact(url)!r})" if head is None else \
+                f"{target!r} is empty, so it holds no study"
+            raise InputError(f"{what}; {join}", field="--storage")
         return
-    with open(path, "rb") as handle:
-        head = handle.read(len(_SQLITE_MAGIC))
-    if not head:
-        if existing:
-            raise InputError(f"{target!r} is empty, so it holds no study; give the --storage URL that `autotune "
-                             f"search` or `autotune tune` wrote the study to ({hint})", field="--storage")
-        return
-    ours = head == _SQLITE_MAGIC if kind == "sqlite" else head.lstrip()[:1] == b"{"
+    ours = (head == _SQLITE_MAGIC) if kind == "sqlite" else (head.lstrip()[:1] == b"{")
     if not ours:
         what = "an SQLite database" if kind == "sqlite" else "an Optuna journal (JSON lines)"
         raise InputError(f"{target!r} is not {what}, and opening it would change it; choose another file ({hint})",
