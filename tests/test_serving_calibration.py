@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dataclasses
+from types import MappingProxyType
+
 import numpy as np
 import pytest
 
@@ -14,7 +17,7 @@ from autotune.inputs.workload import ServeWorkload
 from autotune.serving import calibrated
 from autotune.serving.arch import gpu_scalars, model_scalars, precision_arrays
 from autotune.serving.calibrated import engine_properties, params_for
-from autotune.serving.estimate import ServingParams, decode_step_s, estimate_serving
+from autotune.serving.estimate import SERVING_PARAM_BOUNDS, ServingParams, decode_step_s, estimate_serving, prefill_s
 from autotune.serving.plan import ServePlan, ServePlanBatch
 from autotune.serving.runs import engine_key
 from autotune.serving.validation import engine_max_batch
@@ -107,6 +110,39 @@ def test_seq_overhead_adds_time_per_decoding_sequence():
     t1 = decode_step_s(a, q, g, base.replace(seq_us=10.0), np.array([64.0]), np.array([256.0]), one, one, one, one)
     factor = 1.0 if g["blackwell"] else base.older_overhead
     assert (t1 - t0)[0] == pytest.approx(64 * 10e-6 * factor)
+
+
+def test_prefill_gemms_run_at_a_share_of_the_gpus_measured_ceiling():
+    """A GPU's GEMMs are priced at its measured ceiling (reference_efficiency.gemm, MAMF) times the fitted share:
+    the same GPU with a ceiling of 0.4 instead of 0.8 takes twice as long over a GEMM-bound prefill."""
+    hw = load_hardware("h100-sxm5-80gb")
+    assert gpu_scalars(hw)["gemm_ceiling"] == pytest.approx(0.803)
+    half = dataclasses.replace(hw, reference_efficiency=MappingProxyType({"gemm": 0.4015}))
+    none = dataclasses.replace(hw, reference_efficiency=MappingProxyType({}))
+    assert gpu_scalars(none)["gemm_ceiling"] == pytest.approx(0.80)  # the documented default
+    plans = ServePlanBatch.from_plans([ServePlan(n_gpus=1)])
+    # GEMMs only: no attention time, weights streamed for free, no fixed costs
+    p = ServingParams(gemm=0.9, attention=1e9, weight_bandwidth=1e9, step_us=0, layer_us=0, moe_layer_us=0)
+    one, n = np.array([1.0]), np.array([8192.0])
+
+    def gemm_s(h):
+        a, q, g = _rows(MISTRAL, h, plans)
+        return prefill_s(a, q, g, p, n, one, one, one, one, np.array([16384.0]))[0]
+    a = model_scalars(MISTRAL)
+    flops = 2 * 8192 * (a["P_attn"] + a["P_dense"] + a["P_shared"]) + 2 * a["P_head"]  # the head: the last token
+    assert gemm_s(hw) == pytest.approx(flops / (989.5e12 * 0.803 * 0.9), rel=1e-9)
+    assert gemm_s(half) == pytest.approx(2 * gemm_s(hw), rel=1e-9)
+
+
+def test_fitted_kernel_fractions_stay_inside_the_hardwares_ceilings():
+    """The bundled fits never price a kernel above what the hardware reaches: GEMMs at most the measured ceiling,
+    weight and KV streaming at most the copy rate measured on an H200 (0.89 of the datasheet)."""
+    assert SERVING_PARAM_BOUNDS["gemm"][1] == 1.0
+    assert SERVING_PARAM_BOUNDS["weight_bandwidth"][1] == SERVING_PARAM_BOUNDS["kv_bandwidth"][1] == 0.89
+    for table in (calibrated.CURRENT, calibrated.LEGACY):
+        for engine, params in table.items():
+            for name, (low, high) in SERVING_PARAM_BOUNDS.items():
+                assert low <= getattr(params, name) <= high, (engine, name)
 
 
 def test_rate_row_over_capacity_runs_at_the_benchmark_batch():

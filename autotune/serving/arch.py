@@ -103,16 +103,26 @@ def model_arrays(specs: Sequence[ModelSpec]) -> dict[str, np.ndarray]:
     return {k: np.array([r[k] for r in rows], dtype=np.float64) for k in ARCH_FIELDS}
 
 
-GPU_FIELDS = ("bf16", "fp8", "int8", "fp4", "hbm", "mem", "nvlink", "nvlink_lat", "scale_up", "domain", "node",
-              "net", "net_lat", "blackwell")
+# A GPU's measured GEMM ceiling (``reference_efficiency.gemm``, MAMF: the best a bf16 matmul reaches of the datasheet
+# peak; A100 0.87, H100 and H200 0.80, B200 0.78, GB200 0.73 in the bundled profiles, from stas00/ml-engineering's
+# MAMF table) where a profile gives none.  FP8 and FP4 GEMMs take the same fraction of their own peaks: PyTorch's FP8
+# matmul reaches less of its peak (0.64-0.68 on an H200, benchmarks/gpu_kernels.py; MAMF 0.71-0.73), but the engines
+# run their own FP8 kernels, and a per-precision ceiling from it made the fits worse (docs/serving.md).
+DEFAULT_GEMM_CEILING = 0.80
+
+GPU_FIELDS = ("bf16", "fp8", "int8", "fp4", "gemm_ceiling", "hbm", "mem", "nvlink", "nvlink_lat", "scale_up",
+              "domain", "node", "net", "net_lat", "blackwell")
 
 
 def gpu_scalars(hw: Hardware) -> dict[str, float]:
+    """A GPU's datasheet numbers as the serving model reads them, and its measured GEMM ceiling (the share of a
+    peak that prefill GEMMs reach is fitted as a share of this ceiling: ``ServingParams.gemm``)."""
     peaks = hw.peak_tflops
     domain = hw.gpus_per_scale_up_domain
     return {
         "bf16": peaks["bf16"] * 1e12, "fp8": peaks.get("fp8", 0.0) * 1e12, "int8": peaks.get("int8", 0.0) * 1e12,
-        "fp4": peaks.get("fp4", 0.0) * 1e12, "hbm": hw.memory_bandwidth_gb_per_s * 1e9,
+        "fp4": peaks.get("fp4", 0.0) * 1e12, "gemm_ceiling": hw.reference_efficiency.get("gemm", DEFAULT_GEMM_CEILING),
+        "hbm": hw.memory_bandwidth_gb_per_s * 1e9,
         "mem": hw.memory_gib * 2**30, "nvlink": hw.intra_node.bandwidth_gb_per_s * 1e9,
         "nvlink_lat": hw.intra_node.latency_us * 1e-6, "scale_up": hw.scale_up_link.bandwidth_gb_per_s * 1e9,
         "domain": float(domain), "node": float(hw.gpus_per_node), "net": hw.inter_node.bandwidth_gb_per_s * 1e9,
@@ -147,7 +157,13 @@ def class_formats(is_moe: bool, weights: str, expert_weights: str | None = None)
 
 
 def _peak_and_native(fmt: str, g: Mapping[str, float]) -> tuple[float, float]:
-    """(GEMM peak FLOP/s, 1 if the format runs on its own tensor cores else 0 = weight-only dequantising)."""
+    """(GEMM ceiling FLOP/s: the peak times the measured ceiling; 1 if the format runs on its own tensor cores
+    else 0 = weight-only dequantising)."""
+    peak, native = _peak(fmt, g)
+    return peak * g["gemm_ceiling"], native
+
+
+def _peak(fmt: str, g: Mapping[str, float]) -> tuple[float, float]:
     if fmt in ("fp4", "mxfp4"):
         return (g["fp4"], 1.0) if g["fp4"] > 0 else (g["bf16"], 0.0)
     if fmt == "fp8":
@@ -161,8 +177,9 @@ def _peak_and_native(fmt: str, g: Mapping[str, float]) -> tuple[float, float]:
 
 def precision_arrays(formats: Sequence[tuple[str, str, str]], gpus: Sequence[Mapping[str, float]],
                      kv: Sequence[str]) -> dict[str, np.ndarray]:
-    """Per row: bytes per weight (``b_*``), GEMM peak (``pk_*``), whether the format is 4-bit on native FP4
-    tensor cores (``fp4_*``) or weight-only (``wo_*``) for classes attn / mlp / exp, and KV bytes (``kv_b``)."""
+    """Per row: bytes per weight (``b_*``), GEMM ceiling (``pk_*``: the peak times the measured ceiling), whether
+    the format is 4-bit on native FP4 tensor cores (``fp4_*``) or weight-only (``wo_*``) for classes attn / mlp /
+    exp, and KV bytes (``kv_b``)."""
     n = len(formats)
     out = {f"{p}_{c}": np.zeros(n) for p in ("b", "pk", "fp4", "wo") for c in ("attn", "mlp", "exp")}
     for i, (fmts, g) in enumerate(zip(formats, gpus)):
