@@ -294,6 +294,8 @@ def test_a_journal_on_a_pipe_or_device_is_refused_not_read_forever(args, tmp_pat
     (["search", *SMALL, "--gpus", "16"], "--gpus"),
     (["search", *SMALL, "--top=3", "--top", "4"], "--top"),
     (["search", *SERVE, "--engine", "vllm", "--engine", "sglang"], "--engine"),
+    (["search", *SMALL, "-k3", "-k", "4"], "--top"),  # a short option's value attached, as Click reads it
+    (["search", *SMALL, "-k", "3", "-k4"], "--top"),
 ])
 def test_an_option_of_one_value_given_twice_is_refused_not_last_wins(args, flag, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -302,7 +304,8 @@ def test_an_option_of_one_value_given_twice_is_refused_not_last_wins(args, flag,
 
 def test_a_repeatable_option_a_flag_or_the_same_value_may_repeat(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = invoke("search", *SMALL, "--fix", "tp=2", "--fix", "pp=1", "-k", "1", "--top", "1", "--json", "--json")
+    result = invoke("search", *SMALL, "--fix", "tp=2", "--fix", "pp=1", "-k", "1", "--top", "1", "-k1", "--json",
+                    "--json")
     assert result.exit_code == 0, result.output
 
 
@@ -403,3 +406,35 @@ def test_a_plans_json_name_that_contradicts_what_it_embeds_is_refused(key, value
     (tmp_path / "e.json").write_text(json.dumps(document))
     for args in (["explain", "e.json"], ["emit", "e.json"], ["report", "e.json", "--out", "rep"]):
         assert_user_error(invoke(*args), f"inputs.{key}", "rerun the search")
+
+
+# --- numbers at the extremes of a sane input ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, fmt, text", [
+    (3.3222e31, ",.3f", "3.32e+31"),  # a cost per million tokens at a request rate of 1e-30/s
+    (2e-28, ",.0f", "2e-28"),  # tokens/s at that rate: not "0"
+    (1234.5678, ",.3f", "1,234.568"),  # everything in between as before
+    (0.0, ",.0f", "0"),
+    (999_999_999_999.0, ",.0f", "999,999,999,999"),
+])
+def test_number_text_keeps_tiny_and_huge_values_readable(value, fmt, text):
+    from autotune.outputs.tables import number_text
+
+    assert number_text(value, fmt) == text
+
+
+def _predict_at(rate: str) -> str:
+    result = invoke("predict", "-p", "tp=8", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb",
+                    "--gpus", "8", "--input-len", "1000", "--output-len", "200", "--request-rate", rate)
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split())
+
+
+def test_predict_at_a_tiny_request_rate_prints_a_readable_cost_and_batch():
+    text = _predict_at("1e-8")
+    # 1e-8 requests/s x 200 tokens; the batch is the rate times a request's 2.4 s (not the solver's resolution);
+    # $23.92 an hour over 0.0072 tokens an hour
+    assert "2e-06 output tokens/s" in text
+    assert "batch 2.42e-08 per replica" in text
+    assert "$3,322,222,222.222 per million output tokens" in text
+    assert "$3.32e+31 per million output tokens" in _predict_at("1e-30")  # 33 digits before

@@ -64,7 +64,12 @@ def _repeated_option(command, args: list[str]) -> tuple[str, str, str] | None:
         token = args[i]
         if token == "--":
             break
-        name, eq, attached = token.partition("=") if token.startswith("--") else (token, "", "")
+        if token.startswith("--"):
+            name, eq, attached = token.partition("=")
+        elif len(token) > 2 and token[:2] in single:  # a short option with its value attached, as Click reads "-k3"
+            name, eq, attached = token[:2], "=", token[2:]
+        else:
+            name, eq, attached = token, "", ""
         param = single.get(name)
         if param is None:
             i += 1

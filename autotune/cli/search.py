@@ -473,7 +473,8 @@ def _say_missed(estimate: dict, request: ServingSearch, *, checkpoint: str) -> N
 def cost_text(e: dict) -> str:
     """One line of what a serving plan costs (serving.estimate.add_serving_cost)."""
     per_million = e.get("usd_per_million_output_tokens")
-    tokens = f"${per_million:,.3f} per million output tokens" if per_million else "no output tokens to price"
+    tokens = (f"${tables.number_text(per_million, ',.3f')} per million output tokens" if per_million
+              else "no output tokens to price")
     return (f"Cost: ${e['usd_per_hour']:,.2f} per hour at ${e['usd_per_gpu_hour']:g} per GPU-hour (--price sets it), "
             f"{tokens}.")
 
@@ -664,9 +665,10 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     stdout.print(f"[dim]engine {engine}: {note}; checkpoint {ckpt}[/]", highlight=False, soft_wrap=True)
     mem = e["memory_breakdown_gib"]
     flag = ", ".join(f"{k} {v:g}" for k, v in e["engine_memory_flag"].items())
-    stdout.print(f"{e['output_tokens_per_s']:,.0f} output tokens/s ({e['output_tokens_per_s_per_gpu']:,.0f} per GPU, "
-                 f"{e['tokens_per_s_per_user']:,.1f} per user); TTFT {tables.ms_text(e['ttft_ms'])} ms, TPOT "
-                 f"{tables.ms_text(e['tpot_ms'], 1)} ms; batch {e['batch']:.1f} per replica (KV budget fits "
+    num = tables.number_text
+    stdout.print(f"{num(e['output_tokens_per_s'], ',.0f')} output tokens/s ({num(e['output_tokens_per_s_per_gpu'], ',.0f')} "
+                 f"per GPU, {e['tokens_per_s_per_user']:,.1f} per user); TTFT {tables.ms_text(e['ttft_ms'])} ms, TPOT "
+                 f"{tables.ms_text(e['tpot_ms'], 1)} ms; batch {num(e['batch'], '.1f')} per replica (KV budget fits "
                  f"{e['max_batch_fit']}); memory {e['memory_gib_per_gpu']:.1f} GiB per GPU of the engine's "
                  f"{e['memory_budget_gib']:.1f} ({flag}): weights {mem['weights']:.1f}, KV {mem['kv_cache']:.1f} "
                  f"(pool {mem['kv_pool']:.1f}), activations {mem['activations']:.1f}, CUDA graphs "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 from rich.table import Table
@@ -219,10 +221,19 @@ def sensitivity_table(found) -> Table:
 # --- explain a serve plan --------------------------------------------------------------------------
 # Estimate fields are read with .get: a field the serving model no longer has shows as "-".
 
+def number_text(value: float, fmt: str) -> str:
+    """``value`` in ``fmt``, or in three significant digits where ``fmt`` would print a non-zero value as 0 or
+    print it with 13 or more digits (a cost per token at a request rate of 1e-30/s)."""
+    text = format(value, fmt)
+    if value and math.isfinite(value) and (abs(value) >= 1e12 or not any(c in "123456789" for c in text)):
+        return format(value, ".3g")
+    return text
+
+
 def _cell(value: Any, fmt: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "-" if value is None else str(value)
-    return format(value, fmt)
+    return number_text(value, fmt) if fmt else format(value, fmt)
 
 
 SERVING_FIELDS = (
