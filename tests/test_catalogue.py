@@ -119,3 +119,44 @@ def test_hardware_show_has_the_scale_up_domain_and_an_estimated_price():
         assert text in result.stdout
     listed = _invoke("hardware", "list")
     assert listed.exit_code == 0 and "~5.30" in listed.stdout
+
+
+# --- a plan that states no weights runs the checkpoint's -----------------------------------------------------------
+
+@pytest.mark.parametrize("hf_id, checkpoint, weights", [
+    ("moonshotai/Kimi-K2.5", None, "int4"),  # native INT4 experts (compressed-tensors)
+    ("deepseek-ai/DeepSeek-R1", None, "fp8"),
+    ("deepseek-ai/DeepSeek-R1", "bf16", "bf16"),  # a bf16 checkpoint said so
+    ("llama3-70b", "nvfp4", "fp4"),
+])
+def test_a_serve_plan_without_weights_runs_the_checkpoints(hf_id, checkpoint, weights):
+    import json
+
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    args = ["predict", "-p", "tp=8", "--workload", "serve", "-m", hf_id, "-H", "b200-sxm-180gb", "--gpus", "8",
+            "--input-len", "1000", "--output-len", "1000", "--concurrency", "16", "--json"]
+    result = CliRunner().invoke(app, args + (["--checkpoint", checkpoint] if checkpoint else []))
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    assert found["plan"]["weights"] == weights
+    assert found["estimate"]["weights_from"] == "checkpoint" and "needs_checkpoint" not in found["estimate"]
+    assert found["estimate"]["fits"]
+
+
+def test_an_emitted_plan_without_weights_launches_the_checkpoint_it_names(tmp_path):
+    """DeepSeek-R1 ships fp8: `emit tp=8` launches those weights (no --dtype bfloat16 over an fp8 checkpoint, no
+    warning that nothing fits)."""
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    result = CliRunner().invoke(app, ["emit", "tp=8", "--format", "vllm", "-m", "deepseek-ai/DeepSeek-R1", "-H",
+                                      "h200-sxm-141gb", "--gpus", "8", "--input-len", "1000", "--output-len", "1000",
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    script = (tmp_path / "out" / "serve_vllm.sh").read_text()
+    assert "weights=fp8" in script and "read from the fp8 checkpoint" in script
+    assert "--dtype bfloat16" not in script and "WARNING" not in script

@@ -378,8 +378,9 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
             fields = parse_serve_fields(source)
         except ValueError as exc:
             raise InputError(str(exc), field="--plan") from None
-        # as predict reads it: no max_batch is the engine's default limit
-        chosen, engine_limit = predict_serve_plan(fields, int(gpus), format, hw.memory_gib)
+        # as predict reads it: no max_batch is the engine's default limit, no weights the checkpoint's
+        ckpt = serving_checkpoint(model, checkpoint)
+        chosen, engine_limit = predict_serve_plan(fields, int(gpus), format, hw.memory_gib, checkpoint=ckpt)
         cluster = Cluster(hw, chosen.n_gpus, min(gpn, chosen.n_gpus))
         code = int(serve_rejection_reasons(spec, cluster, ServePlanBatch.from_plans([chosen]), frozenset({"dp"}))[0])
         # Refuse what no engine can launch; a search-space preference (tp within one node) stays the user's call.
@@ -399,7 +400,6 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
                 output_len = seq_len - input_len
             if input_len is None:
                 input_len = seq_len - output_len
-        ckpt = serving_checkpoint(model, checkpoint)
     window = spec.max_seq_len
     if window and input_len + output_len > window:
         # the engines refuse --max-model-len / --context-length beyond the model's window: no script to write

@@ -638,12 +638,12 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
         raise InputError(f"{exc}", field="--plan") from None
     params, note = serving_parameters(engine, calibration)
     family, release = serving_engine(engine)
-    chosen, engine_limit = predict_serve_plan(fields, cluster.n_gpus, family, hw.memory_gib)
+    ckpt = serving_checkpoint(model, checkpoint)
+    chosen, engine_limit = predict_serve_plan(fields, cluster.n_gpus, family, hw.memory_gib, checkpoint=ckpt)
     if chosen.disaggregated and aggregated_only(release):
         raise InputError(f"{release_name(release)} is planned aggregated only (its parameters come from aggregated "
                          "tables); give an agg plan or a 1.x release", field="--plan")
     engine = family  # its memory rule and defaults (the release set the parameters)
-    ckpt = serving_checkpoint(model, checkpoint)
     batch = ServePlanBatch.from_plans([chosen])
     reason = int(serve_rejection_reasons(spec, cluster, batch, frozenset({"dp"}))[0])
     estimate = annotate_checkpoint(estimate_serving(spec, cluster, workload, batch, params, engine=engine,

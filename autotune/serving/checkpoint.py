@@ -71,6 +71,13 @@ def check_checkpoint(name: str) -> str:
     return key
 
 
+def held_weights(checkpoint: str) -> str:
+    """The weight precision a checkpoint holds (``compressed-tensors:int4`` -> ``int4``; a MoE model's 4-bit
+    checkpoint quantizes its experts, ``arch.class_formats``): what a plan that states no weights runs."""
+    (weights,) = HOLDS[check_checkpoint(checkpoint)]
+    return weights
+
+
 def checkpoint_format(checkpoint: str) -> str:
     """The file format of a checkpoint (``compressed-tensors:int4`` -> ``compressed-tensors``)."""
     return checkpoint.partition(":")[0]
