@@ -438,3 +438,24 @@ def test_predict_at_a_tiny_request_rate_prints_a_readable_cost_and_batch():
     assert "batch 2.42e-08 per replica" in text
     assert "$3,322,222,222.222 per million output tokens" in text
     assert "$3.32e+31 per million output tokens" in _predict_at("1e-30")  # 33 digits before
+
+
+@pytest.mark.parametrize("command", [
+    ["search", *SMALL, "--out", "plans.json"],
+    ["emit", "tp=8", "--format", "vllm", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len",
+     "100", "--output-len", "100", "--out", "serve.sh"],
+])
+def test_an_out_folder_named_like_a_file_is_refused_not_created(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_user_error(invoke(*command), "is a file name", "--out")
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_report_out_named_like_a_file_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert invoke("search", *SMALL, "--out", "run").exit_code == 0
+    assert_user_error(invoke("report", "run", "--out", "report.html", "--trials", "0"), "--out report")
+    assert not (tmp_path / "report.html").exists()
+    # a folder that exists keeps working, whatever its name
+    (tmp_path / "v1.json").mkdir()
+    assert invoke("report", "run", "--out", "v1.json", "--trials", "0").exit_code == 0

@@ -19,6 +19,10 @@ EXECUTABLE_SUFFIXES = (".sh", ".sbatch")
 PLANS_JSON = "plans.json"
 
 
+# Suffixes of the files autotune writes or reads: a new --out folder so named is a file name given by mistake.
+FILE_SUFFIXES = frozenset({".html", ".htm", ".json", ".csv", ".yaml", ".yml", ".sh", ".png", ".txt", ".md"})
+
+
 def check_out_dir(path: Path, force: bool, *, must_be_empty: bool = True) -> None:
     """Refuse a destination that cannot take the files: a file, a non-empty folder (without ``force``, when
     ``must_be_empty``), or a place that cannot be created or written.  Creates nothing."""
@@ -31,6 +35,10 @@ def check_out_dir(path: Path, force: bool, *, must_be_empty: bool = True) -> Non
         if not os.access(path, os.W_OK | os.X_OK):
             raise InputError("folder is not writable; choose another --out", source=str(path))
         return
+    if path.suffix.lower() in FILE_SUFFIXES:
+        # --out names a folder of several files: "--out report.html" would make a folder called report.html
+        raise InputError(f"is a file name ({path.suffix}), but --out names the folder the files are written to; "
+                         f"give a folder, e.g. --out {path.with_suffix('')}", source=str(path))
     _check_creatable(path, "--out")
 
 
