@@ -14,8 +14,9 @@ ceilings directly, on the GPU it runs on, with the shapes of the models in the d
 * attention: causal flash attention over 2k-8k token prompts (GQA 64/8 heads), as FLOP/s; decode attention
   (one query token per sequence over a contiguous KV cache) as KV bytes per second;
 * a whole decode step of a Llama-3.1-8B-shaped model (random bf16 weights, 32 layers) replayed as a CUDA
-  graph, against its weight-plus-KV bytes at the measured copy bandwidth: what is left over per layer is the
-  kernels' own floor, to set beside the fitted ``layer_us`` (which holds an engine's whole per-layer cost).
+  graph, against its weight-plus-KV bytes at the measured read rate (the fastest decode GEMM's): what is left
+  over per layer is the kernels' own floor, to set beside the fitted ``layer_us`` (an engine's whole per-layer
+  cost).
 
 PyTorch's kernels are not an engine's (no fused norms, no paged cache), so the figures are ceilings and floors
 to read the fit against, not replacements for it.  Nothing here is asserted; it needs a CUDA GPU::
@@ -50,7 +51,7 @@ LLAMA_8B = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim"
 
 
 def _timer(torch):
-    def time_s(fn, *, warmup: int = 3, repeats: int = 10) -> float:
+    def time_s(fn, *, warmup: int = 10, repeats: int = 30) -> float:
         """Median seconds of one call of ``fn`` over ``repeats`` timed calls (CUDA events)."""
         for _ in range(warmup):
             fn()
@@ -111,7 +112,7 @@ def measure_decode_gemm(torch, time_s, batches=(1, 8, 32, 64, 128, 256)) -> list
                     for w in layer:
                         xs[w.shape[0]] @ w
             graph = _graphed(torch, run)
-            t = time_s(graph.replay, repeats=5)
+            t = time_s(graph.replay)
             out.append({"shapes": label, "tokens": m, "weight_bytes": weight_bytes, "time_s": t,
                         "weight_bytes_per_s": weight_bytes / t, "flop_per_s": m * weight_bytes / t})
     return out
@@ -211,12 +212,23 @@ def measure_decode_step(torch, time_s, batches=(1, 16, 64), ctx: int = 1024) -> 
                    torch.randn(b, nkv, ctx, hd, dtype=torch.bfloat16, device=DEVICE)) for _ in layers]
         x0 = torch.randn(b, h, dtype=torch.bfloat16, device=DEVICE)
         graph = _graphed(torch, _decode_step(torch, layers, head, caches, x0))
-        t = time_s(graph.replay, repeats=20)
+        t = time_s(graph.replay)
         kv_bytes = sum(2 * kc.numel() * 2 for kc, _ in caches)
         out.append({"batch": b, "ctx": ctx, "layers": c["layers"], "time_s": t, "weight_bytes": weight_bytes,
                     "kv_bytes": kv_bytes})
         torch.cuda.empty_cache()
     return out
+
+
+def _spin_up(torch, seconds: float = 3.0) -> None:
+    """Large matmuls for a few seconds before anything is timed: an idle GPU sits at low clocks (345 MHz on an
+    idle H200) and the first measurements would otherwise catch it ramping up."""
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device=DEVICE)
+    end = time.time() + seconds
+    while time.time() < end:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
 
 
 def measure() -> dict:
@@ -229,16 +241,24 @@ def measure() -> dict:
         raise SystemExit("gpu_kernels.py measures a CUDA GPU, and torch sees none; use --compare FILE elsewhere")
     time_s = _timer(torch)
     torch.backends.cuda.matmul.allow_tf32 = False
+    _spin_up(torch)
     started = time.time()
     result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
               "python": platform.python_version(), "measured_at": time.strftime("%Y-%m-%d")}
-    for name, fn in (("copy", measure_copy), ("decode_gemm", measure_decode_gemm),
-                     ("prefill_gemm", measure_prefill_gemm), ("attention", measure_attention),
-                     ("decode_step", measure_decode_step)):
+    for name, fn in zip(MEASUREMENTS, (measure_copy, measure_decode_gemm, measure_prefill_gemm, measure_attention,
+                                       measure_decode_step)):
         result[name] = fn(torch, time_s)
         torch.cuda.empty_cache()
         print(f"{name}: done ({time.time() - started:.0f} s)", file=sys.stderr)
     return result
+
+
+def _same_gpu(measured: str, hw) -> bool:
+    """Whether the GPU name PyTorch reported (``NVIDIA H200``) is the one the profile describes: its model token
+    (H200, H100, B200, ...) appears in the profile's name or description."""
+    tokens = [t.lower() for t in measured.replace("-", " ").split() if any(c.isdigit() for c in t)]
+    text = f"{hw.name} {hw.description}".lower()
+    return bool(tokens) and tokens[0] in text
 
 
 def compare(result: dict, hardware: str) -> list[str]:
@@ -259,7 +279,12 @@ def compare(result: dict, hardware: str) -> list[str]:
             return f"{name} {next(iter(values.values())):g}"
         return f"{name} " + ", ".join(f"{e} {v:g}" for e, v in values.items())
 
-    lines = [f"{result['gpu']} (torch {result['torch']}, CUDA {result['cuda']}, {result['measured_at']}) against "
+    if not _same_gpu(result["gpu"], hw):
+        lines_note = [f"note: the measurement is of {result['gpu']}, but {hw.name} describes "
+                      f"{hw.description or 'another GPU'}: the fractions below divide one by the other's peaks", ""]
+    else:
+        lines_note = []
+    lines = lines_note + [f"{result['gpu']} (torch {result['torch']}, CUDA {result['cuda']}, {result['measured_at']}) against "
              f"{hw.name}: HBM {hbm / 1e12:.2f} TB/s, bf16 {bf16 / 1e12:.0f} TFLOP/s, fp8 {fp8 / 1e12:.0f} TFLOP/s",
              "", "| what | measured | of the datasheet peak | fitted |",
              "| --- | --- | --- | --- |"]
@@ -274,8 +299,9 @@ def compare(result: dict, hardware: str) -> list[str]:
             lines.append(f"| prefill GEMM {row['dtype']}, {row['shapes']} | not run: {row['error']} | | |")
             continue
         peak = bf16 if row["dtype"] == "bf16" else fp8
+        share = f"{row['flop_per_s'] / peak:.2f}" if peak > 0 else f"(the profile has no {row['dtype']} peak)"
         lines.append(f"| prefill GEMM {row['dtype']}, {row['shapes']}, {row['tokens']} tokens | "
-                     f"{row['flop_per_s'] / 1e12:.0f} TFLOP/s | {row['flop_per_s'] / peak:.2f} | {fitted('gemm')} "
+                     f"{row['flop_per_s'] / 1e12:.0f} TFLOP/s | {share} | {fitted('gemm')} "
                      f"of the ceiling {ceiling:g} (reference_efficiency.gemm) |")
     for row in result["attention"]["prefill"]:
         lines.append(f"| prefill attention (causal, GQA 64/8), {row['seq']} tokens x {row['batch']} | "
@@ -285,32 +311,65 @@ def compare(result: dict, hardware: str) -> list[str]:
         lines.append(f"| decode attention, ctx {row['ctx']} x {row['batch']} sequences | "
                      f"{row['kv_bytes_per_s'] / 1e12:.2f} TB/s of KV | {row['kv_bytes_per_s'] / hbm:.2f} | "
                      f"{fitted('kv_bandwidth')} |")
+    # the fastest a weight stream went (a one-token GEMM over a whole layer's matrices): HBM read, no writes
+    read = max((r["weight_bytes_per_s"] for r in result["decode_gemm"]), default=copy)
     for row in result["decode_step"]:
-        streamed_s = (row["weight_bytes"] + row["kv_bytes"]) / copy
+        streamed_s = (row["weight_bytes"] + row["kv_bytes"]) / read
         floor_us = (row["time_s"] - streamed_s) / row["layers"] * 1e6
         lines.append(f"| Llama-3.1-8B decode step (CUDA graph), batch {row['batch']}, ctx {row['ctx']} | "
-                     f"{row['time_s'] * 1e3:.2f} ms | bytes at the copy rate {streamed_s * 1e3:.2f} ms; "
+                     f"{row['time_s'] * 1e3:.2f} ms | bytes at the read rate {streamed_s * 1e3:.2f} ms; "
                      f"{floor_us:.0f} us a layer beyond | {fitted('layer_us')} |")
     return lines
 
 
+def _read_measurement(parser: argparse.ArgumentParser, path: Path) -> dict:
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as error:
+        parser.error(f"--compare {path}: cannot be read ({error.__class__.__name__}: {error.strerror or error})")
+    except json.JSONDecodeError as error:
+        parser.error(f"--compare {path}: is not JSON ({error})")
+    missing = [k for k in ("gpu", "torch", "cuda", "measured_at", *MEASUREMENTS) if not isinstance(result, dict)
+               or k not in result]
+    if missing:
+        parser.error(f"--compare {path}: is not a measurement of this script (no {', '.join(missing)}); write one "
+                     "with --json on a GPU machine")
+    return result
+
+
+MEASUREMENTS = ("copy", "decode_gemm", "prefill_gemm", "attention", "decode_step")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", type=Path, help="write the measured rates to this file")
+    parser.add_argument("--json", type=Path, help="write the measured rates to this file (it must not exist)")
     parser.add_argument("--compare", type=Path, help="read measured rates from this file instead of measuring")
     parser.add_argument("--hardware", default=None, help="hardware profile to divide by (with --compare)")
     args = parser.parse_args(argv)
+    if args.compare is None and args.hardware is not None:
+        parser.error("--hardware goes with --compare FILE (a measurement is divided by the profile's peaks)")
     if args.compare is not None:
-        result = json.loads(args.compare.read_text())
         if args.hardware is None:
             parser.error("--compare needs --hardware NAME (the profile of the GPU that was measured)")
-        print("\n".join(compare(result, args.hardware)))
+        result = _read_measurement(parser, args.compare)
+        try:
+            from autotune.errors import InputError
+        except ImportError:
+            parser.error("--compare reads autotune's profiles and fit: install it first (pip install -e .)")
+
+        try:
+            lines = compare(result, args.hardware)
+        except InputError as error:
+            parser.error(f"--hardware {args.hardware}: {error}")
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
+            parser.error(f"--compare {args.compare}: a measurement is malformed ({error.__class__.__name__}: {error})")
+        print("\n".join(lines))
         return 0
+    if args.json is not None and args.json.exists():  # before minutes of measuring, not after
+        parser.error(f"{args.json} exists; give another --json path")
     result = measure()
     text = json.dumps(result, indent=2)
     if args.json is not None:
-        if args.json.exists():
-            parser.error(f"{args.json} exists; give another --json path")
         args.json.write_text(text + "\n")
     else:
         print(text)

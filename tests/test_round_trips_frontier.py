@@ -122,6 +122,10 @@ def test_an_unbounded_ttft_is_not_written_as_zero(tmp_path):
     (lambda i: i.pop("engine"), "inputs.engine"),
     (lambda i: i.update(checkpoint=None), "inputs.checkpoint"),
     (lambda i: i["serving_params"].pop("gemm"), "inputs.serving_params"),
+    # a file of the serving model before GEMM rates were a share of the measured ceiling: its gemm meant another
+    # thing, so its plans would be re-priced without a word
+    (lambda i: i.pop("serving_model"), "inputs.serving_model"),
+    (lambda i: i.update(serving_model=1), "inputs.serving_model"),
 ])
 def test_a_serving_plans_file_with_part_of_its_stack_is_refused(tmp_path, edit, field):
     out = tmp_path / "s"

@@ -136,9 +136,9 @@ def test_prefill_gemms_run_at_a_share_of_the_gpus_measured_ceiling():
 
 def test_fitted_kernel_fractions_stay_inside_the_hardwares_ceilings():
     """The bundled fits never price a kernel above what the hardware reaches: GEMMs at most the measured ceiling,
-    weight and KV streaming at most the copy rate measured on an H200 (0.89 of the datasheet)."""
+    weight and KV streaming at most the read rate measured on an H200 (0.91 of the datasheet)."""
     assert SERVING_PARAM_BOUNDS["gemm"][1] == 1.0
-    assert SERVING_PARAM_BOUNDS["weight_bandwidth"][1] == SERVING_PARAM_BOUNDS["kv_bandwidth"][1] == 0.89
+    assert SERVING_PARAM_BOUNDS["weight_bandwidth"][1] == SERVING_PARAM_BOUNDS["kv_bandwidth"][1] == 0.91
     for table in (calibrated.CURRENT, calibrated.LEGACY):
         for engine, params in table.items():
             for name, (low, high) in SERVING_PARAM_BOUNDS.items():
@@ -178,7 +178,9 @@ def _options(name: str) -> set[str]:
 
 def _emitted_options(text: str, program: str) -> set[str]:
     found = set()
-    for word in text.replace("\\\n", " ").split():
+    # the script's guards (if [[ ... ]]; then echo '...'; exit 2; fi) are messages to the user, not engine options
+    commands = "\n".join(line for line in text.splitlines() if not line.startswith("if [[ "))
+    for word in commands.replace("\\\n", " ").split():
         if word.startswith("--"):
             found.add(word)
     return found

@@ -155,6 +155,12 @@ def test_calibrate_reproduces_the_bundled_serving_parameters(tmp_path):
                                   "1", "-p", "tp=1", "--input-len", "512", "--output-len", "128", "--calibration",
                                   str(tmp_path / "silicon.yaml"), "--json"])
     assert applied.exit_code == 0, applied.output
+    # a fit for another version of the serving model is refused, not read in this version's meaning
+    text = (tmp_path / "silicon.yaml").read_text()
+    assert "serving_model: 2" in text
+    (tmp_path / "old.yaml").write_text(text.replace("serving_model: 2\n", ""))
+    old = runner.invoke(app, ["validate", str(SILICON), "--calibration", str(tmp_path / "old.yaml")])
+    assert old.exit_code != 0 and "serving_model" in old.output and "refit" in old.output
 
 
 def test_serving_runs_rows_named_by_hf_id_on_aliased_gpus_and_under_concurrency(tmp_path):
@@ -230,7 +236,7 @@ def test_validate_and_predict_are_one_path():
         node = r.hardware.gpus_per_node
         n_gpus = width if width <= node else width * node // math.gcd(width, node)  # whole nodes: replicas
         plan, engine_limit = predict_serve_plan({**fields, "weights": weights, "kv": r.kv}, n_gpus, r.engine,
-                                                r.hardware.memory_gib)
+                                                r.hardware.memory_gib, checkpoint="bf16")  # weights are stated
         assert engine_limit
         cluster, batch = Cluster(r.hardware, n_gpus, node), ServePlanBatch.from_plans([plan])
         assert int(rejection_reasons(r.model, cluster, batch, frozenset({"dp"}))[0]) == 0, r.id

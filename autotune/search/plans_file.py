@@ -41,6 +41,7 @@ from ..serving.calibrated import aggregated_only, params_for, release_name
 from ..serving.checkpoint import check_checkpoint
 from ..serving.engines import DEFAULT_ENGINE, ENGINES, check_memory_fraction, parse_engine
 from ..serving.estimate import ServingParams
+from ..serving.estimate import SERVING_MODEL_VERSION
 from ..serving.overlay import serving_params_from_mapping
 from ..serving.space import ServeSpace, load_serve_space, serve_space_from_mapping
 from ..training.plan import PRECISION
@@ -117,7 +118,8 @@ def serving_inputs_json(model: ModelSpec, hardware: Hardware, space: ServeSpace 
     the user set it (--memory-fraction; absent: the engine's default rule)."""
     out: dict[str, Any] = {"model_spec": model_to_mapping(model), "hardware_profile": hardware_to_mapping(hardware),
                            "engine": engine, "checkpoint": checkpoint,
-                           "serving_params": (params or params_for(engine)).as_dict()}
+                           "serving_params": (params or params_for(engine)).as_dict(),
+                           "serving_model": SERVING_MODEL_VERSION}
     if release is not None:
         out["engine_release"] = release_name(release)
     if memory_fraction is not None:
@@ -353,6 +355,11 @@ def _serving_stack(inputs: Mapping[str, Any], source: str) -> tuple[str, str, Se
     except ValueError as exc:
         raise InputError(str(exc), source=source, field="inputs.checkpoint") from None
     params = params_for(engine)
+    if "serving_params" in inputs and inputs.get("serving_model") != SERVING_MODEL_VERSION:
+        raise InputError(f"records serving parameters of another version of the serving model (serving_model "
+                         f"{inputs.get('serving_model', 1)!r}, this release reads {SERVING_MODEL_VERSION}: GEMM rates as "
+                         "a share of the GPU's measured ceiling), which would price its plans differently; rerun "
+                         "`autotune search --workload serve --out DIR`", source=source, field="inputs.serving_model")
     if "serving_params" in inputs:
         params = serving_params_from_mapping(inputs["serving_params"], params, source=source,
                                              section="inputs.serving_params", complete=True)

@@ -104,8 +104,9 @@ def model_arrays(specs: Sequence[ModelSpec]) -> dict[str, np.ndarray]:
 
 
 # A GPU's measured GEMM ceiling (``reference_efficiency.gemm``, MAMF: the best a bf16 matmul reaches of the datasheet
-# peak; A100 0.87, H100 and H200 0.80, B200 0.78, GB200 0.73 in the bundled profiles, from stas00/ml-engineering's
-# MAMF table) where a profile gives none.  FP8 and FP4 GEMMs take the same fraction of their own peaks: PyTorch's FP8
+# peak; A100 0.87, H100 and H200 0.80, B200 0.78, GB200 0.73, MI300X 0.51 in the bundled profiles, from
+# stas00/ml-engineering's MAMF table) scales every GPU's GEMM rates; DEFAULT_GEMM_CEILING is used where a profile
+# gives none.  FP8 and FP4 GEMMs take the same fraction of their own peaks: PyTorch's FP8
 # matmul reaches less of its peak (0.64-0.68 on an H200, benchmarks/gpu_kernels.py; MAMF 0.71-0.73), but the engines
 # run their own FP8 kernels, and a per-precision ceiling from it made the fits worse (docs/serving.md).
 DEFAULT_GEMM_CEILING = 0.80

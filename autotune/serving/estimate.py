@@ -104,16 +104,20 @@ class ServingParams:
 
 
 SERVING_PARAM_FIELDS = tuple(f.name for f in fields(ServingParams))
+# The meaning of the parameters, recorded beside them in plans.json files and calibration files: 2 (2026-12) reads
+# gemm as a share of the GPU's measured GEMM ceiling (1: of its peak) and bounds weight and KV streaming at 0.91.
+SERVING_MODEL_VERSION = 2
 # (low, high) of every parameter: what is physically possible.  The kernel fractions stop at what the hardware
-# reaches: gemm at the GPU's measured GEMM ceiling (arch.gpu_scalars), weight and KV streaming at 0.89 of the
-# datasheet bandwidth, the HBM copy rate measured on an H200 (benchmarks/gpu_kernels.py, docs/serving.md).
+# reaches: gemm at the GPU's measured GEMM ceiling (arch.gpu_scalars), weight and KV streaming at 0.91 of the
+# datasheet bandwidth, the rate a one-token GEMM streams a 70B layer's weights at on an H200 (benchmarks/
+# gpu_kernels.py, docs/serving.md; assumed for the other GPUs, whose profiles carry no such measurement).
 SERVING_PARAM_BOUNDS: Mapping[str, tuple[float, float]] = {
-    "gemm": (0.05, 1.0), "attention": (0.05, 0.75), "kv_bandwidth": (0.2, 0.89), "grouped_gemm": (0.1, 1.0),
+    "gemm": (0.05, 1.0), "attention": (0.05, 0.75), "kv_bandwidth": (0.2, 0.91), "grouped_gemm": (0.1, 1.0),
     "fp4_gemm": (0.2, 1.0), "weight_only": (0.3, 1.0), "link_bandwidth": (0.3, 1.0), "allreduce_us": (1.0, 60.0),
     "alltoall_us": (1.0, 150.0), "moe_layer_us": (0.0, 200.0), "prompt_token_us": (0.0, 20.0),
     "arrival_cv2": (0.0, 8.0), "kv_handoff_ms": (0.0, 1000.0), "transfer_poll_us": (0.0, 5000.0),
     "older_overhead": (0.5, 2.0), "kv_reserve": (0.0, 1.0),
-    "weight_bandwidth": (0.3, 0.89), "step_us": (0.0, 20000.0), "layer_us": (0.0, 200.0), "seq_us": (0.0, 300.0),
+    "weight_bandwidth": (0.3, 0.91), "step_us": (0.0, 20000.0), "layer_us": (0.0, 200.0), "seq_us": (0.0, 300.0),
     "request_ms": (0.0, 300.0), "admission_steps": (0.0, 20.0), "sync_share": (0.0, 1.0), "seq_layer_us": (0.0, 5.0),
     "kv_reread_fraction": (0.0, 1.0),
 }
@@ -490,7 +494,8 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
             lo = np.where(more, mid, lo)
             hi = np.where(more, hi, mid)
         # the bisection's upper end, tightened by one fixed-point step (still >= the solution, as TPOT grows with
-        # the batch): at a rate of one request a day the batch is then 1e-5, not the bisection's 4e-6 resolution
+        # the batch): at one request in three years (1e-8/s) the batch is then 2.4e-8, not the bisection's
+        # resolution (the KV cap / 2^28, 4e-6 for a cap of 1,182)
         nd_o = np.minimum(hi, lam_o * Om1 * tpot_open(hi)[0])
         tpot_o, t_dec_o = tpot_open(nd_o)
         stable = (rho_o < 0.999) & (lam_o * Om1 * tpot_o <= cap * 1.0001)

@@ -6,7 +6,10 @@
       sglang: {...}
 
 Every key is a ``ServingParams`` field inside its bounds; a field left out keeps the shipped value.
-``--calibration FILE`` applies it to ``search``/``predict --workload serve`` and ``validate``.
+``--calibration FILE`` applies it to ``search``/``predict --workload serve`` and ``validate``.  A file that
+``autotune calibrate`` wrote (it has a ``fit`` section) records the serving model's version
+(``serving_model``): one fitted for another version is refused (its ``gemm`` meant another thing); a file
+written by hand is read in the current meaning.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from ..errors import InputError, check_keys
 from ..inputs import loading
 from .calibrated import LEGACY, params_for
 from .engines import ENGINES
-from .estimate import SERVING_PARAM_BOUNDS, SERVING_PARAM_FIELDS, ServingParams
+from .estimate import SERVING_MODEL_VERSION, SERVING_PARAM_BOUNDS, SERVING_PARAM_FIELDS, ServingParams
 
 
 def serving_params_from_mapping(raw: object, base: ServingParams, *, source: str, section: str,
@@ -49,11 +52,16 @@ def load_serving_calibration(path: str | Path) -> dict[str, ServingParams]:
         raise InputError("is not a serving calibration (schema: serving), so it cannot go to --calibration of a "
                          "serving command; fit one with `autotune calibrate SERVING_RUNS.csv --out FILE` (a training "
                          "overlay goes to training commands)", source=source, field="schema")
-    check_keys(data, frozenset({"schema", "engines", "source", "fit"}), source=source)
+    check_keys(data, frozenset({"schema", "engines", "source", "fit", "serving_model"}), source=source)
     # notes on the fit, written by `autotune calibrate`: not read, but of the kind it writes
     loading.text(data, "source", source=source, default=None)
     if data.get("fit") is not None and not isinstance(data["fit"], dict):
         raise InputError(f"must be a mapping (notes on the fit), but got {data['fit']!r}", source=source, field="fit")
+    if ("fit" in data or "serving_model" in data) and data.get("serving_model") != SERVING_MODEL_VERSION:
+        raise InputError(f"was fitted for another version of the serving model (serving_model "
+                         f"{data.get('serving_model', 1)!r}, this release reads {SERVING_MODEL_VERSION}: GEMM rates as a "
+                         "share of the GPU's measured ceiling); refit it with `autotune calibrate RUNS.csv --out FILE`",
+                         source=source, field="serving_model")
     engines = data.get("engines")
     if not isinstance(engines, dict) or not engines:
         raise InputError("must map engine names to parameter mappings", source=source, field="engines")
@@ -68,7 +76,7 @@ def load_serving_calibration(path: str | Path) -> dict[str, ServingParams]:
 
 
 def serving_calibration_text(table: Mapping[str, ServingParams], *, source: str, fit: Mapping | None = None) -> str:
-    doc = {"schema": "serving", "source": source,
+    doc = {"schema": "serving", "serving_model": SERVING_MODEL_VERSION, "source": source,
            "engines": {e: {k: round(v, 5) for k, v in p.as_dict().items()} for e, p in sorted(table.items())}}
     if fit:
         doc["fit"] = dict(fit)
