@@ -160,3 +160,32 @@ def test_an_emitted_plan_without_weights_launches_the_checkpoint_it_names(tmp_pa
     script = (tmp_path / "out" / "serve_vllm.sh").read_text()
     assert "weights=fp8" in script and "read from the fp8 checkpoint" in script
     assert "--dtype bfloat16" not in script and "WARNING" not in script
+
+
+def test_a_plans_file_entry_without_weights_reads_as_the_checkpoints(tmp_path):
+    """explain, emit and report read a plans.json entry that lost its weights (a hand edit) as predict reads a
+    --plan without them: the checkpoint's weights, not bf16 over an fp8 checkpoint."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    runner, out = CliRunner(), tmp_path / "s"
+    searched = runner.invoke(app, ["search", "--workload", "serve", "-m", "deepseek-ai/DeepSeek-R1", "-H",
+                                   "h200-sxm-141gb", "--gpus", "8", "--input-len", "1000", "--output-len", "200",
+                                   "--top", "2", "--out", str(out)])
+    assert searched.exit_code == 0, searched.output
+    doc = json.loads((out / "plans.json").read_text())
+    for entry in doc["plans"]:
+        assert entry["plan"].pop("weights") == "fp8"
+    (out / "plans.json").write_text(json.dumps(doc))
+    explained = runner.invoke(app, ["explain", str(out), "--json"])
+    assert explained.exit_code == 0, explained.output
+    assert json.loads(explained.stdout)["plan"]["weights"] == "fp8"
+    emitted = runner.invoke(app, ["emit", str(out), "--format", "vllm", "--out", str(tmp_path / "l")])
+    assert emitted.exit_code == 0, emitted.output
+    script = (tmp_path / "l" / "serve_vllm.sh").read_text()
+    assert "weights=fp8" in script and "--dtype bfloat16" not in script
+    reported = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "r"), "--trials", "0"])
+    assert reported.exit_code == 0, reported.output

@@ -279,6 +279,25 @@ def test_emit_quotes_model_path_and_reads_search_output(tmp_path):
     assert "--context-length 1024" in emitted.stdout  # 512 + 128 tokens with slack, rounded up to 1024
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_script_for_a_bundled_spec_asks_for_the_weights_instead_of_loading_its_name(engine, tmp_path):
+    """llama3-405b names an architecture, not weights an engine can load: unless MODEL is set, the script stops
+    with the weights to give (a catalogue id of that spec) instead of asking the engine for a repository
+    'llama3-405b'."""
+    import subprocess
+
+    from autotune.outputs.emit.formats import serving_files
+
+    plan = ServePlan(n_gpus=8, tp=8, weights="bf16")
+    files, _ = serving_files(engine, plan, load_model("llama3-405b"), "h200-sxm-141gb", 896, 128)
+    script = tmp_path / "serve.sh"
+    script.write_text(files[f"serve_{engine}.sh"])
+    assert "MODEL=llama3-405b" not in script.read_text()
+    ran = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert ran.returncode == 2
+    assert "MODEL=meta-llama/Llama-3.1-405B" in ran.stderr and "--model-path" in ran.stderr
+
+
 def test_training_still_requires_seq_len():
     result = runner.invoke(app, ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-b", "8"])
     assert result.exit_code == 2 and "--seq-len" in result.output

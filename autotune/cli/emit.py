@@ -39,6 +39,7 @@ from ..outputs.files import (
 from ..search.api import predict_serve_plan, serving_checkpoint, serving_memory_fraction
 from ..search.plans_file import framework_from_plans, serving_inputs_from_plans
 from ..search.serving import annotate_checkpoint
+from ..serving.checkpoint import with_held_weights
 from ..serving.estimate import estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
 from ..serving.space import REASONS as SERVE_REASONS
@@ -348,7 +349,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         input_len, output_len = served.workload.input_len, served.workload.output_len
         gpn = gpus_per_node or served.cluster.gpus_per_node
         try:
-            chosen = serve_plan_from_fields(entry["plan"], served.cluster.n_gpus)
+            chosen = serve_plan_from_fields(with_held_weights(entry["plan"], served.checkpoint), served.cluster.n_gpus)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"plan of rank {rank} is malformed: {exc}", source=str(path), field="plans.plan") from None
         served.check_plan(chosen, str(path), rank)

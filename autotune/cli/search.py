@@ -63,6 +63,7 @@ from ..search.api import (
 from ..search.plans_file import serving_inputs_from_plans, training_inputs_from_plans
 from ..serving.calibrated import aggregated_only, release_name
 from ..search.serving import annotate_checkpoint
+from ..serving.checkpoint import with_held_weights
 from ..serving.estimate import add_serving_cost, estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
 from ..serving.space import REASONS as SERVE_REASONS
@@ -429,8 +430,10 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
         e = best.estimate
         verdict = "meets the targets" if e["meets_targets"] else f"misses: {e.get('misses', '')}"
         needs = f" It {e['needs_checkpoint']}." if e.get("needs_checkpoint") else ""
-        stdout.print(f"Best: {best.plan.layout()} ({best.plan.as_string()}): {e['output_tokens_per_s']:,.0f} output "
-                     f"tokens/s ({e['output_tokens_per_s_per_gpu']:,.0f} per GPU), TTFT {tables.ms_text(e['ttft_ms'])} ms, "
+        num = tables.number_text
+        stdout.print(f"Best: {best.plan.layout()} ({best.plan.as_string()}): {num(e['output_tokens_per_s'], ',.0f')} "
+                     f"output tokens/s ({num(e['output_tokens_per_s_per_gpu'], ',.0f')} per GPU), "
+                     f"TTFT {tables.ms_text(e['ttft_ms'])} ms, "
                      f"TPOT {tables.ms_text(e['tpot_ms'], 1)} ms; {verdict}; {e['memory_gib_per_gpu']:.1f} GiB per GPU "
                      f"within the {request.engine} budget of {e['memory_budget_gib']:.1f} GiB "
                      f"({', '.join(f'{k} {v:g}' for k, v in e['engine_memory_flag'].items())}).{needs}",
@@ -775,7 +778,7 @@ def _explain_serving(source: str, inputs: dict, fields: Any, *, rank: int, model
     found_inputs = serving_inputs_from_plans(inputs, source, model=model)
     cluster, workload = found_inputs.cluster, found_inputs.workload
     try:
-        chosen = serve_plan_from_fields(fields, cluster.n_gpus)
+        chosen = serve_plan_from_fields(with_held_weights(fields, found_inputs.checkpoint), cluster.n_gpus)
     except (TypeError, ValueError) as exc:
         raise InputError(f"the plan is malformed ({exc}); rerun `autotune search --workload serve --out DIR`",
                          source=source, field="plans.plan") from None

@@ -150,7 +150,8 @@ def serving_plans_table(result, capacity_gib: float) -> Table:
         p, e = r.plan, r.estimate
         source = {"checkpoint": "ckpt", "online": "online", "needs": "NEEDS"}.get(e.get("weights_from", ""), "")
         table.add_row(str(r.rank), p.layout(), f"{p.weights}/{p.kv}", source, str(p.max_batch),
-                      f"{e['output_tokens_per_s']:,.0f}", f"{e['output_tokens_per_s_per_gpu']:,.0f}",
+                      number_text(e["output_tokens_per_s"], ",.0f"),
+                      number_text(e["output_tokens_per_s_per_gpu"], ",.0f"),
                       f"{e['tokens_per_s_per_user']:,.1f}", ms_text(e["ttft_ms"]), ms_text(e["tpot_ms"], 1),
                       str(e["max_batch_fit"]), f"{e['memory_gib_per_gpu']:.1f} ({e.get('memory_budget_gib', capacity_gib):.0f})",
                       "met" if e["meets_targets"] else _missed(e))
@@ -233,7 +234,7 @@ def number_text(value: float, fmt: str) -> str:
 def _cell(value: Any, fmt: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "-" if value is None else str(value)
-    return number_text(value, fmt) if fmt else format(value, fmt)
+    return number_text(value, fmt)
 
 
 SERVING_FIELDS = (

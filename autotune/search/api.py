@@ -25,7 +25,7 @@ from ..inputs.request import (
 )
 from ..inputs.workload import ServeWorkload
 from ..serving.calibrated import CURRENT, aggregated_only, parameters_note, params_for, release_name, release_note
-from ..serving.checkpoint import HOLDS, check_checkpoint, default_checkpoint, held_weights
+from ..serving.checkpoint import HOLDS, check_checkpoint, default_checkpoint, with_held_weights
 from ..serving.engines import DEFAULTS as ENGINE_DEFAULTS
 from ..serving.engines import check_memory_fraction, parse_engine
 from ..serving.estimate import ServingParams
@@ -408,16 +408,15 @@ def serving_parameters(engine: str, calibration: str | None,
     return table[key], parameters_note(overlay=True)
 
 
-def predict_serve_plan(fields: Mapping[str, Any], n_gpus: int, engine: str, memory_gib: float,
-                       checkpoint: str = "bf16") -> tuple[ServePlan, bool]:
+def predict_serve_plan(fields: Mapping[str, Any], n_gpus: int, engine: str, memory_gib: float, *,
+                       checkpoint: str) -> tuple[ServePlan, bool]:
     """The plan ``predict`` estimates from ``--plan`` fields, and whether its max_batch is the engine's own: left
     out, max_batch is the engine's default limit per attention-DP rank (vLLM max_num_seqs, SGLang's, TensorRT-LLM's
     max_batch_size), under which the engine admits what its KV cache holds, as a deployment launched without the
     flag does (and as `validate` predicts a measured row, which records none).  Left out, weights are what the
     checkpoint holds (``--checkpoint``, or the one a Hugging Face id ships: DeepSeek-R1 fp8), as the engine
     loads them without a quantization flag."""
-    if "weights" not in fields:
-        fields = {**fields, "weights": held_weights(checkpoint)}
+    fields = with_held_weights(fields, checkpoint)
     try:
         plan = serve_plan_from_fields(fields, n_gpus)
     except ValueError as exc:

@@ -12,7 +12,7 @@ a pre-quantized checkpoint, and says which (``requirement``).
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Mapping
+from typing import Any, Mapping
 
 from .engines import engine_family
 
@@ -74,8 +74,19 @@ def check_checkpoint(name: str) -> str:
 def held_weights(checkpoint: str) -> str:
     """The weight precision a checkpoint holds (``compressed-tensors:int4`` -> ``int4``; a MoE model's 4-bit
     checkpoint quantizes its experts, ``arch.class_formats``): what a plan that states no weights runs."""
-    (weights,) = HOLDS[check_checkpoint(checkpoint)]
-    return weights
+    held = HOLDS[check_checkpoint(checkpoint)]
+    if len(held) != 1:  # every format holds one precision (a container names its scheme)
+        raise ValueError(f"a checkpoint holds one weight precision, but {checkpoint!r} holds {sorted(held)}")
+    return next(iter(held))
+
+
+def with_held_weights(fields: Any, checkpoint: str) -> Any:
+    """Plan fields (a ``--plan`` string's or a plans.json entry's) whose weights, left out, are the checkpoint's:
+    the engine loads what the checkpoint holds unless told to quantize.  Anything but a mapping passes through
+    (the plan's reader says what is wrong with it)."""
+    if isinstance(fields, Mapping) and "weights" not in fields:
+        return {**fields, "weights": held_weights(checkpoint)}
+    return fields
 
 
 def checkpoint_format(checkpoint: str) -> str:

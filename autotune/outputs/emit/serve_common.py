@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 from ...errors import InputError
 from ...inputs.modelspec import ModelSpec
 from ...serving.plan import Pool, ServePlan
+from ..tables import number_text
 from . import shell
 
 BASE_PORT = 8000
@@ -147,6 +148,18 @@ def _ms(value: Any, spec: str) -> str:
     return f"{value:,{spec}} ms"
 
 
+def _model_required(ctx: ServeContext) -> str:
+    """The line that stops the script when MODEL is unset: autotune knows the architecture, not the weights."""
+    from ...inputs.catalogue import ids_of_spec
+    from ...serving.checkpoint import checkpoint_format
+
+    examples = ids_of_spec(ctx.model.name, checkpoint_format(ctx.checkpoint))
+    example = f" (e.g. MODEL={examples[0]})" if examples else ""
+    message = (f"MODEL must name the {ctx.model.name} weights to serve, a Hugging Face id or a local folder{example}; "
+               "or emit with --model-path")
+    return f'if [[ -z "${{MODEL:-}}" ]]; then echo {shell.word(message)} >&2; exit 2; fi'
+
+
 def render_script(release: str, ctx: ServeContext, notes: list[str], command_for: CommandFor,
                   router_for: Callable[[ServeContext, list[EngineSlot]], list[shell.Group]]) -> str:
     """A bash script that starts, on the node it runs on, that node's engines (and on node 0 the router)."""
@@ -155,7 +168,12 @@ def render_script(release: str, ctx: ServeContext, notes: list[str], command_for
     n_nodes = max(s.nodes[-1] for s in slots) + 1
     lines = ["#!/usr/bin/env bash"]
     lines += shell.comment_lines(_header(release, ctx, notes, slots, n_nodes))
-    lines += ["set -euo pipefail", "", shell.default_assignment("MODEL", ctx.model_path or ctx.model.name)]
+    lines += ["set -euo pipefail", ""]
+    if ctx.model_path:
+        lines.append(shell.default_assignment("MODEL", ctx.model_path))
+    else:
+        # a bundled spec's name or a spec file is not weights an engine can load: MODEL must say which
+        lines.append(_model_required(ctx))
     lines += [shell.default_assignment("NODE_RANK", 0), shell.default_assignment("NODE_ADDRS", "localhost"),
               'read -r -a ADDR <<< "$NODE_ADDRS"']
     if n_nodes > 1:
@@ -193,7 +211,7 @@ def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[Engin
              f"length {ctx.context_length} tokens (planned prompt + output {ctx.max_model_len}, with slack)"]
     if ctx.estimate:
         e = ctx.estimate
-        lines.append(f"predicted: {e['output_tokens_per_s']:,.0f} output tokens/s in total, TTFT "
+        lines.append(f"predicted: {number_text(e['output_tokens_per_s'], ',.0f')} output tokens/s in total, TTFT "
                      f"{_ms(e.get('ttft_ms'), '.0f')}, TPOT {_ms(e.get('tpot_ms'), '.1f')} (autotune's analytic serving "
                      f"model); {e.get('memory_gib_per_gpu', 0):.1f} GiB per GPU of the engine's budget")
     lines += notes

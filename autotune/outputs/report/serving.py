@@ -68,6 +68,7 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
                    progress: Callable[[str, int, int], None] | None = None) -> ServingReportData:
     """Rebuild a serving search from its plans.json and evaluate what the figures show."""
     from ...search.plans_file import serving_inputs_from_plans
+    from ...serving.checkpoint import with_held_weights
     from ...serving.estimate import estimate_serving
     from ...serving.plan import ServePlanBatch, serve_plan_from_fields
     from ...serving.space import enumerate_serve
@@ -91,7 +92,7 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
             raise InputError(f"plan {position} is malformed (no 'plan' object); rerun `autotune search --workload "
                              "serve --out DIR`", source=source, field="plans")
         try:
-            chosen.append(serve_plan_from_fields(entry["plan"], cluster.n_gpus))
+            chosen.append(serve_plan_from_fields(with_held_weights(entry["plan"], served.checkpoint), cluster.n_gpus))
         except (TypeError, ValueError) as exc:
             raise InputError(f"plan {position} is malformed: {exc}", source=source, field="plans.plan") from None
         served.check_plan(chosen[-1], source, position)
