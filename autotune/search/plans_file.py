@@ -42,7 +42,7 @@ from ..serving.checkpoint import check_checkpoint
 from ..serving.engines import DEFAULT_ENGINE, ENGINES, check_memory_fraction, parse_engine
 from ..serving.estimate import ServingParams
 from ..serving.estimate import SERVING_MODEL_VERSION
-from ..serving.overlay import serving_params_from_mapping
+from ..serving.overlay import check_serving_model, serving_params_from_mapping
 from ..serving.space import ServeSpace, load_serve_space, serve_space_from_mapping
 from ..training.plan import PRECISION
 from ..training.problem import TrainingProblem
@@ -355,12 +355,9 @@ def _serving_stack(inputs: Mapping[str, Any], source: str) -> tuple[str, str, Se
     except ValueError as exc:
         raise InputError(str(exc), source=source, field="inputs.checkpoint") from None
     params = params_for(engine)
-    if "serving_params" in inputs and inputs.get("serving_model") != SERVING_MODEL_VERSION:
-        raise InputError(f"records serving parameters of another version of the serving model (serving_model "
-                         f"{inputs.get('serving_model', 1)!r}, this release reads {SERVING_MODEL_VERSION}: GEMM rates as "
-                         "a share of the GPU's measured ceiling), which would price its plans differently; rerun "
-                         "`autotune search --workload serve --out DIR`", source=source, field="inputs.serving_model")
     if "serving_params" in inputs:
+        check_serving_model(inputs, source=source, field="inputs.serving_model",
+                            redo="rerun `autotune search --workload serve --out DIR`")
         params = serving_params_from_mapping(inputs["serving_params"], params, source=source,
                                              section="inputs.serving_params", complete=True)
     release = None

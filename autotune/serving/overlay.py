@@ -26,6 +26,16 @@ from .engines import ENGINES
 from .estimate import SERVING_MODEL_VERSION, SERVING_PARAM_BOUNDS, SERVING_PARAM_FIELDS, ServingParams
 
 
+def check_serving_model(recorded: Mapping, *, source: str, field: str, redo: str) -> None:
+    """Parameters recorded beside ``serving_model`` (absent: version 1) are read only by that version of the
+    serving model: another version reads some of them differently (``gemm``), so it would re-price the plans."""
+    version = recorded.get("serving_model", 1)
+    if version != SERVING_MODEL_VERSION:
+        raise InputError(f"holds serving parameters of another version of the serving model (serving_model "
+                         f"{version!r}, this release reads {SERVING_MODEL_VERSION}: GEMM rates as a share of the GPU's "
+                         f"measured ceiling), which would price plans differently; {redo}", source=source, field=field)
+
+
 def serving_params_from_mapping(raw: object, base: ServingParams, *, source: str, section: str,
                                 complete: bool = False) -> ServingParams:
     """``base`` with the parameters of ``raw`` (a mapping of ServingParams fields to numbers inside their bounds);
@@ -57,11 +67,9 @@ def load_serving_calibration(path: str | Path) -> dict[str, ServingParams]:
     loading.text(data, "source", source=source, default=None)
     if data.get("fit") is not None and not isinstance(data["fit"], dict):
         raise InputError(f"must be a mapping (notes on the fit), but got {data['fit']!r}", source=source, field="fit")
-    if ("fit" in data or "serving_model" in data) and data.get("serving_model") != SERVING_MODEL_VERSION:
-        raise InputError(f"was fitted for another version of the serving model (serving_model "
-                         f"{data.get('serving_model', 1)!r}, this release reads {SERVING_MODEL_VERSION}: GEMM rates as a "
-                         "share of the GPU's measured ceiling); refit it with `autotune calibrate RUNS.csv --out FILE`",
-                         source=source, field="serving_model")
+    if "fit" in data or "serving_model" in data:
+        check_serving_model(data, source=source, field="serving_model",
+                            redo="refit it with `autotune calibrate RUNS.csv --out FILE`")
     engines = data.get("engines")
     if not isinstance(engines, dict) or not engines:
         raise InputError("must map engine names to parameter mappings", source=source, field="engines")
