@@ -49,7 +49,8 @@ def test_a_prompt_beyond_the_models_context_is_no_plan():
 
 def test_pinned_axes_that_leave_no_plan_are_named_in_the_hint():
     result = runner.invoke(app, [*SERVE, "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
-                                 "--input-len", "1024", "--fix", "weights=fp4", "--checkpoint", "nvfp4"])
+                                 "--input-len", "1024", "--fix", "weights=fp4", "--checkpoint", "nvfp4",
+                                 "--engine", "trtllm"])  # TensorRT-LLM's NVFP4 needs Blackwell
     assert result.exit_code == 1
     assert "--fix weights=fp4" in result.output and "weight precision not supported by the GPU" in result.output
 

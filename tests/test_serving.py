@@ -146,13 +146,15 @@ def test_unsupported_precision_and_bad_plan():
     assert bad.exit_code == 2 and "--input-len" in bad.output
 
 
-def test_no_fp8_on_a100_and_fp4_only_on_blackwell():
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_no_fp8_on_a100_and_fp4_native_on_blackwell_weight_only_on_hopper(engine):
     model = load_model("llama3-8b")
     space = load_serve_space(None)
-    for gpu, allowed in (("a100-sxm4-80gb", {"bf16", "int8", "int4"}), ("h100-sxm5-80gb", {"bf16", "fp8", "int8", "int4"}),
+    hopper = {"bf16", "fp8", "int8", "int4"} | ({"fp4"} if engine == "vllm" else set())  # vLLM's Marlin NVFP4
+    for gpu, allowed in (("a100-sxm4-80gb", {"bf16", "int8", "int4"}), ("h100-sxm5-80gb", hopper),
                          ("b200-sxm-180gb", {"bf16", "fp8", "int8", "int4", "fp4"})):
         result = serve_search(model, Cluster(load_hardware(gpu), 1, 8), ServeWorkload(128, 128), space, ServingParams(),
-                              top=5000)
+                              top=5000, engine=engine)
         assert {r.plan.weights for r in result.ranked} == allowed
         if gpu.startswith("a100"):
             assert {r.plan.kv for r in result.ranked} == {"bf16"}

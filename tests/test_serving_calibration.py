@@ -286,3 +286,22 @@ def test_a_release_outside_the_measured_ones_is_said_to_be():
     assert "outside the releases measured there (vLLM 0.11-0.18)" in release_note("vllm-0.1")
     assert "outside the releases measured there (TensorRT-LLM 1.0-1.3)" in release_note("trtllm-99.9")
     assert "outside" not in release_note("vllm-0.15") and "outside" not in release_note("sglang-0.5")
+
+
+@pytest.mark.parametrize("engine, gpu, runnable", [
+    ("vllm", "h200-sxm-141gb", True),  # Marlin W4A16 NVFP4 (vllm-project/vllm#18000)
+    ("sglang", "h100-sxm5-80gb", True),  # Marlin fallback (sgl-project/sglang#19652)
+    ("trtllm", "h200-sxm-141gb", False),  # its NVFP4 kernels need Blackwell
+    ("vllm", "a100-sxm4-80gb", False),  # before Hopper: not planned
+    ("trtllm", "b200-sxm-180gb", True),  # native FP4 tensor cores
+])
+def test_nvfp4_weights_run_weight_only_on_hopper_where_the_engine_does(engine, gpu, runnable):
+    from autotune.inputs.modelspec import load_model
+    from autotune.serving.space import REASONS, rejection_reasons
+
+    hw = load_hardware(gpu)
+    plans = ServePlanBatch.from_plans([ServePlan(n_gpus=2, tp=2, weights="fp4")])
+    code = int(rejection_reasons(load_model("llama3-70b"), Cluster(hw, 2, 2), plans, engine=engine)[0])
+    assert (code == 0) == runnable, REASONS[code]
+    if not runnable:
+        assert REASONS[code] == "weight precision not supported by the GPU"

@@ -239,7 +239,7 @@ def test_validate_and_predict_are_one_path():
                                                 r.hardware.memory_gib, checkpoint="bf16")  # weights are stated
         assert engine_limit
         cluster, batch = Cluster(r.hardware, n_gpus, node), ServePlanBatch.from_plans([plan])
-        assert int(rejection_reasons(r.model, cluster, batch, frozenset({"dp"}))[0]) == 0, r.id
+        assert int(rejection_reasons(r.model, cluster, batch, frozenset({"dp"}), engine=r.engine)[0]) == 0, r.id
         est = estimate_serving(r.model, cluster, ServeWorkload(r.input_len, r.output_len,
                                                                concurrency=int(r.concurrency) * (n_gpus // width)),
                                batch, calibrated.CURRENT[r.engine], engine=r.engine, engine_batch_limit=True)

@@ -383,7 +383,8 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         ckpt = serving_checkpoint(model, checkpoint)
         chosen, engine_limit = predict_serve_plan(fields, int(gpus), format, hw.memory_gib, checkpoint=ckpt)
         cluster = Cluster(hw, chosen.n_gpus, min(gpn, chosen.n_gpus))
-        code = int(serve_rejection_reasons(spec, cluster, ServePlanBatch.from_plans([chosen]), frozenset({"dp"}))[0])
+        code = int(serve_rejection_reasons(spec, cluster, ServePlanBatch.from_plans([chosen]), frozenset({"dp"}),
+                                           engine=format)[0])
         # Refuse what no engine can launch; a search-space preference (tp within one node) stays the user's call.
         if SERVE_REASONS[code] in _IMPOSSIBLE:
             raise InputError(f"this plan cannot run: {SERVE_REASONS[code]}", field="--plan")

@@ -648,7 +648,7 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
                          "tables); give an agg plan or a 1.x release", field="--plan")
     engine = family  # its memory rule and defaults (the release set the parameters)
     batch = ServePlanBatch.from_plans([chosen])
-    reason = int(serve_rejection_reasons(spec, cluster, batch, frozenset({"dp"}))[0])
+    reason = int(serve_rejection_reasons(spec, cluster, batch, frozenset({"dp"}), engine=engine)[0])
     estimate = annotate_checkpoint(estimate_serving(spec, cluster, workload, batch, params, engine=engine,
                                                     engine_batch_limit=engine_limit,
                                                     memory_fraction=fraction).row(0),

@@ -114,7 +114,7 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
     """Rank the space's plans on ``engine`` (``memory_fraction``: the engine's memory flag as the user sets it;
     None: the engine's default rule)."""
     started = time.perf_counter()
-    enumeration = enumerate_serve(model, cluster, space)
+    enumeration = enumerate_serve(model, cluster, space, engine=engine)
     plans = enumeration.plans
     rejected = dict(enumeration.rejected)
     space_size = enumeration.space_size

@@ -25,6 +25,7 @@ from ..inputs import loading
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
 from ..inputs.resources import bundled_dir
+from .engines import engine_family
 from .plan import (
     COMPUTE_PRECISION,
     KV_PRECISION,
@@ -159,12 +160,20 @@ def _pool_checks(model: ModelSpec, cluster: Cluster, tp, pp, dp, ep) -> dict[int
     }
 
 
+# 4-bit float weights an engine runs weight-only (dequantised to bf16 in the GEMM) on a GPU without FP4 tensor
+# cores, from Hopper on: MXFP4 in all three (gpt-oss on H100 and H200); NVFP4 in vLLM (Marlin W4A16 NVFP4,
+# vllm-project/vllm#18000, with a warning) and SGLang (Marlin fallback, sgl-project/sglang#19652); TensorRT-LLM's
+# NVFP4 kernels need Blackwell.
+FP4_WEIGHT_ONLY: Mapping[str, frozenset] = {"vllm": frozenset({"mxfp4", "fp4"}), "sglang": frozenset({"mxfp4", "fp4"}),
+                                           "trtllm": frozenset({"mxfp4"})}
+
+
 def rejection_reasons(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch,
-                      pinned: frozenset = frozenset({"dp"})) -> np.ndarray:
+                      pinned: frozenset = frozenset({"dp"}), *, engine: str) -> np.ndarray:
     """Reason code per plan (index into REASONS); 0 for a runnable plan. The first failing rule wins."""
     hw = cluster.hardware
-    weights_ok = np.array([hw.supports(COMPUTE_PRECISION[w]) or (w == "mxfp4" and hw.supports("fp8"))
-                           for w in SERVE_CATEGORIES["weights"]])
+    weight_only = FP4_WEIGHT_ONLY[engine_family(engine)] if hw.supports("fp8") else frozenset()
+    weights_ok = np.array([hw.supports(COMPUTE_PRECISION[w]) or w in weight_only for w in SERVE_CATEGORIES["weights"]])
     kv_ok = np.array([hw.supports(KV_PRECISION[k]) for k in SERVE_CATEGORIES["kv"]])
     checks: dict[int, np.ndarray] = {1: cluster.n_gpus % plans.gpus_per_replica != 0}
     for side in ("p", "d"):
@@ -193,7 +202,7 @@ def _ep_values(choices, tp: int, dp: int) -> list[int]:
     return sorted({tp if e == "tp" else tp * dp if e == "all" else int(e) for e in choices})
 
 
-def enumerate_serve(model: ModelSpec, cluster: Cluster, space: ServeSpace) -> ServeEnumeration:
+def enumerate_serve(model: ModelSpec, cluster: Cluster, space: ServeSpace, *, engine: str) -> ServeEnumeration:
     """Every valid plan of the space (``max_batch: fit`` is resolved later, per layout)."""
     axes = dict(space.axes)
     fit_batch = "fit" in axes["max_batch"]
@@ -244,7 +253,7 @@ def enumerate_serve(model: ModelSpec, cluster: Cluster, space: ServeSpace) -> Se
         side, _, name = key.partition("_")
         keep = ~batch.disagg | (getattr(batch, f"{side[0]}_{name}") == value)
         batch = batch.take(np.flatnonzero(keep))
-    reasons = rejection_reasons(model, cluster, batch, space.pinned)
+    reasons = rejection_reasons(model, cluster, batch, space.pinned, engine=engine)
     counts: dict[str, int] = {}
     for code, count in zip(*np.unique(reasons[reasons > 0], return_counts=True)):
         counts[REASONS[code]] = int(count)

@@ -235,7 +235,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     # The estimate checks memory only; a precision the GPU lacks is a rule of the search space, which `predict`
     # reports as "does not fit" with the rule's own words: the files and the caller say the same. Layouts the
     # rules merely prefer against (tp over a node) stay the user's call and are not flagged.
-    code = int(rejection_reasons(model, cluster, batch, frozenset({"dp"}))[0])
+    code = int(rejection_reasons(model, cluster, batch, frozenset({"dp"}), engine=format)[0])
     if REASONS[code] in _UNSUPPORTED_BY_GPU:
         mine.update(fits=False, meets_targets=False, infeasible_reason=REASONS[code])
     knob = float(est.memory_knob[0])

@@ -114,7 +114,7 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
                              targets={"ttft_ms": workload.ttft_ms, "tpot_ms": workload.tpot_ms}, notes=[note])
     if progress:
         progress("evaluating the space", 0, 1)
-    enumeration = enumerate_serve(model, cluster, served.space)
+    enumeration = enumerate_serve(model, cluster, served.space, engine=engine)
     every = enumeration.plans
     if len(every):
         cloud = estimate_serving(model, cluster, workload, every, params, engine=engine, memory_fraction=fraction)
