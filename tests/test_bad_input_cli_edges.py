@@ -459,3 +459,10 @@ def test_a_report_out_named_like_a_file_is_refused(tmp_path, monkeypatch):
     # a folder that exists keeps working, whatever its name
     (tmp_path / "v1.json").mkdir()
     assert invoke("report", "run", "--out", "v1.json", "--trials", "0").exit_code == 0
+
+
+@pytest.mark.parametrize("name", [".json", "launch.sbatch"])
+def test_an_out_folder_named_only_a_suffix_or_sbatch_is_refused(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_user_error(invoke("search", *SMALL, "--out", name), "is a file name", "--out")
+    assert not any(tmp_path.iterdir())

@@ -76,9 +76,29 @@ def test_huge_plan_numbers_are_refused_not_overflowed(args):
 def test_a_container_checkpoint_holds_one_scheme():
     assert check_checkpoint("compressed-tensors") == "compressed-tensors:fp8"
     assert check_checkpoint("Compressed-Tensors:INT4") == "compressed-tensors:int4"
-    assert how("int4", "compressed-tensors:int4", "vllm") == "checkpoint"
-    assert how("fp4", "compressed-tensors:int4", "vllm") == "needs"
-    assert how("fp8", "modelopt", "vllm", is_moe=False) == "needs"  # bare ModelOpt is NVFP4
+    assert how("int4", "compressed-tensors:int4", "vllm", fp4_cores=True) == "checkpoint"
+    assert how("fp4", "compressed-tensors:int4", "vllm", fp4_cores=True) == "needs"
+    assert how("fp8", "modelopt", "vllm", is_moe=False, fp4_cores=True) == "needs"  # bare ModelOpt is NVFP4
+
+
+@pytest.mark.parametrize("checkpoint, fp4_cores, source", [
+    ("bf16", True, "online"),  # Blackwell quantizes a MoE's experts to NVFP4 at load
+    ("bf16", False, "needs"),  # Hopper does not: an NVFP4 checkpoint runs there weight-only, a bf16 one cannot
+    ("nvfp4", False, "checkpoint"),
+    ("nvfp4", True, "checkpoint"),
+])
+def test_online_nvfp4_needs_fp4_tensor_cores(checkpoint, fp4_cores, source):
+    assert how("fp4", checkpoint, "vllm", is_moe=True, fp4_cores=fp4_cores) == source
+    assert how("fp4", checkpoint, "sglang", is_moe=True, fp4_cores=fp4_cores) == source
+
+
+def test_a_bf16_moe_search_on_hopper_plans_no_online_nvfp4(tmp_path):
+    out = tmp_path / "s"
+    invoke("search", "--workload", "serve", "-m", "qwen3-30b-a3b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+           "--input-len", "1000", "--output-len", "200", "--top", "50", "--out", out)
+    plans = json.loads((out / "plans.json").read_text())["plans"]
+    assert plans and all(p["plan"]["weights"] != "fp4" or p["estimate"]["weights_from"] == "needs" for p in plans)
+    assert plans[0]["plan"]["weights"] != "fp4"
     with pytest.raises(ValueError, match="holds one of"):
         check_checkpoint("modelopt:int4")
 
@@ -126,6 +146,11 @@ def test_an_unbounded_ttft_is_not_written_as_zero(tmp_path):
     # thing, so its plans would be re-priced without a word
     (lambda i: i.pop("serving_model"), "inputs.serving_model"),
     (lambda i: i.update(serving_model=1), "inputs.serving_model"),
+    (lambda i: i.update(serving_model="2"), "inputs.serving_model"),
+    (lambda i: i.update(serving_model=True), "inputs.serving_model"),
+    # the oldest layout (no engine, checkpoint or parameters) with a version that is not this one
+    (lambda i: [i.pop(k) for k in ("engine", "checkpoint", "serving_params")] and i.update(serving_model=1),
+     "inputs.serving_model"),
 ])
 def test_a_serving_plans_file_with_part_of_its_stack_is_refused(tmp_path, edit, field):
     out = tmp_path / "s"
@@ -134,6 +159,15 @@ def test_a_serving_plans_file_with_part_of_its_stack_is_refused(tmp_path, edit, 
     edit(doc["inputs"])
     (out / "plans.json").write_text(json.dumps(doc))
     assert field in user_error("explain", out)
+
+
+def test_a_plans_file_of_a_newer_serving_model_asks_for_a_newer_autotune(tmp_path):
+    out = tmp_path / "s"
+    ok("search", *SERVE, "--out", out, "--top", "2")
+    doc = json.loads((out / "plans.json").read_text())
+    doc["inputs"]["serving_model"] = 3
+    (out / "plans.json").write_text(json.dumps(doc))
+    assert "upgrade autotune" in user_error("explain", out)
 
 
 def test_vllm_plans_keep_expert_parallelism_whole_or_off():

@@ -348,12 +348,12 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         spec, hw = served.model, served.cluster.hardware
         input_len, output_len = served.workload.input_len, served.workload.output_len
         gpn = gpus_per_node or served.cluster.gpus_per_node
+        ckpt = served.checkpoint if checkpoint is None else serving_checkpoint(spec.name, checkpoint)
         try:
-            chosen = serve_plan_from_fields(with_held_weights(entry["plan"], served.checkpoint), served.cluster.n_gpus)
+            chosen = serve_plan_from_fields(with_held_weights(entry["plan"], ckpt), served.cluster.n_gpus)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"plan of rank {rank} is malformed: {exc}", source=str(path), field="plans.plan") from None
         served.check_plan(chosen, str(path), rank)
-        ckpt = served.checkpoint if checkpoint is None else serving_checkpoint(spec.name, checkpoint)
         if memory_fraction is None and served.engine == format:  # a value of the searched engine's flag
             memory_fraction = served.memory_fraction
         if served.engine == format:
@@ -361,7 +361,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
             estimate = annotate_checkpoint(
                 estimate_serving(spec, served.cluster, served.workload, ServePlanBatch.from_plans([chosen]),
                                  served.params, engine=served.engine, memory_fraction=memory_fraction).row(0),
-                chosen, ckpt, served.engine, spec.is_moe)
+                chosen, ckpt, served.engine, spec.is_moe, fp4_cores=served.cluster.hardware.supports("fp4"))
         else:
             kept = ("" if served.memory_fraction is None or memory_fraction is not None else
                     f" (its recorded memory fraction {served.memory_fraction:g} is a {served.engine} value: {format} "

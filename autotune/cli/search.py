@@ -652,7 +652,7 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     estimate = annotate_checkpoint(estimate_serving(spec, cluster, workload, batch, params, engine=engine,
                                                     engine_batch_limit=engine_limit,
                                                     memory_fraction=fraction).row(0),
-                                   chosen, ckpt, engine, spec.is_moe)
+                                   chosen, ckpt, engine, spec.is_moe, fp4_cores=hw.supports("fp4"))
     estimate = add_serving_cost(estimate, cluster.n_gpus, hw.price_usd_per_gpu_hour)
     if reason:
         estimate["fits"] = False

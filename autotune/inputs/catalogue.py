@@ -82,11 +82,10 @@ def lookup_hf_id(hf_id: str) -> CatalogueEntry | None:
     return catalogue().get(hf_id.strip().lower())
 
 
-def ids_of_spec(spec: str, checkpoint: str | None = None) -> list[str]:
-    """The catalogue's ids of a bundled spec, those whose checkpoint format is ``checkpoint`` first (an example of
-    weights to serve for a plan given by the spec's name)."""
-    ids = [e for e in catalogue().values() if e.spec == spec]
-    return [e.hf_id for e in sorted(ids, key=lambda e: e.checkpoint != checkpoint)]
+def ids_of_spec(spec: str, checkpoint: str) -> list[str]:
+    """The catalogue's ids of a bundled spec whose checkpoint format (CHECKPOINT_FORMATS) is ``checkpoint``: examples
+    of weights to serve for a plan given by the spec's name."""
+    return [e.hf_id for e in catalogue().values() if e.spec == spec and e.checkpoint == checkpoint]
 
 
 def resolve_hf_id(hf_id: str) -> CatalogueEntry | None:

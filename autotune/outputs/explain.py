@@ -306,7 +306,8 @@ def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params, 
         tps = _num(est, "output_tokens_per_s")
         change = tps / base_tps - 1.0 if tps is not None and base_tps else None
         # weights the checkpoint does not hold (and the engine cannot make at load) are not a step one can take
-        reason = reason or requirement(changed.weights, checkpoint, engine, model.is_moe) or ""
+        reason = reason or requirement(changed.weights, checkpoint, engine, model.is_moe,
+                                       fp4_cores=cluster.hardware.supports("fp4")) or ""
         fits = bool(_get(est, "fits")) and not reason
         rows.append(ServingNeighbour(axis, label, changed.as_dict(), est, change, fits,
                                      fits and bool(_get(est, "meets_targets")), reason or str(_get(est, "infeasible_reason") or "")))

@@ -20,7 +20,7 @@ PLANS_JSON = "plans.json"
 
 
 # Suffixes of the files autotune writes or reads: a new --out folder so named is a file name given by mistake.
-FILE_SUFFIXES = frozenset({".html", ".htm", ".json", ".csv", ".yaml", ".yml", ".sh", ".png", ".txt", ".md"})
+FILE_SUFFIXES = frozenset({".html", ".htm", ".json", ".csv", ".yaml", ".yml", ".sh", ".sbatch", ".png", ".txt", ".md"})
 
 
 def check_out_dir(path: Path, force: bool, *, must_be_empty: bool = True) -> None:
@@ -35,7 +35,7 @@ def check_out_dir(path: Path, force: bool, *, must_be_empty: bool = True) -> Non
         if not os.access(path, os.W_OK | os.X_OK):
             raise InputError("folder is not writable; choose another --out", source=str(path))
         return
-    if path.suffix.lower() in FILE_SUFFIXES:
+    if path.suffix.lower() in FILE_SUFFIXES or path.name.lower() in FILE_SUFFIXES:  # "report.html", ".json"
         # --out names a folder of several files: "--out report.html" would make a folder called report.html
         raise InputError(f"is a file name ({path.suffix}), but --out names the folder the files are written to; "
                          f"give a folder, e.g. --out {path.with_suffix('')}", source=str(path))

@@ -355,9 +355,10 @@ def _serving_stack(inputs: Mapping[str, Any], source: str) -> tuple[str, str, Se
     except ValueError as exc:
         raise InputError(str(exc), source=source, field="inputs.checkpoint") from None
     params = params_for(engine)
-    if "serving_params" in inputs:
+    if "serving_params" in inputs or "serving_model" in inputs:
         check_serving_model(inputs, source=source, field="inputs.serving_model",
                             redo="rerun `autotune search --workload serve --out DIR`")
+    if "serving_params" in inputs:
         params = serving_params_from_mapping(inputs["serving_params"], params, source=source,
                                              section="inputs.serving_params", complete=True)
     release = None

@@ -87,12 +87,13 @@ def _with_fit_batches(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch,
 
 
 def annotate_checkpoint(estimate: dict[str, Any], plan: ServePlan, checkpoint: str, engine: str,
-                        is_moe: bool = True) -> dict[str, Any]:
-    """Say how the plan's weights come from the checkpoint (and what it needs when they cannot)."""
+                        is_moe: bool = True, *, fp4_cores: bool) -> dict[str, Any]:
+    """Say how the plan's weights come from the checkpoint (and what it needs when they cannot); ``fp4_cores``:
+    the GPU has FP4 tensor cores (``checkpoint.how``)."""
     out = dict(estimate)
     out["checkpoint"] = checkpoint
-    out["weights_from"] = how(plan.weights, checkpoint, engine, is_moe)
-    need = requirement(plan.weights, checkpoint, engine, is_moe)
+    out["weights_from"] = how(plan.weights, checkpoint, engine, is_moe, fp4_cores=fp4_cores)
+    need = requirement(plan.weights, checkpoint, engine, is_moe, fp4_cores=fp4_cores)
     if need:
         out["needs_checkpoint"] = need
     return out
@@ -131,8 +132,9 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
         rejected[str(reason)] = rejected.get(str(reason), 0) + int(count)
     fits = np.flatnonzero(est.fits)
     meets = est.meets_targets[fits]
-    moe = model.is_moe
-    runnable = np.array([how(WEIGHTS[int(w)], checkpoint, engine, moe) != "needs" for w in plans.weights[fits]],
+    moe, fp4_cores = model.is_moe, cluster.hardware.supports("fp4")
+    runnable = np.array([how(WEIGHTS[int(w)], checkpoint, engine, moe, fp4_cores=fp4_cores) != "needs"
+                         for w in plans.weights[fits]],
                         dtype=bool)  # bool even when no plan fits (an empty array is float otherwise)
     throughput = np.round(est.output_tokens_per_s[fits], 6)
     memory = est.memory_gib_per_gpu[fits]
@@ -150,11 +152,13 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
         ranked.append(r)
         if len(ranked) >= top * 4:
             break
-    ranked.sort(key=lambda r: (not r.estimate["meets_targets"], how(r.plan.weights, checkpoint, engine, moe) == "needs",
+    ranked.sort(key=lambda r: (not r.estimate["meets_targets"],
+                               how(r.plan.weights, checkpoint, engine, moe, fp4_cores=fp4_cores) == "needs",
                                -round(r.estimate["output_tokens_per_s"], 6), r.plan.gpus_per_replica,
                                round(r.estimate["memory_gib_per_gpu"], 6), r.plan.as_string()))
     price = cluster.hardware.price_usd_per_gpu_hour
-    ranked = [RankedServePlan(k, r.plan, add_serving_cost(annotate_checkpoint(r.estimate, r.plan, checkpoint, engine, moe),
+    ranked = [RankedServePlan(k, r.plan, add_serving_cost(annotate_checkpoint(r.estimate, r.plan, checkpoint, engine, moe,
+                                                                              fp4_cores=fp4_cores),
                                                           cluster.n_gpus, price))
               for k, r in enumerate(ranked[:top], start=1)]
     return ServeSearchResult(ranked, len(plans), space_size, time.perf_counter() - started, rejected,

@@ -95,20 +95,24 @@ def checkpoint_format(checkpoint: str) -> str:
 
 
 MOE_ONLY_ONLINE = frozenset({"fp4"})  # the engines' online NVFP4 quantizes MoE experts only
+FP4_CORES_ONLINE = frozenset({"fp4"})  # ... and only on a GPU with FP4 tensor cores (Blackwell)
 
 
-def how(weights: str, checkpoint: str, engine: str, is_moe: bool = True) -> str:
-    """``checkpoint`` (read from it), ``online`` (quantized at load) or ``needs`` (another checkpoint)."""
+def how(weights: str, checkpoint: str, engine: str, is_moe: bool = True, *, fp4_cores: bool) -> str:
+    """``checkpoint`` (read from it), ``online`` (quantized at load) or ``needs`` (another checkpoint).
+    ``fp4_cores``: the GPU has FP4 tensor cores; the engines quantize to NVFP4 at load only there (on Hopper an
+    NVFP4 checkpoint runs weight-only, but no engine makes one from bf16)."""
     if weights in HOLDS[check_checkpoint(checkpoint)]:
         return "checkpoint"
-    if checkpoint == "bf16" and weights in ONLINE[engine_family(engine)] and (is_moe or weights not in MOE_ONLY_ONLINE):
+    if (checkpoint == "bf16" and weights in ONLINE[engine_family(engine)] and (is_moe or weights not in MOE_ONLY_ONLINE)
+            and (fp4_cores or weights not in FP4_CORES_ONLINE)):
         return "online"
     return "needs"
 
 
-def requirement(weights: str, checkpoint: str, engine: str, is_moe: bool = True) -> str | None:
+def requirement(weights: str, checkpoint: str, engine: str, is_moe: bool = True, *, fp4_cores: bool) -> str | None:
     """None when the plan runs from ``checkpoint``; else what it needs, as a sentence fragment."""
-    if how(weights, checkpoint, engine, is_moe) != "needs":
+    if how(weights, checkpoint, engine, is_moe, fp4_cores=fp4_cores) != "needs":
         return None
     return f"needs {SOURCES[weights]}; --checkpoint is {checkpoint}"
 

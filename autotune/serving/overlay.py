@@ -29,11 +29,16 @@ from .estimate import SERVING_MODEL_VERSION, SERVING_PARAM_BOUNDS, SERVING_PARAM
 def check_serving_model(recorded: Mapping, *, source: str, field: str, redo: str) -> None:
     """Parameters recorded beside ``serving_model`` (absent: version 1) are read only by that version of the
     serving model: another version reads some of them differently (``gemm``), so it would re-price the plans."""
-    version = recorded.get("serving_model", 1)
-    if version != SERVING_MODEL_VERSION:
-        raise InputError(f"holds serving parameters of another version of the serving model (serving_model "
-                         f"{version!r}, this release reads {SERVING_MODEL_VERSION}: GEMM rates as a share of the GPU's "
-                         f"measured ceiling), which would price plans differently; {redo}", source=source, field=field)
+    if "serving_model" not in recorded:
+        raise InputError(f"records no serving_model: it was written before version {SERVING_MODEL_VERSION} of the serving "
+                         "model, whose parameters this release reads differently (GEMM rates as a share of the GPU's "
+                         f"measured ceiling), so it would price plans differently; {redo}", source=source, field=field)
+    version = recorded["serving_model"]
+    if isinstance(version, bool) or not isinstance(version, (int, float)) or version != SERVING_MODEL_VERSION:
+        newer = isinstance(version, (int, float)) and not isinstance(version, bool) and version > SERVING_MODEL_VERSION
+        fix = "upgrade autotune to read it" if newer else redo
+        raise InputError(f"must be {SERVING_MODEL_VERSION}, the version of the serving model this release reads, but got "
+                         f"{version!r}; {fix}", source=source, field=field)
 
 
 def serving_params_from_mapping(raw: object, base: ServingParams, *, source: str, section: str,

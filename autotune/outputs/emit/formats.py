@@ -231,7 +231,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     batch = ServePlanBatch.from_plans([plan])
     est = estimate_serving(model, cluster, workload, batch, CURRENT[format], engine=format,
                            engine_batch_limit=engine_batch_limit, memory_fraction=memory_fraction)
-    mine = annotate_checkpoint(est.row(0), plan, checkpoint, format, model.is_moe)
+    mine = annotate_checkpoint(est.row(0), plan, checkpoint, format, model.is_moe, fp4_cores=hw.supports("fp4"))
     # The estimate checks memory only; a precision the GPU lacks is a rule of the search space, which `predict`
     # reports as "does not fit" with the rule's own words: the files and the caller say the same. Layouts the
     # rules merely prefer against (tp over a node) stay the user's call and are not flagged.
@@ -253,7 +253,8 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     if not mine["fits"]:
         note += f"; WARNING: {mine.get('infeasible_reason', 'the batch does not fit')}"
     ctx = ServeContext(plan=plan, model=model, hardware=hw.name, gpus_per_node=cluster.gpus_per_node,
-                       max_model_len=max_model_len, model_path=model_path, checkpoint=checkpoint, memory_fraction=knob,
+                       max_model_len=max_model_len, model_path=model_path, checkpoint=checkpoint,
+                       fp4_cores=hw.supports("fp4"), memory_fraction=knob,
                        prefill_memory_fraction=prefill_knob,
                        prefill_tokens=int(DEFAULTS[format].chunk_tokens(hw.memory_gib)), estimate=shown,
                        engine_note=note)

@@ -40,6 +40,7 @@ class ServeContext:
     max_model_len: int  # prompt + output tokens the plan was estimated for
     model_path: str | None = None  # Hugging Face name or folder [default: the spec name]
     checkpoint: str = "bf16"
+    fp4_cores: bool = False  # the GPU has FP4 tensor cores (online NVFP4 quantization needs them)
     memory_fraction: float | None = None  # the engine's memory flag (None: the engine's own default rule)
     prefill_memory_fraction: float | None = None  # a disaggregated plan's prefill engines' flag (None: as above)
 
@@ -151,12 +152,14 @@ def _ms(value: Any, spec: str) -> str:
 def _model_required(ctx: ServeContext) -> str:
     """The line that stops the script when MODEL is unset: autotune knows the architecture, not the weights."""
     from ...inputs.catalogue import ids_of_spec
-    from ...serving.checkpoint import checkpoint_format
+    from ...serving.checkpoint import held_weights
 
-    examples = ids_of_spec(ctx.model.name, checkpoint_format(ctx.checkpoint))
+    # the catalogue's ids of this spec whose checkpoint holds the weights --checkpoint names (fp4 = NVFP4)
+    held = held_weights(ctx.checkpoint)
+    examples = ids_of_spec(ctx.model.name, {"fp4": "nvfp4"}.get(held, held))
     example = f" (e.g. MODEL={examples[0]})" if examples else ""
-    message = (f"MODEL must name the {ctx.model.name} weights to serve, a Hugging Face id or a local folder{example}; "
-               "or emit with --model-path")
+    message = (f"MODEL must name the {ctx.model.name} weights to serve ({ctx.checkpoint} checkpoint), a Hugging Face id "
+               f"or a local folder{example}; or emit with --model-path")
     return f'if [[ -z "${{MODEL:-}}" ]]; then echo {shell.word(message)} >&2; exit 2; fi'
 
 

@@ -73,7 +73,7 @@ def refusals(ctx: ServeContext) -> list[str]:
 
 def quantization_flags(ctx: ServeContext) -> tuple[list[shell.Group], str]:
     w = ctx.plan.weights
-    source = how(w, ctx.checkpoint, "vllm", ctx.model.is_moe)
+    source = how(w, ctx.checkpoint, "vllm", ctx.model.is_moe, fp4_cores=ctx.fp4_cores)
     if source == "online":
         return [("--quantization", ONLINE[w])], f"{w} weights quantized at load from the bf16 checkpoint ({ONLINE[w]})"
     if w == "bf16":
