@@ -27,18 +27,19 @@ from .estimate import SERVING_MODEL_VERSION, SERVING_PARAM_BOUNDS, SERVING_PARAM
 
 
 def check_serving_model(recorded: Mapping, *, source: str, field: str, redo: str) -> None:
-    """Parameters recorded beside ``serving_model`` (absent: version 1) are read only by that version of the
-    serving model: another version reads some of them differently (``gemm``), so it would re-price the plans."""
+    """Parameters recorded beside ``serving_model`` are read only by that version of the serving model: another
+    version reads some of them differently (``gemm``), so it would re-price the plans; none recorded is older."""
     if "serving_model" not in recorded:
-        raise InputError(f"records no serving_model: it was written before version {SERVING_MODEL_VERSION} of the serving "
-                         "model, whose parameters this release reads differently (GEMM rates as a share of the GPU's "
-                         f"measured ceiling), so it would price plans differently; {redo}", source=source, field=field)
+        raise InputError(f"records no serving_model: it was written before version {SERVING_MODEL_VERSION} of the "
+                         "serving model, whose parameters this release reads differently (GEMM rates as a share of "
+                         f"the GPU's measured ceiling), so it would price plans differently; {redo}", source=source,
+                         field=field)
     version = recorded["serving_model"]
-    if isinstance(version, bool) or not isinstance(version, (int, float)) or version != SERVING_MODEL_VERSION:
-        newer = isinstance(version, (int, float)) and not isinstance(version, bool) and version > SERVING_MODEL_VERSION
-        fix = "upgrade autotune to read it" if newer else redo
-        raise InputError(f"must be {SERVING_MODEL_VERSION}, the version of the serving model this release reads, but got "
-                         f"{version!r}; {fix}", source=source, field=field)
+    number = isinstance(version, (int, float)) and not isinstance(version, bool)
+    if not number or version != SERVING_MODEL_VERSION:
+        fix = "upgrade autotune to read it" if number and version > SERVING_MODEL_VERSION else redo
+        raise InputError(f"must be {SERVING_MODEL_VERSION}, the version of the serving model this release reads, but "
+                         f"got {version!r}; {fix}", source=source, field=field)
 
 
 def serving_params_from_mapping(raw: object, base: ServingParams, *, source: str, section: str,
