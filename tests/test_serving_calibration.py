@@ -294,6 +294,7 @@ def test_a_release_outside_the_measured_ones_is_said_to_be():
     ("trtllm", "h200-sxm-141gb", False),  # its NVFP4 kernels need Blackwell
     ("vllm", "a100-sxm4-80gb", False),  # before Hopper: not planned
     ("trtllm", "b200-sxm-180gb", True),  # native FP4 tensor cores
+    ("vllm", "mi300x-192gb", False),  # ROCm: the Marlin kernels are CUDA-only
 ])
 def test_nvfp4_weights_run_weight_only_on_hopper_where_the_engine_does(engine, gpu, runnable):
     from autotune.inputs.modelspec import load_model
@@ -305,3 +306,44 @@ def test_nvfp4_weights_run_weight_only_on_hopper_where_the_engine_does(engine, g
     assert (code == 0) == runnable, REASONS[code]
     if not runnable:
         assert REASONS[code] == "weight precision not supported by the GPU"
+
+
+def test_mxfp4_runs_weight_only_on_an_amd_gpu_but_nvfp4_does_not():
+    from autotune.inputs.modelspec import load_model
+    from autotune.serving.space import SERVE_CATEGORIES, fp4_weight_only, rejection_reasons
+
+    hw = load_hardware("mi300x-192gb")
+    assert hw.vendor == "amd" and load_hardware("h100-sxm5-80gb").vendor == "nvidia"
+    assert fp4_weight_only("vllm", hw) == frozenset({"mxfp4"})
+    if "mxfp4" in SERVE_CATEGORIES["weights"]:
+        plans = ServePlanBatch.from_plans([ServePlan(n_gpus=2, tp=2, weights="mxfp4")])
+        assert int(rejection_reasons(load_model("gpt-oss-120b"), Cluster(hw, 2, 8), plans, engine="vllm")[0]) == 0
+
+
+def test_tensorrt_llm_is_refused_on_an_amd_gpu():
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    common = ["--workload", "serve", "-m", "llama3-70b", "-H", "mi300x-192gb", "-n", "8", "--input-len", "1000",
+              "--output-len", "200", "--concurrency", "8"]
+    for command in (["predict", *common, "-p", "tp=8", "--engine", "trtllm"],
+                    ["search", *common, "--engine", "trtllm@0.14"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert "TensorRT-LLM runs on NVIDIA GPUs only" in result.output and "mi300x-192gb" in result.output
+        assert "Traceback" not in result.output
+    assert CliRunner().invoke(app, ["predict", *common, "-p", "tp=8", "--engine", "vllm"]).exit_code == 0
+
+
+def test_a_profile_vendor_is_checked(tmp_path):
+    import yaml
+
+    from autotune.errors import InputError
+
+    data = yaml.safe_load((Path(__file__).parents[1] / "profiles/hardware/mi300x-192gb.yaml").read_text())
+    data["vendor"] = "intel"
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match="vendor.*must be one of nvidia, amd"):
+        load_hardware(str(path))

@@ -44,6 +44,7 @@ from ..outputs.files import (
 )
 from ..search.api import (
     CapacitySearch,
+    check_engine_runs_on,
     SearchSettings,
     ServingSearch,
     StudyOptions,
@@ -639,8 +640,9 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
         fields = parse_serve_fields(plan)
     except ValueError as exc:
         raise InputError(f"{exc}", field="--plan") from None
-    params, note = serving_parameters(engine, calibration)
     family, release = serving_engine(engine)
+    check_engine_runs_on(family, hw)
+    params, note = serving_parameters(engine, calibration)
     ckpt = serving_checkpoint(model, checkpoint)
     chosen, engine_limit = predict_serve_plan(fields, cluster.n_gpus, family, hw.memory_gib, checkpoint=ckpt)
     if chosen.disaggregated and aggregated_only(release):

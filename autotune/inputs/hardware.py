@@ -153,6 +153,9 @@ class Hardware:
     # Host CPU time per framework op relative to an x86 server host (an H100 DGX's Xeon 8480C), which the
     # frameworks' host_op_us is given for: Grace hosts issue PyTorch ops ~2.75x slower (TE issue #2053).
     host_op_scale: float = 1.0
+    # Who makes the GPU: software that runs on one vendor's GPUs only (TensorRT-LLM, the Marlin dequantising
+    # kernels) is refused or not planned on the other's.
+    vendor: str = "nvidia"
 
     def __post_init__(self) -> None:
         domain = self.scale_up_domain_gpus
@@ -279,10 +282,11 @@ _TOP_KEYS = frozenset(
         "name", "description", "peak_tflops", "memory_gib", "memory_bandwidth_gb_per_s", "gpus_per_node",
         "intra_node", "inter_node", "host_link_bandwidth_gb_per_s", "cpu_optimizer_params_per_s", "tdp_w",
         "average_power_w", "price_usd_per_gpu_hour", "efficiency", "sources", "calibrated", "reference_efficiency",
-        "scale_up_domain_gpus", "scale_up", "price_estimated", "host_op_scale",
+        "scale_up_domain_gpus", "scale_up", "price_estimated", "host_op_scale", "vendor",
     }
 )
 REFERENCE_KEYS = frozenset({"gemm", "fp8_gemm"})
+VENDORS = ("nvidia", "amd")
 _LINK_KEYS = frozenset({"bandwidth_gb_per_s", "latency_us"})
 
 
@@ -378,10 +382,11 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         scale_up=_link(data, "scale_up", source) if "scale_up" in data else None,
         price_estimated=loading.boolean(data, "price_estimated", source=source, default=False),
         host_op_scale=loading.number(data, "host_op_scale", source=source, default=1.0, maximum=100.0),
+        vendor=loading.text(data, "vendor", source=source, default="nvidia", choices=VENDORS),
     )
 
 
-_OPTIONAL_FIELDS = ("scale_up_domain_gpus", "scale_up", "price_estimated", "host_op_scale")
+_OPTIONAL_FIELDS = ("scale_up_domain_gpus", "scale_up", "price_estimated", "host_op_scale", "vendor")
 
 
 def hardware_to_mapping(hw: Hardware) -> dict:

@@ -27,7 +27,7 @@ from ..inputs.workload import ServeWorkload
 from ..serving.calibrated import CURRENT, aggregated_only, parameters_note, params_for, release_name, release_note
 from ..serving.checkpoint import HOLDS, check_checkpoint, default_checkpoint, with_held_weights
 from ..serving.engines import DEFAULTS as ENGINE_DEFAULTS
-from ..serving.engines import check_memory_fraction, parse_engine
+from ..serving.engines import check_memory_fraction, engine_family, parse_engine
 from ..serving.estimate import ServingParams
 from ..serving.overlay import load_serving_calibration
 from ..serving.plan import ServePlan, parse_serve_fields, serve_plan_from_fields
@@ -440,6 +440,13 @@ def serving_memory_fraction(value: float | None, flag: str = "--memory-fraction"
         raise InputError(f"{exc}; leave {flag} out for the engine's default", field=flag) from None
 
 
+def check_engine_runs_on(engine: str, hw: Hardware) -> None:
+    """TensorRT-LLM is built on CUDA: it has no AMD (ROCm) build, so a plan of it on an AMD GPU is refused."""
+    if engine_family(engine) == "trtllm" and hw.vendor != "nvidia":
+        raise InputError(f"TensorRT-LLM runs on NVIDIA GPUs only, but {hw.name} is an {hw.vendor.upper()} GPU (its "
+                         "profile's vendor); use --engine vllm or --engine sglang", field="--engine")
+
+
 def check_serving_engine(engine: str) -> str:
     """The engine family of ``--engine`` (its memory rule, defaults and launch files)."""
     return serving_engine(engine)[0]
@@ -459,6 +466,7 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
     spec = load_model(request.model)
     hw = priced_hardware(request.hardware, request.price)
     engine, stated = serving_engine(request.engine)  # "trtllm@0.14" from the API as from the command line
+    check_engine_runs_on(engine, hw)
     release = stated or request.engine_release
     request = dataclasses.replace(request, engine=engine, engine_release=release)
     params, note = serving_parameters(engine, request.calibration, release)

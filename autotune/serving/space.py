@@ -163,16 +163,26 @@ def _pool_checks(model: ModelSpec, cluster: Cluster, tp, pp, dp, ep) -> dict[int
 # 4-bit float weights an engine runs weight-only (dequantised to bf16 in the GEMM) on a GPU without FP4 tensor
 # cores, from Hopper on: MXFP4 in all three (gpt-oss on H100 and H200); NVFP4 in vLLM (Marlin W4A16 NVFP4,
 # vllm-project/vllm#18000, with a warning) and SGLang (Marlin fallback, sgl-project/sglang#19652); TensorRT-LLM's
-# NVFP4 kernels need Blackwell.
+# NVFP4 kernels need Blackwell.  On AMD GPUs (ROCm) only MXFP4 (vLLM and SGLang serve gpt-oss on MI300X through
+# Triton kernels); the Marlin kernels are CUDA-only.
 FP4_WEIGHT_ONLY: Mapping[str, frozenset] = {"vllm": frozenset({"mxfp4", "fp4"}), "sglang": frozenset({"mxfp4", "fp4"}),
                                            "trtllm": frozenset({"mxfp4"})}
+FP4_WEIGHT_ONLY_ROCM = frozenset({"mxfp4"})
+
+
+def fp4_weight_only(engine: str, hw) -> frozenset:
+    """The 4-bit float weights ``engine`` runs weight-only on ``hw`` (none before Hopper / CDNA3: no fp8)."""
+    if not hw.supports("fp8"):
+        return frozenset()
+    formats = FP4_WEIGHT_ONLY[engine_family(engine)]
+    return formats & FP4_WEIGHT_ONLY_ROCM if hw.vendor == "amd" else formats
 
 
 def rejection_reasons(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch,
                       pinned: frozenset = frozenset({"dp"}), *, engine: str) -> np.ndarray:
     """Reason code per plan (index into REASONS); 0 for a runnable plan. The first failing rule wins."""
     hw = cluster.hardware
-    weight_only = FP4_WEIGHT_ONLY[engine_family(engine)] if hw.supports("fp8") else frozenset()
+    weight_only = fp4_weight_only(engine, hw)
     weights_ok = np.array([hw.supports(COMPUTE_PRECISION[w]) or w in weight_only for w in SERVE_CATEGORIES["weights"]])
     kv_ok = np.array([hw.supports(KV_PRECISION[k]) for k in SERVE_CATEGORIES["kv"]])
     checks: dict[int, np.ndarray] = {1: cluster.n_gpus % plans.gpus_per_replica != 0}
