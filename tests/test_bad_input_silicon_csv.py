@@ -10,6 +10,7 @@ is said as such; a fit on fewer rows than parameters says so.  Each case goes th
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
@@ -40,14 +41,17 @@ COLUMNS, AGG, DISAGG = _base_rows()
 
 
 def _write(tmp_path: Path, changes: list[dict], base: dict = AGG, columns: list[str] = COLUMNS) -> Path:
-    """Row 'good' (the base row unchanged), then one row per change, with ids row0, row1, ..."""
+    """Row 'good' (the base row unchanged), then one row per change, with ids row0, row1, ...  Each row measures
+    its own TTFT (the base's plus i + 1 ms, unless the change sets it): the same measurement twice would be a
+    copy, which validate skips."""
     path = tmp_path / "silicon.csv"
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerow({**base, "id": "good"})
         for i, change in enumerate(changes):
-            writer.writerow({**base, "id": f"row{i}", **change})
+            own = {"ttft_ms": repr(float(base["ttft_ms"]) + i + 1)} if base.get("ttft_ms") else {}
+            writer.writerow({**base, "id": f"row{i}", **own, **change})
     return path
 
 
@@ -212,7 +216,10 @@ def test_a_short_row_reads_its_missing_trailing_cells_as_empty(tmp_path):
     cells = next(csv.reader([good]))
     short = ",".join(["short", *cells[1:12]])
     text = path.read_text()
-    path.write_text(text + good.replace("good", "trailing", 1) + ",,\n")
+    trailing = dict(zip(COLUMNS, cells), id="trailing", ttft_ms=repr(float(cells[COLUMNS.index("ttft_ms")]) + 1))
+    line = io.StringIO()
+    csv.writer(line, lineterminator="").writerow([trailing[c] for c in COLUMNS])
+    path.write_text(text + line.getvalue() + ",,\n")
     doc, _ = _validate_json(path)
     assert _expressed(doc) == {"good", "trailing"}  # empty trailing cells are harmless
     path.write_text(text + short + "\n")

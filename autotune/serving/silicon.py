@@ -8,7 +8,10 @@ The schema (NVIDIA AIConfigurator's accuracy sample as converted in the shared d
 Reading rules (each one is stated where it acts):
 
 * Only unique measurements count: a row with ``duplicate_primary`` false is a copy of another and is
-  skipped (and said so).
+  skipped (and said so).  So is a rounded copy the file's own duplicate sets miss (they match TTFT and TPOT to
+  1e-4 ms): a row of the same deployment, lengths and concurrency whose TTFT and TPOT both equal another row's
+  to the rounding of the shorter export (0.005 ms; the AIC gap-analysis files keep two decimals, e.g. 338.34
+  against the database's 338.336): the more precise row is kept (``_skip_rounded_copies``).
 * A row whose deployment is not known is skipped with its reason: disagg rows without worker counts
   (``disagg_workers_missing``), rows whose replica count or attention-DP width is unknown
   (``batch_concurrency_mismatch``), MoE splits that contradict the GPU count (``moe_layout_inconsistent``),
@@ -433,7 +436,7 @@ def read_silicon_rows(path: Path, *, primary_only: bool = True) -> list[SiliconR
         if not out:
             raise InputError("has a header but no data rows; add one row per measured operating point below it",
                              source=source)
-        return _skip_beyond_default_budget(out)
+        return _skip_beyond_default_budget(_skip_rounded_copies(out))
 
 
 def stack_scalars(dicts) -> dict:
@@ -465,6 +468,41 @@ def default_pools(rows, side: str = "decode") -> np.ndarray:
                               col("ep")[idx], limit[idx], chunk[idx])
         pools[idx] = mem.kv_pool
     return pools
+
+
+ROUNDED_COPY_MS = 0.005  # half a unit of the second decimal: an export rounded to 0.01 ms
+
+
+def _decimals(value: float) -> int:
+    text = repr(float(value))
+    return 0 if "e" in text or "." not in text else len(text.split(".")[1].rstrip("0"))
+
+
+def _skip_rounded_copies(parsed: list) -> list:
+    """Skip a row that repeats another's measurement rounded (module docstring): same deployment (model, GPU,
+    engine, mode, pools, formats, lengths, concurrency) and TTFT and TPOT both within ``ROUNDED_COPY_MS``.  The
+    row with more decimals is kept (the first in the file on a tie)."""
+    groups: dict[tuple, list[int]] = {}
+    for k, r in enumerate(parsed):
+        if isinstance(r, SiliconRow):
+            key = (r.hf_model_id, r.gpu, r.engine, r.mode, r.prefill, r.decode, r.formats, r.input_len, r.output_len,
+                   r.concurrency)
+            groups.setdefault(key, []).append(k)
+    copy_of: dict[int, str] = {}
+    for members in groups.values():
+        ranked = sorted(members, key=lambda k: (-_decimals(parsed[k].measured_ttft_ms)
+                                                - _decimals(parsed[k].measured_tpot_ms), k))
+        kept: list[int] = []
+        for k in ranked:
+            r = parsed[k]
+            twin = next((j for j in kept if abs(parsed[j].measured_ttft_ms - r.measured_ttft_ms) <= ROUNDED_COPY_MS
+                         and abs(parsed[j].measured_tpot_ms - r.measured_tpot_ms) <= ROUNDED_COPY_MS), None)
+            if twin is None:
+                kept.append(k)
+            else:
+                copy_of[k] = parsed[twin].id
+    return [SkippedRow(r.id, r.engine, r.mode, f"a rounded copy of row {copy_of[k]}'s measurement (TTFT and TPOT "
+                       f"agree to {ROUNDED_COPY_MS} ms)") if k in copy_of else r for k, r in enumerate(parsed)]
 
 
 def _skip_beyond_default_budget(parsed: list) -> list:
