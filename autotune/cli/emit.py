@@ -42,6 +42,7 @@ from ..search.serving import annotate_checkpoint
 from ..serving.checkpoint import with_held_weights
 from ..serving.estimate import estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
+from ..serving.space import IMPOSSIBLE as SERVE_IMPOSSIBLE
 from ..serving.space import REASONS as SERVE_REASONS
 from ..serving.space import rejection_reasons as serve_rejection_reasons
 from ..training.estimate import estimate_training
@@ -305,15 +306,11 @@ def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[s
     batch = PlanBatch.from_plans([chosen])
     estimate = estimate_training(inputs.model, inputs.cluster, inputs.workload, batch, inputs.framework).row(0)
     return EmitContext(
-        plan=chosen, model=inputs.model, hardware=inputs.cluster.hardware.name,
+        plan=chosen, model=inputs.model, hardware=inputs.cluster.hardware.name, hardware_profile=inputs.cluster.hardware,
         gpus_per_node=inputs.cluster.gpus_per_node, seq_len=inputs.workload.seq_len,
         global_batch=inputs.workload.global_batch, estimate=estimate, tokens=given.tokens,
         moe_capacity_factor=inputs.workload.moe_capacity_factor, **options,
     )
-
-
-_IMPOSSIBLE = frozenset({"heads not divisible by tp", "pipeline stages exceed layers", "ep > 1 on a dense model",
-                        "ep exceeds the model's experts", "ep does not divide tp*dp"})
 
 
 def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: int, model: str | None,
@@ -386,7 +383,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         code = int(serve_rejection_reasons(spec, cluster, ServePlanBatch.from_plans([chosen]), frozenset({"dp"}),
                                            engine=format)[0])
         # Refuse what no engine can launch; a search-space preference (tp within one node) stays the user's call.
-        if SERVE_REASONS[code] in _IMPOSSIBLE:
+        if SERVE_REASONS[code] in SERVE_IMPOSSIBLE:
             raise InputError(f"this plan cannot run: {SERVE_REASONS[code]}", field="--plan")
         if input_len is None or output_len is None:
             if seq_len is None or seq_len < 2:

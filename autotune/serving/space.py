@@ -54,6 +54,11 @@ REASONS: tuple[str, ...] = (
     "dense model: engine data parallelism equals replicas (pin dp to choose it)",
     "engine spans more nodes than the pipeline and data-parallel ranks can split",
 )
+# The rules no engine can launch against (a layout the model cannot split); the others are the GPU's precisions,
+# memory or the search space's preferences (tp within a node), which `predict` prices and flags.
+IMPOSSIBLE: frozenset[str] = frozenset({"heads not divisible by tp", "pipeline stages exceed layers",
+                                        "ep > 1 on a dense model", "ep exceeds the model's experts",
+                                        "ep does not divide tp*dp"})
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ...errors import InputError
+from ...inputs.hardware import Hardware, load_hardware
 from ...inputs.modelspec import ModelSpec
 from ...training.plan import Plan, PlanBatch
 from . import shell
@@ -38,6 +39,9 @@ class EmitContext:
     tokenizer: str | None = None
     framework: str = "megatron"  # what a Slurm script runs
     moe_capacity_factor: float | None = None  # token dropping with padding (workload); None: dropless
+    # The hardware the plan was estimated on; a custom profile (--hardware FILE, or embedded in plans.json) is
+    # not in the catalogue by its name, so emitters read this one.  None: the bundled profile ``hardware`` names.
+    hardware_profile: Hardware | None = None
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1:
@@ -53,6 +57,10 @@ class EmitContext:
             )
         if self.seq_len < 1:
             raise InputError(f"must be >= 1, but got {self.seq_len}", field="seq_len")
+
+    @property
+    def hardware_spec(self) -> Hardware:
+        return self.hardware_profile if self.hardware_profile is not None else load_hardware(self.hardware)
 
     @property
     def n_gpus(self) -> int:

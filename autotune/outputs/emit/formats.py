@@ -134,7 +134,8 @@ def search_context(plan, model: ModelSpec, cluster, workload, estimate: Mapping[
                    data_path: str | None = None, tokenizer: str | None = None) -> EmitContext:
     """The emit context of a search's winner."""
     return EmitContext(
-        plan=plan, model=model, hardware=cluster.hardware.name, gpus_per_node=cluster.gpus_per_node,
+        plan=plan, model=model, hardware=cluster.hardware.name, hardware_profile=cluster.hardware,
+        gpus_per_node=cluster.gpus_per_node,
         seq_len=workload.seq_len, global_batch=workload.global_batch, estimate=estimate, tokens=workload.tokens,
         data_path=data_path, tokenizer=tokenizer, moe_capacity_factor=workload.moe_capacity_factor,
     )
@@ -179,7 +180,8 @@ def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSp
     # Estimated again from the embedded inputs, not copied from the file: the comments quote it.
     estimate = estimate_training(t.model, t.cluster, t.workload, batch, t.framework).row(0)
     return EmitContext(
-        plan=plan, model=model, hardware=t.cluster.hardware.name, gpus_per_node=t.cluster.gpus_per_node,
+        plan=plan, model=model, hardware=t.cluster.hardware.name, hardware_profile=t.cluster.hardware,
+        gpus_per_node=t.cluster.gpus_per_node,
         seq_len=t.workload.seq_len, global_batch=t.workload.global_batch, estimate=estimate,
         tokens=t.workload.tokens, moe_capacity_factor=t.workload.moe_capacity_factor, **options,
     )

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...inputs.hardware import Cluster, load_hardware
+from ...inputs.hardware import Cluster, Hardware
 from ...inputs.modelspec import ModelSpec
 from ...training.plan import Plan, PlanBatch
 from .base import EmitContext, Emitter, Launch, Limit, model_limit, node_script
@@ -42,7 +42,6 @@ from .shell import Group, Raw
 
 RELEASE = "Megatron-LM core_r0.19 (megatron-core 0.19.2)"
 SCRIPT = "megatron_pretrain_gpt.sh"
-BLACKWELL_PREFIXES = ("b100", "b200", "b300", "gb200", "gb300")
 
 
 def pipeline_split(n_layers: int, pp: int, vp: int) -> tuple[int, int] | None | bool:
@@ -133,11 +132,12 @@ LIMITS = (
 )
 
 
-def fp8_recipe(hardware: str, model: ModelSpec | None = None) -> str:
+def fp8_recipe(hardware: Hardware, model: ModelSpec | None = None) -> str:
     """mxfp8 on Blackwell; on Hopper DeepSeek's blockwise recipe for mixtures of experts (per-tensor
     scaling is not what MoE recipes train with: NVIDIA's DeepSeek-V3 recipes and DeepSeek-V3 §3.3 use
     1x128 / 128x128 blocks), TransformerEngine's delayed scaling otherwise."""
-    if hardware.lower().startswith(BLACKWELL_PREFIXES):
+    # MXFP8 needs block-scaled fp8 tensor cores (Blackwell's), which a profile lists as an mxfp8 peak
+    if hardware.supports("mxfp8"):
         return "mxfp8"
     return "blockwise" if model is not None and model.moe else "delayed"
 
@@ -207,7 +207,7 @@ def expert_group_leaves_domain(context: EmitContext) -> bool:
     plan = context.plan
     if plan.ep == 1:
         return False
-    hardware = load_hardware(context.hardware)
+    hardware = context.hardware_spec
     cluster = Cluster(hardware, plan.n_gpus, min(context.gpus_per_node, plan.n_gpus))
     return cluster.link_tier(plan.ep, plan.etp) == "inter_node"
 
@@ -221,7 +221,7 @@ def moe_runtime_args(context: EmitContext) -> list[Group]:
     if expert_group_leaves_domain(context) and context.moe_capacity_factor is None:
         # A token crosses the network once per destination node and NVLink forwards it (DeepEP; HybridEP
         # on NVL72 racks, whose NVLink domain spans the trays): the framework's ep_dispatch "dedup".
-        domain_wide = load_hardware(context.hardware).gpus_per_scale_up_domain > context.gpus_per_node
+        domain_wide = context.hardware_spec.gpus_per_scale_up_domain > context.gpus_per_node
         groups += [("--moe-token-dispatcher-type", "flex"),
                    ("--moe-flex-dispatcher-backend", "hybridep" if domain_wide else "deepep")]
     else:
@@ -293,7 +293,7 @@ def recompute_args(plan: Plan, model: ModelSpec | None = None) -> list[Group]:
     return []
 
 
-def precision_args(plan: Plan, hardware: str, model: ModelSpec | None = None) -> list[Group]:
+def precision_args(plan: Plan, hardware: Hardware, model: ModelSpec | None = None) -> list[Group]:
     if plan.precision == "fp16":
         return [("--fp16",)]
     groups: list[Group] = [("--bf16",)]
@@ -356,7 +356,7 @@ def launch(context: EmitContext) -> Launch:
             ("MODEL_ARGS", tuple(model_args(context.model, context.seq_len))),
             ("PARALLEL_ARGS", tuple(parallel_args(plan, context.model) + moe_runtime_args(context))),
             ("RECOMPUTE_ARGS", tuple(recompute_args(plan, context.model))),
-            ("PRECISION_ARGS", tuple(precision_args(plan, context.hardware, context.model))),
+            ("PRECISION_ARGS", tuple(precision_args(plan, context.hardware_spec, context.model))),
             ("BATCH_ARGS", tuple(batch_args(context))),
             ("DATA_ARGS", tuple(data_args(context))),
             ("TRAINING_ARGS", tuple(training_args(context))),
