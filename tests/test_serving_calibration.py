@@ -347,3 +347,31 @@ def test_a_profile_vendor_is_checked(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(InputError, match="vendor.*must be one of nvidia, amd"):
         load_hardware(str(path))
+
+
+@pytest.mark.parametrize("cells, field", [
+    ({"engine": "bogus"}, "engine"),  # not another engine's parameters under a new key ('bogus-0.14')
+    ({"engine": "nim"}, "engine"),  # NIM runs TensorRT-LLM or vLLM inside: the row names which
+    ({"output_tokens_per_s": "inf"}, "output_tokens_per_s"),  # a column not compared with is still a number
+    ({"e2e_latency_s_p99": "nan"}, "e2e_latency_s_p99"),
+])
+def test_serving_runs_reader_refuses_unknown_engines_and_damaged_cells(tmp_path, cells, field):
+    import csv
+
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+    from tests.test_bad_input import assert_user_error
+
+    bundled = Path(__file__).resolve().parent.parent / "autotune" / "data" / "serving_runs.csv"
+    with open(bundled, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, list(rows[0]))
+        writer.writeheader()
+        writer.writerows([{**rows[0], **cells}, rows[1]])
+    for command in (["validate", str(path)], ["calibrate", str(path), "--out", str(tmp_path / "c.yaml")]):
+        result = CliRunner().invoke(app, command)
+        assert_user_error(result, field, rows[0]["id"])
+    assert not (tmp_path / "c.yaml").exists()

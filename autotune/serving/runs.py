@@ -22,7 +22,7 @@ from ..inputs.measured_runs import (
     read_table,
 )
 from ..inputs.modelspec import ModelSpec, MoESpec
-from .engines import DEFAULT_ENGINE
+from .engines import DEFAULT_ENGINE, ENGINE_ALIASES, ENGINES
 
 # Columns that mark the serving schema (``autotune validate`` dispatches on them).
 SERVING_MARKER_COLUMNS = frozenset({"output_tokens_per_s_per_gpu", "input_len", "output_len", "weight_precision"})
@@ -100,6 +100,11 @@ def _kind(row: dict) -> str:
     return "max-throughput"
 
 
+# Measurement columns the prediction does not compare with (totals, tails, end-to-end latency); still numbers.
+UNREAD_MEASUREMENTS = ("output_tokens_per_s", "total_tokens_per_s", "request_throughput_per_s", "ttft_ms_p99",
+                       "tpot_ms_p99", "e2e_latency_s_mean", "e2e_latency_s_median", "e2e_latency_s_p99")
+
+
 def _float(row: dict, key: str) -> float | None:
     """A number, or None for an empty cell; anything else is the file's error, not a silent default."""
     return number(row, key)
@@ -109,15 +114,19 @@ def _int(row: dict, key: str) -> int | None:
     return number(row, key, whole=True)  # type: ignore[return-value]
 
 
-def engine_key(engine: str, version: str) -> str:
+def engine_key(engine: str, version: str, row_id: str = "") -> str:
     """The engine release a row ran on, e.g. ``trtllm-0.14``, ``trtllm-0.14-triton``, ``vllm-0.6``.
 
     Read from the ``engine`` and ``engine_version`` columns only (major.minor; a Triton front end is its own
     key): a row that names no engine is predicted for the default one, never for one guessed from its
-    source's name; an unknown engine (NIM, which runs TensorRT-LLM or vLLM inside) keeps its name and is
-    predicted with its family's parameters (``calibrated.params_for``).
+    source's name; another engine (NIM, which runs TensorRT-LLM or vLLM inside) is refused: name the engine it
+    runs.
     """
-    name = (engine or "").strip().lower().replace("tensorrt-llm", "trtllm").replace("tensorrt_llm", "trtllm")
+    name = (engine or "").strip().lower()
+    name = ENGINE_ALIASES.get(name, name)
+    if name and name not in ENGINES:  # not guessed: its parameters would be another engine's under a new key
+        raise InputError(f"{f'row {row_id!r}: ' if row_id else ''}engine must be one of {', '.join(ENGINES)} (or empty: the default, {DEFAULT_ENGINE}), "
+                         f"but got (engine={engine!r})", field="engine")
     found = re.search(r"(\d+)\.(\d+)", version or "")
     if name and found:
         key = f"{name}-{int(found.group(1))}.{int(found.group(2))}"
@@ -196,6 +205,8 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
     ttft = _float(row, "ttft_ms_mean") or _float(row, "ttft_ms_median")
     itl = (_float(row, "itl_ms_mean") or _float(row, "tpot_ms_mean") or _float(row, "itl_ms_median")
            or _float(row, "tpot_ms_median"))
+    for key in UNREAD_MEASUREMENTS:  # not predicted, but a NaN or inf there says the row is damaged: not kept
+        _float(row, key)
     for key, value in (("output_tokens_per_s_per_gpu", measured), ("ttft_ms_mean", ttft), ("itl_ms_mean", itl)):
         if value is not None and value < 1e-3:  # tokens/s or ms: a vanishing value is a unit slip or a typo
             raise InputError(f"row {rid!r}: a measurement must be at least 0.001, but got {value!r}; check the unit",
@@ -224,7 +235,7 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
     if model.n_heads % tp:
         return SkippedServingRow(rid, group, f"heads {model.n_heads} not divisible by tp {tp}")
     return ServingRun(
-        id=rid, source_group=group, engine=engine_key(row.get("engine", ""), row.get("engine_version", "")), kind=kind, model=model, gpu=gpu,
+        id=rid, source_group=group, engine=engine_key(row.get("engine", ""), row.get("engine_version", ""), rid), kind=kind, model=model, gpu=gpu,
         n_gpus=_int(row, "n_gpus") or tp * pp, tp=tp, pp=pp, weights=weights, kv=kv,
         input_len=input_len, output_len=max(output_len, 1), batch=batch,
         request_rate=rate, measured_tokens_per_s_per_gpu=measured, measured_ttft_ms=ttft, measured_itl_ms=itl,
