@@ -41,6 +41,11 @@ MIB = float(2**20)
 
 ENGINES = ("vllm", "sglang", "trtllm")
 RELEASES: Mapping[str, str] = {"vllm": "vLLM 0.33", "sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM 1.x"}
+# The MAJOR.MINOR releases an engine has had, as ``--engine NAME@X.Y`` accepts them: from its first tagged release
+# on GitHub (vLLM v0.1.0, June 2023; SGLang v0.1, January 2024; TensorRT-LLM v0.5.0, October 2023) to the newest
+# autotune knows (the emitters' vLLM 0.33 and SGLang 0.5.23; TensorRT-LLM 1.3, the newest in serving_silicon.csv).
+RELEASE_SPAN: Mapping[str, tuple[tuple[int, int], tuple[int, int]]] = {
+    "vllm": ((0, 1), (0, 33)), "sglang": ((0, 1), (0, 5)), "trtllm": ((0, 5), (1, 3))}
 DEFAULT_ENGINE = "vllm"
 
 
@@ -125,7 +130,15 @@ def parse_engine(text: str) -> tuple[str, str | None]:
     if not found:
         raise ValueError(f"an engine release must read NAME@MAJOR.MINOR (e.g. trtllm@0.14, vllm@0.12.0), but got "
                          f"(engine={text!r})")
-    return name, f"{name}-{int(found.group(1))}.{int(found.group(2))}"
+    release = (int(found.group(1)), int(found.group(2)))
+    first, newest = RELEASE_SPAN[name]
+    if not first <= release <= newest:
+        label = RELEASES[name].split(" ")[0]
+        when = "predates its first release" if release < first else "is newer than the newest release autotune knows"
+        raise ValueError(f"{label} {release[0]}.{release[1]} {when}: releases run from {first[0]}.{first[1]} to "
+                         f"{newest[0]}.{newest[1]}, but got (engine={text!r}); give one of those, or leave the release "
+                         f"out ({name}) for its current parameters")
+    return name, f"{name}-{release[0]}.{release[1]}"
 
 
 def check_engine(engine: str) -> str:
