@@ -166,6 +166,8 @@ def _check_sizes(config: dict, source: str) -> None:
             if value > limit:
                 raise InputError(f"must be <= {limit:,} (beyond it is {what}; check the value), but got {value!r}",
                                  source=source, field=key)
+            if value < 0:  # 0 is "none" for some keys (q_lora_rank, first_k_dense_replace); below it is damage
+                raise InputError(f"must be >= 0, but got {value!r}", source=source, field=key)
     _max_positions(config, source)
 
 
@@ -220,6 +222,8 @@ def _context_window(config: dict, source: str) -> int | None:
     full window."""
     base = _max_positions(config, source)
     rope = config.get("rope_scaling")
+    if isinstance(rope, dict) and rope.get("factor") is not None:  # checked whatever the kind: a factor of -8 is damage
+        loading.number(rope, "factor", source=source, section="rope_scaling", maximum=1e4)
     if not isinstance(rope, dict) or rope.get("factor") is None or base is None:
         return base
     kind = rope.get("rope_type", rope.get("type"))
@@ -511,3 +515,33 @@ def _model_name(config: dict, source: str, model_type: str) -> str:
     if folder.name:
         return folder.name.lower()
     return model_type
+
+
+def quantized_checkpoint(config: dict) -> str | None:
+    """The checkpoint format a ``config.json``'s ``quantization_config`` states (``serving.checkpoint`` names),
+    or None where it states none or one autotune does not plan: FP8 block-scaled (DeepSeek-V3, MiniMax-M2.5),
+    MXFP4 (gpt-oss), GPTQ and AWQ 4-bit, compressed-tensors by its weights' bits and type (Kimi K2.5's int4),
+    ModelOpt by its algorithm (FP8, NVFP4).  HF's own key; multimodal configs nest it in ``text_config``."""
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict) and isinstance(config.get("text_config"), dict):
+        quant = config["text_config"].get("quantization_config")
+    if not isinstance(quant, dict):
+        return None
+    method = str(quant.get("quant_method", "")).lower()
+    if method in ("fp8", "fbgemm_fp8"):
+        return "fp8"
+    if method == "mxfp4":
+        return "mxfp4"
+    if method in ("gptq", "awq"):
+        return method if quant.get("bits", 4) == 4 else None
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups")
+        weights = [g.get("weights") for g in groups.values() if isinstance(g, dict)] if isinstance(groups, dict) else []
+        kinds = {(w.get("num_bits"), w.get("type", "int")) for w in weights if isinstance(w, dict)}
+        scheme = {(4, "int"): "int4", (8, "int"): "int8", (8, "float"): "fp8", (4, "float"): "fp4"}
+        return f"compressed-tensors:{scheme[kinds.pop()]}" if len(kinds) == 1 and next(iter(kinds)) in scheme \
+            else None
+    if method == "modelopt":
+        algo = str(quant.get("quant_algo", "")).upper()
+        return {"FP8": "modelopt:fp8", "NVFP4": "modelopt:fp4"}.get(algo)
+    return None

@@ -118,9 +118,20 @@ def requirement(weights: str, checkpoint: str, engine: str, is_moe: bool = True,
 
 
 def default_checkpoint(model_name: str) -> str:
-    """The checkpoint a --model names: the catalogue's record for a Hugging Face id, else bf16."""
-    from ..inputs.catalogue import lookup_hf_id
+    """The checkpoint a --model names: the catalogue's record for a Hugging Face id; for a ``config.json`` the
+    format its ``quantization_config`` states (an FP8 checkpoint's config says so; planning it as bf16 would
+    double its weights); else bf16."""
+    from pathlib import Path
 
+    from ..inputs import loading
+    from ..inputs.catalogue import lookup_hf_id
+    from ..inputs.hf_config import quantized_checkpoint
+
+    path = Path(model_name)
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    if path.suffix == ".json" and path.is_file():
+        return quantized_checkpoint(loading.read_mapping(path)) or "bf16"
     entry = lookup_hf_id(model_name) if "/" in model_name else None
     if entry is not None and entry.checkpoint:
         return FROM_CATALOGUE.get(entry.checkpoint, "bf16")

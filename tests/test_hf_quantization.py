@@ -1,0 +1,55 @@
+"""A Hugging Face config.json that states its quantization plans that checkpoint: an FP8 DeepSeek-V3, gpt-oss's
+MXFP4 and Kimi K2.5's int4 are not planned as bf16 weights (twice or four times their size)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autotune.cli import app
+from autotune.inputs.hf_config import quantized_checkpoint
+from autotune.serving.checkpoint import default_checkpoint
+
+DATA = Path(__file__).resolve().parent.parent / "autotune" / "data" / "hf_configs"
+
+
+@pytest.mark.parametrize("quant, checkpoint", [
+    ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, "fp8"),
+    ({"quant_method": "mxfp4"}, "mxfp4"),
+    ({"quant_method": "gptq", "bits": 4}, "gptq"),
+    ({"quant_method": "gptq", "bits": 3}, None),
+    ({"quant_method": "awq"}, "awq"),
+    ({"quant_method": "compressed-tensors",
+      "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int"}}}}, "compressed-tensors:int4"),
+    ({"quant_method": "compressed-tensors",
+      "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"}}}}, "compressed-tensors:fp8"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "modelopt:fp4"),
+    ({"quant_method": "bitsandbytes"}, None),
+    (None, None),
+])
+def test_quantization_config_names_the_checkpoint(quant, checkpoint):
+    assert quantized_checkpoint({} if quant is None else {"quantization_config": quant}) == checkpoint
+    assert quantized_checkpoint({"text_config": {"quantization_config": quant}}) == checkpoint
+
+
+def test_bundled_configs_read_as_their_checkpoints():
+    assert default_checkpoint(str(DATA / "deepseek-ai--DeepSeek-V3.json")) == "fp8"
+    assert default_checkpoint(str(DATA / "openai--gpt-oss-120b.json")) == "mxfp4"
+
+
+def test_predict_on_an_fp8_config_plans_fp8_weights_unless_told(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text((DATA / "deepseek-ai--DeepSeek-V3.json").read_text(), encoding="utf-8")
+    base = ["predict", "--workload", "serve", "--model", str(path), "--hardware", "h200-sxm-141gb", "--gpus", "8",
+            "--input-len", "1000", "--output-len", "200", "--plan", "tp=8", "--json"]
+    for folder_or_file in (str(path), str(tmp_path)):
+        args = [*base[:4], folder_or_file, *base[5:]]
+        fp8 = CliRunner().invoke(app, args)
+        assert fp8.exit_code == 0, fp8.output
+        assert json.loads(fp8.stdout)["plan"]["weights"] == "fp8"
+    told = CliRunner().invoke(app, [*base, "--checkpoint", "bf16"])
+    assert told.exit_code == 0, told.output
+    assert json.loads(told.stdout)["plan"]["weights"] == "bf16"  # the user's word wins (and does not fit: 1.3 TB)
