@@ -133,10 +133,10 @@ def read_table(path: Path, *, required: Sequence[str], schema: str = "", id_colu
     return CsvTable(source=source, columns=columns, rows=tuple(rows))
 
 
-def number(row: dict, key: str, *, whole: bool = False, minimum: float | None = None,
+def number(row: dict, key: str, *, whole: bool = False, minimum: float | None = None, maximum: float | None = None,
            id_column: str = "id") -> float | int | None:
     """A number cell: None when empty; a finite number of sane size, else :class:`InputError` naming the row and
-    column.  ``whole``: an integer (``8`` or ``8.0``, not ``8.5``); ``minimum``: the smallest value allowed."""
+    column.  ``whole``: an integer (``8`` or ``8.0``, not ``8.5``); ``minimum`` and ``maximum``: the range allowed."""
     text = (row.get(key) or "").strip()
     if not text:
         return None
@@ -155,6 +155,8 @@ def number(row: dict, key: str, *, whole: bool = False, minimum: float | None = 
         value = int(value)
     if minimum is not None and value < minimum:
         raise InputError(f"{where}must be >= {minimum:g}, but got {text!r}", field=key)
+    if maximum is not None and value > maximum:
+        raise InputError(f"{where}must be <= {maximum:g}, but got {text!r}", field=key)
     return value
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..inputs.hf_config import MAX_POSITIONS
 from ..inputs.framework import Framework, framework_for_run
 from ..inputs.request import moe_workload_problem
 from ..inputs.hardware import Cluster, Hardware
@@ -64,6 +65,12 @@ ARCHITECTURE_COLUMNS = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads",
 SIZE_COLUMNS = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "head_dim", "vocab_size",
                 "seq_len", "n_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "vp", "micro_batch",
                 "global_batch", "moe_topk", "moe_ffn_hidden_size")
+
+
+# Measurements a row may record besides throughput: percentages of a peak are at most 100, the others >= 0.
+CHECKED_MEASUREMENTS: dict[str, float | None] = {"measured_mfu_pct": 100.0, "measured_hfu_pct": 100.0,
+                                                 "measured_tflops_per_gpu": None, "measured_iteration_time_s": None,
+                                                 "measured_memory_gib_per_gpu": None}
 
 
 @dataclass(frozen=True)
@@ -204,6 +211,10 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
         return SkippedRow(rid, f"no value for {', '.join(missing)}")
     for key in SIZE_COLUMNS:  # sizes and parallel degrees: whole numbers >= 1 when given
         number(row, key, whole=True, minimum=1)
+    number(row, "seq_len", whole=True, maximum=MAX_POSITIONS)  # longer than any model's context: a typo
+    number(row, "zero", whole=True, minimum=0, maximum=3)  # ZeRO stages 0-3 (DeepSpeed; Megatron's distributed optimizer: 1)
+    for key, top in CHECKED_MEASUREMENTS.items():  # not compared with, but a damaged cell says the row is damaged
+        number(row, key, minimum=0, maximum=top)
     experts = None if hf_config else _int(row, "moe_experts")
     if experts and _int(row, "moe_topk") is None:  # the experts each token runs set the MoE's FLOPs: not guessed
         return SkippedRow(rid, f"no value for moe_topk (the row has moe_experts={experts})")
