@@ -96,3 +96,15 @@ def apply_calibration(hardware: Hardware, calibration: Calibration | Mapping[str
         return hardware
     efficiency = efficiency_from_mapping(dict(raw), source=calibration.source, base=hardware.efficiency)
     return dataclasses.replace(hardware, efficiency=efficiency)
+
+
+def calibrated_hardware(hardware: Hardware, path: str | Path) -> Hardware:
+    """``hardware`` with the values of the overlay at ``path`` (``--calibration``) for its profile.  An overlay
+    without that profile is refused: a user who gives one expects it to act, and a fit of other GPUs would be
+    silently ignored (as a serving overlay without the engine's parameters is refused)."""
+    calibration = load_calibration(path)
+    if hardware.name not in calibration.efficiency:
+        raise InputError(f"has no values for hardware {hardware.name!r} (it calibrates "
+                         f"{', '.join(sorted(calibration.efficiency))}); calibrate on runs of {hardware.name} or drop "
+                         "--calibration", source=str(path), field="--calibration")
+    return apply_calibration(hardware, calibration)

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from .calibration import apply_calibration, load_calibration
+from .calibration import calibrated_hardware
 from .framework import Framework, load_framework
 from .hardware import Cluster, Hardware, load_hardware
 from .modelspec import ModelSpec, load_model
@@ -153,7 +153,7 @@ class TrainingRequest:
         spec = load_model(self.model)
         hw = load_hardware(self.hardware)
         if self.calibration is not None:
-            hw = apply_calibration(hw, load_calibration(self.calibration))
+            hw = calibrated_hardware(hw, self.calibration)
         if self.price is not None:
             if not self.price >= 0:
                 raise InputError(f"must be >= 0 USD per GPU-hour, but got {self.price}", field="--price")

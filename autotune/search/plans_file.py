@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from ..errors import InputError
 from ..inputs import loading
-from ..inputs.calibration import apply_calibration, load_calibration
+from ..inputs.calibration import calibrated_hardware
 from ..inputs.framework import load_framework
 from ..inputs.hardware import (
     Cluster,
@@ -251,7 +251,7 @@ def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model:
     spec = model_from_plans(inputs, source, model)
     hw = hardware_from_plans(inputs, source, hardware)
     if calibration is not None:
-        hw = apply_calibration(hw, load_calibration(calibration))
+        hw = calibrated_hardware(hw, calibration)
     n = _count(inputs, "gpus", source, gpus)
     gpn = _count(inputs, "gpus_per_node", source, gpus_per_node, required=False)
     try:
