@@ -146,6 +146,11 @@ def read_plans(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("plans"), list) or not isinstance(doc.get("inputs"), dict):
         raise InputError("has no 'plans' list and 'inputs' object; give a plans.json written by "
                          "`autotune search --out DIR`", source=str(path))
+    for key in ("space_spec", "model_spec", "hardware_profile"):  # embedded inputs: objects when present
+        value = doc["inputs"].get(key)
+        if value is not None and not isinstance(value, dict):
+            raise InputError(f"must be an object, but got ({key}={value!r}); restore it or rerun `autotune search "
+                             "--out DIR`", source=str(path), field=f"inputs.{key}")
     # absent in the files of the first releases, which were all training searches
     kind = doc["inputs"].get("workload", "train")
     if kind not in ("train", "serve"):
@@ -171,6 +176,12 @@ def ranked_entries(document: Mapping[str, Any], source: str) -> list[dict[str, A
         if entry.get("plan") == {}:  # read as the default plan, which the search did not rank
             raise InputError(f"plan of rank {entry['rank']} is empty; restore it or rerun `autotune search --out DIR`",
                              source=source, field="plans.plan")
+        # explain and emit estimate again rather than read it, but a damaged one says the file was edited: every
+        # command that reads the file refuses it, as report does
+        if not isinstance(entry.get("estimate"), dict):
+            raise InputError(f"plan of rank {entry['rank']} has no 'estimate' object, but got "
+                             f"(estimate={entry.get('estimate')!r}); restore it or rerun `autotune search --out DIR`",
+                             source=source, field="plans.estimate")
     return sorted(entries, key=lambda entry: entry["rank"])
 
 

@@ -143,7 +143,7 @@ def load_plans_json(path: Path) -> dict[str, Any]:
     doc["plans"] = ranked_entries(doc, source)  # by the ranks recorded: "best" is rank 1 wherever it stands
     check_search_counts(doc, source)
     if not doc["plans"]:
-        raise InputError("lists no plans (nothing fitted); rerun the search with more GPUs or ZeRO-3", source=source)
+        raise InputError("lists no plans (nothing fitted); rerun the search with more GPUs (its diagnosis says what binds)", source=source)
     for position, entry in enumerate(doc["plans"], start=1):
         if not isinstance(entry, dict) or not isinstance(entry.get("plan"), dict) or not _is_number(entry.get("rank")):
             raise InputError(f"plan {position} needs a 'rank' and a 'plan' object; rerun `autotune search --out DIR`",
