@@ -322,5 +322,5 @@ def test_an_empty_name_is_refused_naming_the_option(args, flag, tmp_path, monkey
 def test_report_names_a_negative_seed(small_plans, tmp_path, seed):
     path = edited(tmp_path, small_plans)
     result = invoke("report", path, "--out", tmp_path / "out", "--trials", "0", "--seed", seed)
-    assert_user_error(result, "field '--seed'", f"must be between 0 and {2**32 - 1}, but got {seed}")
+    assert_user_error(result, "field '--seed'", f"must be between 0 and {2**31 - 1}, but got {seed}")
     assert not (tmp_path / "out").exists()

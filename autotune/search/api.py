@@ -40,7 +40,7 @@ from ..training.problem import (
     TrainingProblem,
     parse_objectives,
 )
-from ..training.space import load_space
+from ..training.space import Space, load_space
 from . import SAMPLER_CHOICES, run_search
 from . import capacity as cap
 from .diagnose import Diagnosis, diagnose
@@ -51,19 +51,20 @@ from .serving import ServeSearchResult, capacity_search, gpu_counts, serve_searc
 Progress = Callable[[str, int, int], None]
 # More trials than this is a typo: at a few milliseconds each (more with a storage) it would run for hours.
 MAX_TRIALS = 1_000_000
-MAX_SEED = 2**32 - 1  # what numpy's and Optuna's generators take
+MAX_SEED = 2**31 - 1  # within what numpy and Optuna take (2**32 - 1), and what the command line reads as an int
 
 
 # --- settings shared by the searches ---------------------------------------------------------------
 
-# The precisions `search` plans in unless --precision names others: fp8 is never chosen silently.
+# The precisions `search` plans in unless --precision or a --space file names others (the bundled
+# search_spaces/train.yaml lists these): fp8 is never chosen silently.
 DEFAULT_PRECISIONS: tuple[str, ...] = ("bf16",)
 
 
-def parse_precisions(text: str | None) -> tuple[str, ...]:
-    """``--precision bf16,fp8`` -> ("bf16", "fp8"); None -> :data:`DEFAULT_PRECISIONS`."""
+def parse_precisions(text: str | None) -> tuple[str, ...] | None:
+    """``--precision bf16,fp8`` -> ("bf16", "fp8"); None -> None (the search space's precision axis)."""
     if text is None:
-        return DEFAULT_PRECISIONS
+        return None
     names = tuple(dict.fromkeys(comma_items(text, what="--precision", field="--precision")))
     bad = [n for n in names if n not in PRECISION]
     if not names or bad:
@@ -112,7 +113,8 @@ class SearchSettings:
     seed: int = 0
     objective: str = "throughput"
     top: int = 10
-    precisions: tuple[str, ...] = DEFAULT_PRECISIONS  # GEMM precisions searched (--precision)
+    # GEMM precisions searched (--precision); None: the space's precision axis (the bundled space's is bf16)
+    precisions: tuple[str, ...] | None = None
     memory_headroom: float = DEFAULT_MEMORY_HEADROOM  # fraction of HBM ranked plans leave free (--memory-headroom)
 
     def __post_init__(self) -> None:
@@ -189,9 +191,38 @@ class TrainingSearchOutcome:
         return document
 
 
+def check_precisions_run_on(space: Space, hw: Hardware, settings: SearchSettings) -> None:
+    """At least one precision searched has tensor cores on the GPU: fp8 alone on an A100 is an input error to
+    say at once, not a search whose every plan is rejected (one the GPU lacks among others is dropped)."""
+    wanted = tuple(space.axes["precision"])
+    if not any(hw.supports(p) for p in wanted):
+        has = ", ".join(p for p in ("bf16", "fp16", "fp8") if hw.supports(p))
+        field = "--precision" if settings.precisions is not None or settings.space is None else "axes.precision"
+        raise InputError(f"the GPU must support a precision searched, but {hw.name} has no {', '.join(wanted)} tensor "
+                         f"cores (it has {has}); search {has.split(', ')[0]} instead", field=field,
+                         source=None if field == "--precision" else settings.space)
+
+
+def training_space(settings: SearchSettings) -> Space:
+    """The space searched: the --space file (or the bundled one), its precisions replaced by --precision and its
+    axes narrowed by --fix.  A --space file that lists other precisions than --precision is a conflict the user
+    settles, not one flag silently winning."""
+    space = load_space(settings.space)
+    wanted = settings.precisions
+    if wanted is None:
+        return space.fixed(settings.fixes)
+    listed = tuple(space.axes["precision"])
+    if settings.space is not None and set(listed) != set(wanted):
+        raise InputError(f"--precision and the --space file's axes.precision must agree, but got (--precision="
+                         f"{','.join(wanted)}, axes.precision={','.join(listed)}); leave out one of them",
+                         field="--precision")
+    return space.with_precisions(wanted).fixed(settings.fixes)
+
+
 def training_problem(inputs: TrainingInputs, settings: SearchSettings) -> TrainingProblem:
-    search_space = load_space(settings.space).with_precisions(settings.precisions).fixed(settings.fixes)
-    return TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space, inputs.framework,
+    space = training_space(settings)
+    check_precisions_run_on(space, inputs.cluster.hardware, settings)
+    return TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, space, inputs.framework,
                                  memory_headroom=settings.memory_headroom)
 
 
@@ -272,7 +303,7 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
     if len(objectives) > 1:
         raise InputError("capacity planning ranks by one objective (cost, time, throughput or memory); "
                          "drop the comma-separated list", field="--objective")
-    search_space = load_space(settings.space).with_precisions(settings.precisions).fixed(settings.fixes)
+    search_space = training_space(settings)
     node_sizes: dict[str, int] = {}
 
     def node_size(name: str) -> int:
