@@ -133,7 +133,7 @@ def test_predict_fills_documented_defaults():
     assert plan == {"tp": 2, "pp": 1, "cp": 1, "ep": 1, "vp": 1, "sp": True, "zero": 1, "mbs": 1,
                     "recompute": "none", "precision": "bf16", "offload": "none", "etp": 2, "schedule": "1f1b", "dp": 4}
     assert ok_json("predict", *SMALL, "--plan", "pp=2", "--json")["plan"]["sp"] is False  # sp defaults to tp > 1
-    assert ok_json("predict", *SMALL, "--plan", "", "--json")["plan"]["dp"] == 8
+    assert ok_json("predict", *SMALL, "--plan", "tp=1", "--json")["plan"]["dp"] == 8  # dp fills the GPUs
 
 
 def test_predict_accepts_a_consistent_dp():

@@ -137,6 +137,8 @@ def check_given_options() -> None:
             if isinstance(v, BlankPath):
                 raise InputError(f"must name a path (a file or folder, e.g. runs/x), but got an empty one "
                                  f"({flag}='')", field=flag)
+            if flag == "--plan" and isinstance(v, str) and not v.strip():  # read as the default plan otherwise
+                raise InputError("is empty; give the plan as key=value pairs, e.g. tp=8,pp=2", field=flag)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 continue
             if isinstance(v, float) and not math.isfinite(v):

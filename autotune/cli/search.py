@@ -67,6 +67,7 @@ from ..search.serving import annotate_checkpoint
 from ..serving.checkpoint import with_held_weights
 from ..serving.estimate import add_serving_cost, estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
+from ..serving.space import IMPOSSIBLE as SERVE_IMPOSSIBLE
 from ..serving.space import REASONS as SERVE_REASONS
 from ..serving.space import rejection_reasons as serve_rejection_reasons
 from ..training.confidence import sentence as confidence_sentence
@@ -651,6 +652,15 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     engine = family  # its memory rule and defaults (the release set the parameters)
     batch = ServePlanBatch.from_plans([chosen])
     reason = int(serve_rejection_reasons(spec, cluster, batch, frozenset({"dp"}), engine=engine)[0])
+    if SERVE_REASONS[reason] in SERVE_IMPOSSIBLE:
+        # as for a training plan: a layout the model cannot split has no numbers (they would be invented)
+        why = SERVE_REASONS[reason]
+        if json_out:
+            print_json({"plan": chosen.as_dict(), "estimate": None, "invalid": why})
+        else:
+            stderr.print(f"[bold red]invalid plan:[/] {escape(why)} ({escape(chosen.as_string())}); see `autotune "
+                         "predict --help` for the rules.", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=1)
     estimate = annotate_checkpoint(estimate_serving(spec, cluster, workload, batch, params, engine=engine,
                                                     engine_batch_limit=engine_limit,
                                                     memory_fraction=fraction).row(0),
@@ -715,6 +725,9 @@ def explain_command(
     """Explain one plan, training or serving: where its time (or latency) and memory go, what binds, and what each
     one-step change does."""
     with user_errors():
+        if plans is not None and plan is not None:
+            raise InputError("give the plan once: a plans.json (PLANS, with --rank K) or --plan, not both",
+                             field="--plan")
         if (plans is None) == (plan is None):
             raise InputError("give a plans.json (with --rank K) or --plan with --model, --hardware, --gpus, "
                              "--seq-len and --global-batch", field="PLANS")

@@ -1,0 +1,159 @@
+"""Inputs that contradict each other, or that a command would otherwise ignore, are settled by the user: a
+--space file's precisions against --precision, a damaged plans.json that some commands did not read.  Each case
+runs the CLI through typer's CliRunner, as a user would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autotune.cli import app
+from tests.test_bad_input import assert_user_error
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["--model", "llama3-8b", "--hardware", "h100-sxm5-80gb", "--gpus", "8", "--seq-len", "4096",
+         "--global-batch", "64"]
+
+
+def _space(tmp_path: Path, precisions: str) -> Path:
+    text = (ROOT / "search_spaces" / "train.yaml").read_text(encoding="utf-8")
+    assert "  precision: [bf16]" in text
+    path = tmp_path / "space.yaml"
+    path.write_text(text.replace("  precision: [bf16]", f"  precision: [{precisions}]"), encoding="utf-8")
+    return path
+
+
+def test_a_space_files_precisions_are_searched(tmp_path):
+    result = runner.invoke(app, ["search", *SMALL, "--space", str(_space(tmp_path, "fp8")), "--json"])
+    assert result.exit_code == 0, result.output
+    plans = json.loads(result.stdout)["plans"]
+    assert plans and {p["plan"]["precision"] for p in plans} == {"fp8"}
+
+
+def test_precision_flag_and_space_file_that_disagree_are_refused(tmp_path):
+    result = runner.invoke(app, ["search", *SMALL, "--space", str(_space(tmp_path, "fp8")), "--precision", "bf16"])
+    assert_user_error(result, "--precision", "axes.precision=fp8")
+    agree = runner.invoke(app, ["search", *SMALL, "--space", str(_space(tmp_path, "bf16, fp8")), "--precision",
+                                "fp8,bf16", "--json"])
+    assert agree.exit_code == 0, agree.output
+
+
+@pytest.fixture(scope="module")
+def small_plans(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("plans") / "run"
+    result = runner.invoke(app, ["search", *SMALL, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return json.loads((out / "plans.json").read_text())
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["inputs"].__setitem__("space_spec", 5), "inputs.space_spec"),
+    (lambda d: d["inputs"].__setitem__("model_spec", "llama"), "inputs.model_spec"),
+    (lambda d: d["plans"][0].__setitem__("estimate", None), "plans.estimate"),
+])
+@pytest.mark.parametrize("command", ["explain", "emit", "report"])
+def test_every_reader_of_plans_json_refuses_the_same_damage(tmp_path, small_plans, edit, field, command):
+    document = json.loads(json.dumps(small_plans))
+    edit(document)
+    folder = tmp_path / "damaged"
+    folder.mkdir()
+    (folder / "plans.json").write_text(json.dumps(document), encoding="utf-8")
+    args = {"explain": ["explain", str(folder)],
+            "emit": ["emit", str(folder), "--format", "megatron", "--out", str(tmp_path / "files")],
+            "report": ["report", str(folder), "--out", str(tmp_path / "report")]}[command]
+    assert_user_error(runner.invoke(app, args), field)
+    assert not (tmp_path / "files").exists() and not (tmp_path / "report").exists()
+
+
+def test_a_training_calibration_without_the_hardware_is_refused(tmp_path):
+    """An overlay that calibrates other GPUs would change nothing: the user is told instead of getting the
+    bundled values under a --calibration flag."""
+    overlay = tmp_path / "calib.yaml"
+    overlay.write_text("hardware:\n  a100-sxm4-80gb:\n    efficiency: {gemm: 0.5}\n", encoding="utf-8")
+    for command in ("search", "predict"):
+        extra = ["--plan", "tp=1,pp=1,zero=3,mbs=1"] if command == "predict" else []
+        result = runner.invoke(app, [command, *SMALL, *extra, "--calibration", str(overlay)])
+        assert_user_error(result, "--calibration", "h100-sxm5-80gb", "a100-sxm4-80gb")
+    overlay.write_text("hardware:\n  h100-sxm5-80gb:\n    efficiency: {gemm: 0.5}\n", encoding="utf-8")
+    fitted = runner.invoke(app, ["search", *SMALL, "--calibration", str(overlay), "--json"])
+    plain = runner.invoke(app, ["search", *SMALL, "--json"])
+    assert fitted.exit_code == 0 and plain.exit_code == 0, fitted.output
+    slower = json.loads(fitted.stdout)["plans"][0]["estimate"]["step_time_s"]
+    assert slower > json.loads(plain.stdout)["plans"][0]["estimate"]["step_time_s"]
+
+
+@pytest.mark.parametrize("command", [
+    ["predict", *SMALL],
+    ["explain", *SMALL],
+    ["emit", *SMALL, "--format", "megatron"],
+    ["predict", "--workload", "serve", "--model", "llama3-8b", "--hardware", "h100-sxm5-80gb", "--gpus", "8",
+     "--input-len", "1000", "--output-len", "200"],
+])
+@pytest.mark.parametrize("plan", ["", "  "])
+def test_an_empty_plan_string_is_refused_not_read_as_the_default_plan(tmp_path, command, plan):
+    extra = ["--out", str(tmp_path / "files")] if command[0] == "emit" else []
+    assert_user_error(runner.invoke(app, [*command, *extra, "--plan", plan]), "--plan", "is empty")
+
+
+SERVE = ["predict", "--workload", "serve", "--model", "llama3-8b", "--hardware", "h100-sxm5-80gb", "--gpus", "8",
+         "--input-len", "1000", "--output-len", "200"]
+
+
+@pytest.mark.parametrize("gpus, plan, why", [("8", "tp=8,ep=8", "ep > 1 on a dense model"),
+                                             ("3", "tp=3", "heads not divisible by tp")])
+def test_a_serving_plan_the_model_cannot_split_is_invalid_like_a_training_one(gpus, plan, why):
+    """No throughput or latency is printed for a layout no engine launches; exit 1 as training's invalid plan."""
+    result = runner.invoke(app, [*SERVE[:8], gpus, *SERVE[9:], "--plan", plan])
+    assert result.exit_code == 1, result.output
+    assert why in result.stderr and "invalid plan" in result.stderr and "tokens/s" not in result.stdout
+    as_json = runner.invoke(app, [*SERVE[:8], gpus, *SERVE[9:], "--plan", plan, "--json"])
+    assert as_json.exit_code == 1
+    assert json.loads(as_json.stdout) == {"plan": json.loads(as_json.stdout)["plan"], "estimate": None, "invalid": why}
+
+
+@pytest.mark.parametrize("engine, needle", [("sglang@0.0", "predates its first release"),
+                                            ("trtllm@0.1", "predates its first release"),
+                                            ("vllm@99.9", "newer than the newest release")])
+def test_an_engine_release_that_never_existed_is_refused(engine, needle):
+    assert_user_error(runner.invoke(app, [*SERVE, "--plan", "tp=8", "--engine", engine]), "--engine", needle)
+
+
+@pytest.mark.parametrize("engine", ["vllm@0.6", "sglang@0.5.23", "trtllm@0.9", "trtllm@1.3"])
+def test_engine_releases_within_the_known_span_are_predicted(engine):
+    result = runner.invoke(app, [*SERVE, "--plan", "tp=8", "--engine", engine, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["estimate"]["tpot_ms"] > 0
+
+
+@pytest.mark.parametrize("cells, field", [({"seq_len": "1e12"}, "seq_len"), ({"measured_mfu_pct": "500"}, "measured_mfu_pct"),
+                                          ({"measured_iteration_time_s": "-3"}, "measured_iteration_time_s"),
+                                          ({"zero": "9"}, "zero")])
+def test_training_runs_csv_refuses_impossible_cells(tmp_path, cells, field):
+    import csv
+
+    with open(ROOT / "autotune" / "data" / "training_runs.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, list(rows[0]))
+        writer.writeheader()
+        writer.writerows([{**rows[0], **cells}, rows[1]])
+    assert_user_error(runner.invoke(app, ["validate", str(path)]), field, rows[0]["id"])
+
+
+@pytest.mark.parametrize("edit, field", [
+    ({"rope_scaling": {"rope_type": "llama3", "factor": -8.0}}, "rope_scaling.factor"),
+    ({"sliding_window": -1}, "sliding_window"),
+])
+def test_hf_config_values_a_family_does_not_read_are_still_checked(tmp_path, edit, field):
+    config = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+              "max_position_embeddings": 131072, "hidden_act": "silu"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, **edit}), encoding="utf-8")
+    result = runner.invoke(app, ["predict", "--model", str(path), *SMALL[2:], "--plan", "tp=1,zero=3"])
+    assert_user_error(result, field)
