@@ -50,3 +50,28 @@ def test_a_custom_profile_reusing_a_bundled_name_is_read_not_the_bundled_one(tmp
     assert result.exit_code == 0, result.output
     script = (out / "megatron_pretrain_gpt.sh").read_text()
     assert "--fp8-recipe blockwise" in script  # Hopper: DeepSeek's blockwise recipe for a MoE
+
+
+def test_rtx_pro_6000_trains_fp8_without_mxfp8_which_te_refuses_on_sm_120():
+    """TransformerEngine runs MXFP8 on compute capability 10.x only (12.0: 'not supported on 12.0+
+    architectures yet'), though the RTX PRO 6000's tensor cores list block-scaled fp8."""
+    from autotune.inputs.hardware import load_hardware as bundled_hardware
+    from autotune.inputs.modelspec import load_model as bundled_model
+    from autotune.outputs.emit.megatron import fp8_recipe
+
+    rtx = bundled_hardware("rtx-pro-6000-blackwell")
+    assert rtx.supports("mxfp8") and rtx.compute_capability == 12.0
+    assert fp8_recipe(rtx, bundled_model("llama3-8b")) == "delayed"
+    assert fp8_recipe(rtx, bundled_model("qwen3-30b-a3b")) == "blockwise"
+    for name in ("b200-sxm-180gb", "gb300-nvl72"):
+        assert fp8_recipe(bundled_hardware(name), bundled_model("llama3-8b")) == "mxfp8"
+
+
+def test_a_compute_capability_on_an_amd_profile_is_refused(tmp_path):
+    text = (PROFILES / "mi300x-192gb.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "mi.yaml"
+    path.write_text(text + "compute_capability: 9.0\n", encoding="utf-8")
+    result = runner.invoke(app, ["predict", "--model", "llama3-8b", "--hardware", str(path), "--gpus", "8",
+                                 "--seq-len", "4096", "--global-batch", "64", "--plan", "tp=1"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "compute_capability" in result.output and "vendor" in result.output

@@ -156,6 +156,10 @@ class Hardware:
     # Who makes the GPU: software that runs on one vendor's GPUs only (TensorRT-LLM, the Marlin dequantising
     # kernels) is refused or not planned on the other's.
     vendor: str = "nvidia"
+    # CUDA compute capability (9.0 Hopper, 10.0 / 10.3 datacenter Blackwell, 12.0 RTX Blackwell); None where
+    # unknown or not an NVIDIA GPU. Software support follows it, not the tensor-core list: TransformerEngine
+    # runs MXFP8 recipes on 10.x only, though sm_120 has block-scaled fp8 MMAs (TE issue #2668).
+    compute_capability: float | None = None
 
     def __post_init__(self) -> None:
         domain = self.scale_up_domain_gpus
@@ -283,6 +287,7 @@ _TOP_KEYS = frozenset(
         "intra_node", "inter_node", "host_link_bandwidth_gb_per_s", "cpu_optimizer_params_per_s", "tdp_w",
         "average_power_w", "price_usd_per_gpu_hour", "efficiency", "sources", "calibrated", "reference_efficiency",
         "scale_up_domain_gpus", "scale_up", "price_estimated", "host_op_scale", "vendor",
+        "compute_capability",
     }
 )
 REFERENCE_KEYS = frozenset({"gemm", "fp8_gemm"})
@@ -316,6 +321,9 @@ def efficiency_from_mapping(raw: dict, *, source: str, base: Efficiency | None =
 
 def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     check_keys(data, _TOP_KEYS, source=source)
+    if data.get("vendor") == "amd" and data.get("compute_capability") is not None:
+        raise InputError("is a CUDA (NVIDIA) property, but the profile says vendor: amd; remove one of them",
+                         source=source, field="compute_capability")
     peaks_raw = data.get("peak_tflops")
     if not isinstance(peaks_raw, dict) or not peaks_raw:
         raise InputError("must map precisions (e.g. bf16, fp8) to dense TFLOP/s", source=source, field="peak_tflops")
@@ -383,10 +391,13 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         price_estimated=loading.boolean(data, "price_estimated", source=source, default=False),
         host_op_scale=loading.number(data, "host_op_scale", source=source, default=1.0, maximum=100.0),
         vendor=loading.text(data, "vendor", source=source, default="nvidia", choices=VENDORS),
+        compute_capability=loading.number(data, "compute_capability", source=source, default=None,
+                                          minimum=1.0, maximum=99.9),
     )
 
 
-_OPTIONAL_FIELDS = ("scale_up_domain_gpus", "scale_up", "price_estimated", "host_op_scale", "vendor")
+_OPTIONAL_FIELDS = ("scale_up_domain_gpus", "scale_up", "price_estimated", "host_op_scale", "vendor",
+                    "compute_capability")
 
 
 def hardware_to_mapping(hw: Hardware) -> dict:

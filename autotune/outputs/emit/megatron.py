@@ -12,7 +12,7 @@ Mapping of the plan:
 * ``recompute=selective`` ``--recompute-granularity selective`` (core attention);
   ``full`` recomputes every layer (``uniform``, 1 layer per checkpoint).
 * ``precision=fp8`` bf16 plus ``--fp8-format hybrid`` with the ``delayed`` recipe
-  (``mxfp8`` on Blackwell); mixtures of experts on Hopper take DeepSeek's blockwise recipe
+  (``mxfp8`` on datacenter Blackwell, compute capability 10.x); other mixtures of experts take DeepSeek's blockwise recipe
   (``--fp8-format e4m3 --fp8-recipe blockwise``: 1x128 activation tiles, 128x128 weight blocks);
   ``offload=cpu`` ``--optimizer-cpu-offload``.
 * Mixtures of experts: ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``, the
@@ -132,12 +132,20 @@ LIMITS = (
 )
 
 
+def _te_runs_mxfp8(hardware: Hardware) -> bool:
+    """MXFP8 needs block-scaled fp8 tensor cores (a profile lists an mxfp8 peak) and TransformerEngine's
+    MXFP8 kernels, which run on compute capability 10.x only: TE refuses them on 12.0 (RTX Blackwell, TE
+    issue #2668; Megatron-LM issue #4175). A profile that does not state its compute capability is taken at
+    its tensor-core list."""
+    cc = hardware.compute_capability
+    return cc is None or 10.0 <= cc < 12.0
+
+
 def fp8_recipe(hardware: Hardware, model: ModelSpec | None = None) -> str:
-    """mxfp8 on Blackwell; on Hopper DeepSeek's blockwise recipe for mixtures of experts (per-tensor
-    scaling is not what MoE recipes train with: NVIDIA's DeepSeek-V3 recipes and DeepSeek-V3 §3.3 use
-    1x128 / 128x128 blocks), TransformerEngine's delayed scaling otherwise."""
-    # MXFP8 needs block-scaled fp8 tensor cores (Blackwell's), which a profile lists as an mxfp8 peak
-    if hardware.supports("mxfp8"):
+    """mxfp8 on datacenter Blackwell; otherwise DeepSeek's blockwise recipe for mixtures of experts
+    (per-tensor scaling is not what MoE recipes train with: NVIDIA's DeepSeek-V3 recipes and DeepSeek-V3
+    §3.3 use 1x128 / 128x128 blocks), TransformerEngine's delayed scaling for dense models."""
+    if hardware.supports("mxfp8") and _te_runs_mxfp8(hardware):
         return "mxfp8"
     return "blockwise" if model is not None and model.moe else "delayed"
 
