@@ -201,3 +201,29 @@ def test_serving_capacity_is_exact_when_a_replica_spans_two_nodes():
     assert meeting[32] and not meeting[24] and not meeting[40]  # the case this test is about
     found = S.capacity_search(model, hw, 8, 1, 128, workload, space, params_for("vllm"))
     assert found.n_gpus == 32
+
+
+def test_capacity_with_a_calibration_of_one_of_the_listed_gpus_applies_it_there(tmp_path):
+    """Comparing GPUs with a fit of one of them: the overlay acts on the GPU it calibrates, the others keep their
+    profiles' values (and the output says so); an overlay for none of the listed GPUs is refused."""
+    overlay = tmp_path / "calib.yaml"
+    overlay.write_text("hardware:\n  h100-sxm5-80gb:\n    efficiency: {gemm: 0.3}\n", encoding="utf-8")
+    args = ["search", *SMALL, "-H", "h100-sxm5-80gb,a100-sxm4-80gb", "--gpus", "8..16", "--json"]
+    plain = json.loads(runner.invoke(app, args).stdout)["capacity"]["candidates"]
+    result = runner.invoke(app, [*args, "--calibration", str(overlay)])
+    assert result.exit_code == 0, result.output
+    capacity = json.loads(result.stdout)["capacity"]
+    assert capacity["calibration_not_applied_to"] == ["a100-sxm4-80gb"]
+    days = {(c["hardware"], c["gpus"]): c["training_days"] for c in capacity["candidates"]}
+    for c in plain:
+        key = (c["hardware"], c["gpus"])
+        if c["hardware"] == "a100-sxm4-80gb":
+            assert days[key] == pytest.approx(c["training_days"])
+        else:  # a lower GEMM efficiency: slower
+            assert days[key] > c["training_days"] * 1.1
+    text = runner.invoke(app, args[:-1] + ["--calibration", str(overlay)])
+    assert text.exit_code == 0 and "no values for a100-sxm4-80gb" in " ".join(text.output.split())
+    overlay.write_text("hardware:\n  b200-sxm-180gb:\n    efficiency: {gemm: 0.3}\n", encoding="utf-8")
+    refused = runner.invoke(app, [*args, "--calibration", str(overlay)])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert "--calibration" in refused.output and "b200-sxm-180gb" in refused.output

@@ -351,6 +351,9 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
                      f"emissions at {found.grid_g_per_kwh:g} gCO2e/kWh ({found.grid_source}). "
                      "Money at each profile's price per GPU-hour (--price overrides it for every profile).[/]",
                      highlight=False, soft_wrap=True)
+        if outcome.uncalibrated:
+            stdout.print(f"[dim]--calibration has no values for {', '.join(outcome.uncalibrated)}: estimated with "
+                         "the profile's own parameters.[/]", highlight=False, soft_wrap=True)
         if written:
             stdout.print("Wrote " + ", ".join(str(p) for p in written))
     if found.chosen is None:

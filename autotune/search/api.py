@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..errors import InputError, comma_items
+from ..inputs.calibration import load_calibration
 from ..inputs.hardware import Hardware
 from ..inputs.modelspec import ModelSpec, load_model
 from ..inputs.request import (
@@ -271,6 +272,8 @@ class CapacityOutcome:
     chosen_inputs: TrainingInputs | None
     chosen_result: SearchResult | None
     chosen_problem: TrainingProblem | None = None
+    # the listed profiles --calibration has no values for (estimated with their profiles' own parameters)
+    uncalibrated: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         if self.chosen_result is not None and self.chosen_inputs is not None:
@@ -279,6 +282,8 @@ class CapacityOutcome:
         else:
             document = {"plans": [], "search": {}, "inputs": {}}
         document["capacity"] = self.found.to_json()
+        if self.uncalibrated:
+            document["capacity"]["calibration_not_applied_to"] = list(self.uncalibrated)
         return document
 
 
@@ -311,8 +316,11 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
             node_sizes[name] = given.gpus_per_node or priced_hardware(name, None).gpus_per_node
         return node_sizes[name]
 
+    uncalibrated = _uncalibrated_profiles(names, given.calibration)
+
     def build(name: str, n: int) -> TrainingInputs:
-        return dataclasses.replace(given, hardware=name, gpus=n).build()
+        calibration = None if name in uncalibrated else given.calibration
+        return dataclasses.replace(given, hardware=name, gpus=n, calibration=calibration).build()
 
     def search_one(inputs: TrainingInputs) -> SearchResult:
         problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space, inputs.framework,
@@ -327,8 +335,9 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
                                          else "given with --grid-intensity"))
     found, results = cap.plan_capacity(names, request.gpu_range, given.gpus, goal, node_size=node_size, build=build,
                                        search_one=search_one, progress=progress)
+    skipped = tuple(n for n in names if n in uncalibrated)
     if found.chosen is None:
-        return CapacityOutcome(request, names, found, None, None)
+        return CapacityOutcome(request, names, found, None, None, uncalibrated=skipped)
     inputs, result = results[(found.chosen.hardware, found.chosen.gpus)]
     hw = inputs.cluster.hardware
 
@@ -342,7 +351,22 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
         result, ranked=[dataclasses.replace(r, estimate=with_footprint(r.estimate)) for r in result.ranked])
     problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space, inputs.framework,
                                     memory_headroom=settings.memory_headroom)
-    return CapacityOutcome(request, names, found, inputs, result, problem)
+    return CapacityOutcome(request, names, found, inputs, result, problem, uncalibrated=skipped)
+
+
+def _uncalibrated_profiles(names: list[str], calibration: str | None) -> frozenset[str]:
+    """The listed profiles (names or YAML paths) a --calibration overlay has no values for.  Comparing GPUs
+    with a fit of one of them is what a capacity plan is for, so those are estimated uncalibrated; an overlay
+    for none of them is refused, as for a single profile (it would act nowhere)."""
+    if calibration is None:
+        return frozenset()
+    fitted = load_calibration(calibration).efficiency
+    missing = frozenset(n for n in names if priced_hardware(n, None).name not in fitted)
+    if len(missing) == len(names):
+        raise InputError(f"has no values for any of {', '.join(names)} (it calibrates {', '.join(sorted(fitted))}); "
+                         "calibrate on runs of one of them or drop --calibration", source=calibration,
+                         field="--calibration")
+    return missing
 
 
 # --- serving search ----------------------------------------------------------------------------------
