@@ -53,3 +53,60 @@ def test_predict_on_an_fp8_config_plans_fp8_weights_unless_told(tmp_path):
     told = CliRunner().invoke(app, [*base, "--checkpoint", "bf16"])
     assert told.exit_code == 0, told.output
     assert json.loads(told.stdout)["plan"]["weights"] == "bf16"  # the user's word wins (and does not fit: 1.3 TB)
+
+
+@pytest.mark.parametrize("quant, field", [
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": [4]}}}},
+     "quantization_config.config_groups.g.weights.num_bits"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": "int4"}}, "quantization_config.config_groups.g"),
+    ({"quant_method": "compressed-tensors", "config_groups": [1]}, "quantization_config.config_groups"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4, "type": 1}}}},
+     "quantization_config.config_groups.g.weights.type"),
+    ("fp8", "quantization_config"),
+])
+def test_a_malformed_quantization_config_is_refused_naming_the_field(tmp_path, quant, field):
+    path = tmp_path / "config.json"
+    config = json.loads((DATA / "Qwen--Qwen3-30B-A3B.json").read_text())
+    path.write_text(json.dumps({**config, "quantization_config": quant}), encoding="utf-8")
+    result = CliRunner().invoke(app, ["predict", "--workload", "serve", "--model", str(path), "--hardware",
+                                      "h100-sxm5-80gb", "--gpus", "8", "--input-len", "1000", "--output-len", "200",
+                                      "--plan", "tp=8"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert field in " ".join(result.output.split()) and "config.json" in result.output
+
+
+@pytest.mark.parametrize("quant, said", [
+    ({"quant_method": "bitsandbytes"}, "'bitsandbytes'"),
+    ({"quant_method": "gptq", "bits": 8}, "8 bits"),
+    ({"quant_method": "compressed-tensors", "config_groups": {
+        "a": {"weights": {"num_bits": 4, "type": "int"}}, "b": {"weights": {"num_bits": 8, "type": "float"}}}},
+     "mixed schemes"),
+    ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "W4A8_AWQ"),
+])
+def test_a_quantization_autotune_does_not_plan_is_said_not_silently_bf16(tmp_path, quant, said):
+    path = tmp_path / "config.json"
+    config = json.loads((DATA / "Qwen--Qwen3-30B-A3B.json").read_text())
+    path.write_text(json.dumps({**config, "quantization_config": quant}), encoding="utf-8")
+    base = ["predict", "--workload", "serve", "--model", str(path), "--hardware", "h100-sxm5-80gb", "--gpus", "8",
+            "--input-len", "1000", "--output-len", "200", "--plan", "tp=8"]
+    result = CliRunner().invoke(app, base)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "note:" in text and said in text and "--checkpoint" in text
+    told = CliRunner().invoke(app, [*base, "--checkpoint", "bf16"])
+    assert told.exit_code == 0 and "note:" not in told.output
+
+
+def test_a_modelopt_checkpoint_folder_reads_hf_quant_config_beside_config_json(tmp_path):
+    """NVIDIA's -NVFP4 checkpoints state the scheme in hf_quant_config.json, not in config.json."""
+    config = json.loads((DATA / "deepseek-ai--DeepSeek-V3.json").read_text())
+    config.pop("quantization_config")
+    (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
+        {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}}),
+        encoding="utf-8")
+    assert default_checkpoint(str(tmp_path)) == "modelopt:fp4"
+    assert default_checkpoint(str(tmp_path / "config.json")) == "modelopt:fp4"
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "FP8"}}),
+                                                   encoding="utf-8")
+    assert default_checkpoint(str(tmp_path)) == "modelopt:fp8"

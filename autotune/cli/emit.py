@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich.markup import escape
 
 from ..errors import InputError
 from ..inputs.framework import DEFAULT_FRAMEWORK
@@ -36,7 +37,7 @@ from ..outputs.files import (
     read_plans,
     write_files,
 )
-from ..search.api import predict_serve_plan, serving_checkpoint, serving_memory_fraction
+from ..search.api import predict_serve_plan, serving_checkpoint, serving_checkpoint_note, serving_memory_fraction
 from ..search.plans_file import framework_from_plans, serving_inputs_from_plans
 from ..search.serving import annotate_checkpoint
 from ..serving.checkpoint import with_held_weights
@@ -378,6 +379,9 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
             raise InputError(str(exc), field="--plan") from None
         # as predict reads it: no max_batch is the engine's default limit, no weights the checkpoint's
         ckpt = serving_checkpoint(model, checkpoint)
+        note = serving_checkpoint_note(model, checkpoint)
+        if note:
+            stderr.print(f"[yellow]note:[/] {escape(note)}.", highlight=False, soft_wrap=True)
         chosen, engine_limit = predict_serve_plan(fields, int(gpus), format, hw.memory_gib, checkpoint=ckpt)
         cluster = Cluster(hw, chosen.n_gpus, min(gpn, chosen.n_gpus))
         code = int(serve_rejection_reasons(spec, cluster, ServePlanBatch.from_plans([chosen]), frozenset({"dp"}),

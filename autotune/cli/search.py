@@ -55,6 +55,7 @@ from ..search.api import (
     search_serving,
     search_training,
     serving_checkpoint,
+    serving_checkpoint_note,
     serving_memory_fraction,
     predict_serve_plan,
     serving_engine,
@@ -365,12 +366,19 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
         raise typer.Exit(code=1)
 
 
+def _say_checkpoint_note(model: str, checkpoint: str | None) -> None:
+    note = serving_checkpoint_note(model, checkpoint)
+    if note:
+        stderr.print(f"[yellow]note:[/] {escape(note)}.", highlight=False, soft_wrap=True)
+
+
 def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None, gpus_text: str | None,
                     force: bool = False, formats: list[str] | None = None) -> int:
     """Run the serving search and print it (with ``formats``, write the best plan's launch files); the exit status."""
     if out is not None:
         check_out_dir(out, force)
     outcome = search_serving(request)
+    _say_checkpoint_note(request.model, request.checkpoint)
     document = outcome.to_json()
     written: list[Path] = []
     result, workload, hw = outcome.result, request.workload, outcome.hardware
@@ -648,6 +656,7 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     check_engine_runs_on(family, hw)
     params, note = serving_parameters(engine, calibration)
     ckpt = serving_checkpoint(model, checkpoint)
+    _say_checkpoint_note(model, checkpoint)
     chosen, engine_limit = predict_serve_plan(fields, cluster.n_gpus, family, hw.memory_gib, checkpoint=ckpt)
     if chosen.disaggregated and aggregated_only(release):
         raise InputError(f"{release_name(release)} is planned aggregated only (its parameters come from aggregated "

@@ -152,8 +152,8 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
 def _check_sizes(config: dict, source: str) -> None:
     """Every size key the file holds, within the spec's bounds and named as the file names it.
 
-    Only the upper bound and the type are checked here (before any per-layer loop); what a family needs of each
-    key (>= 1, or 0 for "none") is checked where it is read.
+    The type and the range 0 to the bound are checked here (before any per-layer loop); what a family needs of
+    each key (>= 1 where 0 cannot mean "none") is checked where it is read.
     """
     for keys, limit, what in ((_LAYER_COUNT_KEYS, MAX_LAYERS, "more layers than any model has"),
                               (_SIZE_KEYS, MAX_SIZE, "wider, or more, than any model has")):
@@ -517,31 +517,85 @@ def _model_name(config: dict, source: str, model_type: str) -> str:
     return model_type
 
 
-def quantized_checkpoint(config: dict) -> str | None:
+def quantized_checkpoint(config: dict, *, source: str = "config.json") -> str | None:
     """The checkpoint format a ``config.json``'s ``quantization_config`` states (``serving.checkpoint`` names),
-    or None where it states none or one autotune does not plan: FP8 block-scaled (DeepSeek-V3, MiniMax-M2.5),
-    MXFP4 (gpt-oss), GPTQ and AWQ 4-bit, compressed-tensors by its weights' bits and type (Kimi K2.5's int4),
-    ModelOpt by its algorithm (FP8, NVFP4).  HF's own key; multimodal configs nest it in ``text_config``."""
-    quant = config.get("quantization_config")
-    if not isinstance(quant, dict) and isinstance(config.get("text_config"), dict):
-        quant = config["text_config"].get("quantization_config")
+    or None where it states none or one autotune does not plan (:func:`unplanned_quantization` says which):
+    FP8 block-scaled (DeepSeek-V3, MiniMax-M2.5), MXFP4 (gpt-oss), GPTQ and AWQ 4-bit, compressed-tensors by its
+    weights' bits and type (Kimi K2.5's int4), ModelOpt by its algorithm (FP8, NVFP4).  HF's own key;
+    multimodal configs nest it in ``text_config``.  A malformed one is refused, naming the field."""
+    return _read_quantization(config, source)[0]
+
+
+def unplanned_quantization(config: dict, *, source: str = "config.json") -> str | None:
+    """What a stated ``quantization_config`` holds that autotune does not plan (the plan would take bf16
+    weights, which the checkpoint is not), as a sentence fragment; None where it states none or a planned one."""
+    return _read_quantization(config, source)[1]
+
+
+# compressed-tensors weights (num_bits, type) -> the scheme serving.checkpoint names
+_COMPRESSED_SCHEMES = {(4, "int"): "int4", (8, "int"): "int8", (8, "float"): "fp8", (4, "float"): "fp4"}
+
+
+def _read_quantization(config: dict, source: str) -> tuple[str | None, str | None]:
+    quant, field = config.get("quantization_config"), "quantization_config"
+    if quant is None and isinstance(config.get("text_config"), dict):
+        quant, field = config["text_config"].get("quantization_config"), "text_config.quantization_config"
+    if quant is None:
+        return None, None
     if not isinstance(quant, dict):
-        return None
+        raise InputError(f"must be a mapping (Hugging Face's quantization config), but got {quant!r}",
+                         source=source, field=field)
     method = str(quant.get("quant_method", "")).lower()
+    unplanned = f"{field} states quant_method {method or '(none)'!r}"
     if method in ("fp8", "fbgemm_fp8"):
-        return "fp8"
+        return "fp8", None
     if method == "mxfp4":
-        return "mxfp4"
+        return "mxfp4", None
     if method in ("gptq", "awq"):
-        return method if quant.get("bits", 4) == 4 else None
+        bits = quant.get("bits", 4)
+        return (method, None) if bits == 4 else (None, f"{unplanned} with {bits!r} bits (4-bit is planned)")
     if method == "compressed-tensors":
         groups = quant.get("config_groups")
-        weights = [g.get("weights") for g in groups.values() if isinstance(g, dict)] if isinstance(groups, dict) else []
-        kinds = {(w.get("num_bits"), w.get("type", "int")) for w in weights if isinstance(w, dict)}
-        scheme = {(4, "int"): "int4", (8, "int"): "int8", (8, "float"): "fp8", (4, "float"): "fp4"}
-        return f"compressed-tensors:{scheme[kinds.pop()]}" if len(kinds) == 1 and next(iter(kinds)) in scheme \
-            else None
+        if not isinstance(groups, dict):
+            raise InputError(f"must map group names to their schemes, but got {groups!r}", source=source,
+                             field=f"{field}.config_groups")
+        kinds = set()
+        for name, group in groups.items():
+            where = f"{field}.config_groups.{name}"
+            if not isinstance(group, dict):
+                raise InputError(f"must be a mapping with 'weights', but got {group!r}", source=source, field=where)
+            weights = group.get("weights")
+            if weights is None:
+                continue  # a group that quantizes activations only
+            if not isinstance(weights, dict):
+                raise InputError(f"must be a mapping (num_bits, type), but got {weights!r}", source=source,
+                                 field=f"{where}.weights")
+            bits, kind = weights.get("num_bits"), weights.get("type", "int")
+            if isinstance(bits, bool) or not isinstance(bits, int):
+                raise InputError(f"must be an integer number of bits, but got {bits!r}", source=source,
+                                 field=f"{where}.weights.num_bits")
+            if not isinstance(kind, str):
+                raise InputError(f"must be 'int' or 'float', but got {kind!r}", source=source,
+                                 field=f"{where}.weights.type")
+            kinds.add((bits, kind))
+        if len(kinds) == 1 and next(iter(kinds)) in _COMPRESSED_SCHEMES:
+            return f"compressed-tensors:{_COMPRESSED_SCHEMES[next(iter(kinds))]}", None
+        stated = ", ".join(f"{b}-bit {k}" for b, k in sorted(kinds)) or "no weight scheme"
+        return None, f"{unplanned} with {stated} weights" + (" (mixed schemes)" if len(kinds) > 1 else "")
     if method == "modelopt":
-        algo = str(quant.get("quant_algo", "")).upper()
-        return {"FP8": "modelopt:fp8", "NVFP4": "modelopt:fp4"}.get(algo)
-    return None
+        return _modelopt(quant.get("quant_algo"), unplanned)
+    return None, unplanned
+
+
+def _modelopt(algo, unplanned: str) -> tuple[str | None, str | None]:
+    checkpoint = {"FP8": "modelopt:fp8", "NVFP4": "modelopt:fp4"}.get(str(algo or "").upper())
+    return (checkpoint, None) if checkpoint else (None, f"{unplanned} with quant_algo {algo!r}")
+
+
+def modelopt_checkpoint(hf_quant: dict, *, source: str) -> tuple[str | None, str | None]:
+    """A ModelOpt checkpoint's ``hf_quant_config.json`` (next to its config.json, which may state nothing):
+    ``quantization.quant_algo`` FP8 or NVFP4 (NVIDIA's -FP8 / -NVFP4 checkpoints)."""
+    quant = hf_quant.get("quantization")
+    if not isinstance(quant, dict):
+        raise InputError(f"must be a mapping with quant_algo, but got {quant!r}", source=source, field="quantization")
+    return _modelopt(quant.get("quant_algo"), f"{source} states a ModelOpt checkpoint")

@@ -26,7 +26,13 @@ from ..inputs.request import (
 )
 from ..inputs.workload import ServeWorkload
 from ..serving.calibrated import CURRENT, aggregated_only, parameters_note, params_for, release_name, release_note
-from ..serving.checkpoint import HOLDS, check_checkpoint, default_checkpoint, with_held_weights
+from ..serving.checkpoint import (
+    HOLDS,
+    check_checkpoint,
+    default_checkpoint,
+    unplanned_checkpoint_note,
+    with_held_weights,
+)
 from ..serving.engines import DEFAULTS as ENGINE_DEFAULTS
 from ..serving.engines import check_memory_fraction, engine_family, parse_engine
 from ..serving.estimate import ServingParams
@@ -516,6 +522,11 @@ def serving_checkpoint(model: str, checkpoint: str | None) -> str:
         raise InputError(str(exc), field="--checkpoint") from None
 
 
+def serving_checkpoint_note(model: str, checkpoint: str | None) -> str | None:
+    """Why a config's stated quantization was not taken (None when --checkpoint is given or nothing was left)."""
+    return unplanned_checkpoint_note(model) if checkpoint is None else None
+
+
 def search_serving(request: ServingSearch) -> ServingSearchOutcome:
     """Rank serving plans (targets met first); with a GPU range and a request rate, the fewest GPUs."""
     spec = load_model(request.model)
@@ -585,5 +596,6 @@ __all__ = [
     "DEFAULT_PRECISIONS", "parse_precisions", "CapacityOutcome", "CapacitySearch", "SearchSettings", "ServingSearch",
     "ServingSearchOutcome", "StudyOptions", "TrainingSearch", "TrainingSearchOutcome", "check_trials", "inputs_json",
     "parse_fixes", "plan_capacity_search", "search_serving", "serving_parameters", "serving_checkpoint",
+    "serving_checkpoint_note",
     "check_serving_engine", "predict_serve_plan", "release_name", "serving_engine", "serving_memory_fraction", "training_problem", "wants_capacity",
 ]

@@ -119,20 +119,44 @@ def requirement(weights: str, checkpoint: str, engine: str, is_moe: bool = True,
 
 def default_checkpoint(model_name: str) -> str:
     """The checkpoint a --model names: the catalogue's record for a Hugging Face id; for a ``config.json`` the
-    format its ``quantization_config`` states (an FP8 checkpoint's config says so; planning it as bf16 would
-    double its weights); else bf16."""
-    from pathlib import Path
-
-    from ..inputs import loading
+    format its ``quantization_config`` states, or a ModelOpt ``hf_quant_config.json`` beside it (an FP8
+    checkpoint's config says so; planning it as bf16 would double its weights); else bf16."""
     from ..inputs.catalogue import lookup_hf_id
-    from ..inputs.hf_config import quantized_checkpoint
 
-    path = Path(model_name)
-    if path.is_dir() and (path / "config.json").is_file():
-        path = path / "config.json"
-    if path.suffix == ".json" and path.is_file():
-        return quantized_checkpoint(loading.read_mapping(path)) or "bf16"
+    stated = _stated_quantization(model_name)
+    if stated is not None:
+        return stated[0] or "bf16"
     entry = lookup_hf_id(model_name) if "/" in model_name else None
     if entry is not None and entry.checkpoint:
         return FROM_CATALOGUE.get(entry.checkpoint, "bf16")
     return "bf16"
+
+
+def unplanned_checkpoint_note(model_name: str) -> str | None:
+    """Why the weights are planned as bf16 though the config states a quantization autotune does not plan
+    (bitsandbytes, GPTQ 8-bit, mixed compressed-tensors groups, ...): the user should say with --checkpoint."""
+    stated = _stated_quantization(model_name)
+    if stated is None or stated[1] is None:
+        return None
+    return (f"{stated[1]}, which autotune does not plan: the weights are planned as bf16; give --checkpoint "
+            f"({', '.join(CHECKPOINTS)}) for what they are")
+
+
+def _stated_quantization(model_name: str) -> tuple[str | None, str | None] | None:
+    """(checkpoint, unplanned note) a config.json (or a folder holding one) states; None: not a config file."""
+    from pathlib import Path
+
+    from ..inputs import loading
+    from ..inputs.hf_config import modelopt_checkpoint, quantized_checkpoint, unplanned_quantization
+
+    path = Path(model_name)
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    if path.suffix != ".json" or not path.is_file():
+        return None
+    config = loading.read_mapping(path)
+    checkpoint, note = quantized_checkpoint(config, source=str(path)), unplanned_quantization(config, source=str(path))
+    beside = path.parent / "hf_quant_config.json"
+    if checkpoint is None and note is None and beside.is_file():
+        return modelopt_checkpoint(loading.read_mapping(beside), source=str(beside))
+    return checkpoint, note
