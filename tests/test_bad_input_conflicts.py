@@ -157,3 +157,38 @@ def test_hf_config_values_a_family_does_not_read_are_still_checked(tmp_path, edi
     path.write_text(json.dumps({**config, **edit}), encoding="utf-8")
     result = runner.invoke(app, ["predict", "--model", str(path), *SMALL[2:], "--plan", "tp=1,zero=3"])
     assert_user_error(result, field)
+
+
+def test_serving_runs_of_any_known_release_calibrate_to_an_overlay_that_loads(tmp_path):
+    """calibrate keys a runs-schema fit by release (trtllm-0.15, trtllm-1.2): the overlay loader reads every release
+    --engine accepts, predict applies it with --engine NAME@X.Y, and rows of a release newer than autotune knows are
+    skipped with the reason (as --engine trtllm@1.5 is refused), in validate and calibrate alike."""
+    import csv
+
+    bundled = Path(__file__).resolve().parent.parent / "autotune" / "data" / "serving_runs.csv"
+    with bundled.open(encoding="utf-8") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["engine_version"].startswith("0.14.0 (TensorRT")][:18]
+    for i, row in enumerate(rows):
+        row["engine_version"] = ("0.15.0", "1.2.0rc2", "1.5.0")[i % 3]
+    runs = tmp_path / "runs.csv"
+    with runs.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    checked = runner.invoke(app, ["validate", str(runs), "--json"])
+    assert checked.exit_code == 0, checked.output
+    skipped = json.loads(checked.stdout)["skipped"]
+    newer = [s for s in skipped if "1.5 is newer than the newest release" in s["reason"]]
+    assert len(newer) == 6
+    overlay = tmp_path / "fit.yaml"
+    fitted = runner.invoke(app, ["calibrate", str(runs), "--out", str(overlay)])
+    assert fitted.exit_code == 0, fitted.output
+    serve = ["predict", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "1",
+             "--input-len", "1000", "--output-len", "100", "--plan", "tp=1", "--calibration", str(overlay)]
+    for release in ("trtllm@0.15", "trtllm@1.2"):
+        used = runner.invoke(app, [*serve, "--engine", release])
+        assert used.exit_code == 0 and "from the --calibration overlay" in used.output, used.output
+    assert_user_error(runner.invoke(app, [*serve, "--engine", "trtllm"]), "--calibration", "trtllm@1.2")
+    text = overlay.read_text(encoding="utf-8").replace("trtllm-1.2:", "trtllm-1.5:")
+    overlay.write_text(text, encoding="utf-8")
+    assert_user_error(runner.invoke(app, [*serve, "--engine", "trtllm@0.15"]), "engines.trtllm-1.5", "newer")

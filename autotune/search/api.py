@@ -464,7 +464,9 @@ def serving_parameters(engine: str, calibration: str | None,
     key = release if release in table else (None if aggregated_only(release) else family)
     if key not in table:
         wanted = release_name(release) if aggregated_only(release) else family
-        raise InputError(f"has no parameters for engine {wanted!r} (it has {', '.join(sorted(table))}); add them "
+        releases = sorted(k for k in table if k.startswith(f"{family}-") and not aggregated_only(k))
+        hint = f"give --engine {release_name(releases[0])}, " if releases and release is None else ""
+        raise InputError(f"has no parameters for engine {wanted!r} (it has {', '.join(sorted(table))}); {hint}add them "
                          "or drop --calibration", source=calibration, field="--calibration")
     return table[key], parameters_note(overlay=True)
 

@@ -141,6 +141,22 @@ def parse_engine(text: str) -> tuple[str, str | None]:
     return name, f"{name}-{release[0]}.{release[1]}"
 
 
+def release_key_problem(key: str) -> str | None:
+    """Why a release key (``trtllm-0.15``, ``vllm-0.6``, ``trtllm-0.14-triton``: what calibration overlays and
+    measured rows are keyed by) names no release autotune plans for; None when it names one (or is a family)."""
+    found = re.fullmatch(r"([a-z]+)-(\d+)\.(\d+)(-triton)?", key)
+    if key in ENGINES:
+        return None
+    if not found or found.group(1) not in ENGINES:
+        return (f"engine must be one of {', '.join(ENGINES)}, or a release NAME-MAJOR.MINOR of one (e.g. trtllm-0.14), "
+                f"but got (engine={key!r})")
+    try:
+        parse_engine(f"{found.group(1)}@{found.group(2)}.{found.group(3)}")
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def check_engine(engine: str) -> str:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, but got (engine={engine!r})")

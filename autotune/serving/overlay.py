@@ -22,7 +22,7 @@ import yaml
 from ..errors import InputError, check_keys
 from ..inputs import loading
 from .calibrated import LEGACY, params_for
-from .engines import ENGINES
+from .engines import release_key_problem
 from .estimate import SERVING_MODEL_VERSION, SERVING_PARAM_BOUNDS, SERVING_PARAM_FIELDS, ServingParams
 
 
@@ -82,9 +82,9 @@ def load_serving_calibration(path: str | Path) -> dict[str, ServingParams]:
     out: dict[str, ServingParams] = {}
     for engine, raw in engines.items():
         section = f"engines.{engine}"
-        if engine not in ENGINES and engine not in LEGACY:
-            raise InputError(f"names engine {engine!r}; engines: {', '.join((*ENGINES, *LEGACY))}", source=source,
-                             field=section)
+        problem = None if engine in LEGACY else release_key_problem(str(engine))
+        if problem:  # a family (vllm), or a release of one autotune knows (trtllm-0.15), as calibrate keys them
+            raise InputError(problem, source=source, field=section)
         out[str(engine)] = serving_params_from_mapping(raw, params_for(str(engine)), source=source, section=section)
     return out
 

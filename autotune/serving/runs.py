@@ -22,7 +22,7 @@ from ..inputs.measured_runs import (
     read_table,
 )
 from ..inputs.modelspec import ModelSpec, MoESpec
-from .engines import DEFAULT_ENGINE, ENGINE_ALIASES, ENGINES
+from .engines import DEFAULT_ENGINE, ENGINE_ALIASES, ENGINES, release_key_problem
 
 # Columns that mark the serving schema (``autotune validate`` dispatches on them).
 SERVING_MARKER_COLUMNS = frozenset({"output_tokens_per_s_per_gpu", "input_len", "output_len", "weight_precision"})
@@ -234,8 +234,12 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         return SkippedServingRow(rid, group, "input/output lengths not recorded")
     if model.n_heads % tp:
         return SkippedServingRow(rid, group, f"heads {model.n_heads} not divisible by tp {tp}")
+    engine = engine_key(row.get("engine", ""), row.get("engine_version", ""), rid)
+    outside = release_key_problem(engine)
+    if outside:  # a release predict cannot be asked for (--engine NAME@X.Y) is not validated either
+        return SkippedServingRow(rid, group, outside.split(", but got")[0])
     return ServingRun(
-        id=rid, source_group=group, engine=engine_key(row.get("engine", ""), row.get("engine_version", ""), rid), kind=kind, model=model, gpu=gpu,
+        id=rid, source_group=group, engine=engine, kind=kind, model=model, gpu=gpu,
         n_gpus=_int(row, "n_gpus") or tp * pp, tp=tp, pp=pp, weights=weights, kv=kv,
         input_len=input_len, output_len=max(output_len, 1), batch=batch,
         request_rate=rate, measured_tokens_per_s_per_gpu=measured, measured_ttft_ms=ttft, measured_itl_ms=itl,
