@@ -192,3 +192,18 @@ def test_serving_runs_of_any_known_release_calibrate_to_an_overlay_that_loads(tm
     text = overlay.read_text(encoding="utf-8").replace("trtllm-1.2:", "trtllm-1.5:")
     overlay.write_text(text, encoding="utf-8")
     assert_user_error(runner.invoke(app, [*serve, "--engine", "trtllm@0.15"]), "engines.trtllm-1.5", "newer")
+
+
+def test_a_precision_the_gpu_lacks_names_the_flag_that_asked_for_it():
+    base = ["search", "-m", "llama3-8b", "-s", "4096", "-b", "64", "-H", "a100-sxm4-80gb", "--gpus", "8"]
+    assert_user_error(runner.invoke(app, [*base, "--fix", "precision=fp8"]), "--fix", "fix precision=bf16")
+    assert_user_error(runner.invoke(app, [*base, "--precision", "fp8"]), "--precision", "search bf16")
+    # a capacity plan over GPUs none of which has fp8 tensor cores is refused at once too
+    capacity = ["search", "-m", "llama3-8b", "-s", "4096", "-b", "64", "--tokens", "1e11", "-H",
+                "a100-sxm4-80gb,a100-sxm4-40gb", "--gpus", "8..16", "--precision", "fp8"]
+    assert_user_error(runner.invoke(app, capacity), "--precision", "no fp8 tensor cores")
+    # ... but one that some of them have is searched where it runs
+    mixed = [*capacity[:10], "a100-sxm4-80gb,h100-sxm5-80gb", *capacity[11:], "--json"]
+    result = runner.invoke(app, mixed)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["capacity"]["chosen"]["hardware"] == "h100-sxm5-80gb"

@@ -164,7 +164,7 @@ def serving_plans_table(result, capacity_gib: float) -> Table:
 def candidate_text(c: cap.Candidate) -> str:
     plan = plan_from_fields(c.plan, c.gpus)
     t = c.totals
-    return (f"{c.gpus:,} x {c.hardware} ({max(1, c.gpus // c.gpus_per_node):,} nodes), {plan.layout()} "
+    return (f"{c.gpus:,} x {c.hardware} ({_count(max(1, -(-c.gpus // c.gpus_per_node)), 'node')}), {plan.layout()} "
             f"{settings_short(plan)}: {t['training_days']:,.1f} days, {t['gpu_hours']:,.0f} GPU-hours, "
             f"${t['cost_usd']:,.0f}, {t['energy_mwh']:,.0f} MWh, {t['co2e_t']:,.0f} t CO2e")
 
@@ -293,3 +293,7 @@ def serving_sensitivity_table(found) -> Table:
                       ms_text(e.get("ttft_ms")), ms_text(e.get("tpot_ms"), 1), _cell(e.get("memory_gib_per_gpu"), ".1f"),
                       verdict)
     return table
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

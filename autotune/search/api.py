@@ -203,11 +203,16 @@ def check_precisions_run_on(space: Space, hw: Hardware, settings: SearchSettings
     say at once, not a search whose every plan is rejected (one the GPU lacks among others is dropped)."""
     wanted = tuple(space.axes["precision"])
     if not any(hw.supports(p) for p in wanted):
-        has = ", ".join(p for p in ("bf16", "fp16", "fp8") if hw.supports(p))
-        field = "--precision" if settings.precisions is not None or settings.space is None else "axes.precision"
+        has = [p for p in PRECISION if hw.supports(p)]
+        if "precision" in settings.fixes:
+            field, fix = "--fix", f"fix precision={has[0]}" if has else "drop --fix precision"
+        elif settings.precisions is not None or settings.space is None:
+            field, fix = "--precision", f"search {has[0]}" if has else "give a profile with bf16 tensor cores"
+        else:
+            field, fix = "axes.precision", f"list {has[0]}" if has else "give a profile with bf16 tensor cores"
         raise InputError(f"the GPU must support a precision searched, but {hw.name} has no {', '.join(wanted)} tensor "
-                         f"cores (it has {has}); search {has.split(', ')[0]} instead", field=field,
-                         source=None if field == "--precision" else settings.space)
+                         f"cores (it has {', '.join(has) or 'none autotune trains with'}); {fix} instead", field=field,
+                         source=settings.space if field == "axes.precision" else None)
 
 
 def training_space(settings: SearchSettings) -> Space:
@@ -315,6 +320,9 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
         raise InputError("capacity planning ranks by one objective (cost, time, throughput or memory); "
                          "drop the comma-separated list", field="--objective")
     search_space = training_space(settings)
+    profiles = [priced_hardware(name, None) for name in names]
+    if not any(hw.supports(p) for hw in profiles for p in search_space.axes["precision"]):
+        check_precisions_run_on(search_space, profiles[0], settings)  # none can: said at once, as for one GPU
     node_sizes: dict[str, int] = {}
 
     def node_size(name: str) -> int:
