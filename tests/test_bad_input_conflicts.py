@@ -207,3 +207,18 @@ def test_a_precision_the_gpu_lacks_names_the_flag_that_asked_for_it():
     result = runner.invoke(app, mixed)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["capacity"]["chosen"]["hardware"] == "h100-sxm5-80gb"
+
+
+def test_a_serving_calibration_given_to_a_training_command_says_where_it_goes(tmp_path):
+    overlay = tmp_path / "serving.yaml"
+    overlay.write_text("schema: serving\nengines:\n  vllm: {gemm: 0.5}\n", encoding="utf-8")
+    assert_user_error(runner.invoke(app, ["search", *SMALL, "--calibration", str(overlay)]),
+                      "serving.yaml", "schema", "--workload serve")
+
+
+def test_a_plans_json_with_a_byte_order_mark_is_read(tmp_path, small_plans):
+    folder = tmp_path / "bom"
+    folder.mkdir()
+    (folder / "plans.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(small_plans).encode("utf-8"))
+    result = runner.invoke(app, ["explain", str(folder)])
+    assert result.exit_code == 0, result.output

@@ -44,6 +44,10 @@ def calibration_from_mapping(data: Mapping[str, Any], *, source: str, known_prof
     """Check an overlay mapping: ``hardware.<profile>.efficiency.<parameter>`` with values within bounds."""
     if not isinstance(data, Mapping):
         raise InputError("top level must be a mapping with a 'hardware' key", source=source)
+    if data.get("schema") == "serving":
+        raise InputError("is a serving calibration (schema: serving): it goes to --calibration of a serving command "
+                         "(--workload serve); fit a training overlay with `autotune calibrate TRAINING_RUNS.csv --out "
+                         "FILE`", source=source, field="schema")
     unknown = sorted(set(data) - {"hardware", "about"})
     if unknown:
         raise InputError(f"unknown key(s) {', '.join(unknown)}; allowed: about, hardware", source=source, field=unknown[0])

@@ -169,6 +169,7 @@ def load_json(text: str, *, source: str) -> Any:
     Raises :class:`InputError` for those and for numbers too long to read; ``json.JSONDecodeError``
     and ``RecursionError`` pass through for the caller to word.
     """
+    text = text.removeprefix("\ufeff")  # a byte-order mark some Windows editors write is not content (RFC 8259 8.1)
     try:
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
                           object_pairs_hook=_no_duplicate_pairs)
