@@ -4,6 +4,7 @@ profile whose name is not bundled (or reuses a bundled name with other numbers) 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -65,6 +66,30 @@ def test_rtx_pro_6000_trains_fp8_without_mxfp8_which_te_refuses_on_sm_120():
     assert fp8_recipe(rtx, bundled_model("qwen3-30b-a3b")) == "blockwise"
     for name in ("b200-sxm-180gb", "gb300-nvl72"):
         assert fp8_recipe(bundled_hardware(name), bundled_model("llama3-8b")) == "mxfp8"
+    # blockwise needs 9.0 (TE: "FP8 block scaled GEMM requires compute capability 9.0 or higher"): not the L40S
+    assert fp8_recipe(bundled_hardware("l40s-48gb"), bundled_model("qwen3-30b-a3b")) == "delayed"
+    assert fp8_recipe(bundled_hardware("h100-sxm5-80gb"), bundled_model("qwen3-30b-a3b")) == "blockwise"
+    # a profile that does not say (a plans.json written before profiles stated it): what TE runs everywhere
+    unstated = dataclasses.replace(bundled_hardware("b200-sxm-180gb"), compute_capability=None)
+    assert fp8_recipe(unstated, bundled_model("qwen3-30b-a3b")) == "delayed"
+
+
+def test_an_older_plans_json_without_compute_capability_emits_delayed_scaling(tmp_path):
+    """A plans.json embeds its profile; one written before profiles stated their compute capability must not
+    get MXFP8 on an RTX PRO 6000 (TE refuses it at start)."""
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["search", "--model", "llama3-8b", "--hardware", "rtx-pro-6000-blackwell", "--gpus",
+                                 "8", "--seq-len", "4096", "--global-batch", "64", "--precision", "fp8",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "plans.json").read_text())
+    embedded = document["inputs"]["hardware_profile"]
+    assert embedded.pop("compute_capability") == 12.0
+    (out / "plans.json").write_text(json.dumps(document), encoding="utf-8")
+    emitted = runner.invoke(app, ["emit", str(out), "--format", "megatron", "--out", str(tmp_path / "files")])
+    assert emitted.exit_code == 0, emitted.output
+    script = (tmp_path / "files" / "megatron_pretrain_gpt.sh").read_text()
+    assert "--fp8-recipe delayed" in script and "mxfp8" not in script
 
 
 def test_a_compute_capability_on_an_amd_profile_is_refused(tmp_path):

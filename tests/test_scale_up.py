@@ -157,3 +157,19 @@ def test_fingerprint_round_trips_new_spec_and_hardware_fields():
         assert rebuilt.cluster.hardware.scale_up_link == cluster.hardware.scale_up_link
         assert rebuilt.cluster.gpus_per_scale_up_domain == 64
         assert fingerprint(rebuilt, (OBJECTIVES["throughput"],)) == record
+
+
+def test_a_study_recorded_before_profiles_stated_their_compute_capability_goes_on():
+    """compute_capability picks a launch flag only (TransformerEngine's fp8 recipe); a study whose record lacks it
+    is the same problem, so `search --study` continues it rather than refusing it as another problem."""
+    from autotune.inputs.workload import TrainWorkload
+    from autotune.search.fingerprint import check_same_problem, fingerprint
+    from autotune.training.problem import OBJECTIVES, TrainingProblem
+    from autotune.training.space import load_space
+
+    cluster = Cluster(load_hardware("h100-sxm5-80gb"), n_gpus=8, gpus_per_node=8)
+    problem = TrainingProblem.build(load_model("llama3-8b"), cluster, TrainWorkload(4096, 64), load_space(None))
+    record = fingerprint(problem, (OBJECTIVES["throughput"],))
+    assert cluster.hardware.compute_capability == 9.0 and "compute_capability" not in record["hardware"]
+    older = json.loads(json.dumps(record))
+    check_same_problem(older, record, study="s")  # no error

@@ -67,6 +67,7 @@ def _default(value: Any) -> Any:
 
 
 _OPTIONAL_WORKLOAD = {"moe_imbalance": 1.0, "moe_capacity_factor": None}
+_LAUNCH_ONLY_HARDWARE = frozenset({"compute_capability"})
 
 
 def fingerprint(problem: TrainingProblem, objectives: Sequence[Objective]) -> dict:
@@ -74,7 +75,10 @@ def fingerprint(problem: TrainingProblem, objectives: Sequence[Objective]) -> di
     return _jsonable({
         "version": FINGERPRINT_VERSION,
         "model": model_to_mapping(problem.model),
-        "hardware": hardware_to_mapping(problem.cluster.hardware),
+        # what the launch files need but no estimate reads is left out, so a study made before a profile
+        # stated it goes on (the CUDA compute capability picks TransformerEngine's fp8 recipe only)
+        "hardware": {k: v for k, v in hardware_to_mapping(problem.cluster.hardware).items()
+                     if k not in _LAUNCH_ONLY_HARDWARE},
         "cluster": {"n_gpus": problem.cluster.n_gpus, "gpus_per_node": problem.cluster.gpus_per_node,
                     **({"scale_up_domain_gpus": problem.cluster.scale_up_domain_gpus}
                        if problem.cluster.scale_up_domain_gpus else {})},

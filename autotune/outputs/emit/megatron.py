@@ -12,7 +12,7 @@ Mapping of the plan:
 * ``recompute=selective`` ``--recompute-granularity selective`` (core attention);
   ``full`` recomputes every layer (``uniform``, 1 layer per checkpoint).
 * ``precision=fp8`` bf16 plus ``--fp8-format hybrid`` with the ``delayed`` recipe
-  (``mxfp8`` on datacenter Blackwell, compute capability 10.x); other mixtures of experts take DeepSeek's blockwise recipe
+  (``mxfp8`` on compute capability 10.0 to 11.x); other mixtures of experts from 9.0 take DeepSeek's blockwise recipe
   (``--fp8-format e4m3 --fp8-recipe blockwise``: 1x128 activation tiles, 128x128 weight blocks);
   ``offload=cpu`` ``--optimizer-cpu-offload``.
 * Mixtures of experts: ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``, the
@@ -132,22 +132,20 @@ LIMITS = (
 )
 
 
-def _te_runs_mxfp8(hardware: Hardware) -> bool:
-    """MXFP8 needs block-scaled fp8 tensor cores (a profile lists an mxfp8 peak) and TransformerEngine's
-    MXFP8 kernels, which run on compute capability 10.x only: TE refuses them on 12.0 (RTX Blackwell, TE
-    issue #2668; Megatron-LM issue #4175). A profile that does not state its compute capability is taken at
-    its tensor-core list."""
-    cc = hardware.compute_capability
-    return cc is None or 10.0 <= cc < 12.0
-
-
 def fp8_recipe(hardware: Hardware, model: ModelSpec | None = None) -> str:
-    """mxfp8 on datacenter Blackwell; otherwise DeepSeek's blockwise recipe for mixtures of experts
-    (per-tensor scaling is not what MoE recipes train with: NVIDIA's DeepSeek-V3 recipes and DeepSeek-V3
-    §3.3 use 1x128 / 128x128 blocks), TransformerEngine's delayed scaling for dense models."""
-    if hardware.supports("mxfp8") and _te_runs_mxfp8(hardware):
+    """The fp8 recipe TransformerEngine runs on the GPU (its check_recipe_support): MXFP8 blocks on compute
+    capability 10.0 to 11.x where the tensor cores list them (TE refuses MXFP8 on 12.0, the RTX PRO 6000: TE
+    issue #2668, Megatron-LM issue #4175); for mixtures of experts DeepSeek's blockwise recipe (1x128 / 128x128
+    blocks, NVIDIA's DeepSeek-V3 recipes and DeepSeek-V3 section 3.3), which TE runs from 9.0; else delayed scaling,
+    which TE runs on every fp8 GPU (8.9 and later).  A profile that does not state its compute capability (a
+    custom one, or one embedded in a plans.json written before profiles stated it) gets delayed scaling: it
+    launches everywhere, where a block-scaled recipe could be refused at start."""
+    cc = hardware.compute_capability
+    if cc is not None and 10.0 <= cc < 12.0 and hardware.supports("mxfp8"):
         return "mxfp8"
-    return "blockwise" if model is not None and model.moe else "delayed"
+    if cc is not None and cc >= 9.0 and model is not None and model.moe:
+        return "blockwise"
+    return "delayed"
 
 
 def model_args(model: ModelSpec, seq_len: int) -> list[Group]:
