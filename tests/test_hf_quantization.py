@@ -63,6 +63,14 @@ def test_predict_on_an_fp8_config_plans_fp8_weights_unless_told(tmp_path):
     ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4, "type": 1}}}},
      "quantization_config.config_groups.g.weights.type"),
     ("fp8", "quantization_config"),
+    ({"quant_method": 5}, "quantization_config.quant_method"),
+    ({"quant_method": "gptq", "bits": "4"}, "quantization_config.bits"),
+    ({"quant_method": "awq", "bits": [4]}, "quantization_config.bits"),
+    ({"quant_method": "modelopt", "quant_algo": ["FP8"]}, "quantization_config.quant_algo"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": -4}}}},
+     "quantization_config.config_groups.g.weights.num_bits"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 10**30}}}},
+     "quantization_config.config_groups.g.weights.num_bits"),
 ])
 def test_a_malformed_quantization_config_is_refused_naming_the_field(tmp_path, quant, field):
     path = tmp_path / "config.json"
@@ -77,7 +85,8 @@ def test_a_malformed_quantization_config_is_refused_naming_the_field(tmp_path, q
 
 @pytest.mark.parametrize("quant, said", [
     ({"quant_method": "bitsandbytes"}, "'bitsandbytes'"),
-    ({"quant_method": "gptq", "bits": 8}, "8 bits"),
+    ({"quant_method": "gptq", "bits": 8}, "8-bit weights"),
+    ({"load_in_4bit": True}, "no quant_method"),
     ({"quant_method": "compressed-tensors", "config_groups": {
         "a": {"weights": {"num_bits": 4, "type": "int"}}, "b": {"weights": {"num_bits": 8, "type": "float"}}}},
      "mixed schemes"),
@@ -95,6 +104,8 @@ def test_a_quantization_autotune_does_not_plan_is_said_not_silently_bf16(tmp_pat
     assert "note:" in text and said in text and "--checkpoint" in text
     told = CliRunner().invoke(app, [*base, "--checkpoint", "bf16"])
     assert told.exit_code == 0 and "note:" not in told.output
+    as_json = CliRunner().invoke(app, [*base, "--json"])
+    assert as_json.exit_code == 0 and said in json.loads(as_json.stdout)["checkpoint_note"]
 
 
 def test_a_modelopt_checkpoint_folder_reads_hf_quant_config_beside_config_json(tmp_path):
@@ -110,3 +121,16 @@ def test_a_modelopt_checkpoint_folder_reads_hf_quant_config_beside_config_json(t
     (tmp_path / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "FP8"}}),
                                                    encoding="utf-8")
     assert default_checkpoint(str(tmp_path)) == "modelopt:fp8"
+
+
+def test_a_kv_cache_only_modelopt_checkpoint_is_bf16_weights_without_a_note(tmp_path):
+    config = json.loads((DATA / "Qwen--Qwen3-30B-A3B.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
+        {"quantization": {"quant_algo": None, "kv_cache_quant_algo": "FP8"}}), encoding="utf-8")
+    result = CliRunner().invoke(app, ["predict", "--workload", "serve", "--model", str(tmp_path), "--hardware",
+                                      "h100-sxm5-80gb", "--gpus", "8", "--input-len", "1000", "--output-len", "200",
+                                      "--plan", "tp=8", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["plan"]["weights"] == "bf16" and "note:" not in result.output
+

@@ -380,6 +380,9 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
     outcome = search_serving(request)
     _say_checkpoint_note(request.model, request.checkpoint)
     document = outcome.to_json()
+    checkpoint_note = serving_checkpoint_note(request.model, request.checkpoint)
+    if checkpoint_note:
+        document["inputs"]["checkpoint_note"] = checkpoint_note
     written: list[Path] = []
     result, workload, hw = outcome.result, request.workload, outcome.hardware
     if out is not None:
@@ -683,8 +686,10 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
         estimate["meets_targets"] = False
         estimate["infeasible_reason"] = SERVE_REASONS[reason]
     if json_out:
-        print_json({"plan": chosen.as_dict(), "engine": engine, "engine_release": release_name(release) if release
-                    else None, "parameters": note, "estimate": estimate})
+        document = {"plan": chosen.as_dict(), "engine": engine, "engine_release": release_name(release) if release
+                    else None, "parameters": note, "estimate": estimate}
+        checkpoint_note = serving_checkpoint_note(model, checkpoint)
+        print_json({**document, "checkpoint_note": checkpoint_note} if checkpoint_note else document)
         return
     e = estimate
     stdout.print(f"[bold]{spec.name}[/] on {cluster.n_gpus} x {hw.name}: {chosen.layout()} ({chosen.as_string()})",

@@ -543,52 +543,71 @@ def _read_quantization(config: dict, source: str) -> tuple[str | None, str | Non
     if quant is None:
         return None, None
     if not isinstance(quant, dict):
-        raise InputError(f"must be a mapping (Hugging Face's quantization config), but got {quant!r}",
+        raise InputError(f"must be a mapping (Hugging Face's quantization config), but got ({field}={quant!r})",
                          source=source, field=field)
-    method = str(quant.get("quant_method", "")).lower()
-    unplanned = f"{field} states quant_method {method or '(none)'!r}"
+    raw_method = quant.get("quant_method")
+    if raw_method is None:  # older exports (bitsandbytes' load_in_4bit) may leave it out: said, not refused
+        return None, f"{field} states no quant_method"
+    if not isinstance(raw_method, str) or not raw_method.strip():
+        raise InputError(f"must name the quantization method (e.g. fp8, gptq, awq, compressed-tensors, modelopt), "
+                         f"but got (quant_method={raw_method!r})", source=source, field=f"{field}.quant_method")
+    method = raw_method.strip().lower()
+    unplanned = f"{field} states quant_method {method!r}"
     if method in ("fp8", "fbgemm_fp8"):
         return "fp8", None
     if method == "mxfp4":
         return "mxfp4", None
     if method in ("gptq", "awq"):
         bits = quant.get("bits", 4)
-        return (method, None) if bits == 4 else (None, f"{unplanned} with {bits!r} bits (4-bit is planned)")
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 64:
+            raise InputError(f"must be a whole number of bits from 1 to 64, but got (bits={bits!r})", source=source,
+                             field=f"{field}.bits")
+        return (method, None) if bits == 4 else (None, f"{unplanned} with {bits}-bit weights (4-bit is planned)")
     if method == "compressed-tensors":
         groups = quant.get("config_groups")
         if not isinstance(groups, dict):
-            raise InputError(f"must map group names to their schemes, but got {groups!r}", source=source,
+            raise InputError(f"must map group names to their schemes, but got (config_groups={groups!r})", source=source,
                              field=f"{field}.config_groups")
         kinds = set()
         for name, group in groups.items():
             where = f"{field}.config_groups.{name}"
             if not isinstance(group, dict):
-                raise InputError(f"must be a mapping with 'weights', but got {group!r}", source=source, field=where)
+                raise InputError(f"must be a mapping with 'weights', but got ({name}={group!r})", source=source,
+                                 field=where)
             weights = group.get("weights")
             if weights is None:
                 continue  # a group that quantizes activations only
             if not isinstance(weights, dict):
-                raise InputError(f"must be a mapping (num_bits, type), but got {weights!r}", source=source,
+                raise InputError(f"must be a mapping (num_bits, type), but got (weights={weights!r})", source=source,
                                  field=f"{where}.weights")
             bits, kind = weights.get("num_bits"), weights.get("type", "int")
-            if isinstance(bits, bool) or not isinstance(bits, int):
-                raise InputError(f"must be an integer number of bits, but got {bits!r}", source=source,
-                                 field=f"{where}.weights.num_bits")
+            if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 64:
+                raise InputError(f"must be a whole number of bits from 1 to 64, but got (num_bits={bits!r})",
+                                 source=source, field=f"{where}.weights.num_bits")
             if not isinstance(kind, str):
-                raise InputError(f"must be 'int' or 'float', but got {kind!r}", source=source,
+                raise InputError(f"must be 'int' or 'float', but got (type={kind!r})", source=source,
                                  field=f"{where}.weights.type")
             kinds.add((bits, kind))
         if len(kinds) == 1 and next(iter(kinds)) in _COMPRESSED_SCHEMES:
             return f"compressed-tensors:{_COMPRESSED_SCHEMES[next(iter(kinds))]}", None
-        stated = ", ".join(f"{b}-bit {k}" for b, k in sorted(kinds)) or "no weight scheme"
+        if not kinds:  # activations only (or nothing): the weights stay as they are
+            return None, None
+        stated = ", ".join(f"{b}-bit {k}" for b, k in sorted(kinds))
         return None, f"{unplanned} with {stated} weights" + (" (mixed schemes)" if len(kinds) > 1 else "")
     if method == "modelopt":
-        return _modelopt(quant.get("quant_algo"), unplanned)
+        return _modelopt(quant, unplanned, source=source, field=field)
     return None, unplanned
 
 
-def _modelopt(algo, unplanned: str) -> tuple[str | None, str | None]:
-    checkpoint = {"FP8": "modelopt:fp8", "NVFP4": "modelopt:fp4"}.get(str(algo or "").upper())
+def _modelopt(quant: dict, unplanned: str, *, source: str, field: str) -> tuple[str | None, str | None]:
+    """``quant_algo`` FP8 or NVFP4; none (null) with a ``kv_cache_quant_algo`` quantizes the KV cache only."""
+    algo = quant.get("quant_algo")
+    if algo is None and quant.get("kv_cache_quant_algo") is not None:
+        return None, None  # bf16 weights, an fp8 KV cache: the weights are what the plan takes
+    if not isinstance(algo, str):
+        raise InputError(f"must name ModelOpt's algorithm (e.g. FP8, NVFP4), but got (quant_algo={algo!r})",
+                         source=source, field=f"{field}.quant_algo")
+    checkpoint = {"FP8": "modelopt:fp8", "NVFP4": "modelopt:fp4"}.get(algo.upper())
     return (checkpoint, None) if checkpoint else (None, f"{unplanned} with quant_algo {algo!r}")
 
 
@@ -597,5 +616,6 @@ def modelopt_checkpoint(hf_quant: dict, *, source: str) -> tuple[str | None, str
     ``quantization.quant_algo`` FP8 or NVFP4 (NVIDIA's -FP8 / -NVFP4 checkpoints)."""
     quant = hf_quant.get("quantization")
     if not isinstance(quant, dict):
-        raise InputError(f"must be a mapping with quant_algo, but got {quant!r}", source=source, field="quantization")
-    return _modelopt(quant.get("quant_algo"), f"{source} states a ModelOpt checkpoint")
+        raise InputError(f"must be a mapping with quant_algo, but got (quantization={quant!r})", source=source,
+                         field="quantization")
+    return _modelopt(quant, f"{source} states a ModelOpt checkpoint", source=source, field="quantization")
