@@ -201,12 +201,16 @@ def test_a_precision_the_gpu_lacks_names_the_flag_that_asked_for_it():
     # a capacity plan over GPUs none of which has fp8 tensor cores is refused at once too
     capacity = ["search", "-m", "llama3-8b", "-s", "4096", "-b", "64", "--tokens", "1e11", "-H",
                 "a100-sxm4-80gb,a100-sxm4-40gb", "--gpus", "8..16", "--precision", "fp8"]
-    assert_user_error(runner.invoke(app, capacity), "--precision", "no fp8 tensor cores")
+    assert_user_error(runner.invoke(app, capacity), "--precision", "none of them has fp8", "a100-sxm4-80gb,a100-sxm4-40gb")
     # ... but one that some of them have is searched where it runs
     mixed = [*capacity[:10], "a100-sxm4-80gb,h100-sxm5-80gb", *capacity[11:], "--json"]
     result = runner.invoke(app, mixed)
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["capacity"]["chosen"]["hardware"] == "h100-sxm5-80gb"
+    capacity_doc = json.loads(result.stdout)["capacity"]
+    assert capacity_doc["chosen"]["hardware"] == "h100-sxm5-80gb"
+    # the GPU without fp8 says why it has no plan (not "no plan fits", which reads as memory)
+    assert {c["note"] for c in capacity_doc["candidates"] if c["hardware"] == "a100-sxm4-80gb"} == {
+        "no fp8 tensor cores on a100-sxm4-80gb"}
 
 
 def test_a_serving_calibration_given_to_a_training_command_says_where_it_goes(tmp_path):

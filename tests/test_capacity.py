@@ -227,3 +227,11 @@ def test_capacity_with_a_calibration_of_one_of_the_listed_gpus_applies_it_there(
     refused = runner.invoke(app, [*args, "--calibration", str(overlay)])
     assert refused.exit_code == 2 and "Traceback" not in refused.output
     assert "--calibration" in refused.output and "b200-sxm-180gb" in refused.output
+
+
+def test_a_capacity_plan_where_nothing_fits_says_so_not_that_a_deadline_was_missed():
+    result = runner.invoke(app, ["search", "-m", "llama3-70b", "-s", "4096", "-b", "64", "--tokens", "1e11",
+                                 "-H", "a100-sxm4-40gb", "--gpus", "1..2"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    text = " ".join(result.output.split())
+    assert "no plan fits on any of the GPUs" in text and "deadline" not in text.split("Money at")[-1]

@@ -359,10 +359,14 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
             stdout.print("Wrote " + ", ".join(str(p) for p in written))
     if found.chosen is None:
         fastest = found.fastest
-        why = (f"the fastest, {fastest.gpus} x {fastest.hardware}, takes {fastest.totals['training_days']:,.1f} days"
-               if fastest else "no plan fits on any of them")
-        stderr.print(f"[bold red]no plan meets the deadline.[/] {why}; widen --gpus or move --deadline.",
-                     soft_wrap=True)
+        if fastest is None:  # nothing fits anywhere: memory, or a precision the GPUs lack (the table says which)
+            stderr.print("[bold red]no plan fits on any of the GPUs and counts compared[/] (the table's notes say "
+                         "why); widen --gpus, add --hardware profiles with more memory, or shorten --seq-len.",
+                         soft_wrap=True)
+        else:
+            stderr.print(f"[bold red]no plan meets the deadline.[/] the fastest, {fastest.gpus} x {fastest.hardware}, "
+                         f"takes {fastest.totals['training_days']:,.1f} days; widen --gpus or move --deadline.",
+                         soft_wrap=True)
         raise typer.Exit(code=1)
 
 

@@ -45,9 +45,10 @@ def calibration_from_mapping(data: Mapping[str, Any], *, source: str, known_prof
     if not isinstance(data, Mapping):
         raise InputError("top level must be a mapping with a 'hardware' key", source=source)
     if data.get("schema") == "serving":
-        raise InputError("is a serving calibration (schema: serving): it goes to --calibration of a serving command "
-                         "(--workload serve); fit a training overlay with `autotune calibrate TRAINING_RUNS.csv --out "
-                         "FILE`", source=source, field="schema")
+        raise InputError("must be a training calibration (hardware: PROFILE: efficiency: ...), but got (schema=serving): "
+                         "a serving overlay goes with serving commands (--workload serve) and serving CSVs; fit a "
+                         "training one with `autotune calibrate TRAINING_RUNS.csv --out FILE`", source=source,
+                         field="schema")
     unknown = sorted(set(data) - {"hardware", "about"})
     if unknown:
         raise InputError(f"unknown key(s) {', '.join(unknown)}; allowed: about, hardware", source=source, field=unknown[0])

@@ -322,8 +322,9 @@ def efficiency_from_mapping(raw: dict, *, source: str, base: Efficiency | None =
 def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     check_keys(data, _TOP_KEYS, source=source)
     if data.get("vendor") == "amd" and data.get("compute_capability") is not None:
-        raise InputError("is a CUDA (NVIDIA) property, but the profile says vendor: amd; remove one of them",
-                         source=source, field="compute_capability")
+        raise InputError(f"must be left out of an AMD profile (it is NVIDIA's CUDA version), but got (compute_capability="
+                         f"{data['compute_capability']!r}, vendor='amd'); remove one of them", source=source,
+                         field="compute_capability")
     peaks_raw = data.get("peak_tflops")
     if not isinstance(peaks_raw, dict) or not peaks_raw:
         raise InputError("must map precisions (e.g. bf16, fp8) to dense TFLOP/s", source=source, field="peak_tflops")
@@ -391,7 +392,7 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         price_estimated=loading.boolean(data, "price_estimated", source=source, default=False),
         host_op_scale=loading.number(data, "host_op_scale", source=source, default=1.0, maximum=100.0),
         vendor=loading.text(data, "vendor", source=source, default="nvidia", choices=VENDORS),
-        compute_capability=loading.number(data, "compute_capability", source=source, default=None,
+        compute_capability=loading.number(data, "compute_capability", source=source, default=None, positive=False,
                                           minimum=1.0, maximum=99.9),
     )
 

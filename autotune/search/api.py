@@ -321,8 +321,21 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
                          "drop the comma-separated list", field="--objective")
     search_space = training_space(settings)
     profiles = [priced_hardware(name, None) for name in names]
-    if not any(hw.supports(p) for hw in profiles for p in search_space.axes["precision"]):
-        check_precisions_run_on(search_space, profiles[0], settings)  # none can: said at once, as for one GPU
+    wanted = tuple(search_space.axes["precision"])
+    if not any(hw.supports(p) for hw in profiles for p in wanted):  # none can: said at once, as for one GPU
+        if len(profiles) == 1:
+            check_precisions_run_on(search_space, profiles[0], settings)
+        flag = "--fix" if "precision" in settings.fixes else "--precision"
+        raise InputError(f"one of the GPUs must have tensor cores for a precision searched, but got (precision="
+                         f"{','.join(wanted)}, hardware={','.join(names)}): none of them has {'/'.join(wanted)}; "
+                         "search bf16 instead", field=flag if settings.space is None or flag == "--fix" else "axes.precision",
+                         source=None if settings.space is None or flag == "--fix" else settings.space)
+
+    def why_none(inputs: TrainingInputs) -> str:
+        hw = inputs.cluster.hardware
+        if not any(hw.supports(p) for p in wanted):
+            return f"no {'/'.join(wanted)} tensor cores on {hw.name}"
+        return ""
     node_sizes: dict[str, int] = {}
 
     def node_size(name: str) -> int:
@@ -348,7 +361,7 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
                             grid_source=(cap.GRID_INTENSITY_SOURCE if request.grid_intensity is None
                                          else "given with --grid-intensity"))
     found, results = cap.plan_capacity(names, request.gpu_range, given.gpus, goal, node_size=node_size, build=build,
-                                       search_one=search_one, progress=progress)
+                                       search_one=search_one, progress=progress, why_none=why_none)
     skipped = tuple(n for n in names if n in uncalibrated)
     if found.chosen is None:
         return CapacityOutcome(request, names, found, None, None, uncalibrated=skipped)
@@ -377,9 +390,9 @@ def _uncalibrated_profiles(names: list[str], calibration: str | None) -> frozens
     fitted = load_calibration(calibration).efficiency
     missing = frozenset(n for n in names if priced_hardware(n, None).name not in fitted)
     if len(missing) == len(names):
-        raise InputError(f"has no values for any of {', '.join(names)} (it calibrates {', '.join(sorted(fitted))}); "
-                         "calibrate on runs of one of them or drop --calibration", source=calibration,
-                         field="--calibration")
+        raise InputError(f"must calibrate one of the GPUs compared, but got (hardware={','.join(names)}, calibrated="
+                         f"{','.join(sorted(fitted))}); calibrate on runs of one of them or drop --calibration",
+                         source=calibration, field="--calibration")
     return missing
 
 
@@ -471,10 +484,13 @@ def serving_parameters(engine: str, calibration: str | None,
     # TensorRT-LLM 0.x release never takes the 1.x set
     key = release if release in table else (None if aggregated_only(release) else family)
     if key not in table:
-        wanted = release_name(release) if aggregated_only(release) else family
-        releases = sorted(k for k in table if k.startswith(f"{family}-") and not aggregated_only(k))
+        wanted = (release_name(release) if aggregated_only(release) else
+                  f"{release_name(release)} or its family {family}" if release else family)
+        # releases --engine can name (a -triton key is a front end validate reads, not a release)
+        releases = sorted(k for k in table if k.startswith(f"{family}-") and not k.endswith("-triton")
+                          and not aggregated_only(k))
         hint = f"give --engine {release_name(releases[0])}, " if releases and release is None else ""
-        raise InputError(f"has no parameters for engine {wanted!r} (it has {', '.join(sorted(table))}); {hint}add them "
+        raise InputError(f"has no parameters for engine {wanted} (it has {', '.join(sorted(table))}); {hint}add them "
                          "or drop --calibration", source=calibration, field="--calibration")
     return table[key], parameters_note(overlay=True)
 

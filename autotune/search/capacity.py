@@ -244,13 +244,15 @@ def plan_capacity(
     build: Callable[[str, int], Any],
     search_one: Callable[[Any], Any],
     progress: Callable[[str, int, int], None] | None = None,
+    why_none: Callable[[Any], str] | None = None,
 ) -> tuple[CapacityResult, dict[tuple[str, int], Any]]:
     """Search every (hardware, GPU count) pair and compare their best plans.
 
     ``node_size(hardware)`` is that profile's GPUs per node (or --gpus-per-node);
     ``build(hardware, gpus)`` returns the search inputs (with ``.cluster``) for one pair, or raises
     InputError when that pair is impossible (e.g. the count does not fill whole nodes);
-    ``search_one(inputs)`` returns a ``SearchResult``. Returns the comparison and every pair's result.
+    ``search_one(inputs)`` returns a ``SearchResult``; ``why_none(inputs)`` says why a pair has no plan when it is
+    not memory (a precision the GPU has no tensor cores for). Returns the comparison and every pair's result.
     """
     pairs: list[tuple[str, int]] = []
     for name in hardware_names:
@@ -264,7 +266,9 @@ def plan_capacity(
         inputs = build(name, n)
         result = search_one(inputs)
         results[(name, n)] = (inputs, result)
-        candidates.append(make_candidate(name, inputs.cluster, result.ranked[0] if result.ranked else None, goal))
+        best = result.ranked[0] if result.ranked else None
+        note = (why_none(inputs) if why_none else "") if best is None else ""
+        candidates.append(make_candidate(name, inputs.cluster, best, goal, note))
     if progress:
         progress("done", len(pairs), len(pairs))
     return choose(candidates, goal.objective, goal.deadline_days, goal.pue, goal.grid, pue_source=goal.pue_source,
