@@ -13,6 +13,7 @@ there is more than one server (replicas, or a disaggregated system).  Every valu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -73,6 +74,7 @@ class EngineSlot:
     pool: Pool
     first_gpu: int  # global GPU number of its first GPU
     gpus_per_node: int
+    port: int = 0  # API port: BASE_PORT + the engines before it whose head is on the same node (placement sets it)
 
     @property
     def gpus(self) -> int:
@@ -122,13 +124,20 @@ def placement(plan: ServePlan, gpus_per_node: int) -> list[EngineSlot]:
             slots.append(EngineSlot(role, r, index, pool, gpu, gpus_per_node))
             gpu += width
     slots.sort(key=lambda s: (s.first_gpu))
-    return slots
+    # ports in one pass (counting per head node), not a scan of every engine per engine: 100,000 GPUs emit at once
+    before: dict[int, int] = {}
+    numbered = []
+    for slot in slots:
+        head = slot.head
+        numbered.append(dataclasses.replace(slot, port=BASE_PORT + before.get(head, 0)))
+        before[head] = before.get(head, 0) + 1
+    return numbered
 
 
 def port_of(slot: EngineSlot, slots: list[EngineSlot]) -> int:
     """API port: BASE_PORT + the number of engines before it whose head is on the same node."""
-    same = [s for s in slots if s.head == slot.head]
-    return BASE_PORT + same.index(slot)
+    del slots  # numbered once by placement
+    return slot.port
 
 
 def addr(node: int) -> shell.Raw:
@@ -182,12 +191,14 @@ def render_script(release: str, ctx: ServeContext, notes: list[str], command_for
     if n_nodes > 1:
         lines += [f'if (( ${{#ADDR[@]}} < {n_nodes} )); then echo "NODE_ADDRS must name {n_nodes} nodes, node 0 first" >&2; exit 2; fi']
     lines += ["", 'case "$NODE_RANK" in']
+    on_node: dict[int, list[EngineSlot]] = {}  # one pass: the engines with a process on each node
+    for slot in slots:
+        for node in slot.nodes:
+            on_node.setdefault(node, []).append(slot)
     for node in range(n_nodes):
         lines.append(f"{node})")
         body: list[str] = []
-        for slot in slots:
-            if node not in slot.nodes:
-                continue
+        for slot in on_node.get(node, []):
             rank = slot.nodes.index(node)
             body += shell.comment_lines([slot.label + (f", node {rank + 1} of {len(slot.nodes)}" if slot.multi_node
                                                         else "")])
@@ -196,7 +207,7 @@ def render_script(release: str, ctx: ServeContext, notes: list[str], command_for
             cmd = shell.command(groups)
             cmd[-1] = cmd[-1] + " &"
             body += cmd
-        if node == 0 and len([s for s in slots]) > 1:
+        if node == 0 and len(slots) > 1:
             body += shell.comment_lines(["the router: one endpoint in front of the servers (it waits for them to be healthy)"])
             cmd = shell.command(router_for(ctx, slots))
             cmd[-1] = cmd[-1] + " &"
