@@ -226,3 +226,15 @@ def test_a_plans_json_with_a_byte_order_mark_is_read(tmp_path, small_plans):
     (folder / "plans.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(small_plans).encode("utf-8"))
     result = runner.invoke(app, ["explain", str(folder)])
     assert result.exit_code == 0, result.output
+
+
+def test_a_serving_plan_that_misses_the_targets_says_so_in_its_launch_file(tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus",
+                                 "1", "--input-len", "1024", "--output-len", "128", "--ttft-ms", "1", "--out", str(out),
+                                 "--emit", "vllm"])
+    assert result.exit_code == 1 and "no plan meets the targets" in " ".join(result.output.split())
+    assert "# WARNING: this plan MISSES the targets (TTFT" in (out / "serve_vllm.sh").read_text()
+    again = runner.invoke(app, ["emit", str(out), "--format", "vllm", "--out", str(tmp_path / "again")])
+    assert again.exit_code == 0 and "misses the search's targets" in " ".join(again.output.split())
+    assert "MISSES the targets" in (tmp_path / "again" / "serve_vllm.sh").read_text()

@@ -360,6 +360,9 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
                 estimate_serving(spec, served.cluster, served.workload, ServePlanBatch.from_plans([chosen]),
                                  served.params, engine=served.engine, memory_fraction=memory_fraction).row(0),
                 chosen, ckpt, served.engine, spec.is_moe, fp4_cores=served.cluster.hardware.supports("fp4"))
+            if estimate.get("misses"):
+                stderr.print(f"[yellow]note:[/] this plan misses the search's targets ({escape(estimate['misses'])}); "
+                             "the launch file says so.", highlight=False, soft_wrap=True)
         else:
             kept = ("" if served.memory_fraction is None or memory_fraction is not None else
                     f" (its recorded memory fraction {served.memory_fraction:g} is a {served.engine} value: {format} "

@@ -228,6 +228,9 @@ def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[Engin
         lines.append(f"predicted: {number_text(e['output_tokens_per_s'], ',.0f')} output tokens/s in total, TTFT "
                      f"{_ms(e.get('ttft_ms'), '.0f')}, TPOT {_ms(e.get('tpot_ms'), '.1f')} (autotune's analytic serving "
                      f"model); {e.get('memory_gib_per_gpu', 0):.1f} GiB per GPU of the engine's budget")
+        if e.get("misses"):  # the search's best plan when none met the targets: said where the user will look
+            lines.append(f"WARNING: this plan MISSES the targets ({e['misses']}); it is the closest plan found, not "
+                         "one that meets them")
     lines += notes
     if n_nodes > 1:
         lines.append(f"Run this script on each of the {n_nodes} nodes: NODE_RANK=k NODE_ADDRS='addr0 addr1 ...' "
