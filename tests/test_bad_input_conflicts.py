@@ -238,3 +238,19 @@ def test_a_serving_plan_that_misses_the_targets_says_so_in_its_launch_file(tmp_p
     again = runner.invoke(app, ["emit", str(out), "--format", "vllm", "--out", str(tmp_path / "again")])
     assert again.exit_code == 0 and "misses the search's targets" in " ".join(again.output.split())
     assert "MISSES the targets" in (tmp_path / "again" / "serve_vllm.sh").read_text()
+
+
+def test_a_plan_searched_for_an_older_engine_release_says_its_flags_are_the_emitters(tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus",
+                                 "8", "--input-len", "1024", "--output-len", "128", "--engine", "vllm@0.2",
+                                 "--out", str(out), "--emit", "vllm"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "estimated for vllm 0.2, but these flags are vllm 0.33's" in text
+    assert "outside the releases measured there" in text and "its 2025-26 releases" in text
+    assert "estimated for vllm 0.2" in (out / "serve_vllm.sh").read_text()
+    current = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus",
+                                  "8", "--input-len", "1024", "--output-len", "128", "--engine", "vllm@0.33",
+                                  "--out", str(tmp_path / "now"), "--emit", "vllm"])
+    assert current.exit_code == 0 and "these flags are" not in current.output

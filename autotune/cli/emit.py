@@ -28,6 +28,7 @@ from ..outputs.emit.formats import (
     SERVING_FORMATS,
     context_from_plans,
     hf_model_name,
+    other_release,
     serving_files,
 )
 from ..outputs.files import (
@@ -328,6 +329,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
                          "tp=4,weights=fp8,kv=fp8,max_batch=64", field="PLAN")
     path = plans_path(source) if plan_text is None else None
     estimate = None
+    release = None  # the engine release a plans.json was searched for
     if path is not None:
         document = read_plans(path)
         inputs = document["inputs"]
@@ -343,6 +345,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         engine_limit = False  # a searched plan states its max_batch
         entry = plan_entry(document, rank, str(path))
         served = serving_inputs_from_plans(inputs, str(path), model=_model_override(model, inputs, path))
+        release = served.release
         spec, hw = served.model, served.cluster.hardware
         input_len, output_len = served.workload.input_len, served.workload.output_len
         gpn = gpus_per_node or served.cluster.gpus_per_node
@@ -418,5 +421,8 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
     model_path = model_path or hf_model_name(given_name if isinstance(given_name, str) else None)
     files, mine = serving_files(format, chosen, spec, hw, input_len, output_len, estimate, model_path,
                                 gpus_per_node=gpn, checkpoint=ckpt, engine_batch_limit=engine_limit,
-                                memory_fraction=memory_fraction)
+                                memory_fraction=memory_fraction, release=release)
+    other = other_release(format, release)
+    if other:
+        stderr.print(f"[yellow]note:[/] {escape(other.removeprefix('WARNING: '))}.", highlight=False, soft_wrap=True)
     return files, mine

@@ -28,6 +28,7 @@ from ..outputs.emit.formats import (
     express_all,
     framework_for_formats,
     hf_model_name,
+    other_release,
     parse_formats,
     render_formats,
     search_context,
@@ -403,7 +404,12 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                                                         checkpoint=outcome.checkpoint,
                                                         # the fraction is a value of the searched engine's flag
                                                         memory_fraction=outcome.request.memory_fraction
-                                                        if name == request.engine else None)
+                                                        if name == request.engine else None,
+                                                        release=outcome.request.engine_release)
+                other = other_release(name, outcome.request.engine_release)
+                if other:
+                    stderr.print(f"[yellow]note:[/] {escape(other.removeprefix('WARNING: '))}.", highlight=False,
+                                 soft_wrap=True)
                 if name != request.engine:
                     verdict = ("its batch fits that engine's memory budget" if on_engine.get("fits") else
                                f"it does not fit there: {on_engine.get('infeasible_reason', 'see emit')}")

@@ -128,8 +128,8 @@ def release_note(release: str) -> str:
         (a, b), (c, d) = span
         outside = (f"; {label} is outside the releases measured there ({label.split(' ')[0]} {a}.{b}"
                    f"{'' if (a, b) == (c, d) else f'-{c}.{d}'}), which stand in for it")
-    return (f"serving parameters of {label}: its engine's one calibration for its 2025-26 releases, fitted on measured "
-            f"vLLM, SGLang and TensorRT-LLM operating points (autotune/data/serving_silicon.csv){outside}")
+    return (f"serving parameters for {label}: the {label.split(' ')[0]} calibration fitted on operating points its "
+            f"2025-26 releases measured (autotune/data/serving_silicon.csv){outside}")
 
 
 def params_table(engines=ENGINES) -> dict[str, ServingParams]:

@@ -204,7 +204,8 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                   estimate: Mapping[str, Any] | None = None, model_path: str | None = None, *,
                   gpus_per_node: int | None = None, checkpoint: str = "bf16",
                   engine_batch_limit: bool = False,
-                  memory_fraction: float | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+                  memory_fraction: float | None = None,
+                  release: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
     """The launch files of a serve plan for ``vllm`` or ``sglang``, and the plan's estimate on that engine.
 
     The memory flag in the files is the engine budget the plan's batch is checked against here (a plan
@@ -212,6 +213,8 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     ``engine_batch_limit``: the plan's max_batch is the engine's default (a plan string without one), which the
     engine caps at what its KV cache holds, as ``predict`` takes it.  ``memory_fraction``: the value of the
     engine's memory flag the user set (None: the engine's default rule); the files set the value checked.
+    ``release``: the engine release the plan was searched for (``vllm-0.12``; None: the family's current one); the
+    files say when their flags are another release's (the emitters write vLLM 0.33's and SGLang 0.5.23's).
     """
     from ...inputs.hardware import Cluster, load_hardware
     from ...inputs.workload import ServeWorkload
@@ -254,6 +257,9 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                  f"({mine['prefill_memory_gib_per_gpu']:.1f} GiB needed per prefill GPU)")
     if not mine["fits"]:
         note += f"; WARNING: {mine.get('infeasible_reason', 'the batch does not fit')}"
+    other = other_release(format, release)
+    if other:
+        note += f"; {other}"
     ctx = ServeContext(plan=plan, model=model, hardware=hw.name, gpus_per_node=cluster.gpus_per_node,
                        max_model_len=max_model_len, model_path=model_path, checkpoint=checkpoint,
                        fp4_cores=hw.supports("fp4"), memory_fraction=knob,
@@ -263,5 +269,24 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     return SERVING_EMITTERS[format](ctx), mine
 
 
-__all__ = ["FORMAT_FRAMEWORKS", "FRAMEWORK_FORMATS", "hf_model_name", "SERVING_FORMATS", "framework_for_formats", "check_formats", "context_from_plans", "express_all", "expressible_mask",
+# The release each serving emitter writes flags for (vllm.RELEASE, sglang.RELEASE), as (MAJOR, MINOR).
+EMITTED_RELEASES = {"vllm": (0, 33), "sglang": (0, 5)}
+
+
+def other_release(format: str, release: str | None) -> str:
+    """What to say when the plan was searched for a release of ``format`` other than the one the files target."""
+    import re
+
+    found = re.fullmatch(r"([a-z]+)-(\d+)\.(\d+)", release or "")
+    if not found or found.group(1) != format or format not in EMITTED_RELEASES:
+        return ""
+    version = (int(found.group(2)), int(found.group(3)))
+    target = EMITTED_RELEASES[format]
+    if version == target:
+        return ""
+    return (f"WARNING: the plan was estimated for {format} {version[0]}.{version[1]}, but these flags are "
+            f"{format} {target[0]}.{target[1]}'s; an older release may not accept them")
+
+
+__all__ = ["FORMAT_FRAMEWORKS", "other_release", "FRAMEWORK_FORMATS", "hf_model_name", "SERVING_FORMATS", "framework_for_formats", "check_formats", "context_from_plans", "express_all", "expressible_mask",
            "parse_formats", "render_formats", "search_context", "serving_files"]
