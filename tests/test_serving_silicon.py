@@ -176,8 +176,8 @@ def test_serving_runs_rows_named_by_hf_id_on_aliased_gpus_and_under_concurrency(
         columns, base = reader.fieldnames, next(reader)
     blank = {k: "" for k in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "vocab_size",
                              "moe_experts", "moe_topk", "output_tokens_per_s_per_gpu", "request_rate")}
-    # NIM runs TensorRT-LLM (or vLLM) inside: a row names that engine (an unknown one is refused: see
-    # test_serving_calibration.py)
+    # NIM runs TensorRT-LLM (or vLLM) inside: a row names that engine (an unknown one is skipped with the reason:
+    # see test_serving_calibration.py)
     common = {**base, **blank, "engine": "trtllm", "engine_version": "", "tp": "1", "pp": "1", "n_gpus": "1",
               "weight_precision": "fp8", "kv_cache_dtype": "fp8", "input_len": "2048", "output_len": "256",
               "scenario": "online", "concurrency_kind": "concurrent users (closed loop)", "dataset": ""}

@@ -114,19 +114,23 @@ def _int(row: dict, key: str) -> int | None:
     return number(row, key, whole=True)  # type: ignore[return-value]
 
 
+def unknown_engine_reason(engine: str) -> str:
+    return (f"engine must be one of {', '.join(ENGINES)} (or empty: the default, {DEFAULT_ENGINE}), but got "
+            f"(engine={engine!r}); a row of another engine (NIM runs TensorRT-LLM or vLLM inside) names the one it runs")
+
+
 def engine_key(engine: str, version: str, row_id: str = "") -> str:
     """The engine release a row ran on, e.g. ``trtllm-0.14``, ``trtllm-0.14-triton``, ``vllm-0.6``.
 
     Read from the ``engine`` and ``engine_version`` columns only (major.minor; a Triton front end is its own
     key): a row that names no engine is predicted for the default one, never for one guessed from its
-    source's name; another engine (NIM, which runs TensorRT-LLM or vLLM inside) is refused: name the engine it
-    runs.
+    source's name; another engine (NIM, which runs TensorRT-LLM or vLLM inside) is refused here, and its row
+    skipped with that reason by ``parse_row``: the row names the engine it runs to be validated.
     """
     name = (engine or "").strip().lower()
     name = ENGINE_ALIASES.get(name, name)
     if name and name not in ENGINES:  # not guessed: its parameters would be another engine's under a new key
-        raise InputError(f"{f'row {row_id!r}: ' if row_id else ''}engine must be one of {', '.join(ENGINES)} (or empty: the default, {DEFAULT_ENGINE}), "
-                         f"but got (engine={engine!r})", field="engine")
+        raise InputError(unknown_engine_reason(engine), field="engine")
     found = re.search(r"(\d+)\.(\d+)", version or "")
     if name and found:
         key = f"{name}-{int(found.group(1))}.{int(found.group(2))}"
@@ -234,6 +238,9 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         return SkippedServingRow(rid, group, "input/output lengths not recorded")
     if model.n_heads % tp:
         return SkippedServingRow(rid, group, f"heads {model.n_heads} not divisible by tp {tp}")
+    named = ENGINE_ALIASES.get(row.get("engine", "").strip().lower(), row.get("engine", "").strip().lower())
+    if named and named not in ENGINES:  # a row autotune cannot express: skipped with the reason, the rest validated
+        return SkippedServingRow(rid, group, unknown_engine_reason(row.get("engine", "")))
     engine = engine_key(row.get("engine", ""), row.get("engine_version", ""), rid)
     outside = release_key_problem(engine)
     if outside:  # a release predict cannot be asked for (--engine NAME@X.Y) is not validated either

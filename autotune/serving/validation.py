@@ -639,13 +639,15 @@ class ServingCalibration:
     before: dict[str, dict[str, float]]  # group -> {metric: MAPE %}
     after: dict[str, dict[str, float]]
     held_out: dict[str, dict[str, float]] = field(default_factory=dict)  # leave-one-model-out, per engine x mode
+    skipped: int = 0  # rows not fitted (copies, or rows autotune cannot express: `validate --json` says why)
 
     def summary(self) -> dict:
-        return {"schema": self.schema, "rows": self.rows, "mape_before_pct": self.before, "mape_after_pct": self.after,
-                "mape_leave_one_model_out_pct": self.held_out or None}
+        return {"schema": self.schema, "rows": self.rows, "skipped": self.skipped, "mape_before_pct": self.before,
+                "mape_after_pct": self.after, "mape_leave_one_model_out_pct": self.held_out or None}
 
     def lines(self) -> list[str]:
-        out = [f"{self.rows} rows ({self.schema} schema). MAPE before (shipped parameters) -> after (this fit)"
+        skipped = f", {self.skipped} skipped (why: autotune validate FILE --json)" if self.skipped else ""
+        out = [f"{self.rows} rows ({self.schema} schema{skipped}). MAPE before (shipped parameters) -> after (this fit)"
                + (" and leave-one-model-out:" if self.held_out else ":")]
         for group in sorted(self.after):
             metrics = ", ".join(f"{m} {self.before.get(group, {}).get(m, float('nan')):.1f}% -> {v:.1f}%"
@@ -674,7 +676,8 @@ def calibrate_serving_csv(path: Path, *, silicon: bool, leave_one_out: bool = Fa
     from .calibrated import CURRENT
 
     if silicon:
-        rows = [r for r in read_silicon_rows(path) if isinstance(r, SiliconRow)]
+        read = read_silicon_rows(path)
+        rows = [r for r in read if isinstance(r, SiliconRow)]
         if not rows:
             from ..errors import InputError
             raise InputError("no row of the silicon schema could be expressed; see `autotune validate --json`",
@@ -699,7 +702,7 @@ def calibrate_serving_csv(path: Path, *, silicon: bool, leave_one_out: bool = Fa
         for groups in (before, after, held):
             for v in groups.values():
                 v.pop("rows", None)
-        return ServingCalibration(table, "silicon", len(rows), before, after, held)
+        return ServingCalibration(table, "silicon", len(rows), before, after, held, skipped=len(read) - len(rows))
     if leave_one_out:
         from ..errors import InputError
         raise InputError("leave-one-model-out is reported for the silicon schema (docs/serving.md); a serving-runs CSV "
@@ -722,4 +725,4 @@ def calibrate_serving_csv(path: Path, *, silicon: bool, leave_one_out: bool = Fa
     table = fit_runs(runs, profiles.__getitem__, datasets, max_nfev=max_nfev)
     after = groups(validate_serving(parsed, profiles.__getitem__, datasets,
                                     params_of=lambda r: table[legacy_engine(r.engine)]))
-    return ServingCalibration(table, "runs", len(runs), before, after)
+    return ServingCalibration(table, "runs", len(runs), before, after, skipped=len(parsed) - len(runs))
