@@ -377,7 +377,9 @@ def test_serving_runs_of_an_engine_autotune_does_not_model_are_skipped_with_the_
 
 
 @pytest.mark.parametrize("cells, field", [
-    ({"output_tokens_per_s": "inf"}, "output_tokens_per_s"),  # a column not compared with is still a number
+    ({"output_tokens_per_s": "inf"}, "output_tokens_per_s"),
+    ({"output_tokens_per_s": "-5"}, "output_tokens_per_s"),  # not compared with, but a negative rate is damage
+    ({"output_tokens_per_s": "0"}, "output_tokens_per_s"),  # a column not compared with is still a number
     ({"e2e_latency_s_p99": "nan"}, "e2e_latency_s_p99"),
 ])
 def test_serving_runs_reader_refuses_damaged_cells(tmp_path, cells, field):

@@ -209,8 +209,11 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
     ttft = _float(row, "ttft_ms_mean") or _float(row, "ttft_ms_median")
     itl = (_float(row, "itl_ms_mean") or _float(row, "tpot_ms_mean") or _float(row, "itl_ms_median")
            or _float(row, "tpot_ms_median"))
-    for key in UNREAD_MEASUREMENTS:  # not predicted, but a NaN or inf there says the row is damaged: not kept
-        _float(row, key)
+    for key in UNREAD_MEASUREMENTS:  # not predicted, but a NaN, inf or a negative there says the row is damaged
+        value = _float(row, key)
+        if value is not None and value <= 0:
+            raise InputError(f"row {rid!r}: a measurement must be > 0 (or empty: not recorded), but got ({key}="
+                             f"{value!r})", field=key)
     for key, value in (("output_tokens_per_s_per_gpu", measured), ("ttft_ms_mean", ttft), ("itl_ms_mean", itl)):
         if value is not None and value < 1e-3:  # tokens/s or ms: a vanishing value is a unit slip or a typo
             raise InputError(f"row {rid!r}: a measurement must be at least 0.001, but got {value!r}; check the unit",
