@@ -254,3 +254,14 @@ def test_a_plan_searched_for_an_older_engine_release_says_its_flags_are_the_emit
                                   "8", "--input-len", "1024", "--output-len", "128", "--engine", "vllm@0.33",
                                   "--out", str(tmp_path / "now"), "--emit", "vllm"])
     assert current.exit_code == 0 and "these flags are" not in current.output
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_a_max_batch_too_large_to_launch_is_said_as_such(engine):
+    base = ["predict", "--workload", "serve", "--engine", engine, "-H", "h100-sxm5-80gb", "--gpus", "1",
+            "--input-len", "1000", "--output-len", "100"]
+    huge = runner.invoke(app, [*base, "-m", "llama3-8b", "-p", "tp=1,max_batch=100000"])
+    assert "max_batch is too large" in " ".join(huge.output.split())
+    heavy = runner.invoke(app, [*base, "-m", "llama3-70b", "-p", "tp=1"])  # 131 GiB of weights: not the batch
+    text = " ".join(heavy.output.split())
+    assert "weights and the engine's reserve leave no room" in text and "max_batch is too large" not in text

@@ -695,6 +695,13 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
         prefill_used = np.where(plans.disagg, used / GIB, np.nan)
         prefill_knob = np.where(plans.disagg, np.asarray(pmem.knob, float) * np.ones(n), np.nan)
     reason[fit_rank < 1] = "weights and the engine's reserve leave no room for one sequence's KV cache"
+    # the reserve grows with max_batch (the sampler's and CUDA graphs' buffers): a batch too large to launch is
+    # said as such, not as weights that do not fit
+    if (fit_rank < 1).any() and (plans.max_batch > plans.d_dp).any():
+        one = dataclasses.replace(plans, max_batch=plans.d_dp.astype(plans.max_batch.dtype))  # one sequence per rank
+        mem_one = engine_memory(model, cluster, one, engine, fraction=memory_fraction)
+        by_batch = (fit_rank < 1) & (mem_one.kv_pool >= per_seq_full)
+        reason[by_batch] = "max_batch is too large: its activation buffers leave no room for one sequence's KV cache"
     if memory_fraction is not None and E.engine_family(engine) == "sglang":
         # --mem-fraction-static caps weights plus KV; activations, CUDA graphs and the runtime live in the rest,
         # so a stated fraction that leaves less than they need fails at launch (SGLang's own default keeps them)
