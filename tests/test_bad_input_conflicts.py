@@ -265,3 +265,27 @@ def test_a_max_batch_too_large_to_launch_is_said_as_such(engine):
     heavy = runner.invoke(app, [*base, "-m", "llama3-70b", "-p", "tp=1"])  # 131 GiB of weights: not the batch
     text = " ".join(heavy.output.split())
     assert "weights and the engine's reserve leave no room" in text and "max_batch is too large" not in text
+
+
+def test_files_written_replace_a_symbolic_link_rather_than_write_through_it(tmp_path):
+    """A user's file a link in the --out folder points to is left alone (with --force the link is replaced); a
+    dangling link counts as an existing file without --force."""
+    import os
+
+    mine = tmp_path / "mine.txt"
+    mine.write_text("keep me", encoding="utf-8")
+    out = tmp_path / "run"
+    out.mkdir()
+    os.symlink(mine, out / "plans.json")
+    result = runner.invoke(app, ["search", *SMALL, "--out", str(out), "--force"])
+    assert result.exit_code == 0, result.output
+    assert mine.read_text(encoding="utf-8") == "keep me" and not (out / "plans.json").is_symlink()
+    files = tmp_path / "files"
+    files.mkdir()
+    elsewhere = tmp_path / "elsewhere.sh"
+    os.symlink(elsewhere, files / "megatron_pretrain_gpt.sh")  # dangling
+    refused = runner.invoke(app, ["emit", str(out), "--format", "megatron", "--out", str(files)])
+    assert refused.exit_code != 0 and "would overwrite" in " ".join(refused.output.split())
+    forced = runner.invoke(app, ["emit", str(out), "--format", "megatron", "--out", str(files), "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert not elsewhere.exists() and not (files / "megatron_pretrain_gpt.sh").is_symlink()

@@ -14,7 +14,7 @@ from ..inputs.calibration import load_calibration
 from ..inputs.hardware import load_hardware
 from ..inputs.measured_runs import read_columns
 from ..inputs.resources import bundled_data
-from ..outputs.files import check_out_file
+from ..outputs.files import check_out_file, unlink_symlink
 from ..serving.overlay import load_serving_calibration, serving_calibration_text
 from ..serving.runs import is_serving_schema
 from ..serving.silicon import is_silicon_schema
@@ -248,7 +248,7 @@ def calibrate(
         with progress("calibrating: least squares per GPU type, then leave-one-source-group-out") as update:
             result = fit(runs, load_hardware, progress=update)
         out.parent.mkdir(parents=True, exist_ok=True)
-        result.write(out)
+        result.write(unlink_symlink(out))
         if json_out:
             print_json(result.to_json())
             return
@@ -278,7 +278,7 @@ def _calibrate_serving(path: Path, out: Path, *, json_out: bool, silicon: bool, 
                        + (", then leave-one-model-out" if leave_one_out else "")):
         result = calibrate_serving_csv(path, silicon=silicon, leave_one_out=leave_one_out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(serving_calibration_text(result.table, source=str(path), fit=result.summary()))
+    unlink_symlink(out).write_text(serving_calibration_text(result.table, source=str(path), fit=result.summary()))
     n_params = fitted_parameter_count(sorted(result.table), silicon=silicon)
     if result.rows < n_params:
         # not an error: the fit pulls every parameter towards its default, so it still gives an overlay

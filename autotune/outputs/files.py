@@ -79,12 +79,20 @@ def _csv_row(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in row.items()}
 
 
+def unlink_symlink(path: Path) -> Path:
+    """A file autotune is about to write that is a symbolic link is replaced, not written through: the link's
+    target (a user's file elsewhere, or a place a dangling link points to) is left alone."""
+    if path.is_symlink():
+        path.unlink()
+    return path
+
+
 def write_plans(path: Path, document: Mapping[str, Any]) -> list[Path]:
     """``plans.json`` (the whole document) and ``plans.csv`` (one row per ranked plan) in folder ``path``."""
     path.mkdir(parents=True, exist_ok=True)
-    json_path = path / PLANS_JSON
+    json_path = unlink_symlink(path / PLANS_JSON)
     json_path.write_text(json.dumps(strict_json(document), indent=2, allow_nan=False) + "\n")  # readable back
-    csv_path = path / "plans.csv"
+    csv_path = unlink_symlink(path / "plans.csv")
     rows = [_csv_row(entry) for entry in document["plans"]]
     fieldnames: list[str] = []
     for row in rows:
@@ -102,12 +110,12 @@ def write_files(out: Path, files: Mapping[str, str], force: bool) -> list[Path]:
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a folder; choose another --out", source=str(out))
     paths = [out / name for name in files]
-    existing = [p.name for p in paths if p.exists()]
+    existing = [p.name for p in paths if p.exists() or p.is_symlink()]
     if existing and not force:
         raise InputError(f"would overwrite {', '.join(existing)}; pass --force, or choose another --out", source=str(out))
     out.mkdir(parents=True, exist_ok=True)
     for path, text in zip(paths, files.values()):
-        path.write_text(text)
+        unlink_symlink(path).write_text(text)
         if path.suffix in EXECUTABLE_SUFFIXES:
             path.chmod(0o755)
     return paths

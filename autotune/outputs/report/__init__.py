@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import InputError
+from ..files import unlink_symlink
 from .data import StudySource
 
 EXTRA_HINT = "pip install 'autotune[report]' (or pip install matplotlib)"
@@ -60,10 +61,10 @@ def build_report(source: Path | StudySource, out_dir: Path, *, trials: int = 100
     out_dir.mkdir(parents=True, exist_ok=True)
     pngs = []
     for fig in figures:
-        path = out_dir / f"{fig.name}.png"
+        path = unlink_symlink(out_dir / f"{fig.name}.png")
         path.write_bytes(fig.png)
         pngs.append(path)
-    html_path = out_dir / "report.html"
+    html_path = unlink_symlink(out_dir / "report.html")
     html_path.write_text(render(data, figures), encoding="utf-8")
     return ReportFiles(html_path, pngs, [f.title for f in figures])
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InputError
-from ..files import check_search_counts, ranked_entries
+from ..files import check_search_counts, ranked_entries, unlink_symlink
 
 TOP = 10
 
@@ -325,10 +325,10 @@ def build_serving_report(document: Mapping[str, Any], source: str, out_dir: Path
     out_dir.mkdir(parents=True, exist_ok=True)
     pngs = []
     for fig in figures:
-        path = out_dir / f"{fig.name}.png"
+        path = unlink_symlink(out_dir / f"{fig.name}.png")
         path.write_bytes(fig.png)
         pngs.append(path)
-    html_path = out_dir / "report.html"
+    html_path = unlink_symlink(out_dir / "report.html")
     html_path.write_text(render_serving(data, figures), encoding="utf-8")
     return html_path, pngs, [f.title for f in figures]
 
