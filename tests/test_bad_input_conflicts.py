@@ -289,3 +289,21 @@ def test_files_written_replace_a_symbolic_link_rather_than_write_through_it(tmp_
     forced = runner.invoke(app, ["emit", str(out), "--format", "megatron", "--out", str(files), "--force"])
     assert forced.exit_code == 0, forced.output
     assert not elsewhere.exists() and not (files / "megatron_pretrain_gpt.sh").is_symlink()
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"rope_scaling": {"rope_type": "yarn"}}, "rope_scaling.factor"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": -5}},
+     "rope_scaling.original_max_position_embeddings"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": "8192"}},
+     "rope_scaling.original_max_position_embeddings"),
+    ({"text_config": "llama"}, "text_config"),
+])
+def test_a_damaged_hf_config_block_is_refused_naming_the_field(tmp_path, change, field):
+    config = json.loads((Path(__file__).resolve().parent.parent / "autotune" / "data" / "hf_configs"
+                         / "Qwen--Qwen3-30B-A3B.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, **change}), encoding="utf-8")
+    result = runner.invoke(app, ["predict", "--workload", "serve", "-m", str(path), "-H", "h100-sxm5-80gb",
+                                 "--gpus", "8", "--input-len", "1000", "--output-len", "100", "--plan", "tp=8"])
+    assert_user_error(result, field, "config.json")

@@ -80,6 +80,9 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
     wrapper_type = config.get("model_type")
     # Multimodal wrappers (Llava, Mistral3, Kimi-K2.5, Qwen3.5, ...) keep the language model under text_config.
     text_config = config.get("text_config")
+    if text_config is not None and not isinstance(text_config, dict):
+        raise InputError(f"must be a mapping (the language model's config) or null, but got (text_config={text_config!r})",
+                         source=source, field="text_config")
     if isinstance(text_config, dict):
         merged = {"_name_or_path": config.get("_name_or_path"), **text_config}
         if "tie_word_embeddings" not in text_config and "tie_word_embeddings" in config:
@@ -224,17 +227,25 @@ def _context_window(config: dict, source: str) -> int | None:
     rope = config.get("rope_scaling")
     if isinstance(rope, dict) and rope.get("factor") is not None:  # checked whatever the kind: a factor of -8 is damage
         loading.number(rope, "factor", source=source, section="rope_scaling", maximum=1e4)
-    if not isinstance(rope, dict) or rope.get("factor") is None or base is None:
-        return base
-    kind = rope.get("rope_type", rope.get("type"))
+    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
     if kind is not None and not isinstance(kind, str):
         raise InputError(f"must be a string (yarn, linear, dynamic, llama3, ...), but got {kind!r}", source=source,
                          field="rope_scaling.rope_type" if "rope_type" in rope else "rope_scaling.type")
+    if kind in ("yarn", "linear", "dynamic") and rope.get("factor") is None:  # transformers refuses it too
+        raise InputError(f"must be given for rope_type {kind!r} (the factor the context is stretched by, e.g. 4.0), "
+                         "but got (factor=None)", source=source, field="rope_scaling.factor")
+    original = rope.get("original_max_position_embeddings") if kind == "yarn" else None
+    if original is not None and (isinstance(original, bool) or not isinstance(original, int)
+                                 or not 1 <= original <= MAX_POSITIONS):
+        raise InputError(f"must be a whole number of tokens from 1 to {MAX_POSITIONS:,} (the window YaRN stretches), "
+                         f"but got (original_max_position_embeddings={original!r})", source=source,
+                         field="rope_scaling.original_max_position_embeddings")
+    if not isinstance(rope, dict) or rope.get("factor") is None or base is None:
+        return base
     if kind in ("su", "longrope", "llama3", "default", "mrope"):
         return base
     factor = loading.number(rope, "factor", source=source, section="rope_scaling", maximum=1e4)
-    original = rope.get("original_max_position_embeddings") if kind == "yarn" else None
-    window = (original if isinstance(original, int) and original > 0 else base) * factor
+    window = (original if original is not None else base) * factor
     return int(window)
 
 
