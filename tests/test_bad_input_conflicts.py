@@ -307,3 +307,13 @@ def test_a_damaged_hf_config_block_is_refused_naming_the_field(tmp_path, change,
     result = runner.invoke(app, ["predict", "--workload", "serve", "-m", str(path), "-H", "h100-sxm5-80gb",
                                  "--gpus", "8", "--input-len", "1000", "--output-len", "100", "--plan", "tp=8"])
     assert_user_error(result, field, "config.json")
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_a_yaml_or_json_file_given_as_runs_is_said_to_be_one(tmp_path, command, small_plans):
+    plans = tmp_path / "plans.json"
+    plans.write_text(json.dumps(small_plans), encoding="utf-8")
+    profile = Path(__file__).resolve().parent.parent / "profiles" / "hardware" / "h100-sxm5-80gb.yaml"
+    for path, what in ((plans, "a JSON document"), (profile, "a YAML file")):
+        extra = ["--out", str(tmp_path / "fit.yaml")] if command == "calibrate" else []
+        assert_user_error(runner.invoke(app, [command, str(path), *extra]), what, "not a CSV")

@@ -78,6 +78,20 @@ def _text(path: Path) -> str:
                          f"Windows-1252); {SAVE_AS_UTF8}", source=source) from None
 
 
+def _not_a_csv(path: Path, text: str) -> str:
+    """What a file given as runs looks like when it is plainly another kind (a JSON document, a YAML profile or
+    overlay): said as such, not diagnosed as a CSV with odd delimiters or ragged rows."""
+    head = text.lstrip()
+    suffix = path.suffix.lower()
+    if suffix == ".json" or head.startswith(("{", "[")):
+        return "a JSON document"
+    first = head.splitlines()[0] if head else ""
+    if suffix in (".yaml", ".yml") or (first.startswith("#") and ":" in head) or (
+            ":" in first and "," not in first and not first.startswith('"')):
+        return "a YAML file"
+    return ""
+
+
 def read_columns(path: Path) -> tuple[str, ...]:
     """The header row of a CSV file (checked as :func:`read_table` checks it)."""
     return read_table(path, required=()).columns
@@ -88,6 +102,10 @@ def read_table(path: Path, *, required: Sequence[str], schema: str = "", id_colu
     source = str(path)
     text = _text(Path(path))
     see = f"; see {schema} for the schema" if schema else ""
+    looks = _not_a_csv(Path(path), text)
+    if looks:
+        raise InputError(f"is {looks}, not a CSV of measured runs; give the CSV (one header row of column names, "
+                         f"then one row per run){see}", source=source)
     try:
         records = [r for r in csv.reader(io.StringIO(text, newline=""), strict=True) if any(c.strip() for c in r)]
     except csv.Error as exc:
