@@ -435,7 +435,7 @@ def test_plans_json_in_utf16_or_a_folder_without_one(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     for args in (["explain", empty], ["emit", empty], ["report", empty, "--out", tmp_path / "r"]):
-        assert_user_error(invoke(*args), "plans.json", "no such file")
+        assert_user_error(invoke(*args), "plans.json", "is a folder without a plans.json")
 
 
 # --- --out: under a file, not writable, under a missing parent; checked before the work ----------------------

@@ -317,3 +317,16 @@ def test_a_yaml_or_json_file_given_as_runs_is_said_to_be_one(tmp_path, command, 
     for path, what in ((plans, "a JSON document"), (profile, "a YAML file")):
         extra = ["--out", str(tmp_path / "fit.yaml")] if command == "calibrate" else []
         assert_user_error(runner.invoke(app, [command, str(path), *extra]), what, "not a CSV")
+
+
+def test_a_serving_plans_json_without_its_workload_key_is_said_to_miss_it(tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus",
+                                 "1", "--input-len", "1024", "--output-len", "128", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "plans.json").read_text())
+    del document["inputs"]["workload"]
+    (out / "plans.json").write_text(json.dumps(document), encoding="utf-8")
+    for args in (["explain", str(out)], ["report", str(out), "--out", str(tmp_path / "r")],
+                 ["emit", str(out), "--format", "vllm", "--out", str(tmp_path / "e")]):
+        assert_user_error(runner.invoke(app, args), "inputs.workload", "serving search")

@@ -125,8 +125,8 @@ def plans_path(source: str | Path) -> Path | None:
     """The plans.json that ``source`` names (a file or its folder), or None when ``source`` is a plan string
     (``key=value`` pairs; anything else is a path, which read_plans reports when it does not exist)."""
     path = Path(source)
-    if path.is_dir():
-        return path / PLANS_JSON
+    if path.is_dir():  # its plans.json; a folder without one is reported as such by read_plans
+        return path / PLANS_JSON if (path / PLANS_JSON).exists() else path
     if path.suffix == ".json" or path.is_file() or "=" not in str(source):
         return path
     return None
@@ -135,6 +135,9 @@ def plans_path(source: str | Path) -> Path | None:
 def read_plans(path: Path) -> dict[str, Any]:
     """A plans.json written by ``autotune search --out DIR`` (given as the file or its folder)."""
     if path.is_dir():
+        if not (path / PLANS_JSON).exists():
+            raise InputError(f"is a folder without a {PLANS_JSON}; give a plans.json written by `autotune search "
+                             "--out DIR` (or its folder)", source=str(path))
         path = path / PLANS_JSON
     check_regular_file(path)
     if not path.is_file():
@@ -159,7 +162,12 @@ def read_plans(path: Path) -> dict[str, Any]:
         if value is not None and not isinstance(value, dict):
             raise InputError(f"must be an object, but got ({key}={value!r}); restore it or rerun `autotune search "
                              "--out DIR`", source=str(path), field=f"inputs.{key}")
-    # absent in the files of the first releases, which were all training searches
+    # absent in the files of the first releases, which were all training searches (a serving search's inputs
+    # without it were edited: said, not read as a training search with its keys missing)
+    if "workload" not in doc["inputs"] and {"input_len", "output_len", "engine"} & set(doc["inputs"]):
+        raise InputError("is missing, and the file's inputs are a serving search's (input_len, output_len, engine); "
+                         "restore \"workload\": \"serve\" or rerun `autotune search --workload serve --out DIR`",
+                         source=str(path), field="inputs.workload")
     kind = doc["inputs"].get("workload", "train")
     if kind not in ("train", "serve"):
         raise InputError(f"must be 'train' or 'serve' (the search that wrote the file), but got {kind!r}; rerun "
