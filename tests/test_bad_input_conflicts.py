@@ -330,3 +330,13 @@ def test_a_serving_plans_json_without_its_workload_key_is_said_to_miss_it(tmp_pa
     for args in (["explain", str(out)], ["report", str(out), "--out", str(tmp_path / "r")],
                  ["emit", str(out), "--format", "vllm", "--out", str(tmp_path / "e")]):
         assert_user_error(runner.invoke(app, args), "inputs.workload", "serving search")
+
+
+def test_a_serving_plans_json_with_two_loads_names_the_file_field(tmp_path):
+    out = tmp_path / "run"
+    assert runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus",
+                               "1", "--input-len", "1024", "--output-len", "128", "--out", str(out)]).exit_code == 0
+    document = json.loads((out / "plans.json").read_text())
+    document["inputs"].update(concurrency=8, request_rate=2.0)
+    (out / "plans.json").write_text(json.dumps(document), encoding="utf-8")
+    assert_user_error(runner.invoke(app, ["explain", str(out)]), "plans.json", "field 'inputs.concurrency'")

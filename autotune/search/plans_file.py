@@ -404,7 +404,9 @@ def serving_inputs_from_plans(inputs: Mapping[str, Any], source: str, *,
     except InputError as exc:  # the workload's own checks name a flag, not the file
         if exc.source is not None:
             raise
-        raise InputError(str(exc), source=source) from None
+        flag = (exc.field or "").lstrip("-").replace("-", "_")  # --request-rate -> inputs.request_rate
+        mapped = {"ttft": "ttft_ms", "tpot": "tpot_ms"}.get(flag, flag)
+        raise InputError(exc.message, source=source, field=f"inputs.{mapped}" if mapped else None) from None
     if inputs.get("mode") is not None and inputs["mode"] != workload.mode:  # a label the load it records implies
         raise InputError(f"must be the load the file records ({workload.mode}: from concurrency and request_rate), "
                          f"but got {inputs['mode']!r}; restore it or rerun the search", source=source,
