@@ -340,3 +340,12 @@ def test_a_serving_plans_json_with_two_loads_names_the_file_field(tmp_path):
     document["inputs"].update(concurrency=8, request_rate=2.0)
     (out / "plans.json").write_text(json.dumps(document), encoding="utf-8")
     assert_user_error(runner.invoke(app, ["explain", str(out)]), "plans.json", "field 'inputs.concurrency'")
+
+
+def test_a_node_larger_than_the_profiles_nvlink_domain_is_noted():
+    base = ["predict", "--workload", "serve", "-m", "llama3-8b", "--gpus", "16", "-p", "tp=16",
+            "--input-len", "1000", "--output-len", "100"]
+    larger = runner.invoke(app, [*base, "-H", "h100-sxm5-80gb", "--gpus-per-node", "16"])
+    assert larger.exit_code == 0 and "8-GPU NVLink domain" in " ".join(larger.output.split())
+    within = runner.invoke(app, [*base, "-H", "gb200-nvl72", "--gpus-per-node", "8"])
+    assert within.exit_code == 0 and "NVLink domain" not in within.output

@@ -163,12 +163,40 @@ def note_framework_version() -> None:
         stderr.print(f"[yellow]note:[/] {escape(note)}.", highlight=False, soft_wrap=True)
 
 
+def note_node_size() -> None:
+    """A note when --gpus-per-node makes a node larger than the profile's: the profile's node link (NVLink) is then
+    assumed between all of its GPUs, which the profiled system does not have; the user may mean it (another
+    system), so it is said, not refused."""
+    try:
+        from typer.main import get_current_context  # typer with click vendored
+    except ImportError:  # pragma: no cover - older typer on click
+        from click import get_current_context
+    ctx = get_current_context(silent=True)
+    params = ctx.params if ctx is not None else {}
+    gpn, names = params.get("gpus_per_node"), params.get("hardware")
+    if not isinstance(gpn, int) or not isinstance(names, str):
+        return
+    from ..inputs.hardware import load_hardware
+
+    for name in names.split(","):
+        try:
+            hw = load_hardware(name.strip())
+        except (InputError, ValueError, OSError):
+            return  # the command reports it
+        if gpn > hw.gpus_per_scale_up_domain:
+            stderr.print(f"[yellow]note:[/] --gpus-per-node {gpn} makes a node larger than {hw.name}'s "
+                         f"{hw.gpus_per_scale_up_domain}-GPU NVLink domain: its node link is assumed between all {gpn}; "
+                         "give a profile of your system if its GPUs are linked otherwise.", highlight=False,
+                         soft_wrap=True)
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """The one error path: bad input (and a number option that is not finite) exits 2 with one line."""
     try:
         check_given_options()
         note_framework_version()
+        note_node_size()
         yield
     except RecursionError:
         stderr.print("[bold red]error:[/] an input is nested too deeply to read; give a flat file", highlight=False)
