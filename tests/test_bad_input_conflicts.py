@@ -349,3 +349,20 @@ def test_a_node_larger_than_the_profiles_nvlink_domain_is_noted():
     assert larger.exit_code == 0 and "8-GPU NVLink domain" in " ".join(larger.output.split())
     within = runner.invoke(app, [*base, "-H", "gb200-nvl72", "--gpus-per-node", "8"])
     assert within.exit_code == 0 and "NVLink domain" not in within.output
+
+
+SPACES = Path(__file__).resolve().parent.parent / "search_spaces"
+
+
+def test_a_training_space_given_to_a_serving_search_is_said_to_be_one_and_back():
+    serve = ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+             "--input-len", "100", "--output-len", "10", "--space", str(SPACES / "train.yaml")]
+    assert_user_error(runner.invoke(app, serve), "train.yaml", "must be a serving search space")
+    train = ["search", *SMALL, "--space", str(SPACES / "serve.yaml")]
+    assert_user_error(runner.invoke(app, train), "serve.yaml", "must be a training search space")
+
+
+def test_format_names_read_in_any_case_as_engine_names_do():
+    result = runner.invoke(app, ["emit", "tp=1", "--format", "VLLM", "-m", "llama3-8b", "-H", "h100-sxm5-80gb",
+                                 "--gpus", "1", "--input-len", "100", "--output-len", "10"])
+    assert result.exit_code == 0 and "vllm serve" in result.output

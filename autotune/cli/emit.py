@@ -119,6 +119,7 @@ def emit(
 ) -> None:
     """Write the launch config of a plan for Megatron-LM, DeepSpeed, torchtitan, Slurm, vLLM or SGLang."""
     with user_errors():
+        format = format.strip().lower()  # as --engine reads VLLM
         if plan_source is not None and not plan_source.strip():
             raise InputError("must name a plans.json (or its folder) or a plan string like tp=8,pp=4, but got an "
                              "empty one (PLAN='')", field="PLAN")

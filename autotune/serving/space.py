@@ -106,6 +106,11 @@ class ServeSpace:
 
 
 def serve_space_from_mapping(data: dict, *, source: str) -> ServeSpace:
+    axes_given = data.get("axes") if isinstance(data.get("axes"), dict) else {}
+    if "rules" in data or {"zero", "mbs", "recompute", "cp"} & set(axes_given):  # a training space (train.yaml)
+        raise InputError("must be a serving search space (axes tp, pp, dp, ep, weights, kv, max_batch), but got a "
+                         "training one (rules; axes zero, mbs, recompute); give a serving space such as "
+                         "search_spaces/serve.yaml", source=source)
     check_keys(data, frozenset({"name", "axes", "description"}), source=source)
     raw_axes = data.get("axes")
     if not isinstance(raw_axes, dict):

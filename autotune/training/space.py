@@ -111,6 +111,11 @@ _RULE_KEYS = frozenset(f for f in Rules.__dataclass_fields__)
 
 
 def space_from_mapping(data: dict, *, source: str) -> Space:
+    axes_given = data.get("axes") if isinstance(data.get("axes"), dict) else {}
+    if {"weights", "kv", "max_batch"} & set(axes_given):  # a serving space (serve.yaml)
+        raise InputError("must be a training search space (axes tp, pp, zero, mbs, recompute, ...; rules), but got a "
+                         "serving one (axes weights, kv, max_batch); give a training space such as "
+                         "search_spaces/train.yaml", source=source)
     check_keys(data, frozenset({"name", "axes", "rules", "description"}), source=source)
     axes_raw = data.get("axes")
     if not isinstance(axes_raw, dict):

@@ -57,7 +57,7 @@ def parse_formats(text: str | list[str]) -> list[str]:
     ``slurm:torchtitan`` to choose explicitly.
     """
     joined = text if isinstance(text, str) else ",".join(text)
-    names = comma_items(joined, what="--emit", field="--emit")
+    names = [n.lower() for n in comma_items(joined, what="--emit", field="--emit")]  # as --engine reads VLLM
     if not names:
         raise InputError(f"name at least one format: {', '.join(FORMATS)}", field="--emit")
     frameworks = [n for n in names if n in FRAMEWORKS]
