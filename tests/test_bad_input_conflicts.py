@@ -366,3 +366,20 @@ def test_format_names_read_in_any_case_as_engine_names_do():
     result = runner.invoke(app, ["emit", "tp=1", "--format", "VLLM", "-m", "llama3-8b", "-H", "h100-sxm5-80gb",
                                  "--gpus", "1", "--input-len", "100", "--output-len", "10"])
     assert result.exit_code == 0 and "vllm serve" in result.output
+
+
+@pytest.mark.parametrize("header_prefix, first_line", [
+    ("#,", None),  # a spreadsheet's row-number column
+    ("", "# exported 2026-12-01, see https://example.org"),  # a comment line before the header
+])
+def test_a_real_csv_is_not_mistaken_for_yaml(tmp_path, header_prefix, first_line):
+    bundled = Path(__file__).resolve().parent / "data" / "training_runs_small.csv"
+    lines = bundled.read_text(encoding="utf-8").splitlines()
+    if header_prefix:
+        lines = [header_prefix + lines[0]] + [f"{i}," + line for i, line in enumerate(lines[1:], start=1)]
+    if first_line:
+        lines = [first_line] + lines
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = runner.invoke(app, ["validate", str(path)])
+    assert "YAML" not in result.output and "Traceback" not in result.output

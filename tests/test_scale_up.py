@@ -171,5 +171,13 @@ def test_a_study_recorded_before_profiles_stated_their_compute_capability_goes_o
     problem = TrainingProblem.build(load_model("llama3-8b"), cluster, TrainWorkload(4096, 64), load_space(None))
     record = fingerprint(problem, (OBJECTIVES["throughput"],))
     assert cluster.hardware.compute_capability == 9.0 and "compute_capability" not in record["hardware"]
-    older = json.loads(json.dumps(record))
-    check_same_problem(older, record, study="s")  # no error
+    # a record from before profiles stated it has no such key (this one); one from the release that stored it has
+    # it: both are the same problem
+    stored_it = json.loads(json.dumps(record))
+    stored_it["hardware"]["compute_capability"] = 9.0
+    for older in (json.loads(json.dumps(record)), stored_it):
+        check_same_problem(older, record, study="s")  # no error
+    other = json.loads(json.dumps(record))
+    other["hardware"]["memory_gib"] = 40.0
+    with pytest.raises(InputError, match="hardware.memory_gib"):  # what an estimate reads still counts
+        check_same_problem(other, record, study="s")

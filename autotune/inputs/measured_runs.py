@@ -23,6 +23,7 @@ import codecs
 import csv
 import io
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,16 +79,20 @@ def _text(path: Path) -> str:
                          f"Windows-1252); {SAVE_AS_UTF8}", source=source) from None
 
 
-def _not_a_csv(path: Path, text: str) -> str:
+_YAML_KEY = re.compile(r"[A-Za-z_][\w.-]*:(\s|$)")
+
+
+def _not_a_csv(text: str) -> str:
     """What a file given as runs looks like when it is plainly another kind (a JSON document, a YAML profile or
-    overlay): said as such, not diagnosed as a CSV with odd delimiters or ragged rows."""
+    overlay), judged by its content, not its name: said as such, not diagnosed as a CSV with odd delimiters or
+    ragged rows.  A YAML file's first line that is not a comment is a bare ``key:`` without commas, semicolons or
+    tabs; a CSV header (even one whose first cell is ``#`` or holds a colon) has its delimiters."""
     head = text.lstrip()
-    suffix = path.suffix.lower()
-    if suffix == ".json" or head.startswith(("{", "[")):
+    if head.startswith(("{", "[")):
         return "a JSON document"
-    first = head.splitlines()[0] if head else ""
-    if suffix in (".yaml", ".yml") or (first.startswith("#") and ":" in head) or (
-            ":" in first and "," not in first and not first.startswith('"')):
+    first = next((line.strip() for line in head.splitlines() if line.strip() and not line.lstrip().startswith("#")),
+                 "")
+    if _YAML_KEY.match(first) and not any(mark in first for mark in (",", ";", "\t")):
         return "a YAML file"
     return ""
 
@@ -102,7 +107,7 @@ def read_table(path: Path, *, required: Sequence[str], schema: str = "", id_colu
     source = str(path)
     text = _text(Path(path))
     see = f"; see {schema} for the schema" if schema else ""
-    looks = _not_a_csv(Path(path), text)
+    looks = _not_a_csv(text)
     if looks:
         raise InputError(f"is {looks}, not a CSV of measured runs; give the CSV (one header row of column names, "
                          f"then one row per run){see}", source=source)

@@ -134,6 +134,15 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
+def _without_launch_only(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A problem record less the hardware fields no estimate reads, whichever release stored it (one stored
+    compute_capability for a while)."""
+    hardware = record.get("hardware") if isinstance(record, Mapping) else None
+    if not isinstance(hardware, Mapping) or not _LAUNCH_ONLY_HARDWARE & set(hardware):
+        return record
+    return {**record, "hardware": {k: v for k, v in hardware.items() if k not in _LAUNCH_ONLY_HARDWARE}}
+
+
 def differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Human lines naming each field that differs: ``model.n_layers: study has 80, this run 32``."""
     a, b = _flatten(_jsonable(stored)), _flatten(_jsonable(current))
@@ -148,7 +157,7 @@ def check_same_problem(stored: Mapping[str, Any] | None, current: Mapping[str, A
     if stored is None:
         raise InputError(f"study {study!r} exists but was not made by autotune (no problem record); "
                          "choose another --study name", field="--study")
-    diff = differences(stored, current)
+    diff = differences(_without_launch_only(stored), _without_launch_only(current))
     if diff:
         shown = "; ".join(diff[:8]) + (f"; and {len(diff) - 8} more" if len(diff) > 8 else "")
         raise InputError(f"study {study!r} was made for another problem: {shown}. Run with the study's flags to "

@@ -35,9 +35,9 @@ Reading rules (each one is stated where it acts):
 * Weight formats: ``weight_precision`` for attention and dense layers, ``moe_precision`` for routed
   experts (``arch.class_formats``); an ``fp4`` label on a checkpoint the catalogue knows as MXFP4
   (gpt-oss) is MXFP4, an ``int4`` on a compressed-tensors INT4 checkpoint (Kimi-K2.5) has group 32.
-* KV-cache dtype: ``kv_cache_dtype`` where a row states it (fp8, or bf16/fp16/auto); empty (every bundled
-  row): fp8 for quantised checkpoints, bf16 for bf16 ones (the InferenceX launch scripts behind the rows pass
-  ``--kv-cache-dtype fp8`` with quantised checkpoints).
+* KV-cache dtype: ``kv_cache_dtype`` where a row states it (fp8, or bf16/fp16); another one (int8, nvfp4) skips
+  the row with the reason; empty (every bundled row) or ``auto``: fp8 for quantised checkpoints, bf16 for bf16
+  ones (the InferenceX launch scripts behind the rows pass ``--kv-cache-dtype fp8`` with quantised checkpoints).
 * Engine: the ``engine`` column (vllm, sglang, trtllm); releases are not distinguished (1,838 rows
   have none; all are late-2025 to spring-2026 builds).
 """
@@ -233,17 +233,19 @@ def _batch(row: dict, key: str) -> int | None:
                   f"a whole number of sequences from 1 to {MAX_CONCURRENCY:,}{OR_EMPTY}")
 
 
-def _kv_dtype(row: dict, key: str) -> str | None:
-    """The KV-cache dtype a row states (none in the bundled data): fp8 (fp8_e4m3, float8_e4m3fn), or 16-bit (bf16,
-    fp16, half, auto: the activations' dtype); another one (int8, fp4) or a typo is a bad cell, not a guess."""
-    text = _cell(row, key).lower()
-    if not text:
+def _kv_dtype(row: dict) -> str | None:
+    """The KV-cache dtype a row states (none in the bundled data): ``fp8`` (fp8_e4m3, float8_e4m3fn), ``bf16``
+    (bf16, fp16, half); None for an empty cell or ``auto`` (which follows the checkpoint: the rule of an empty cell);
+    ``other:<text>`` for a cache autotune does not plan (int8, nvfp4: engines run them, so the row is skipped with
+    the reason, not the file refused)."""
+    text = _cell(row, "kv_cache_dtype").lower()
+    if not text or text == "auto":
         return None
     if text.startswith(("fp8", "float8")):
         return "fp8"
-    if text.startswith(("bf16", "fp16", "bfloat16", "float16", "half")) or text == "auto":
+    if text.startswith(("bf16", "fp16", "bfloat16", "float16", "half")):
         return "bf16"
-    raise _BadCell(key, _cell(row, key), f"bf16, fp16, fp8 or auto{OR_EMPTY}")
+    return f"other:{_cell(row, 'kv_cache_dtype')}"
 
 
 # Every number cell of the schema and what it must hold when not empty.  Each is checked in every row (before
@@ -256,7 +258,6 @@ CELL_CHECKS: dict[str, Callable[[dict, str], object]] = {
        for prefix in ("", "prefill_", "decode_") for c in ("attention_dp", "moe_tp", "moe_ep")},
     **{f"{side}_workers": _count for side in ("prefill", "decode")},
     **{f"{side}_batch": _batch for side in ("prefill", "decode")},
-    "kv_cache_dtype": _kv_dtype,
 }
 
 
@@ -378,7 +379,10 @@ def _parse(row: dict, rid: str, engine: str, mode: str, skip: Callable[[str], Sk
     if formats is None:
         return skip(f"unknown precision {row.get('weight_precision')!r}/{row.get('moe_precision')!r}")
     # stated: as stated; else fp8 with a quantised checkpoint, bf16 with a bf16 one (module docstring)
-    kv = _kv_dtype(row, "kv_cache_dtype") or ("bf16" if all(f == "bf16" for f in formats) else "fp8")
+    stated = _kv_dtype(row)
+    if stated is not None and stated.startswith("other:"):
+        return skip(f"kv_cache_dtype {stated.removeprefix('other:')!r} is a cache autotune does not plan (bf16, fp8)")
+    kv = stated or ("bf16" if all(f == "bf16" for f in formats) else "fp8")
     if kv == "fp8" and not hw.supports("fp8"):
         return skip(f"an fp8 KV cache on {hw.name}, which has no fp8 support")
     node = hw.gpus_per_node if hw.gpus_per_scale_up_domain <= hw.gpus_per_node else 8
