@@ -90,6 +90,7 @@ def test_an_older_plans_json_without_compute_capability_emits_delayed_scaling(tm
     assert emitted.exit_code == 0, emitted.output
     script = (tmp_path / "files" / "megatron_pretrain_gpt.sh").read_text()
     assert "--fp8-recipe delayed" in script and "mxfp8" not in script
+    assert "states no compute_capability" in script  # said where the user reads the recipe
 
 
 def test_a_compute_capability_on_an_amd_profile_is_refused(tmp_path):

@@ -373,7 +373,9 @@ def launch(context: EmitContext) -> Launch:
         notes=(
             "TRAINING_ARGS are placeholders (run length, learning rate, logging): set your own.",
             "Without --data-path, Megatron trains on mock data with a NullTokenizer of the model's vocabulary.",
-        ),
+        ) + ((f"fp8 recipe: delayed scaling, because the hardware profile ({context.hardware_spec.name}) states no "
+              "compute_capability; add it to the profile for MXFP8 (10.x) or the blockwise MoE recipe (9.0 and later).",)
+             if plan.precision == "fp8" and context.hardware_spec.compute_capability is None else ()),
     )
 
 
