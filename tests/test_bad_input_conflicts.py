@@ -238,6 +238,10 @@ def test_a_serving_plan_that_misses_the_targets_says_so_in_its_launch_file(tmp_p
     again = runner.invoke(app, ["emit", str(out), "--format", "vllm", "--out", str(tmp_path / "again")])
     assert again.exit_code == 0 and "misses the search's targets" in " ".join(again.output.split())
     assert "MISSES the targets" in (tmp_path / "again" / "serve_vllm.sh").read_text()
+    # on another engine too: re-estimated at the search's load, against its targets
+    other = runner.invoke(app, ["emit", str(out), "--format", "sglang", "--out", str(tmp_path / "other")])
+    assert other.exit_code == 0 and "misses the search's targets on sglang" in " ".join(other.output.split())
+    assert "MISSES the targets" in (tmp_path / "other" / "serve_sglang.sh").read_text()
 
 
 def test_a_plan_searched_for_an_older_engine_release_says_its_flags_are_the_emitters(tmp_path):
@@ -289,6 +293,16 @@ def test_files_written_replace_a_symbolic_link_rather_than_write_through_it(tmp_
     forced = runner.invoke(app, ["emit", str(out), "--format", "megatron", "--out", str(files), "--force"])
     assert forced.exit_code == 0, forced.output
     assert not elsewhere.exists() and not (files / "megatron_pretrain_gpt.sh").is_symlink()
+
+
+def test_an_integral_float_yarn_window_reads_as_exporters_write_it(tmp_path):
+    config = json.loads((Path(__file__).resolve().parent.parent / "autotune" / "data" / "hf_configs"
+                         / "Qwen--Qwen3-30B-A3B.json").read_text())
+    config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768.0}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    result = runner.invoke(app, ["models", "show", str(path)])
+    assert result.exit_code == 0 and "131072" in result.output, result.output
 
 
 @pytest.mark.parametrize("change, field", [
@@ -346,9 +360,9 @@ def test_a_node_larger_than_the_profiles_nvlink_domain_is_noted():
     base = ["predict", "--workload", "serve", "-m", "llama3-8b", "--gpus", "16", "-p", "tp=16",
             "--input-len", "1000", "--output-len", "100"]
     larger = runner.invoke(app, [*base, "-H", "h100-sxm5-80gb", "--gpus-per-node", "16"])
-    assert larger.exit_code == 0 and "8-GPU NVLink domain" in " ".join(larger.output.split())
+    assert larger.exit_code == 0 and "8-GPU node: its node link" in " ".join(larger.output.split())
     within = runner.invoke(app, [*base, "-H", "gb200-nvl72", "--gpus-per-node", "8"])
-    assert within.exit_code == 0 and "NVLink domain" not in within.output
+    assert within.exit_code == 0 and "node link" not in within.output
 
 
 SPACES = Path(__file__).resolve().parent.parent / "search_spaces"

@@ -185,9 +185,9 @@ def note_node_size() -> None:
             return  # the command reports it
         if gpn > hw.gpus_per_scale_up_domain:
             stderr.print(f"[yellow]note:[/] --gpus-per-node {gpn} makes a node larger than {hw.name}'s "
-                         f"{hw.gpus_per_scale_up_domain}-GPU NVLink domain: its node link is assumed between all {gpn}; "
-                         "give a profile of your system if its GPUs are linked otherwise.", highlight=False,
-                         soft_wrap=True)
+                         f"{hw.gpus_per_scale_up_domain}-GPU node: its node link ({hw.intra_node.bandwidth_gb_per_s:g} "
+                         f"GB/s per GPU) is assumed between all {gpn}; give a profile of your system if its GPUs are "
+                         "linked otherwise.", highlight=False, soft_wrap=True)
 
 
 @contextlib.contextmanager

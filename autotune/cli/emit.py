@@ -331,6 +331,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
     path = plans_path(source) if plan_text is None else None
     estimate = None
     release = None  # the engine release a plans.json was searched for
+    searched_load = None  # its workload (load and targets), for a plan re-estimated on another engine
     if path is not None:
         document = read_plans(path)
         inputs = document["inputs"]
@@ -347,6 +348,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         entry = plan_entry(document, rank, str(path))
         served = serving_inputs_from_plans(inputs, str(path), model=_model_override(model, inputs, path))
         release = served.release
+        searched_load = served.workload
         spec, hw = served.model, served.cluster.hardware
         input_len, output_len = served.workload.input_len, served.workload.output_len
         gpn = gpus_per_node or served.cluster.gpus_per_node
@@ -364,9 +366,6 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
                 estimate_serving(spec, served.cluster, served.workload, ServePlanBatch.from_plans([chosen]),
                                  served.params, engine=served.engine, memory_fraction=memory_fraction).row(0),
                 chosen, ckpt, served.engine, spec.is_moe, fp4_cores=served.cluster.hardware.supports("fp4"))
-            if estimate.get("misses"):
-                stderr.print(f"[yellow]note:[/] this plan misses the search's targets ({escape(estimate['misses'])}); "
-                             "the launch file says so.", highlight=False, soft_wrap=True)
         else:
             kept = ("" if served.memory_fraction is None or memory_fraction is not None else
                     f" (its recorded memory fraction {served.memory_fraction:g} is a {served.engine} value: {format} "
@@ -422,7 +421,11 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
     model_path = model_path or hf_model_name(given_name if isinstance(given_name, str) else None)
     files, mine = serving_files(format, chosen, spec, hw, input_len, output_len, estimate, model_path,
                                 gpus_per_node=gpn, checkpoint=ckpt, engine_batch_limit=engine_limit,
-                                memory_fraction=memory_fraction, release=release)
+                                memory_fraction=memory_fraction, release=release, workload=searched_load)
+    misses = (estimate or mine).get("misses")
+    if misses:
+        stderr.print(f"[yellow]note:[/] this plan misses the search's targets on {format} ({escape(misses)}); the "
+                     "launch file says so.", highlight=False, soft_wrap=True)
     other = other_release(format, release)
     if other:
         stderr.print(f"[yellow]note:[/] {escape(other.removeprefix('WARNING: '))}.", highlight=False, soft_wrap=True)

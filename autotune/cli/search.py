@@ -128,7 +128,7 @@ from .app import (
 
 def parse_serving_formats(text: str) -> list[str]:
     """``--emit vllm,sglang`` for a serving search: the serving launch formats, each once."""
-    names = list(dict.fromkeys(comma_items(text, what="--emit", field="--emit")))
+    names = list(dict.fromkeys(n.lower() for n in comma_items(text, what="--emit", field="--emit")))
     if not names:
         raise InputError(f"name at least one serving format: {', '.join(SERVING_FORMATS)}", field="--emit")
     unknown = [n for n in names if n not in SERVING_FORMATS]
@@ -361,8 +361,9 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
     if found.chosen is None:
         fastest = found.fastest
         if fastest is None:  # nothing fits anywhere: memory, or a precision the GPUs lack (the table says which)
-            stderr.print("[bold red]no plan fits on any of the GPUs and counts compared[/] (the table's notes say "
-                         "why); widen --gpus, add --hardware profiles with more memory, or shorten --seq-len.",
+            stderr.print("[bold red]no plan fits on any of the GPUs and counts compared[/] (out of memory, unless a "
+                         "row's note says otherwise); widen --gpus, add --hardware profiles with more memory, or "
+                         "shorten --seq-len.",
                          soft_wrap=True)
         else:
             stderr.print(f"[bold red]no plan meets the deadline.[/] the fastest, {fastest.gpus} x {fastest.hardware}, "
@@ -405,7 +406,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                                                         # the fraction is a value of the searched engine's flag
                                                         memory_fraction=outcome.request.memory_fraction
                                                         if name == request.engine else None,
-                                                        release=outcome.request.engine_release)
+                                                        release=outcome.request.engine_release,
+                                                        workload=workload)
                 other = other_release(name, outcome.request.engine_release)
                 if other:
                     stderr.print(f"[yellow]note:[/] {escape(other.removeprefix('WARNING: '))}.", highlight=False,

@@ -235,6 +235,8 @@ def _context_window(config: dict, source: str) -> int | None:
         raise InputError(f"must be given for rope_type {kind!r} (the factor the context is stretched by, e.g. 4.0), "
                          "but got (factor=None)", source=source, field="rope_scaling.factor")
     original = rope.get("original_max_position_embeddings") if kind == "yarn" else None
+    if isinstance(original, float) and original.is_integer():  # exporters write 4096.0
+        original = int(original)
     if original is not None and (isinstance(original, bool) or not isinstance(original, int)
                                  or not 1 <= original <= MAX_POSITIONS):
         raise InputError(f"must be a whole number of tokens from 1 to {MAX_POSITIONS:,} (the window YaRN stretches), "
@@ -613,8 +615,8 @@ def _read_quantization(config: dict, source: str) -> tuple[str | None, str | Non
 def _modelopt(quant: dict, unplanned: str, *, source: str, field: str) -> tuple[str | None, str | None]:
     """``quant_algo`` FP8 or NVFP4; none (null) with a ``kv_cache_quant_algo`` quantizes the KV cache only."""
     algo = quant.get("quant_algo")
-    if algo is None and quant.get("kv_cache_quant_algo") is not None:
-        return None, None  # bf16 weights, an fp8 KV cache: the weights are what the plan takes
+    if algo is None:
+        return None, None  # no weight quantization (an fp8 KV cache at most): the weights are what the plan takes
     if not isinstance(algo, str):
         raise InputError(f"must name ModelOpt's algorithm (e.g. FP8, NVFP4), but got (quant_algo={algo!r})",
                          source=source, field=f"{field}.quant_algo")

@@ -647,7 +647,7 @@ class ServingCalibration:
 
     def lines(self) -> list[str]:
         skipped = f", {self.skipped} skipped (why: autotune validate FILE --json)" if self.skipped else ""
-        out = [f"{self.rows} rows ({self.schema} schema{skipped}). MAPE before (shipped parameters) -> after (this fit)"
+        out = [f"{self.rows} rows ({self.schema} schema){skipped}. MAPE before (shipped parameters) -> after (this fit)"
                + (" and leave-one-model-out:" if self.held_out else ":")]
         for group in sorted(self.after):
             metrics = ", ".join(f"{m} {self.before.get(group, {}).get(m, float('nan')):.1f}% -> {v:.1f}%"

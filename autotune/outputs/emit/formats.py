@@ -205,7 +205,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                   gpus_per_node: int | None = None, checkpoint: str = "bf16",
                   engine_batch_limit: bool = False,
                   memory_fraction: float | None = None,
-                  release: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+                  release: str | None = None, workload: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
     """The launch files of a serve plan for ``vllm`` or ``sglang``, and the plan's estimate on that engine.
 
     The memory flag in the files is the engine budget the plan's batch is checked against here (a plan
@@ -215,6 +215,8 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     engine's memory flag the user set (None: the engine's default rule); the files set the value checked.
     ``release``: the engine release the plan was searched for (``vllm-0.12``; None: the family's current one); the
     files say when their flags are another release's (the emitters write vLLM 0.33's and SGLang 0.5.23's).
+    ``workload``: the search's ``ServeWorkload`` (its load and targets), so a plan re-estimated on another engine
+    is estimated at the same load and says whether it misses the targets there; None: the lengths alone.
     """
     from ...inputs.hardware import Cluster, load_hardware
     from ...inputs.workload import ServeWorkload
@@ -228,7 +230,8 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     if format not in SERVING_EMITTERS:
         raise InputError(f"unknown serving format {format!r}; choose from {', '.join(SERVING_FORMATS)}",
                          field="--format")
-    workload = ServeWorkload(input_len, output_len)
+    if workload is None:
+        workload = ServeWorkload(input_len, output_len)
     max_model_len = workload.max_len
     hw = hardware if not isinstance(hardware, str) else load_hardware(hardware)
     gpn = gpus_per_node or hw.gpus_per_node
@@ -259,7 +262,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
         note += f"; WARNING: {mine.get('infeasible_reason', 'the batch does not fit')}"
     other = other_release(format, release)
     if other:
-        note += f"; {other}"
+        note += f"\n{other}"  # a line of its own in the header
     ctx = ServeContext(plan=plan, model=model, hardware=hw.name, gpus_per_node=cluster.gpus_per_node,
                        max_model_len=max_model_len, model_path=model_path, checkpoint=checkpoint,
                        fp4_cores=hw.supports("fp4"), memory_fraction=knob,

@@ -141,7 +141,7 @@ def render(ctx: ServeContext) -> dict[str, str]:
     placement(ctx.plan, ctx.gpus_per_node)
     notes = [f"weights: {quantization_flags(ctx)[1]}"]
     if ctx.engine_note:
-        notes.append(ctx.engine_note)
+        notes.extend(ctx.engine_note.split("\n"))
     return {"serve_sglang.sh": render_script(RELEASE, ctx, notes, sglang_command, router_command)}
 
 

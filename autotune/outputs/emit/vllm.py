@@ -149,5 +149,5 @@ def render(ctx: ServeContext) -> dict[str, str]:
     placement(ctx.plan, ctx.gpus_per_node)
     notes = [f"weights: {quantization_flags(ctx)[1]}"]
     if ctx.engine_note:
-        notes.append(ctx.engine_note)
+        notes.extend(ctx.engine_note.split("\n"))
     return {"serve_vllm.sh": render_script(RELEASE, ctx, notes, vllm_command, router_command)}
