@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import InputError
@@ -50,6 +51,31 @@ def parse_storage_url(url: str) -> tuple[str, str]:
     raise InputError(
         f"unknown storage {text!r}; use sqlite:///study.db, postgresql://user:password@host/db "
         "or journal:./study.log (Optuna's journal file)", field="--storage")
+
+
+def sqlite_database(url: str) -> str | None:
+    """The database file an SQLite URL names, as SQLAlchemy opens it (``%20`` decoded, a ``file:`` URI unwrapped);
+    None for an in-memory database (``sqlite:///:memory:``, ``sqlite:///``, ``file::memory:``, ``mode=memory``),
+    which is one process's own and gone when it exits."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url.strip())
+    database = parsed.database or ""
+    if database.startswith("file:"):
+        database = database[len("file:"):].split("?", 1)[0]
+    mode = parsed.query.get("mode")
+    if not database or database == ":memory:" or mode == "memory" or (isinstance(mode, tuple) and "memory" in mode):
+        return None
+    return database
+
+
+def storage_file(url: str) -> Path | None:
+    """The file behind an SQLite or journal storage URL (None: a database server, or SQLite in memory)."""
+    kind, target = parse_storage_url(url)
+    if kind == "journal":
+        return Path(target)
+    database = sqlite_database(url) if kind == "sqlite" else None
+    return Path(database) if database is not None else None
 
 
 def _jsonable(value: Any) -> Any:

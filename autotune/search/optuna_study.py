@@ -44,6 +44,7 @@ from .fingerprint import (
     fingerprint,
     parse_storage_url,
     problem_from_fingerprint,
+    sqlite_database,
 )
 from .optuna_search import _WORST, make_sampler
 from .result import Evaluated
@@ -188,20 +189,114 @@ def redact(url: str) -> str:
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+# Optuna's RDB schema (optuna/storages/_rdb/models.py, and alembic's own): an SQLite file holding tables, none of
+# them these, belongs to something else, which opening it as a storage would add Optuna's tables to.
+_OPTUNA_TABLES = frozenset({
+    "studies", "study_directions", "study_user_attributes", "study_system_attributes", "trials", "trial_params",
+    "trial_values", "trial_intermediate_values", "trial_user_attributes", "trial_system_attributes",
+    "trial_heartbeats", "version_info", "alembic_version"})
+_JOURNAL_SETTLE_S = 2.0  # how long a journal's partial last line may be another process's write in progress
+
+
+def _sqlite_tables(path: _Path) -> set[str] | None:
+    """The tables of an SQLite file, read without writing to it (None: it cannot be read now, e.g. locked)."""
+    import sqlite3
+
+    try:
+        connection = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=5)
+        try:
+            return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            connection.close()
+    except sqlite3.Error:
+        return None
+
+
+def _journal_lines(path: _Path) -> tuple[int, bool]:
+    """(lines, whether the last one ends with a newline) of a journal file, read in blocks."""
+    lines, last = 0, b"\n"
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            lines += block.count(b"\n")
+            last = block[-1:]
+    return lines + (last != b"\n"), last == b"\n"
+
+
+def _last_line(path: _Path) -> bytes:
+    """The last line of a file, with its newline if it has one (read backwards, in blocks)."""
+    with open(path, "rb") as handle:
+        end = handle.seek(0, _os.SEEK_END)
+        tail, position = b"", end
+        while position > 0:
+            step = min(1 << 16, position)
+            position -= step
+            handle.seek(position)
+            tail = handle.read(step) + tail
+            cut = tail.rfind(b"\n", 0, len(tail) - 1)
+            if cut >= 0:
+                return tail[cut + 1:]
+        return tail
+
+
+def _journal_tail_problem(path: _Path) -> str | None:
+    """What is wrong with a journal's last line, or None: a partial line (a write cut short; a line another process
+    is writing is waited for, at most _JOURNAL_SETTLE_S), or a line that is not one JSON record (a partial line
+    that a later record was joined to).  Optuna reads past either, and the next record it appends spoils the file."""
+    deadline = _time.monotonic() + _JOURNAL_SETTLE_S
+    while True:
+        line = _last_line(path)
+        if line.endswith(b"\n") or _time.monotonic() >= deadline:
+            break
+        _time.sleep(0.1)
+    number = None
+    if not line.endswith(b"\n"):
+        number = _journal_lines(path)[0]
+        return (f"ends in a partial line (line {number}: a write cut short, e.g. a process killed mid-write or a "
+                f"full disk), which the next record would be joined to; drop that last line (e.g. head -n "
+                f"{number - 1} {path} > fixed.log, then use journal:fixed.log) and run again")
+    try:
+        _json.loads(line)
+    except ValueError:
+        number = _journal_lines(path)[0]
+        return (f"line {number}, the last, is not one whole JSON record (a write cut short, then another joined to "
+                f"it); drop that line (e.g. head -n {number - 1} {path} > fixed.log, then use journal:fixed.log; the "
+                "trial record on it is lost) and run again")
+    return None
+
+
+def _journal_damage(path: _Path) -> str | None:
+    """Where a journal file stops being JSON lines (the first line that is not one JSON record), or None."""
+    try:
+        with open(path, "rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    _json.loads(line)
+                except ValueError:
+                    return (f"{str(path)!r}: line {number} is not one whole JSON record (a write cut short, then "
+                            "another joined to it); delete that line (the trial records on it are lost) or restore "
+                            "the file from a copy")
+    except OSError:
+        return None
+    return None
+
+
 def check_storage_file(url: str, *, existing: bool = False) -> None:
     """The file behind an SQLite or journal URL, before Optuna opens it (opening writes to it): a named pipe or
     device is refused (reading it would wait or never end), as is a file of something else (it would be turned
-    into a database or appended to); with ``existing`` (a worker or a report, which join a study), a file that
-    is not there (opening it would create an empty one)."""
+    into a database or appended to), an SQLite database of something else (Optuna would add its tables to it),
+    a journal whose last line was cut short (the next record would be joined to it) and an SQLite database in
+    memory (no other process sees it, and it is gone when this one exits); with ``existing`` (a worker or a
+    report, which join a study), a file that is not there (opening it would create an empty one)."""
     kind, target = parse_storage_url(url)
     if kind == "sqlite":
-        from sqlalchemy.engine import make_url  # the file SQLAlchemy opens: %20 decoded, a file: URI unwrapped
-
-        target = make_url(url.strip()).database or ""
-        if target.startswith("file:"):
-            target = target[len("file:"):].split("?", 1)[0]
-        if not target or target == ":memory:":
-            return
+        database = sqlite_database(url)
+        if database is None:
+            raise InputError(f"an SQLite database in memory cannot hold a study (no other worker sees it, and it is "
+                             f"gone when this process exits, so a re-run cannot continue it), but got ({redact(url)!r}); "
+                             "name a file, e.g. sqlite:///study.db", field="--storage")
+        target = database
     elif kind != "journal":
         return
     path = _Path(target)
@@ -217,6 +312,7 @@ def check_storage_file(url: str, *, existing: bool = False) -> None:
         if path.is_file():
             with open(path, "rb") as handle:  # its first bytes only: a study database may be large
                 head = handle.read(len(_SQLITE_MAGIC))
+        tail = _journal_tail_problem(path) if kind == "journal" and head else None
     except OSError as exc:  # a name too long, a folder not readable
         raise InputError(f"cannot use {target!r} as a study storage ({exc.strerror or exc}); {hint}",
                          field="--storage") from None
@@ -231,6 +327,15 @@ def check_storage_file(url: str, *, existing: bool = False) -> None:
         what = "an SQLite database" if kind == "sqlite" else "an Optuna journal (JSON lines)"
         raise InputError(f"{target!r} is not {what}, and opening it would change it; choose another file ({hint})",
                          field="--storage")
+    if kind == "sqlite":
+        tables = _sqlite_tables(path)
+        if tables and not tables & _OPTUNA_TABLES:
+            shown = ", ".join(sorted(tables)[:3]) + (", ..." if len(tables) > 3 else "")
+            raise InputError(f"{target!r} is an SQLite database of something else (tables {shown}), not an Optuna "
+                             "study database, and opening it would add Optuna's tables to it; name a new file, e.g. "
+                             "sqlite:///study.db", field="--storage")
+    elif tail is not None:
+        raise InputError(f"{target!r} {tail}", field="--storage")
 
 
 def make_storage(url: str, *, heartbeat_s: int | None = None, retries: int = 1, existing: bool = False):
@@ -266,6 +371,9 @@ def make_storage(url: str, *, heartbeat_s: int | None = None, retries: int = 1, 
     except InputError:
         raise
     except Exception as exc:  # sqlalchemy / OS errors: unreachable server, bad path, bad credentials
+        damage = _journal_damage(_Path(target)) if kind == "journal" and isinstance(exc, ValueError) else None
+        if damage:
+            raise InputError(damage, field="--storage") from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"cannot open {redact(url)}: {first}; check the URL, the server and that the folder exists",
                          field="--storage") from None

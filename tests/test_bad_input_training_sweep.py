@@ -1,0 +1,79 @@
+"""Training commands on input a second hostile-input sweep found mishandled: study storages that are not one (in
+memory, another program's SQLite database, a journal cut short, the --calibrate file), flags capacity planning
+ignored, MoE imbalance beyond what routing can give, implausible measured memory, hopeless spaces that ran trials,
+and the messages around them."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from tests.test_bad_input import SMALL, assert_user_error, invoke
+
+TPE = ["--sampler", "tpe", "--trials", "3"]
+
+
+# --- study storages ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("url", ["sqlite:///:memory:", "sqlite:///", "sqlite:///file:s.db?mode=memory&uri=true"])
+@pytest.mark.parametrize("command", ["search", "tune"])
+def test_an_sqlite_database_in_memory_is_refused_as_a_study_storage(url, command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    extra = TPE + ["--study", "s"] if command == "search" else ["--run", "true", "--heartbeat", "1"]
+    result = invoke(command, *SMALL, "--storage", url, *extra)
+    assert_user_error(result, "--storage", "in memory", "sqlite:///study.db")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_another_programs_sqlite_database_is_not_given_optuna_tables(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with sqlite3.connect(tmp_path / "mine.db") as db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+        db.execute("INSERT INTO notes VALUES ('keep me')")
+    before = (tmp_path / "mine.db").read_bytes()
+    result = invoke("search", *SMALL, "--storage", "sqlite:///mine.db", "--study", "s", *TPE)
+    assert_user_error(result, "--storage", "mine.db", "not an Optuna study database", "new file")
+    assert (tmp_path / "mine.db").read_bytes() == before
+
+
+def test_an_empty_sqlite_database_and_a_study_database_are_still_taken(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sqlite3.connect(tmp_path / "empty.db").execute("PRAGMA user_version = 1").connection.commit()
+    for _ in range(2):  # created, then continued
+        result = invoke("search", *SMALL, "--storage", "sqlite:///empty.db", "--study", "s", *TPE)
+        assert result.exit_code in (0, 1), result.output
+        assert "error:" not in result.stderr
+
+
+def _journal(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = invoke("search", *SMALL, "--storage", "journal:s.log", "--study", "s", *TPE)
+    assert "error:" not in first.stderr, first.output
+    return tmp_path / "s.log"
+
+
+def test_a_journal_cut_short_is_refused_naming_its_last_line(tmp_path, monkeypatch):
+    log = _journal(tmp_path, monkeypatch)
+    whole = log.read_bytes()
+    lines = whole.count(b"\n")
+    log.write_bytes(whole[:-20])  # the last record cut short
+    result = invoke("search", *SMALL, "--storage", "journal:s.log", "--study", "s", "--sampler", "tpe", "--trials", "5")
+    assert_user_error(result, "--storage", "s.log", f"partial line (line {lines}", f"head -n {lines - 1}")
+    assert log.read_bytes() == whole[:-20]  # nothing joined to it
+    log.write_bytes(whole[:-20] + b'{"op_code": 0}\n')  # cut short, then another record joined to it
+    again = invoke("worker", "--storage", "journal:s.log", "--study", "s")
+    assert_user_error(again, "--storage", f"line {lines}", "not one whole JSON record")
+    log.write_bytes(b"".join(whole.splitlines(keepends=True)[:-1]))  # the fix the message gives
+    fixed = invoke("search", *SMALL, "--storage", "journal:s.log", "--study", "s", "--sampler", "tpe", "--trials", "5")
+    assert "error:" not in fixed.stderr, fixed.output
+
+
+def test_a_damaged_line_inside_a_journal_is_named(tmp_path, monkeypatch):
+    log = _journal(tmp_path, monkeypatch)
+    lines = log.read_bytes().splitlines(keepends=True)
+    lines[2] = lines[2][:10] + lines[3]
+    log.write_bytes(b"".join(lines))
+    assert_user_error(invoke("worker", "--storage", "journal:s.log", "--study", "s"), "--storage", "line 3",
+                      "not one whole JSON record")
+
