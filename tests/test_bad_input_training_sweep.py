@@ -77,3 +77,12 @@ def test_a_damaged_line_inside_a_journal_is_named(tmp_path, monkeypatch):
     assert_user_error(invoke("worker", "--storage", "journal:s.log", "--study", "s"), "--storage", "line 3",
                       "not one whole JSON record")
 
+
+@pytest.mark.parametrize("storage, calibrate", [("sqlite:///t.db", "t.db"), ("sqlite:///t.db", "./sub/../t.db"),
+                                                ("journal:t.log", "t.log")])
+def test_tune_refuses_a_calibrate_file_that_is_its_study_storage(storage, calibrate, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    result = invoke("tune", *SMALL, "--run", "true", "--storage", storage, "--calibrate", calibrate, "--force")
+    assert_user_error(result, "--calibrate", "--storage file", "calib.yaml")
+    assert not (tmp_path / "t.db").exists() and not (tmp_path / "t.log").exists()  # refused before the study

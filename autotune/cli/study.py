@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..inputs.request import TrainingRequest
 from ..outputs.files import check_out_file
 from ..search.api import check_trials, inputs_json, parse_fixes
+from ..search.fingerprint import storage_file
 from ..search.optuna_study import (
     EXACT_ATTR,
     count_trials,
@@ -67,6 +68,16 @@ Shell = Annotated[bool, typer.Option("--shell", help="Run --run through /bin/sh 
                                      "arrives only through the environment.")]
 TrialTimeout = Annotated[Optional[float], typer.Option("--trial-timeout", help="Seconds before a benchmark run is "
                                                        "stopped and its trial failed.")]
+
+def check_not_storage(out: Path, storage: str) -> None:
+    """A file autotune writes (--calibrate) must not be the study's own storage file: writing it would overwrite the
+    study (created or continued before the file is written, whether or not it exists yet)."""
+    held = storage_file(storage)
+    if held is not None and out.resolve() == held.resolve():
+        raise InputError(f"is the --storage file of the study ({storage}), which writing the overlay would overwrite; "
+                         "give the overlay its own file, e.g. --calibrate calib.yaml", source=str(out),
+                         field="--calibrate")
+
 
 def trial_printer(json_out: bool):
     def report(event: dict) -> None:
@@ -225,6 +236,7 @@ def tune(
         if seed < 0:
             raise InputError(f"must be >= 0, but got {seed}", field="--seed")
         if calibrate is not None:  # before any benchmark runs: an existing overlay is the user's, kept unless --force
+            check_not_storage(calibrate, storage)
             check_out_file(calibrate, force, "--calibrate")
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                                  seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
