@@ -86,3 +86,19 @@ def test_tune_refuses_a_calibrate_file_that_is_its_study_storage(storage, calibr
     result = invoke("tune", *SMALL, "--run", "true", "--storage", storage, "--calibrate", calibrate, "--force")
     assert_user_error(result, "--calibrate", "--storage file", "calib.yaml")
     assert not (tmp_path / "t.db").exists() and not (tmp_path / "t.log").exists()  # refused before the study
+
+
+# --- capacity planning -------------------------------------------------------------------------------------
+
+CAPACITY = ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "-s", "4096", "-b", "16", "--tokens", "1e9"]
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--gpus", "8..16", "--storage", "sqlite:///c.db", "--study", "c"], "--storage"),
+    (["--gpus", "8", "--deadline", "30d", "--study", "c"], "--study"),
+    (["--gpus", "8..16", "--storage", "journal:c.log", "--study", "c", "--new"], "--new"),
+])
+def test_capacity_planning_refuses_study_flags_rather_than_ignore_them(args, flag, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_user_error(invoke(*CAPACITY, *args), flag, "capacity planning", "leave")
+    assert list(tmp_path.iterdir()) == []

@@ -251,6 +251,11 @@ def search(
                                   calibration=calibration, framework=framework, moe_imbalance=moe_imbalance,
                                   moe_capacity_factor=moe_capacity_factor)
         if wants_capacity(gpu_range, hardware, deadline):
+            # a study holds one cluster's problem: capacity planning searches many and keeps no trials
+            reject_flags({"--storage": storage, "--study": study, "--new": new or None,
+                          "--heartbeat": None if heartbeat == 30 else heartbeat},
+                         "capacity planning (a --gpus range, several -H profiles or --deadline), which searches each "
+                         "cluster afresh; run one cluster's search with --storage")
             if emit:
                 raise InputError("launch configs are written for one cluster: run the search again with the chosen "
                                  "--gpus and --hardware, and --emit", field="--emit")
