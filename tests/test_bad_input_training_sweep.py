@@ -5,6 +5,7 @@ and the messages around them."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -102,3 +103,36 @@ def test_capacity_planning_refuses_study_flags_rather_than_ignore_them(args, fla
     monkeypatch.chdir(tmp_path)
     assert_user_error(invoke(*CAPACITY, *args), flag, "capacity planning", "leave")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- MoE imbalance -----------------------------------------------------------------------------------------
+
+MOE = ["predict", "-m", "qwen3-30b-a3b", "-H", "h100-sxm5-80gb", "--gpus", "16", "-s", "4096", "-b", "64", "--json"]
+
+
+def _tokens(*args):
+    result = invoke(*MOE, *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["estimate"]["tokens_per_s_per_gpu"], result.stderr
+
+
+def test_moe_imbalance_has_no_effect_with_ep_1_and_says_so():
+    even, _ = _tokens("--plan", "ep=1")
+    hot, note = _tokens("--plan", "ep=1", "--moe-imbalance", "1.5")
+    assert hot == even
+    assert "no effect with ep=1" in note
+
+
+def test_moe_imbalance_is_capped_at_ep_and_says_so():
+    at_ep, _ = _tokens("--plan", "ep=2", "--moe-imbalance", "2")
+    beyond, note = _tokens("--plan", "ep=2", "--moe-imbalance", "3")
+    assert beyond == at_ep
+    assert "capped at 2 with ep=2" in note
+    below, _ = _tokens("--plan", "ep=2", "--moe-imbalance", "1.5")
+    assert below > at_ep
+
+
+@pytest.mark.parametrize("value, needle", [("17", "1 <= imbalance <= 16 must hold"), ("inf", "finite"),
+                                           ("nan", "finite"), ("0.5", ">= 1")])
+def test_moe_imbalance_beyond_what_routing_can_give_is_refused(value, needle):
+    assert_user_error(invoke(*MOE, "--plan", "ep=16", "--moe-imbalance", value), "--moe-imbalance", needle)

@@ -51,10 +51,14 @@ def test_moe_imbalance_travels_with_the_plans_file(moe_search):
     searched = doc["plans"][0]["estimate"]["step_time_s"]
     explained = json.loads(ok("explain", moe_search, "--json").stdout)["estimate"]["step_time_s"]
     assert explained == pytest.approx(searched, rel=1e-9)
-    # and it matters: the balanced estimate of the same plan is faster
+    # and it matters where the experts are spread over ranks (ep > 1): there the balanced estimate is faster; with
+    # ep=1 (every rank holds all experts, which wins here once ep=8 pays the imbalance) it has no effect
     plan = ",".join(f"{k}={v}" for k, v in doc["plans"][0]["plan"].items() if k != "dp")
     balanced = json.loads(ok("predict", *MIXTRAL, "--plan", plan, "--json").stdout)["estimate"]["step_time_s"]
-    assert balanced < searched
+    assert balanced < searched if doc["plans"][0]["plan"]["ep"] > 1 else balanced == pytest.approx(searched)
+    spread = ["predict", *MIXTRAL, "--plan", "tp=4,ep=8,zero=1,mbs=1", "--json"]
+    even = json.loads(ok(*spread).stdout)["estimate"]["step_time_s"]
+    assert json.loads(ok(*spread, "--moe-imbalance", "1.5").stdout)["estimate"]["step_time_s"] > even
 
 
 def test_report_of_a_moe_training_search(moe_search, tmp_path):

@@ -270,6 +270,12 @@ def check_workload(workload: str) -> str:
     return workload
 
 
+def say_note(text: str | None) -> None:
+    """One note on stderr (nothing for None)."""
+    if text:
+        stderr.print(f"[yellow]note:[/] {escape(text)}.", highlight=False, soft_wrap=True)
+
+
 def note_inputs(inputs) -> None:
     """Say what is unusual about the inputs, without refusing them."""
     capacity = getattr(inputs.workload, "moe_capacity_factor", None)

@@ -15,6 +15,7 @@ from ..inputs.request import (
     cluster_from_options,
     parse_gpus,
     priced_hardware,
+    moe_imbalance_note,
     require_training,
     serve_workload,
     single_gpu_count,
@@ -118,6 +119,7 @@ from .app import (
     print_json,
     progress,
     reject_flags,
+    say_note,
     stderr,
     stdout,
     user_errors,
@@ -286,6 +288,7 @@ def search(
             outcome = search_training(TrainingSearch(
                 inputs=inputs, settings=settings, study=study_options,
                 express=express_all(formats, inputs.model, inputs.workload) if formats else None), update)
+        say_note(moe_imbalance_note(inputs.workload, outcome.problem.choices["ep"]))
         result = outcome.result
         document = outcome.to_json()
         written: list[Path] = []
@@ -615,6 +618,7 @@ def predict(
             chosen = parse_plan(plan, inputs.cluster.n_gpus)
         except ValueError as exc:
             raise InputError(str(exc), field="--plan") from None
+        say_note(moe_imbalance_note(inputs.workload, [chosen.ep]))
         batch = PlanBatch.from_plans([chosen])
         # Rules that make a plan impossible to run (not merely outside the default space).
         reason = int(rejection_reasons(inputs.model, inputs.cluster, inputs.workload, batch, PERMISSIVE_RULES,

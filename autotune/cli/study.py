@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import InputError
-from ..inputs.request import TrainingRequest
+from ..inputs.request import TrainingRequest, moe_imbalance_note
 from ..outputs.files import check_out_file
 from ..search.api import check_trials, inputs_json, parse_fixes
 from ..search.fingerprint import storage_file
@@ -52,6 +52,7 @@ from .app import (
     path_option,
     check_study_flags,
     print_json,
+    say_note,
     stderr,
     stdout,
     user_errors,
@@ -245,6 +246,7 @@ def tune(
         objectives = parse_objectives("throughput", tokens=tokens)
         problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload,
                                         load_space(space).fixed(parse_fixes(fix or [])), inputs.framework)
+        say_note(moe_imbalance_note(inputs.workload, problem.choices["ep"]))
         name = study or f"tune-{inputs.model.name}-{inputs.cluster.n_gpus}x{inputs.cluster.hardware.name}"
         store = make_storage(storage, heartbeat_s=heartbeat or None)
         settings = {"mode": "tune", "sampler": sampler, "margin": None if no_prior else margin,

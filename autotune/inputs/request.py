@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from ..errors import InputError
 from .calibration import calibrated_hardware
@@ -121,6 +122,30 @@ def moe_workload_problem(model: ModelSpec, framework: Framework, workload: Train
     return None
 
 
+def max_moe_imbalance(model: ModelSpec) -> float | None:
+    """The most tokens an expert-parallel rank can receive over the mean (None for a dense model): every token
+    once per expert it holds, so E/k times the mean with one of the E experts per rank (k routed per token); a
+    plan of ep ranks caps it at ep (TrainWorkload.moe_expert_load)."""
+    return None if model.moe is None else model.moe.n_experts / model.moe.top_k
+
+
+def moe_imbalance_note(workload: TrainWorkload, eps: Iterable[int]) -> str | None:
+    """What --moe-imbalance does to plans of these ep sizes, when that is less than asked (None: it applies as
+    given): nothing with ep=1 (every rank holds all the experts), at most ep times the mean otherwise."""
+    x = workload.moe_imbalance
+    if workload.moe_capacity_factor is not None or x == 1.0:
+        return None
+    sizes = sorted(set(int(e) for e in eps))
+    if sizes == [1]:
+        return (f"--moe-imbalance {x:g} has no effect with ep=1: every rank holds all the experts and receives the "
+                "mean share of tokens; it applies to plans with ep > 1 (search them, or --fix ep=N)")
+    capped = [e for e in sizes if 1 < e < x]
+    if len(sizes) == 1 and capped:
+        return (f"--moe-imbalance {x:g} is capped at {capped[0]} with ep={capped[0]}: the busiest of {capped[0]} "
+                f"expert-parallel ranks receives at most {capped[0]} times the mean")
+    return None
+
+
 @dataclass(frozen=True)
 class TrainingInputs:
     model: ModelSpec
@@ -179,6 +204,12 @@ class TrainingRequest:
         if problem:
             flag = "--moe-capacity-factor" if capacity is not None else "--moe-imbalance"
             raise InputError(problem, field=flag)
+        most = max_moe_imbalance(spec)
+        if most is not None and imbalance > most:
+            raise InputError(f"1 <= imbalance <= {most:g} must hold for {spec.name}, but got (moe_imbalance="
+                             f"{imbalance:g}): with {spec.moe.n_experts} experts, {spec.moe.top_k} per token, the "
+                             f"busiest expert-parallel rank receives at most every token, {most:g} times the mean "
+                             "(one expert per rank); on a plan of ep ranks at most ep times", field="--moe-imbalance")
         return TrainingInputs(spec, cluster, workload, framework)
 
 

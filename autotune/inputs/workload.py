@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,8 +60,8 @@ class TrainWorkload:
     moe_capacity_factor: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.moe_imbalance >= 1.0:
-            raise ValueError(f"moe_imbalance must be >= 1 (busiest rank over the mean), but got "
+        if not 1.0 <= self.moe_imbalance < math.inf:
+            raise ValueError(f"1 <= moe_imbalance < inf must hold (busiest rank over the mean), but got "
                              f"(moe_imbalance={self.moe_imbalance})")
         problem = capacity_factor_problem(self.moe_capacity_factor)
         if problem:
@@ -76,11 +77,15 @@ class TrainWorkload:
     def tokens_per_step(self) -> int:
         return self.seq_len * self.global_batch
 
-    @property
-    def moe_expert_load(self) -> float:
-        """Tokens the busiest expert-parallel rank computes and receives, over the mean share: the
-        capacity factor when tokens are dropped and padded, else the imbalance."""
-        return self.moe_imbalance if self.moe_capacity_factor is None else self.moe_capacity_factor
+    def moe_expert_load(self, ep):
+        """Tokens the busiest expert-parallel rank computes and receives, over the mean share, for plans of ``ep``
+        expert-parallel ranks (a number or an array): the capacity factor when tokens are dropped and padded (every
+        expert is padded to it, whatever the layout), else the imbalance, which no rank of ``ep`` can exceed
+        ``ep`` times the mean of (it would receive every token), so it is capped there; with ``ep`` = 1 every rank
+        holds all the experts and receives the mean."""
+        if self.moe_capacity_factor is not None:
+            return np.full_like(np.asarray(ep, dtype=np.float64), self.moe_capacity_factor)
+        return np.minimum(self.moe_imbalance, np.asarray(ep, dtype=np.float64))
 
     @property
     def moe_host_sync(self) -> bool:

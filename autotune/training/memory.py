@@ -255,7 +255,7 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
 
     # Megatron-style selective recompute on an MLA model recomputes the up-projections (step_time.py).
     up_proj = selective & (fw.selective_recompute == "core_attention") & (model.mla is not None)
-    folded = dict(etp=geo.etp, moe_imbalance=workload.moe_expert_load, recompute_up_proj=up_proj)
+    folded = dict(etp=geo.etp, moe_imbalance=workload.moe_expert_load(geo.ep), recompute_up_proj=up_proj)
 
     def per_layer(moe_layer: bool, kind: str) -> np.ndarray:
         plain = activation_bytes_per_layer(model, geo.tokens, workload.seq_len, geo.tp, geo.sp, moe_layer, fp8=fp8,

@@ -222,7 +222,7 @@ class _Layer:
         self.host_backward = np.zeros_like(t)
         if self.moe:
             moe = model.moe
-            etp, imbalance = geo.etp, workload.moe_expert_load
+            etp, imbalance = geo.etp, workload.moe_expert_load(geo.ep)
             local_experts = moe.n_experts / geo.ep
             # Token copies this rank's experts process: the T/tp distinct tokens of each of the etp ranks
             # of its expert-TP group, k copies each (MoE parallel folding); the busiest rank gets
@@ -363,7 +363,7 @@ class _Layer:
         Dispatch and combine each move the rank's ``T/sp`` tokens times ``k`` (h wide): bf16, or the
         dispatch in fp8 where the framework quantizes before it (DeepSeek-V3 §3.3.3); backward the
         same in bf16.  The busiest rank receives ``moe_imbalance`` times the mean (with token dropping and
-        padding, the capacity factor times it: workload.moe_expert_load).  Across NVLink
+        padding, the capacity factor times it; capped at ep: workload.moe_expert_load).  Across NVLink
         domains a plain all-to-all sends every copy for a remote rank over the network; a DeepEP-style
         dispatcher (``ep_dispatch: dedup``) sends a token once per destination domain and forwards it
         on NVLink (expected_remote_domains).  With expert TP the received copies are all-gathered over
@@ -379,7 +379,7 @@ class _Layer:
         moe = model.moe
         h = float(model.hidden_size)
         T = geo.tokens
-        imbalance = workload.moe_expert_load
+        imbalance = workload.moe_expert_load(geo.ep)
         tokens_out = T / sp_div
         fp8 = np.asarray(plans.precision) == FP8
         dispatch_bytes = np.where(fp8 & framework.fp8_dispatch, FP8_DISPATCH_BYTES, 2.0)
