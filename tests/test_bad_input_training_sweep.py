@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 
 import pytest
 
-from tests.test_bad_input import SMALL, assert_user_error, invoke
+from tests.test_bad_input import ROOT, SMALL, assert_user_error, invoke
 
 TPE = ["--sampler", "tpe", "--trials", "3"]
 
@@ -136,3 +137,40 @@ def test_moe_imbalance_is_capped_at_ep_and_says_so():
                                            ("nan", "finite"), ("0.5", ">= 1")])
 def test_moe_imbalance_beyond_what_routing_can_give_is_refused(value, needle):
     assert_user_error(invoke(*MOE, "--plan", "ep=16", "--moe-imbalance", value), "--moe-imbalance", needle)
+
+
+# --- measured memory beyond the GPU ------------------------------------------------------------------------
+
+def _runs_with_memory(tmp_path, value):
+    import csv
+
+    rows = list(csv.DictReader((ROOT / "tests" / "data" / "training_runs_small.csv").open(newline="")))
+    row = next(r for r in rows if r["gpu"] == "h100-sxm5-80gb")
+    row["measured_memory_gib_per_gpu"] = value
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path, row["id"]
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_a_measured_memory_beyond_the_gpu_refuses_the_file_naming_row_and_column(command, tmp_path):
+    runs, rid = _runs_with_memory(tmp_path, "5000")
+    out = ["--out", tmp_path / "c.yaml"] if command == "calibrate" else []
+    assert_user_error(invoke(command, runs, *out), "runs.csv", f"row {rid!r}", "measured_memory_gib_per_gpu",
+                      "<= 88.0 must hold", "5000")
+    assert not (tmp_path / "c.yaml").exists()
+    runs, _ = _runs_with_memory(tmp_path, "84.5")  # 80 GiB counted in decimal GB: within the margin
+    assert invoke("validate", runs, "--json").exit_code == 0
+
+
+def test_tune_fails_a_trial_whose_peak_memory_is_beyond_the_gpu(tmp_path):
+    bench = f"{sys.executable} -c \"print('{{\\\"tokens_per_s_per_gpu\\\": 5000, \\\"peak_memory_gib\\\": 500}}')\""
+    result = invoke("tune", *SMALL, "--trials", "1", "--prior-top", "1", "--heartbeat", "0", "--run", bench,
+                    "--storage", f"sqlite:///{tmp_path}/t.db", "--json")
+    assert result.exit_code == 1, result.output
+    trial = json.loads(result.stdout)["trials"][0]
+    assert trial["outcome"] == "failed"
+    assert "peak_memory_gib <= 88.0 must hold" in trial["failure_reason"]

@@ -114,6 +114,10 @@ def _physical(data: dict, key: str, *, source: str, section: str = "", limit_key
     return value
 
 
+# A measured memory per GPU may exceed the profile's capacity by this share at most (plausible_memory_gib).
+MEASURED_MEMORY_MARGIN = 0.10
+
+
 @dataclass(frozen=True)
 class Hardware:
     """One accelerator type, the node it usually comes in, and the scale-up domain nodes form.
@@ -166,6 +170,13 @@ class Hardware:
         if domain is not None and (domain < self.gpus_per_node or domain % self.gpus_per_node):
             raise ValueError("scale_up_domain_gpus must be a multiple of gpus_per_node, but got "
                              f"(scale_up_domain_gpus={domain}, gpus_per_node={self.gpus_per_node})")
+
+    @property
+    def plausible_memory_gib(self) -> float:
+        """The most memory a measurement on one of these GPUs can report: its capacity and a margin
+        (MEASURED_MEMORY_MARGIN) for decimal GB counted as GiB (7%) and rounding; more is a unit slip (MiB, all
+        GPUs summed) or a host figure, not a GPU's peak."""
+        return self.memory_gib * (1.0 + MEASURED_MEMORY_MARGIN)
 
     @property
     def gpus_per_scale_up_domain(self) -> int:

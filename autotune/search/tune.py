@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..inputs.hardware import MEASURED_MEMORY_MARGIN
 from ..training.plan import PLAN_KEYS, canonical_fields
 from ..training.problem import TrainingProblem
 from .fingerprint import plan_env
@@ -199,9 +200,9 @@ def run_benchmark(command: list[str] | str, plan: Mapping[str, Any], *, estimate
 
 # A measurement beyond these is a benchmark bug (wrong units, all GPUs summed, a counter overflow), not a result:
 # its model FLOP/s cannot exceed the GPU's highest dense peak (any precision) by more than this factor -- room for
-# 2:4 sparsity and FLOP-counting conventions -- nor its peak memory the GPU's memory by more than this factor.
+# 2:4 sparsity and FLOP-counting conventions -- nor its peak memory the GPU's memory by more than a small margin
+# (Hardware.plausible_memory_gib: decimal GB counted as GiB).
 PLAUSIBLE_PEAK_FACTOR = 5.0
-PLAUSIBLE_MEMORY_FACTOR = 100.0
 
 
 def implausibility(problem: TrainingProblem, measurement: Measurement) -> str:
@@ -218,11 +219,11 @@ def implausibility(problem: TrainingProblem, measurement: Measurement) -> str:
                 f"{hw.name}'s peak of {peak / 1e12:,.0f} TFLOP/s gives at {flops / 1e9:,.1f} GFLOP per token of "
                 f"{model.name}), but got (tokens_per_s_per_gpu={value:g}); check the benchmark's units: tokens per "
                 "second per GPU")
-    limit = PLAUSIBLE_MEMORY_FACTOR * hw.memory_gib
+    limit = hw.plausible_memory_gib
     if peak_gib is not None and peak_gib > limit:
-        return (f"peak_memory_gib <= {limit:,.0f} must hold ({PLAUSIBLE_MEMORY_FACTOR:g}x the {hw.name}'s "
-                f"{hw.memory_gib:g} GiB), but got (peak_memory_gib={peak_gib:g}); check the benchmark's units: GiB "
-                "per GPU")
+        return (f"peak_memory_gib <= {limit:,.1f} must hold (the {hw.name}'s {hw.memory_gib:g} GiB and "
+                f"{MEASURED_MEMORY_MARGIN:.0%}: more cannot be resident on one GPU), but got (peak_memory_gib="
+                f"{peak_gib:g}); check the benchmark's units: GiB per GPU, the peak of one GPU, not their sum")
     return ""
 
 
@@ -243,6 +244,12 @@ def prior_plans(problem: TrainingProblem, top: int, margin: float) -> list[dict]
     return [p.as_dict() for _, _, p in scored[:top]]
 
 
+def _plausible(peak_gib: float | None, hardware) -> float | None:
+    """A trial's peak memory, or None where it is beyond the GPU (a trial a study recorded before that was checked:
+    its throughput is kept, its memory not fitted)."""
+    return peak_gib if peak_gib is None or peak_gib <= hardware.plausible_memory_gib else None
+
+
 def measured_runs(problem: TrainingProblem, records: Sequence[Mapping[str, Any]], study: str):
     """The study's successful measured trials as :class:`~autotune.training.runs.MeasuredRun` rows (for calibration)."""
     from ..training.runs import MeasuredRun
@@ -260,7 +267,8 @@ def measured_runs(problem: TrainingProblem, records: Sequence[Mapping[str, Any]]
             id=f"trial-{r['number']}", source_group=study, model=problem.model, gpu=problem.cluster.hardware.name,
             n_gpus=problem.cluster.n_gpus, gpus_per_node=problem.cluster.gpus_per_node, workload=problem.workload,
             known=known, unknown=(), measured_tokens_per_s_per_gpu=float(measured["tokens_per_s_per_gpu"]),
-            measured_memory_gib_per_gpu=measured.get("peak_memory_gib"), framework=problem.framework))
+            measured_memory_gib_per_gpu=_plausible(measured.get("peak_memory_gib"), problem.cluster.hardware),
+            framework=problem.framework))
     return runs
 
 

@@ -94,6 +94,7 @@ class MeasuredRun:
     framework: Framework
     microbatches: int | str | None = None  # per step per pipeline when micro_batch is empty: a number, "stages" or unknown
     inferred: dict[str, str] = field(default_factory=dict)  # field -> which default filled it (framework defaults)
+    source: str = ""  # the CSV the row came from, for errors that need its GPU's profile (validation.prepare)
 
     def cluster(self, hardware: Hardware) -> Cluster:
         gpn = self.gpus_per_node or hardware.gpus_per_node
@@ -327,7 +328,8 @@ def read_runs(path: Path) -> list[MeasuredRun | SkippedRow]:
         cell = (row.get("hf_config") or "").strip()
         if cell and not Path(cell).is_absolute():
             row = {**row, "hf_config": str(path.parent / cell)}  # relative to the CSV, not the working folder
-        return parse_row(row, profiles)
+        run = parse_row(row, profiles)
+        return dataclasses.replace(run, source=table.source) if isinstance(run, MeasuredRun) else run
 
     return parse_rows(table, parse, lambda row, reason: SkippedRow(row["id"], reason))
 

@@ -41,7 +41,7 @@ from ..inputs.calibration import (
     apply_calibration,
     calibration_from_mapping,
 )
-from ..inputs.hardware import Hardware
+from ..inputs.hardware import MEASURED_MEMORY_MARGIN, Hardware
 from .estimate import estimate_training
 from .plan import Plan, PlanBatch
 from .runs import MeasuredRun, SkippedRow, candidate_plans, preferred_candidates
@@ -136,6 +136,13 @@ def prepare(runs: Iterable[MeasuredRun | SkippedRow], hardware_loader: HardwareL
             skipped.append(SkippedRow(run.id, f"no bundled hardware profile for gpu {run.gpu!r}"))
             continue
         hardware = profiles[run.gpu]
+        measured = run.measured_memory_gib_per_gpu
+        if measured is not None and measured > hardware.plausible_memory_gib:
+            raise InputError(f"row {run.id!r}: measured_memory_gib_per_gpu <= {hardware.plausible_memory_gib:,.1f} "
+                             f"must hold (the {hardware.name}'s {hardware.memory_gib:g} GiB and "
+                             f"{MEASURED_MEMORY_MARGIN:.0%}: more cannot be resident on one GPU), but got "
+                             f"(measured_memory_gib_per_gpu={measured:g}); give the peak of one GPU in GiB",
+                             source=run.source or None, field="measured_memory_gib_per_gpu")
         precision = run.known.get("precision")
         if precision and precision != "fp16" and not hardware.supports(precision):
             skipped.append(SkippedRow(run.id, f"cannot be expressed: {run.gpu} has no {precision} tensor cores"))
