@@ -174,3 +174,34 @@ def test_tune_fails_a_trial_whose_peak_memory_is_beyond_the_gpu(tmp_path):
     trial = json.loads(result.stdout)["trials"][0]
     assert trial["outcome"] == "failed"
     assert "peak_memory_gib <= 88.0 must hold" in trial["failure_reason"]
+
+
+# --- spaces that cannot give a plan ------------------------------------------------------------------------
+
+def _marker_bench(tmp_path):
+    marker = tmp_path / "ran"
+    return marker, f"{sys.executable} -c \"open({str(marker)!r}, 'w')\""
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--fix", "tp=3"], "tp*pp*cp does not divide the GPU count"),
+    (["--fix", "pp=2", "--fix", "zero=3"], "ZeRO stage the framework does not offer"),
+])
+def test_tune_with_no_valid_plan_fails_before_any_trial_with_the_search_diagnosis(args, needle, tmp_path):
+    marker, bench = _marker_bench(tmp_path)
+    result = invoke("tune", *SMALL, "--run", bench, "--storage", f"sqlite:///{tmp_path}/t.db", "--trials", "3", *args)
+    assert result.exit_code == 1, result.output
+    assert "no plan fits. What binds: every plan of the space breaks a validity rule" in result.stderr
+    assert needle in result.stderr and "no benchmark was run" in result.stderr
+    assert not marker.exists() and not (tmp_path / "t.db").exists()
+    search = invoke("search", *SMALL, *args)  # the same words as search
+    assert search.exit_code == 1 and result.stderr.splitlines()[0] in search.stderr
+
+
+def test_tune_where_every_plan_is_predicted_not_to_fit_fails_before_any_trial(tmp_path):
+    marker, bench = _marker_bench(tmp_path)
+    result = invoke("tune", "-m", "llama3-405b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "8192", "-b", "16",
+                    "--run", bench, "--storage", f"sqlite:///{tmp_path}/t.db", "--trials", "3")
+    assert result.exit_code == 1, result.output
+    assert "What binds: memory" in result.stderr and "--margin" in result.stderr and "--no-prior" in result.stderr
+    assert not marker.exists() and not (tmp_path / "t.db").exists()

@@ -276,6 +276,15 @@ def say_note(text: str | None) -> None:
         stderr.print(f"[yellow]note:[/] {escape(text)}.", highlight=False, soft_wrap=True)
 
 
+def say_diagnosis(diagnosis, *fixes: str) -> None:
+    """Why no plan fits (a search.diagnose.Diagnosis) on stderr: what binds, then each change that would fit
+    (``fixes`` after the diagnosis's own)."""
+    stderr.print(f"[bold red]no plan fits.[/] What binds: {escape(diagnosis.binding)}.", soft_wrap=True,
+                 highlight=False)
+    for fix_text in [*diagnosis.fixes, *fixes]:
+        stderr.print(f"  - {escape(fix_text)}", soft_wrap=True, highlight=False)
+
+
 def note_inputs(inputs) -> None:
     """Say what is unusual about the inputs, without refusing them."""
     capacity = getattr(inputs.workload, "moe_capacity_factor", None)

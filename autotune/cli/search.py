@@ -119,6 +119,7 @@ from .app import (
     print_json,
     progress,
     reject_flags,
+    say_diagnosis,
     say_note,
     stderr,
     stdout,
@@ -305,9 +306,7 @@ def search(
             if written:
                 stdout.print("Wrote " + ", ".join(str(p) for p in written))
         if outcome.diagnosis is not None:
-            stderr.print(f"[bold red]no plan fits.[/] What binds: {outcome.diagnosis.binding}.", soft_wrap=True)
-            for fix_text in outcome.diagnosis.fixes:
-                stderr.print(f"  - {fix_text}", soft_wrap=True)
+            say_diagnosis(outcome.diagnosis)
             raise typer.Exit(code=1)
 
 

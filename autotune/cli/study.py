@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..inputs.request import TrainingRequest, moe_imbalance_note
 from ..outputs.files import check_out_file
 from ..search.api import check_trials, inputs_json, parse_fixes
+from ..search.diagnose import diagnose, no_valid_plan
 from ..search.fingerprint import storage_file
 from ..search.optuna_study import (
     EXACT_ATTR,
@@ -52,6 +53,7 @@ from .app import (
     path_option,
     check_study_flags,
     print_json,
+    say_diagnosis,
     say_note,
     stderr,
     stdout,
@@ -247,6 +249,18 @@ def tune(
         problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload,
                                         load_space(space).fixed(parse_fixes(fix or [])), inputs.framework)
         say_note(moe_imbalance_note(inputs.workload, problem.choices["ep"]))
+        # A space nothing can run in fails here, before the study exists or a benchmark runs (as search says it).
+        hopeless = no_valid_plan(problem)
+        if hopeless is not None:
+            say_diagnosis(hopeless)
+            stderr.print("no benchmark was run.", highlight=False)
+            raise typer.Exit(code=1)
+        prior = [] if no_prior else prior_plans(problem, min(prior_top, trials), margin)
+        if not no_prior and prior_top > 0 and not prior:  # every plan would be skipped as predicted not to fit
+            say_diagnosis(diagnose(problem, {}),
+                          f"measure plans predicted not to fit anyway: a larger --margin (now {margin:g}), or --no-prior")
+            stderr.print("no benchmark was run.", highlight=False)
+            raise typer.Exit(code=1)
         name = study or f"tune-{inputs.model.name}-{inputs.cluster.n_gpus}x{inputs.cluster.hardware.name}"
         store = make_storage(storage, heartbeat_s=heartbeat or None)
         settings = {"mode": "tune", "sampler": sampler, "margin": None if no_prior else margin,
@@ -254,7 +268,7 @@ def tune(
         opened, note = open_study(store, name, problem, objectives, new=new, target=trials, settings=settings)
         notes = [note]
         if not no_prior:
-            queued = enqueue_plans(opened, problem, prior_plans(problem, min(prior_top, trials), margin))
+            queued = enqueue_plans(opened, problem, prior)
             if queued:
                 notes.append(f"queued the cost model's {queued} best plans predicted to fit to run first")
         for line in notes:

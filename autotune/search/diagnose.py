@@ -130,4 +130,14 @@ def diagnose(problem: TrainingProblem, rejected: dict[str, int], *, sampler: str
     return Diagnosis(binding, fixes)
 
 
-__all__ = ["Diagnosis", "diagnose"]
+def no_valid_plan(problem: TrainingProblem) -> Diagnosis | None:
+    """What breaks every plan of a space that holds no valid one (None when it holds some): what a search would say
+    after evaluating nothing, said before anything runs (``autotune tune``, whose trials are benchmark runs)."""
+    enumeration = enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules,
+                                  problem.framework)
+    if len(enumeration.plans):
+        return None
+    return diagnose(problem, dict(enumeration.rejected))
+
+
+__all__ = ["Diagnosis", "diagnose", "no_valid_plan"]
