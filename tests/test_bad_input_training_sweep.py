@@ -205,3 +205,12 @@ def test_tune_where_every_plan_is_predicted_not_to_fit_fails_before_any_trial(tm
     assert result.exit_code == 1, result.output
     assert "What binds: memory" in result.stderr and "--margin" in result.stderr and "--no-prior" in result.stderr
     assert not marker.exists() and not (tmp_path / "t.db").exists()
+
+
+def test_a_memory_headroom_that_leaves_nothing_is_named_as_what_binds():
+    result = invoke("search", *SMALL, "--memory-headroom", "0.99")
+    assert result.exit_code == 1, result.output
+    assert "What binds: memory headroom" in result.stderr
+    assert "--memory-headroom 0.99 leaves" in result.stderr
+    assert "a smaller --memory-headroom (0.03, the default): fits" in result.stderr
+    assert "but the h100-sxm5-80gb has 80 GiB" not in result.stderr  # what it said: 8.2 GiB needed, 80 GiB had

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..inputs.hardware import Cluster
-from ..training.problem import TrainingProblem
+from ..training.problem import DEFAULT_MEMORY_HEADROOM, TrainingProblem
 from ..training.space import REASONS, enumerate_valid
 
 SAMPLE_LIMIT = 400_000  # plans evaluated per alternative, at most
@@ -95,11 +95,23 @@ def diagnose(problem: TrainingProblem, rejected: dict[str, int], *, sampler: str
         binding = f"every plan of the space breaks a validity rule: {reasons}"
         return Diagnosis(binding, [_remedy(r, problem) for _, r in top])
 
-    binding = (
-        f"memory: the leanest valid plan needs {lowest_gib:.1f} GiB per GPU, "
-        f"but the {problem.cluster.hardware.name} has {capacity:g} GiB"
-    )
+    headroom = problem.memory_headroom
+    usable = capacity * (1.0 - headroom)
+    if lowest_gib <= capacity:  # it would fit but for the share of memory kept free
+        binding = (f"memory headroom: the leanest valid plan needs {lowest_gib:.1f} GiB per GPU, within the "
+                   f"{problem.cluster.hardware.name}'s {capacity:g} GiB but above the {usable:.1f} GiB that "
+                   f"--memory-headroom {headroom:g} leaves")
+    else:
+        binding = (
+            f"memory: the leanest valid plan needs {lowest_gib:.1f} GiB per GPU, "
+            f"but the {problem.cluster.hardware.name} has {capacity:g} GiB"
+        )
     candidates: list[tuple[str, TrainingProblem]] = []
+    if headroom > 0.0:
+        lower = DEFAULT_MEMORY_HEADROOM if headroom > DEFAULT_MEMORY_HEADROOM else 0.0
+        label = f"{lower:g}, the default" if lower == DEFAULT_MEMORY_HEADROOM else f"{lower:g}"
+        candidates.append((f"a smaller --memory-headroom ({label})",
+                           dataclasses.replace(problem, memory_headroom=lower)))
     choices = problem.choices
     if 3 not in choices["zero"]:
         candidates.append(("allow ZeRO-3 (--fix zero=3, or add 3 to the space's zero axis)", _with_choices(problem, zero=(3,))))
