@@ -214,3 +214,18 @@ def test_a_memory_headroom_that_leaves_nothing_is_named_as_what_binds():
     assert "--memory-headroom 0.99 leaves" in result.stderr
     assert "a smaller --memory-headroom (0.03, the default): fits" in result.stderr
     assert "but the h100-sxm5-80gb has 80 GiB" not in result.stderr  # what it said: 8.2 GiB needed, 80 GiB had
+
+
+def test_capacity_planning_says_which_rule_leaves_no_plan():
+    base = ["search", "-m", "qwen3-32b", "-H", "h100-sxm5-80gb", "-s", "4096", "-b", "64", "--tokens", "1e9",
+            "--fix", "tp=16"]
+    one = invoke(*base, "--gpus", "16..32")
+    assert one.exit_code == 1, one.output
+    assert "KV heads not divisible by tp" in one.stderr and "use tp in [1, 2, 4, 8]" in one.stderr
+    assert "out of memory" not in one.stderr
+    several = invoke(*base, "--gpus", "8..16", "--json")
+    assert several.exit_code == 1
+    notes = [c["note"] for c in json.loads(several.stdout)["capacity"]["candidates"]]
+    assert notes[0].startswith("no valid plan: tp*pp*cp does not divide the GPU count")
+    assert notes[1].startswith("no valid plan: KV heads not divisible by tp")
+    assert "every plan breaks a validity rule" in several.stderr

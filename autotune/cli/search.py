@@ -367,7 +367,15 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
             stdout.print("Wrote " + ", ".join(str(p) for p in written))
     if found.chosen is None:
         fastest = found.fastest
-        if fastest is None:  # nothing fits anywhere: memory, or a precision the GPUs lack (the table says which)
+        notes = {c.note for c in found.candidates if c.plan is None}
+        if fastest is None and len(notes) == 1 and notes != {"no plan fits"}:  # one reason, not memory: say it
+            stderr.print(f"[bold red]no plan fits on any of the GPUs and counts compared[/]: {escape(notes.pop())}.",
+                         soft_wrap=True, highlight=False)
+        elif fastest is None and all(n.startswith("no valid plan") for n in notes):
+            stderr.print("[bold red]no plan fits on any of the GPUs and counts compared[/]: every plan breaks a "
+                         "validity rule; each row's note names the commonest and what to change.", soft_wrap=True,
+                         highlight=False)
+        elif fastest is None:  # nothing fits anywhere: memory, or a precision the GPUs lack (the table says which)
             stderr.print("[bold red]no plan fits on any of the GPUs and counts compared[/] (out of memory, unless a "
                          "row's note says otherwise); widen --gpus, add --hardware profiles with more memory, or "
                          "shorten --seq-len.",

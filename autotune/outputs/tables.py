@@ -174,7 +174,8 @@ def capacity_table(found: cap.CapacityResult) -> Table:
     for name, justify in (("hardware", "left"), ("GPUs", "right"), ("layout", "left"), ("tok/s/GPU", "right"),
                           ("days", "right"), ("GPU-hours", "right"), ("cost $", "right"), ("MWh", "right"),
                           ("t CO2e", "right"), ("", "left")):
-        table.add_column(name, justify=justify, no_wrap=True)
+        # a row without a plan says why in the layout column, wrapped there rather than squeezing the others
+        table.add_column(name, justify=justify, no_wrap=name != "layout")
     for c in found.candidates:
         if c.plan is None:
             table.add_row(c.hardware, f"{c.gpus:,}", f"[dim]{c.note}[/]", "", "", "", "", "", "", "")

@@ -50,7 +50,7 @@ from ..training.problem import (
 from ..training.space import Space, load_space
 from . import SAMPLER_CHOICES, run_search
 from . import capacity as cap
-from .diagnose import Diagnosis, diagnose
+from .diagnose import Diagnosis, diagnose, no_valid_plan, top_rejection
 from .plans_file import SERVE_SPACE, serving_inputs_json, training_inputs_json
 from .result import SearchResult
 from .serving import ServeSearchResult, capacity_search, gpu_counts, serve_search
@@ -331,10 +331,17 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
                          "search bf16 instead", field=flag if settings.space is None or flag == "--fix" else "axes.precision",
                          source=None if settings.space is None or flag == "--fix" else settings.space)
 
-    def why_none(inputs: TrainingInputs) -> str:
+    def why_none(inputs: TrainingInputs, result: SearchResult) -> str:
+        """Why a pair has no plan, when it is not memory: a precision its GPU lacks, or no valid plan at all (the
+        top rejection reason, as a search's diagnosis gives it)."""
         hw = inputs.cluster.hardware
         if not any(hw.supports(p) for p in wanted):
             return f"no {'/'.join(wanted)} tensor cores on {hw.name}"
+        if result.feasible == 0 and "out of memory" not in result.rejected:
+            problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload, search_space,
+                                            inputs.framework, memory_headroom=settings.memory_headroom)
+            if no_valid_plan(problem) is not None:
+                return f"no valid plan: {top_rejection(problem, result.rejected)}"
         return ""
     node_sizes: dict[str, int] = {}
 

@@ -244,15 +244,15 @@ def plan_capacity(
     build: Callable[[str, int], Any],
     search_one: Callable[[Any], Any],
     progress: Callable[[str, int, int], None] | None = None,
-    why_none: Callable[[Any], str] | None = None,
+    why_none: Callable[[Any, Any], str] | None = None,
 ) -> tuple[CapacityResult, dict[tuple[str, int], Any]]:
     """Search every (hardware, GPU count) pair and compare their best plans.
 
     ``node_size(hardware)`` is that profile's GPUs per node (or --gpus-per-node);
     ``build(hardware, gpus)`` returns the search inputs (with ``.cluster``) for one pair, or raises
     InputError when that pair is impossible (e.g. the count does not fill whole nodes);
-    ``search_one(inputs)`` returns a ``SearchResult``; ``why_none(inputs)`` says why a pair has no plan when it is
-    not memory (a precision the GPU has no tensor cores for). Returns the comparison and every pair's result.
+    ``search_one(inputs)`` returns a ``SearchResult``; ``why_none(inputs, result)`` says why a pair has no plan when
+    it is not memory (a precision the GPU has no tensor cores for, a layout rule every plan breaks). Returns the comparison and every pair's result.
     """
     pairs: list[tuple[str, int]] = []
     for name in hardware_names:
@@ -267,7 +267,7 @@ def plan_capacity(
         result = search_one(inputs)
         results[(name, n)] = (inputs, result)
         best = result.ranked[0] if result.ranked else None
-        note = (why_none(inputs) if why_none else "") if best is None else ""
+        note = (why_none(inputs, result) if why_none else "") if best is None else ""
         candidates.append(make_candidate(name, inputs.cluster, best, goal, note))
     if progress:
         progress("done", len(pairs), len(pairs))

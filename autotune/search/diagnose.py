@@ -142,6 +142,15 @@ def diagnose(problem: TrainingProblem, rejected: dict[str, int], *, sampler: str
     return Diagnosis(binding, fixes)
 
 
+def top_rejection(problem: TrainingProblem, rejected: dict[str, int]) -> str:
+    """The rule that rejected most plans and what to change: ``tp*pp*cp does not divide the GPU count`` comes last,
+    as any layout space rejects many plans by it (and another GPU count takes other ones)."""
+    if not rejected:
+        return "the space holds no plan; loosen --fix values or the --space axes"
+    reason, _ = min(rejected.items(), key=lambda kv: (kv[0] == REASONS[1], -kv[1]))
+    return f"{reason}; {_remedy(reason, problem)}"
+
+
 def no_valid_plan(problem: TrainingProblem) -> Diagnosis | None:
     """What breaks every plan of a space that holds no valid one (None when it holds some): what a search would say
     after evaluating nothing, said before anything runs (``autotune tune``, whose trials are benchmark runs)."""
@@ -152,4 +161,4 @@ def no_valid_plan(problem: TrainingProblem) -> Diagnosis | None:
     return diagnose(problem, dict(enumeration.rejected))
 
 
-__all__ = ["Diagnosis", "diagnose", "no_valid_plan"]
+__all__ = ["Diagnosis", "diagnose", "no_valid_plan", "top_rejection"]
