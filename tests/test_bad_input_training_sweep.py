@@ -6,8 +6,11 @@ and the messages around them."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
 import sys
+import time
 
 import pytest
 
@@ -229,3 +232,53 @@ def test_capacity_planning_says_which_rule_leaves_no_plan():
     assert notes[0].startswith("no valid plan: tp*pp*cp does not divide the GPU count")
     assert notes[1].startswith("no valid plan: KV heads not divisible by tp")
     assert "every plan breaks a validity rule" in several.stderr
+
+
+# --- SIGTERM during a measured trial -----------------------------------------------------------------------
+
+TERM_BENCH = """\
+import os, signal, subprocess, sys, time
+child = subprocess.Popen(["sleep", "120"])  # the benchmark's own helper, in its process group
+with open(sys.argv[1], "w") as handle:
+    handle.write(str(child.pid))
+os.kill(os.getppid(), signal.SIGTERM)  # the tune process is told to stop (a scheduler, `kill`)
+time.sleep(60)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc") or not hasattr(os, "killpg"), reason="POSIX process groups")
+def test_sigterm_stops_the_benchmark_group_and_fails_its_trial_as_ctrl_c_does(tmp_path):
+    from autotune.search.optuna_study import load_records
+
+    script, pidfile = tmp_path / "bench.py", tmp_path / "helper.pid"
+    script.write_text(TERM_BENCH)
+    url = f"sqlite:///{tmp_path}/t.db"
+    # without the fix the signal must not end the test run: a handler of our own takes it meanwhile
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        result = invoke("tune", *SMALL, "--run", f"{sys.executable} {script} {pidfile}", "--storage", url,
+                        "--study", "s", "--trials", "2", "--prior-top", "1", "--heartbeat", "0",
+                        "--trial-timeout", "30")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    helper = int(pidfile.read_text())
+    try:
+        deadline = time.monotonic() + 20
+        while not _gone(helper) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(helper), "the benchmark's process group outlived tune"
+    finally:
+        if not _gone(helper):
+            os.kill(helper, signal.SIGKILL)
+    assert result.exit_code == 143, result.output
+    assert "terminated." in result.stderr and "run the same command to continue" in result.stderr
+    (trial,) = load_records(url, "s")
+    assert trial["state"] == "FAIL" and trial["user_attrs"].get("outcome") is None  # not counted: run again

@@ -25,10 +25,12 @@ from ..search.optuna_study import (
     trial_records,
 )
 from ..search.tune import (
+    Terminated,
     calibrate_from_trials,
     parse_command,
     prior_plans,
     run_benchmark,
+    sigterm_as_interrupt,
     trials_to_best,
 )
 from ..training.problem import TrainingProblem, parse_objectives
@@ -116,10 +118,14 @@ def no_success(document: dict, study: str) -> None:
     raise typer.Exit(code=1)
 
 
-def interrupted(study: str) -> None:
-    stderr.print(f"[bold]interrupted.[/] Finished trials are saved in study {study!r}; run the same command "
-                 "to continue.", highlight=False)
-    raise typer.Exit(code=130)
+def interrupted(study: str, exc: KeyboardInterrupt) -> None:
+    """Ctrl-C (exit 130) or SIGTERM (143, 128 + its number, as a shell reports it): the running benchmark was
+    stopped and its trial failed; what finished is saved."""
+    terminated = isinstance(exc, Terminated)
+    stderr.print(f"[bold]{'terminated' if terminated else 'interrupted'}.[/] The running benchmark was stopped and "
+                 f"its trial not counted; finished trials are saved in study {study!r}; run the same command to "
+                 "continue.", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=143 if terminated else 130)
 
 def show_tune(records, study: str, *, json_out: bool, top: int, calibrated=None, notes=()):
 
@@ -275,10 +281,12 @@ def tune(
             stderr.print(f"[dim]{line}[/]", highlight=False)
         measure = measure_with(command, shell, trial_timeout, inputs_json(inputs, space))
         try:
-            result = run_study(opened, problem, objectives, sampler_name=sampler, seed=seed, target=trials,
-                               measure=measure, margin=None if no_prior else margin, report=trial_printer(json_out))
-        except KeyboardInterrupt:
-            interrupted(name)
+            with sigterm_as_interrupt():
+                result = run_study(opened, problem, objectives, sampler_name=sampler, seed=seed, target=trials,
+                                   measure=measure, margin=None if no_prior else margin,
+                                   report=trial_printer(json_out))
+        except KeyboardInterrupt as exc:
+            interrupted(name, exc)
         records = trial_records(opened)
         calibrated = None
         succeeded = any(r["user_attrs"].get("outcome") == "ok" and r["state"] == "COMPLETE" for r in records)
@@ -353,11 +361,13 @@ def worker(
                 stdout.print(message, highlight=False, soft_wrap=True)
             return
         try:
-            result = run_study(opened, problem, objectives, sampler_name=settings.get("sampler", "tpe"), seed=seed,
-                               target=target, measure=measure, margin=settings.get("margin") if measured else None,
-                               report=trial_printer(json_out) if measured else None)
-        except KeyboardInterrupt:
-            interrupted(study)
+            with sigterm_as_interrupt():
+                result = run_study(opened, problem, objectives, sampler_name=settings.get("sampler", "tpe"),
+                                   seed=seed, target=target, measure=measure,
+                                   margin=settings.get("margin") if measured else None,
+                                   report=trial_printer(json_out) if measured else None)
+        except KeyboardInterrupt as exc:
+            interrupted(study, exc)
         total = count_trials(opened, measured)
         summary = {"study": study, "done_here": result.done, "not_counted_here": result.wasted,
                    "study_trials": total, "target": target, "notes": result.notes}

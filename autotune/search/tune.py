@@ -18,16 +18,18 @@ This module runs processes; Optuna stays in :mod:`autotune.search.optuna_search`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -62,6 +64,33 @@ class Measurement:
         if self.extra:
             out["extra"] = dict(self.extra)
         return out
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt (:func:`sigterm_as_interrupt`)."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Handle SIGTERM (``kill``, a scheduler's stop, a container's shutdown) as Ctrl-C while measuring: the running
+    benchmark's process group is stopped, its trial recorded as failed (not counted) and the caller told, instead
+    of this process dying and leaving the benchmark's group running.  Once: a second SIGTERM during that cleanup
+    does not cut it short.  Only the main thread can take signals; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+
+    def handler(signum, frame):
+        if not fired:
+            fired.append(signum)
+            raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def parse_command(run: str, shell: bool) -> list[str] | str:
@@ -151,7 +180,7 @@ def run_benchmark(command: list[str] | str, plan: Mapping[str, Any], *, estimate
             except subprocess.TimeoutExpired:
                 timed_out = True
                 _stop(proc)
-            except BaseException:  # Ctrl-C: the benchmark runs in its own session, stop it too
+            except BaseException:  # Ctrl-C or SIGTERM: the benchmark runs in its own session, stop it too
                 _stop(proc)
                 raise
             out.seek(0)
