@@ -282,3 +282,39 @@ def test_sigterm_stops_the_benchmark_group_and_fails_its_trial_as_ctrl_c_does(tm
     assert "terminated." in result.stderr and "run the same command to continue" in result.stderr
     (trial,) = load_records(url, "s")
     assert trial["state"] == "FAIL" and trial["user_attrs"].get("outcome") is None  # not counted: run again
+
+
+# --- more trials than plans --------------------------------------------------------------------------------
+
+NARROW = [*SMALL, "--fix", "tp=8", "--fix", "pp=1", "--fix", "cp=1"]
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_more_sampler_trials_than_valid_plans_are_capped_with_a_note(sampler, tmp_path):
+    from autotune.search import valid_plan_count
+    from autotune.search.api import SearchSettings, parse_fixes, training_problem
+    from autotune.inputs.request import TrainingRequest
+
+    inputs = TrainingRequest(model="llama3-8b", hardware="h100-sxm5-80gb", gpus=8, seq_len=4096,
+                             global_batch=16).build()
+    valid = valid_plan_count(training_problem(inputs, SearchSettings(fixes=parse_fixes(["tp=8", "pp=1", "cp=1"]))),
+                             10**6)
+    assert valid is not None and 0 < valid < 100
+    result = invoke("search", *NARROW, "--sampler", sampler, "--trials", "100000")
+    assert result.exit_code == 0, result.output
+    assert f"--trials 100,000 is more than the {valid:,} valid plans of the space: capped at {valid:,}" in result.stdout
+    url = f"sqlite:///{tmp_path}/s.db"  # a study's target too
+    stored = invoke("search", *NARROW, "--sampler", sampler, "--trials", "100000", "--storage", url, "--study", "s")
+    assert stored.exit_code == 0, stored.output
+    from autotune.search.optuna_study import load_records
+
+    assert len([r for r in load_records(url, "s") if r["state"] == "COMPLETE"]) <= valid
+
+
+def test_tune_caps_its_benchmark_runs_at_the_valid_plans(tmp_path):
+    bench = f"{sys.executable} -c \"print('{{\\\"tokens_per_s_per_gpu\\\": 5000, \\\"peak_memory_gib\\\": 50}}')\""
+    result = invoke("tune", *NARROW, "--fix", "zero=1", "--fix", "mbs=1", "--fix", "offload=none", "--run", bench,
+                    "--trials", "50", "--storage", f"sqlite:///{tmp_path}/t.db", "--heartbeat", "0", "--json")
+    assert result.exit_code == 0, result.output
+    assert "is more than the 3 valid plans of the space: capped at 3" in result.stderr
+    assert json.loads(result.stdout)["study"]["runs"] == 3

@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..inputs.request import TrainingRequest, moe_imbalance_note
 from ..outputs.files import check_out_file
 from ..search.api import check_trials, inputs_json, parse_fixes
+from ..search import valid_plan_count
 from ..search.diagnose import diagnose, no_valid_plan
 from ..search.fingerprint import storage_file
 from ..search.optuna_study import (
@@ -261,6 +262,10 @@ def tune(
             say_diagnosis(hopeless)
             stderr.print("no benchmark was run.", highlight=False)
             raise typer.Exit(code=1)
+        valid = valid_plan_count(problem, trials)
+        if valid is not None:  # more benchmark runs than plans would only propose plans already measured
+            say_note(f"--trials {trials:,} is more than the {valid:,} valid plans of the space: capped at {valid:,}")
+            trials = valid
         prior = [] if no_prior else prior_plans(problem, min(prior_top, trials), margin)
         if not no_prior and prior_top > 0 and not prior:  # every plan would be skipped as predicted not to fit
             say_diagnosis(diagnose(problem, {}),

@@ -30,6 +30,17 @@ def count_valid_upper_bound(problem: TrainingProblem) -> int:
     return max(layouts, 0) * settings
 
 
+def valid_plan_count(problem: TrainingProblem, trials: int, bound: int | None = None) -> int | None:
+    """The number of valid plans when it is below ``trials`` (None otherwise): counted exactly only where the cheap
+    upper bound (``bound``, or :func:`count_valid_upper_bound`) is below ``trials``, so at most that many."""
+    bound = count_valid_upper_bound(problem) if bound is None else bound
+    if bound >= trials:
+        return None
+    valid = len(enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules,
+                                problem.framework).plans)
+    return valid if valid < trials else None
+
+
 def run_search(
     problem: TrainingProblem,
     objectives: Sequence[Objective],
@@ -69,6 +80,7 @@ def run_search(
             if previous in SAMPLER_CHOICES and previous not in ("auto", "exact"):
                 chosen = previous
                 notes.append(f"auto continues study {study!r} with its sampler, {previous}")
+    bound = None
     if sampler == "auto" and chosen == "auto":
         bound = count_valid_upper_bound(problem)
         chosen = "exact" if bound <= EXACT_LIMIT else "tpe"
@@ -76,6 +88,17 @@ def run_search(
             f"auto chose {chosen}: at most {bound:,} valid plans "
             + ("(cheap to evaluate them all)" if chosen == "exact" else f"(over {EXACT_LIMIT:,}; TPE with {trials} trials)")
         )
+    if chosen != "exact":
+        # More trials than valid plans only re-propose plans already tried, each costing a sampler step that grows
+        # with the trials so far (6,000 TPE trials of a 2,000-plan space: minutes); the budget is capped there.
+        valid = valid_plan_count(problem, trials, bound)
+        if valid == 0:
+            notes.append(f"the space holds no valid plan: 1 trial instead of --trials {trials:,}")
+            trials = 1
+        elif valid is not None:
+            notes.append(f"--trials {trials:,} is more than the {valid:,} valid plans of the space: capped at "
+                         f"{valid:,} (--sampler exact evaluates every valid plan at once)")
+            trials = valid
 
     def report(done: int, total: int) -> None:
         if progress:
@@ -135,5 +158,5 @@ def run_search(
 
 __all__ = [
     "OBJECTIVES", "Objective", "TrainingProblem", "parse_objectives", "run_search", "SearchResult", "RankedPlan",
-    "SAMPLER_CHOICES", "pareto_mask",
+    "SAMPLER_CHOICES", "pareto_mask", "valid_plan_count",
 ]

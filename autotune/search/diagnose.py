@@ -90,7 +90,10 @@ def diagnose(problem: TrainingProblem, rejected: dict[str, int], *, sampler: str
         return Diagnosis(binding, [f"more trials (--trials {max(200, 10 * evaluations):,})",
                                    "every plan of the space (--sampler exact)"])
     if valid == 0:
-        top = sorted(((n, r) for r, n in rejected.items()), reverse=True)[:3]
+        # counted over the whole space (a sampled search saw a few plans of it), as they are cheap to count here
+        counts = dict(enumerate_valid(problem.model, problem.cluster, problem.workload, problem.choices, problem.rules,
+                                      problem.framework).rejected) or rejected
+        top = sorted(((n, r) for r, n in counts.items()), reverse=True)[:3]
         reasons = "; ".join(f"{r} ({n:,} plans)" for n, r in top)
         binding = f"every plan of the space breaks a validity rule: {reasons}"
         return Diagnosis(binding, [_remedy(r, problem) for _, r in top])
