@@ -318,3 +318,14 @@ def test_tune_caps_its_benchmark_runs_at_the_valid_plans(tmp_path):
     assert result.exit_code == 0, result.output
     assert "is more than the 3 valid plans of the space: capped at 3" in result.stderr
     assert json.loads(result.stdout)["study"]["runs"] == 3
+
+
+# --- conflicting flags -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gpus", [["--gpus", "8"], ["--gpus", "8..16", "--tokens", "1e9"]])
+def test_a_pinned_precision_outside_precision_is_refused_naming_both(gpus):
+    base = ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "-s", "4096", "-b", "16", *gpus]
+    assert_user_error(invoke(*base, "--fix", "precision=fp8", "--precision", "bf16"), "--fix precision",
+                      "--precision", "must agree", "fp8", "bf16")
+    within = invoke(*base, "--fix", "precision=fp8", "--precision", "bf16,fp8", "--json")
+    assert within.exit_code == 0, within.output

@@ -221,6 +221,10 @@ def training_space(settings: SearchSettings) -> Space:
     settles, not one flag silently winning."""
     space = load_space(settings.space)
     wanted = settings.precisions
+    pinned = settings.fixes.get("precision")
+    if wanted is not None and pinned is not None and pinned not in wanted:  # --fix would win silently
+        raise InputError(f"--fix precision and --precision must agree, but got (--fix precision={pinned}, --precision="
+                         f"{','.join(wanted)}); drop one of them, or add {pinned} to --precision", field="--fix")
     if wanted is None:
         return space.fixed(settings.fixes)
     listed = tuple(space.axes["precision"])
