@@ -329,3 +329,19 @@ def test_a_pinned_precision_outside_precision_is_refused_naming_both(gpus):
                       "--precision", "must agree", "fp8", "bf16")
     within = invoke(*base, "--fix", "precision=fp8", "--precision", "bf16,fp8", "--json")
     assert within.exit_code == 0, within.output
+
+
+@pytest.mark.parametrize("command, extra", [("tune", ["--run", "true"]), ("explain", ["--plan", "tp=1"]),
+                                            ("emit", ["tp=1", "--format", "megatron"]),
+                                            ("predict", ["--plan", "tp=1"])])
+@pytest.mark.parametrize("gpus, needle", [("8..16", "takes one GPU count"), ("eight", "must be one GPU count")])
+def test_a_gpu_range_or_word_where_one_count_is_taken_is_answered_through_the_error_path(command, extra, gpus,
+                                                                                         needle, tmp_path,
+                                                                                         monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = [command, *extra, "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "-s", "4096", "-b", "16", "--gpus", gpus]
+    result = invoke(*args)
+    assert_user_error(result, "--gpus", needle, "whole number")
+    if gpus == "8..16":
+        assert "autotune search ... --gpus 8..16" in result.stderr
+    assert list(tmp_path.iterdir()) == []

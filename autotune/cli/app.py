@@ -300,7 +300,9 @@ def note_inputs(inputs) -> None:
 # --- option types shared by several commands ------------------------------------------------------
 Model = Annotated[str, typer.Option("--model", "-m", help="Bundled model name (see `autotune models list`), a spec YAML, or an HF config.json.")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", "-H", help="Bundled hardware profile (see `autotune hardware list`) or a profile YAML.")]
-Gpus = Annotated[Optional[int], typer.Option("--gpus", "-n", help="Number of GPUs.")]
+# One GPU count, read as text so that a range or a typo is answered through the one error path
+# (inputs.request.single_gpu_count), not by the option parser; `search --gpus` also takes a range.
+Gpus = Annotated[Optional[str], typer.Option("--gpus", "-n", help="Number of GPUs (one count; a range LOW..HIGH is capacity planning: `autotune search`).")]
 GpusPerNode = Annotated[Optional[int], typer.Option("--gpus-per-node", help="GPUs per node [default: the profile's].")]
 Nodes = Annotated[Optional[int], typer.Option("--nodes", help="Number of nodes (instead of --gpus).")]
 SeqLen = Annotated[int, typer.Option("--seq-len", "-s", help="Sequence length in tokens.")]

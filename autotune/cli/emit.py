@@ -14,7 +14,7 @@ from ..errors import InputError
 from ..inputs.framework import DEFAULT_FRAMEWORK
 from ..inputs.hardware import Cluster, load_hardware
 from ..inputs.modelspec import load_model
-from ..inputs.request import TrainingRequest
+from ..inputs.request import TrainingRequest, single_gpu_count
 from ..outputs.emit import (
     EMITTERS,
     FORMATS,
@@ -127,6 +127,7 @@ def emit(
             raise InputError("give the plan once: as PLAN or as --plan", field="--plan")
         if rank < 1:
             raise InputError(f"must be >= 1 (1 = the best plan of a plans.json), but got {rank}", field="--rank")
+        gpus = single_gpu_count(gpus)
         if gpus_per_node is not None and gpus_per_node < 1:  # not read as "the profile's" (0 or None alike below)
             raise InputError(f"must be >= 1, but got {gpus_per_node}", field="--gpus-per-node")
         for flag, value in (("--data-path", data_path), ("--tokenizer", tokenizer), ("--model-path", model_path)):

@@ -759,7 +759,7 @@ def explain_command(
     plan: Annotated[Optional[str], typer.Option("--plan", "-p", help="A training plan as key=value pairs (instead of PLANS).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model (with --plan; with PLANS it replaces the spec the file embeds).")] = None,
     hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Hardware profile (with --plan; training PLANS: replaces the file's).")] = None,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", "-n", help="Number of GPUs (with --plan).")] = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", "-n", help="Number of GPUs (with --plan; one count).")] = None,
     gpus_per_node: GpusPerNode = None,
     seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length (with --plan).")] = None,
     global_batch: Annotated[Optional[int], typer.Option("--global-batch", "-b", help="Global batch in sequences (with --plan).")] = None,
@@ -770,6 +770,7 @@ def explain_command(
     """Explain one plan, training or serving: where its time (or latency) and memory go, what binds, and what each
     one-step change does."""
     with user_errors():
+        gpus = single_gpu_count(gpus)  # typed as text: a range is answered here, not by the option parser
         if plans is not None and plan is not None:
             raise InputError("give the plan once: a plans.json (PLANS, with --rank K) or --plan, not both",
                              field="--plan")

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import InputError
-from ..inputs.request import TrainingRequest, moe_imbalance_note
+from ..inputs.request import TrainingRequest, moe_imbalance_note, single_gpu_count
 from ..outputs.files import check_out_file
 from ..search.api import check_trials, inputs_json, parse_fixes
 from ..search import valid_plan_count
@@ -248,8 +248,8 @@ def tune(
         if calibrate is not None:  # before any benchmark runs: an existing overlay is the user's, kept unless --force
             check_not_storage(calibrate, storage)
             check_out_file(calibrate, force, "--calibrate")
-        inputs = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
-                                 seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
+        inputs = TrainingRequest(model=model, hardware=hardware, gpus=single_gpu_count(gpus),
+                                 gpus_per_node=gpus_per_node, nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
                                  calibration=calibration, framework=framework, moe_imbalance=moe_imbalance,
                                  moe_capacity_factor=moe_capacity_factor).build()
         objectives = parse_objectives("throughput", tokens=tokens)

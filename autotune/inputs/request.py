@@ -48,12 +48,19 @@ def parse_gpus(text: str | int | None) -> tuple[int | None, tuple[int, int] | No
 
 
 def single_gpu_count(text: str | int | None) -> int | None:
-    """One GPU count (``predict`` and ``explain`` take no range)."""
-    count, bounds = parse_gpus(text)
+    """One GPU count (``predict``, ``explain``, ``emit`` and ``tune`` take no range): a whole number, or a range of
+    one count (``64..64``)."""
+    if text is None or isinstance(text, int):
+        return parse_gpus(text)[0]
+    raw = str(text).strip()
+    if not re.fullmatch(r"[+-]?\d+", raw) and not _RANGE.match(raw):
+        raise InputError(f"must be one GPU count, a whole number such as --gpus 64, but got {raw!r}", field="--gpus")
+    count, bounds = parse_gpus(raw)
     if bounds is not None:
         if bounds[0] == bounds[1]:
             return bounds[0]
-        raise InputError("takes one GPU count, e.g. --gpus 64; a range is for `autotune search`", field="--gpus")
+        raise InputError(f"takes one GPU count, a whole number such as --gpus {bounds[0]}, but got {raw!r}; a range "
+                         f"LOW..HIGH plans capacity: `autotune search ... --gpus {raw} --tokens N`", field="--gpus")
     return count
 
 
