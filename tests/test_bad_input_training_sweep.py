@@ -345,3 +345,22 @@ def test_a_gpu_range_or_word_where_one_count_is_taken_is_answered_through_the_er
     if gpus == "8..16":
         assert "autotune search ... --gpus 8..16" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# --- smaller things the sweep found ------------------------------------------------------------------------
+
+def test_a_framework_profile_with_a_gradient_of_three_bytes_is_refused(tmp_path):
+    text = (ROOT / "profiles" / "frameworks" / "megatron-lm.yaml").read_text()
+    assert "\n  grad_bytes: 4\n" in text
+    profile = tmp_path / "fw.yaml"
+    profile.write_text(text.replace("\n  grad_bytes: 4\n", "\n  grad_bytes: 3\n", 1))
+    assert_user_error(invoke("predict", *SMALL, "--plan", "tp=1", "--framework", profile), "fw.yaml",
+                      "traits.grad_bytes", "2 (bf16 gradients) or 4 (fp32)", "got 3")
+
+
+def test_a_calibration_error_names_its_field_once(tmp_path):
+    overlay = tmp_path / "c.yaml"
+    overlay.write_text("hardware:\n  h100-sxm5-80gb:\n    efficiency:\n      gemm: 5\n")
+    result = invoke("predict", *SMALL, "--plan", "tp=1", "--calibration", overlay)
+    assert_user_error(result, "field 'hardware.h100-sxm5-80gb.efficiency.gemm'", "must be <= 1")
+    assert result.stderr.count("field") == 1 and result.stderr.count("gemm") == 1

@@ -73,7 +73,7 @@ def calibration_from_mapping(data: Mapping[str, Any], *, source: str, known_prof
         try:
             efficiency_from_mapping(raw, source=source)  # numbers and bounds
         except InputError as exc:
-            raise InputError(str(exc).split(": ", 1)[-1], source=source,
+            raise InputError(exc.message, source=source,  # the message alone: the field is named once, in full
                              field=f"{where}.{exc.field}" if exc.field else f"{where}.efficiency") from None
         efficiency[str(name)] = {k: float(v) for k, v in raw.items()}
     about = data.get("about") or {}

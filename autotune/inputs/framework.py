@@ -145,7 +145,7 @@ _META = ("name", "version", "date", "description", "sources", "changes_applied")
 TRAITS: tuple[str, ...] = tuple(f.name for f in fields(Framework) if f.name not in _META)
 
 # Kind of every trait: a tuple of choices, "bool", "fraction" (0..1), ("number", low, high),
-# ("subset", choices) or "int".
+# ("subset", choices), ("bytes", {size: what}) (a number of bytes, one of those sizes) or "int".
 _KINDS: Mapping[str, Any] = MappingProxyType({
     "attention": ATTENTION,
     "dropout": "bool",
@@ -156,7 +156,7 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
     "zero2": ZERO2,
     "zero3_collectives": ZERO3_COLLECTIVES,
     "master_weights": MASTER_WEIGHTS,
-    "grad_bytes": ("number", 2.0, 4.0),
+    "grad_bytes": ("bytes", {2: "bf16 gradients", 4: "fp32"}),
     "pipeline_runtime": PIPELINE_RUNTIMES,
     "pipeline_schedules": ("subset", SCHEDULES),
     "interleave_microbatches_multiple_of_pp": "bool",
@@ -208,6 +208,12 @@ def _trait(value: Any, name: str, *, source: str, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
             raise InputError(f"must be a number with {low:g} <= value <= {high:g}, but got {value!r}",
                              source=source, field=where)
+        return float(value)
+    if isinstance(kind, tuple) and kind and kind[0] == "bytes":  # a dtype's size: 3 bytes is no gradient type
+        sizes = kind[1]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value not in sizes:
+            listed = " or ".join(f"{size} ({what})" for size, what in sizes.items())
+            raise InputError(f"must be {listed} bytes per value, but got {value!r}", source=source, field=where)
         return float(value)
     if isinstance(kind, tuple) and kind and kind[0] == "subset":
         choices = kind[1]
