@@ -358,6 +358,25 @@ def test_a_framework_profile_with_a_gradient_of_three_bytes_is_refused(tmp_path)
                       "traits.grad_bytes", "2 (bf16 gradients) or 4 (fp32)", "got 3")
 
 
+@pytest.mark.parametrize("deadline", ["30", "1.5e1"])
+def test_a_deadline_without_a_unit_is_refused_not_read_as_days(deadline):
+    result = invoke("search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8..16", "-s", "4096", "-b", "16",
+                    "--tokens", "1e9", "--deadline", deadline)
+    assert_user_error(result, "--deadline", "must name its unit", f"{deadline}d for days")
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_explain_exits_non_zero_for_a_plan_the_framework_cannot_run(json_flag):
+    base = ["explain", *SMALL, *json_flag, "--plan"]
+    bad = invoke(*base, "tp=2,pp=2,zero=3")
+    assert bad.exit_code == 1, bad.output
+    assert "invalid plan: megatron-lm" in bad.stderr and "ZeRO-3 with pipeline parallelism" in bad.stderr
+    if json_flag:
+        assert json.loads(bad.stdout)["binding"]["kind"] == "rule"  # still explained
+    assert invoke(*base, "tp=2,pp=2,zero=1").exit_code == 0
+    assert invoke(*base, "tp=2,sp=false").exit_code == 0  # a rule of the search space only: it can run
+
+
 def test_a_calibration_error_names_its_field_once(tmp_path):
     overlay = tmp_path / "c.yaml"
     overlay.write_text("hardware:\n  h100-sxm5-80gb:\n    efficiency:\n      gemm: 5\n")

@@ -36,7 +36,7 @@ def test_gpu_counts_whole_nodes_powers_of_two_and_ends():
         cap.gpu_counts(9, 15, 8)
 
 
-@pytest.mark.parametrize("text,days", [("30d", 30), ("720h", 30), ("2w", 14), ("1.5e1", 15), ("2mo", 60)])
+@pytest.mark.parametrize("text,days", [("30d", 30), ("720h", 30), ("2w", 14), ("1.5e1d", 15), ("2mo", 60)])
 def test_parse_duration(text, days):
     assert cap.parse_duration_days(text) == pytest.approx(days)
 

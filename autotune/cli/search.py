@@ -820,8 +820,14 @@ def explain_command(
             raise InputError(f"plan of rank {rank} is malformed: {exc}; rerun `autotune search --out DIR`",
                              source=source, field="plans.plan") from None
         found = explain(t.model, t.cluster, t.workload, chosen, framework=t.framework)
+        # a plan the framework cannot run is explained (the one-step changes show what would), but it is no plan:
+        # the exit status says so, as predict's does
+        reason = int(rejection_reasons(t.model, t.cluster, t.workload, PlanBatch.from_plans([chosen]),
+                                       PERMISSIVE_RULES, framework=t.framework)[0])
+        invalid = reason_text(reason, chosen, t.framework) if reason else ""
         if json_out:
             print_json(found.to_json())
+            _say_invalid_explained(invalid, chosen)
             return
         hw = t.cluster.hardware
         stdout.print(f"[bold]{t.model.name}[/] on {t.cluster.n_gpus} x {hw.name}: {chosen.layout()} with "
@@ -831,6 +837,16 @@ def explain_command(
         stdout.print(memory)
         stdout.print(f"[bold]What binds:[/] {found.binding}.", highlight=False, soft_wrap=True)
         stdout.print(tables.sensitivity_table(found))
+        _say_invalid_explained(invalid, chosen)
+
+
+def _say_invalid_explained(why: str, plan) -> None:
+    """An explained plan that cannot run: one line on stderr and exit 1 (nothing when ``why`` is empty)."""
+    if why:
+        stderr.print(f"[bold red]invalid plan:[/] {escape(why)} ({escape(plan.as_string())}); its numbers are the "
+                     "cost model's, for a plan that cannot run; its one-step changes show which can.",
+                     highlight=False, soft_wrap=True)
+        raise typer.Exit(code=1)
 
 
 def _explain_serving(source: str, inputs: dict, fields: Any, *, rank: int, model: str | None,
