@@ -383,3 +383,18 @@ def test_a_calibration_error_names_its_field_once(tmp_path):
     result = invoke("predict", *SMALL, "--plan", "tp=1", "--calibration", overlay)
     assert_user_error(result, "field 'hardware.h100-sxm5-80gb.efficiency.gemm'", "must be <= 1")
     assert result.stderr.count("field") == 1 and result.stderr.count("gemm") == 1
+
+
+def test_tune_says_it_continues_a_study_once_and_a_worker_with_nothing_to_do_says_so(tmp_path):
+    bench = f"{sys.executable} -c \"print('{{\\\"tokens_per_s_per_gpu\\\": 5000, \\\"peak_memory_gib\\\": 50}}')\""
+    args = ["tune", *SMALL, "--run", bench, "--storage", f"sqlite:///{tmp_path}/t.db", "--study", "t",
+            "--prior-top", "2", "--heartbeat", "0"]
+    assert invoke(*args, "--trials", "2").exit_code == 0
+    again = invoke(*args, "--trials", "3")
+    assert again.exit_code == 0, again.output
+    assert again.output.count("continuing study 't'") == 1
+    worker = invoke("worker", "--storage", f"sqlite:///{tmp_path}/t.db", "--study", "t", "--run", bench,
+                    "--trials", "1")
+    assert worker.exit_code == 0, worker.output
+    assert "already holds 3 trials, at least its target of 1, so there was nothing to do here" in worker.stdout
+    assert "holds 3 of 1" not in worker.stdout

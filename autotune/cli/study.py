@@ -294,6 +294,7 @@ def tune(
             interrupted(name, exc)
         records = trial_records(opened)
         calibrated = None
+        notes = []  # those above were said as the study opened: the summary adds only what came after
         succeeded = any(r["user_attrs"].get("outcome") == "ok" and r["state"] == "COMPLETE" for r in records)
         if calibrate is not None and succeeded:
             with stderr.status("refitting the hardware profile to the measured trials"):
@@ -379,5 +380,10 @@ def worker(
         if json_out:
             print_json(summary)
         else:
-            stdout.print(f"worker finished: {result.done} trials here; study {study!r} holds {total} of {target}."
-                         + (" " + " ".join(result.notes) if result.notes else ""), highlight=False)
+            if result.done == 0 and total >= target:  # "holds 20 of 5" read as a count gone wrong
+                said = (f"worker finished: study {study!r} already holds {total} trials, at least its target of "
+                        f"{target}, so there was nothing to do here; give a larger --trials to search further.")
+            else:
+                said = f"worker finished: {result.done} trials here; study {study!r} holds {total} (target {target})."
+            stdout.print(said + (" " + " ".join(result.notes) if result.notes else ""), highlight=False,
+                         soft_wrap=True)
