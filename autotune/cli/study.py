@@ -249,9 +249,9 @@ def tune(
             check_not_storage(calibrate, storage)
             check_out_file(calibrate, force, "--calibrate")
         inputs = TrainingRequest(model=model, hardware=hardware, gpus=single_gpu_count(gpus),
-                                 gpus_per_node=gpus_per_node, nodes=nodes, seq_len=seq_len, global_batch=global_batch, tokens=tokens, price=price,
-                                 calibration=calibration, framework=framework, moe_imbalance=moe_imbalance,
-                                 moe_capacity_factor=moe_capacity_factor).build()
+                                 gpus_per_node=gpus_per_node, nodes=nodes, seq_len=seq_len, global_batch=global_batch,
+                                 tokens=tokens, price=price, calibration=calibration, framework=framework,
+                                 moe_imbalance=moe_imbalance, moe_capacity_factor=moe_capacity_factor).build()
         objectives = parse_objectives("throughput", tokens=tokens)
         problem = TrainingProblem.build(inputs.model, inputs.cluster, inputs.workload,
                                         load_space(space).fixed(parse_fixes(fix or [])), inputs.framework)
@@ -268,8 +268,8 @@ def tune(
             trials = valid
         prior = [] if no_prior else prior_plans(problem, min(prior_top, trials), margin)
         if not no_prior and prior_top > 0 and not prior:  # every plan would be skipped as predicted not to fit
-            say_diagnosis(diagnose(problem, {}),
-                          f"measure plans predicted not to fit anyway: a larger --margin (now {margin:g}), or --no-prior")
+            say_diagnosis(diagnose(problem, {}), "measure plans predicted not to fit anyway: a larger --margin "
+                          f"(now {margin:g}), or --no-prior")
             stderr.print("no benchmark was run.", highlight=False)
             raise typer.Exit(code=1)
         name = study or f"tune-{inputs.model.name}-{inputs.cluster.n_gpus}x{inputs.cluster.hardware.name}"

@@ -256,7 +256,8 @@ def plan_capacity(
     ``build(hardware, gpus)`` returns the search inputs (with ``.cluster``) for one pair, or raises
     InputError when that pair is impossible (e.g. the count does not fill whole nodes);
     ``search_one(inputs)`` returns a ``SearchResult``; ``why_none(inputs, result)`` says why a pair has no plan when
-    it is not memory (a precision the GPU has no tensor cores for, a layout rule every plan breaks). Returns the comparison and every pair's result.
+    it is not memory (a precision the GPU has no tensor cores for, a layout rule every plan breaks). Returns the
+    comparison and every pair's result.
     """
     pairs: list[tuple[str, int]] = []
     for name in hardware_names:

@@ -212,14 +212,14 @@ def _sqlite_tables(path: _Path) -> set[str] | None:
         return None
 
 
-def _journal_lines(path: _Path) -> tuple[int, bool]:
-    """(lines, whether the last one ends with a newline) of a journal file, read in blocks."""
+def _journal_lines(path: _Path) -> int:
+    """The lines of a journal file (a partial last one counted), read in blocks."""
     lines, last = 0, b"\n"
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             lines += block.count(b"\n")
             last = block[-1:]
-    return lines + (last != b"\n"), last == b"\n"
+    return lines + (last != b"\n")
 
 
 def _last_line(path: _Path) -> bytes:
@@ -248,16 +248,15 @@ def _journal_tail_problem(path: _Path) -> str | None:
         if line.endswith(b"\n") or _time.monotonic() >= deadline:
             break
         _time.sleep(0.1)
-    number = None
     if not line.endswith(b"\n"):
-        number = _journal_lines(path)[0]
+        number = _journal_lines(path)
         return (f"ends in a partial line (line {number}: a write cut short, e.g. a process killed mid-write or a "
                 f"full disk), which the next record would be joined to; drop that last line (e.g. head -n "
                 f"{number - 1} {path} > fixed.log, then use journal:fixed.log) and run again")
     try:
         _json.loads(line)
     except ValueError:
-        number = _journal_lines(path)[0]
+        number = _journal_lines(path)
         return (f"line {number}, the last, is not one whole JSON record (a write cut short, then another joined to "
                 f"it); drop that line (e.g. head -n {number - 1} {path} > fixed.log, then use journal:fixed.log; the "
                 "trial record on it is lost) and run again")
@@ -293,9 +292,9 @@ def check_storage_file(url: str, *, existing: bool = False) -> None:
     if kind == "sqlite":
         database = sqlite_database(url)
         if database is None:
-            raise InputError(f"an SQLite database in memory cannot hold a study (no other worker sees it, and it is "
-                             f"gone when this process exits, so a re-run cannot continue it), but got ({redact(url)!r}); "
-                             "name a file, e.g. sqlite:///study.db", field="--storage")
+            raise InputError("an SQLite database in memory cannot hold a study (no other worker sees it, and it is "
+                             "gone when this process exits, so a re-run cannot continue it), but got "
+                             f"({redact(url)!r}); name a file, e.g. sqlite:///study.db", field="--storage")
         target = database
     elif kind != "journal":
         return
