@@ -149,6 +149,19 @@ def check_given_options() -> None:
                                  field=flag)
 
 
+def given_on_command_line(name: str) -> bool:
+    """Whether the option of parameter ``name`` was typed on the command line, even at its default value
+    (``--engine vllm``, ``--trials 200``): such a flag where it does not apply is refused like any other, where a
+    comparison with the default would let it pass unseen."""
+    try:
+        from typer.main import get_current_context  # typer with click vendored
+    except ImportError:  # pragma: no cover - older typer on click
+        from click import get_current_context
+    ctx = get_current_context(silent=True)
+    source = ctx.get_parameter_source(name) if ctx is not None else None
+    return source is not None and source.name == "COMMANDLINE"
+
+
 def note_framework_version() -> None:
     """A one-line note when ``--framework NAME@YYYY-MM`` is newer than any version profiled (its newest settings are
     used); every command that takes --framework says it the same way."""

@@ -115,6 +115,7 @@ from .app import (
     path_option,
     check_study_flags,
     check_workload,
+    given_on_command_line,
     note_inputs,
     print_json,
     progress,
@@ -210,13 +211,15 @@ def search(
             "--emit": emit, "--framework": framework, "--precision": precision,
             "--memory-headroom": memory_headroom, "--moe-imbalance": moe_imbalance,
             "--moe-capacity-factor": moe_capacity_factor,
-            "--objective": None if objective == "throughput" else objective,
-            "--sampler": None if sampler == "auto" else sampler,
+            "--objective": objective if given_on_command_line("objective") else None,
+            "--sampler": sampler if given_on_command_line("sampler") else None,
         }
         if check_workload(workload) == "serve":
             # a serving search is exact: the sampler's and the study's settings have nothing to act on
-            training_flags.update({"--trials": None if trials == 200 else trials, "--seed": None if seed == 0 else seed,
-                                   "--new": new or None, "--heartbeat": None if heartbeat == 30 else heartbeat})
+            # given even at its default value (--trials 200), a flag that has nothing to act on is refused
+            training_flags.update({flag: value if given_on_command_line(name) else None for flag, name, value in (
+                ("--trials", "trials", trials), ("--seed", "seed", seed), ("--new", "new", new),
+                ("--heartbeat", "heartbeat", heartbeat))})
             if top < 1:
                 raise InputError(f"must be >= 1, but got {top}", field="--top")
             reject_flags({k: v for k, v in training_flags.items() if k != "--emit"}, "--workload serve")
@@ -232,7 +235,7 @@ def search(
                 calibration=calibration, engine_release=release, memory_fraction=memory_fraction)
             raise typer.Exit(code=_search_serving(request, json_out=json_out, out=out, gpus_text=gpus, force=force,
                                                   formats=serving_formats))
-        serving_flags.update({"--checkpoint": checkpoint, "--engine": None if engine == "vllm" else engine,
+        serving_flags.update({"--checkpoint": checkpoint, "--engine": engine if given_on_command_line("engine") else None,
                               "--memory-fraction": memory_fraction})
         reject_flags(serving_flags, "training (add --workload serve for serving)")
         require_training(seq_len, global_batch)
@@ -610,7 +613,7 @@ def predict(
                              workload=load, plan=plan, json_out=json_out, price=price, engine=engine,
                              checkpoint=checkpoint, calibration=calibration, memory_fraction=memory_fraction)
             return
-        reject_flags({"--checkpoint": checkpoint, "--engine": None if engine == "vllm" else engine,
+        reject_flags({"--checkpoint": checkpoint, "--engine": engine if given_on_command_line("engine") else None,
                       "--memory-fraction": memory_fraction, "--input-len": input_len, "--output-len": output_len,
                       "--ttft-ms": ttft_ms, "--tpot-ms": tpot_ms,
                       "--concurrency": concurrency, "--request-rate": request_rate},

