@@ -50,3 +50,14 @@ def test_a_serving_search_refuses_training_flags_typed_at_their_default(extra, f
 def test_training_refuses_engine_vllm_typed_out(command):
     """`--engine vllm` (the default) on a training command was ignored without a word; `--engine sglang` was not."""
     refused(runner.invoke(app, [*command, "--engine", "vllm"]), "--engine", "does not apply to training")
+
+
+@pytest.mark.parametrize("args", [
+    ["emit", "tp=1", "--format", "vllm", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "2", "--input-len", "512",
+     "--output-len", "128", "--rank", "2"],
+    ["emit", "-p", "tp=1", *TRAIN, "-r", "2"],
+    ["explain", "-p", "tp=1", *TRAIN, "--rank", "1"],
+])
+def test_rank_with_a_plan_string_is_refused(args):
+    """--rank picks a plan of a plans.json; with a plan string it was read nowhere."""
+    refused(runner.invoke(app, args), "--rank", "leave --rank out")

@@ -780,6 +780,9 @@ def explain_command(
         if (plans is None) == (plan is None):
             raise InputError("give a plans.json (with --rank K) or --plan with --model, --hardware, --gpus, "
                              "--seq-len and --global-batch", field="PLANS")
+        if plan is not None and given_on_command_line("rank"):  # read nowhere: a plan string is one plan
+            raise InputError("picks a plan of a plans.json, but --plan gives one plan; leave --rank out",
+                             field="--rank")
         fields = None
         if plans is not None:
             path = plans_path(plans) or plans
