@@ -61,3 +61,9 @@ def test_training_refuses_engine_vllm_typed_out(command):
 def test_rank_with_a_plan_string_is_refused(args):
     """--rank picks a plan of a plans.json; with a plan string it was read nowhere."""
     refused(runner.invoke(app, args), "--rank", "leave --rank out")
+
+
+def test_a_serving_report_refuses_a_number_of_convergence_trials(serving_plans, tmp_path):
+    result = runner.invoke(app, ["report", str(serving_plans), "--out", str(tmp_path / "r"), "--trials", "50"])
+    refused(result, "--trials", "is a serving plans.json")
+    assert not (tmp_path / "r" / "report.html").exists()

@@ -11,7 +11,8 @@ from ..errors import InputError
 from ..outputs.files import check_out_dir
 from ..outputs.report import StudySource, build_report, require_matplotlib
 from ..search.api import MAX_SEED
-from .app import FrameworkOpt, app, check_study_flags, path_option, progress, stdout, user_errors
+from .app import (FrameworkOpt, app, check_study_flags, given_on_command_line, path_option, progress, stdout,
+                  user_errors)
 
 MAX_REPORT_TRIALS = 10_000
 
@@ -65,6 +66,7 @@ def report_command(
         require_matplotlib()
         check_out_dir(out, force)
         with progress("report") as update:
-            files = build_report(source, out, trials=trials, seed=seed, progress=update, framework=framework)
+            files = build_report(source, out, trials=trials if given_on_command_line("trials") else None, seed=seed,
+                                 progress=update, framework=framework)
         stdout.print(f"Wrote {files.html} and {len(files.pngs)} figures: " + ", ".join(p.name for p in files.pngs),
                      highlight=False, soft_wrap=True)

@@ -34,8 +34,10 @@ class ReportFiles:
     figures: list[str]  # titles, in order
 
 
-def build_report(source: Path | StudySource, out_dir: Path, *, trials: int = 100, seed: int = 0,
+def build_report(source: Path | StudySource, out_dir: Path, *, trials: int | None = None, seed: int = 0,
                  progress: Callable[[str, int, int], None] | None = None, framework: str | None = None) -> ReportFiles:
+    """``trials``: the convergence runs' evaluations of a training report (None: 100); a serving search is exact
+    and has none, so a serving plans.json refuses a number of them (0, skip, is what it does anyway)."""
     require_matplotlib()
     from .data import gather
     from .figures import all_figures
@@ -50,13 +52,16 @@ def build_report(source: Path | StudySource, out_dir: Path, *, trials: int = 100
             if framework is not None:
                 raise InputError("is a serving plans.json: --framework names training software; leave it out",
                                  source=str(path), field="--framework")
+            if trials:  # 0 (skip) is what a serving report does anyway
+                raise InputError(f"is a serving plans.json: its search is exact, with no convergence runs for --trials "
+                                 f"{trials} to size; leave it out", source=str(path), field="--trials")
             from .serving import build_serving_report
 
             html_path, pngs, titles = build_serving_report(document, str(path), out_dir, seed=seed, progress=progress)
             return ReportFiles(html_path, pngs, titles)
         source = path
 
-    data = gather(source, trials=trials, seed=seed, progress=progress, framework=framework)
+    data = gather(source, trials=100 if trials is None else trials, seed=seed, progress=progress, framework=framework)
     figures = all_figures(data)
     out_dir.mkdir(parents=True, exist_ok=True)
     pngs = []
