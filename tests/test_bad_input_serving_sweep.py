@@ -67,3 +67,15 @@ def test_a_serving_report_refuses_a_number_of_convergence_trials(serving_plans, 
     result = runner.invoke(app, ["report", str(serving_plans), "--out", str(tmp_path / "r"), "--trials", "50"])
     refused(result, "--trials", "is a serving plans.json")
     assert not (tmp_path / "r" / "report.html").exists()
+
+
+def test_calibrate_refuses_an_out_that_is_a_hard_link_of_the_csv(tmp_path):
+    """A hard link is the same file under another name: --force wrote the overlay over the measured runs."""
+    runs = tmp_path / "runs.csv"
+    shutil.copyfile(DATA / "serving_runs_small.csv", runs)
+    before = runs.read_bytes()
+    link = tmp_path / "calib.yaml"
+    os.link(runs, link)
+    result = runner.invoke(app, ["calibrate", str(runs), "--out", str(link), "--force"])
+    refused(result, "--out", "is the CSV being calibrated")
+    assert runs.read_bytes() == before

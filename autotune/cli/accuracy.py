@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -226,7 +227,9 @@ def calibrate(
 ) -> None:
     """Fit efficiency parameters to measured runs (training or serving CSV); report MAPE before, after and held out."""
     with user_errors():
-        if out.exists() and runs_csv.exists() and out.resolve() == runs_csv.resolve():
+        # the same file by any name: a path with '..', a symbolic link or a hard link (written in place, the CSV
+        # would be lost under --force)
+        if out.exists() and runs_csv.exists() and (out.resolve() == runs_csv.resolve() or _same_file(out, runs_csv)):
             raise InputError("is the CSV being calibrated; give the overlay another file name, e.g. calib.yaml",
                              source=str(out), field="--out")
         check_out_file(out, force)
@@ -267,6 +270,13 @@ def calibrate(
         for group, summary in result.logo.items():
             stdout.print(f"  held out {group}: {summary.n} rows, MAPE {summary.mape_pct:.1f}%", highlight=False)
         stdout.print(f"Wrote {out}; apply it with --calibration {out}.", highlight=False)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # unreadable: the checks that follow report it
+        return False
 
 
 def _calibrate_serving(path: Path, out: Path, *, json_out: bool, silicon: bool, leave_one_out: bool) -> None:
