@@ -79,3 +79,29 @@ def test_calibrate_refuses_an_out_that_is_a_hard_link_of_the_csv(tmp_path):
     result = runner.invoke(app, ["calibrate", str(runs), "--out", str(link), "--force"])
     refused(result, "--out", "is the CSV being calibrated")
     assert runs.read_bytes() == before
+
+
+def _emit(*extra: str):
+    return runner.invoke(app, ["emit", "tp=8", "--format", "vllm", "-m", "llama3-70b", "-H", "h100-sxm5-80gb",
+                               "--input-len", "512", "--output-len", "128", *extra])
+
+
+def test_a_serving_emit_takes_nodes_as_search_and_predict_do():
+    """--nodes was refused as a training flag on a serving emit, though search and predict take it."""
+    by_nodes, by_gpus = _emit("--nodes", "2"), _emit("--gpus", "16")
+    assert by_nodes.exit_code == 0, by_nodes.output
+    assert by_nodes.output == by_gpus.output
+
+
+@pytest.mark.parametrize("extra, flag, needle", [
+    (["--gpus", "12"], "--gpus", "12 GPUs do not fill whole nodes of 8"),
+    (["--nodes", "2", "--gpus", "8"], "--gpus", "give two of the three"),
+])
+def test_a_serving_emits_cluster_errors_name_the_flag(extra, flag, needle):
+    """They read 'n_gpus must be a multiple of gpus_per_node ...', naming no flag."""
+    refused(_emit(*extra), flag, needle)
+
+
+def test_a_serving_emit_of_a_plans_json_refuses_nodes(serving_plans):
+    refused(runner.invoke(app, ["emit", str(serving_plans), "--format", "vllm", "--nodes", "1"]), "--nodes",
+            "comes from")

@@ -12,9 +12,9 @@ from rich.markup import escape
 
 from ..errors import InputError
 from ..inputs.framework import DEFAULT_FRAMEWORK
-from ..inputs.hardware import Cluster, load_hardware
+from ..inputs.hardware import load_hardware
 from ..inputs.modelspec import load_model
-from ..inputs.request import TrainingRequest, single_gpu_count
+from ..inputs.request import TrainingRequest, cluster_from_options, single_gpu_count
 from ..outputs.emit import (
     EMITTERS,
     FORMATS,
@@ -146,7 +146,7 @@ def emit(
                 if value is not None:
                     raise InputError(f"is a training setting; a {format} plan does not take it", field=flag)
             # Refused, not ignored: a training option on a serving emit would otherwise vanish without a word.
-            reject_flags({"--global-batch": global_batch, "--tokens": tokens, "--nodes": nodes,
+            reject_flags({"--global-batch": global_batch, "--tokens": tokens,
                           "--framework": framework, "--data-path": data_path, "--tokenizer": tokenizer},
                          f"a serving emit (--format {format}: training only)")
             if calibration is not None:
@@ -158,7 +158,7 @@ def emit(
                                                      "is their sum)")
             files, estimate = _serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len,
                                        input_len=input_len, output_len=output_len, gpus_per_node=gpus_per_node,
-                                       checkpoint=checkpoint, model_path=model_path,
+                                       nodes=nodes, checkpoint=checkpoint, model_path=model_path,
                                        memory_fraction=serving_memory_fraction(memory_fraction))
         else:
             if format not in EMITTERS:
@@ -324,10 +324,11 @@ def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[s
 
 def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: int, model: str | None,
              hardware: str | None, gpus: int | None, seq_len: int | None, *, input_len: int | None = None,
-             output_len: int | None = None, gpus_per_node: int | None = None, checkpoint: str | None = None,
-             model_path: str | None = None, memory_fraction: float | None = None) -> tuple[dict[str, str], Any]:
+             output_len: int | None = None, gpus_per_node: int | None = None, nodes: int | None = None,
+             checkpoint: str | None = None, model_path: str | None = None,
+             memory_fraction: float | None = None) -> tuple[dict[str, str], Any]:
     """The launch files of a serve plan: from a serving plans.json, or a plan string with --model,
-    --hardware, --gpus and the request shape (--input-len and --output-len, or --seq-len: prompt + output).
+    --hardware, --gpus (or --nodes, as search and predict read them) and the request shape (--input-len and --output-len, or --seq-len: prompt + output).
     ``memory_fraction`` (--memory-fraction) overrides the engine memory flag a plans.json records."""
     input_len_given, output_len_given = input_len, output_len
     source = plan_source or plan_text
@@ -347,7 +348,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         # an older plans.json records no node size: --gpus-per-node then gives it (the profile's otherwise)
         recorded_gpn = gpus_per_node if inputs.get("gpus_per_node") is not None else None
         for flag, value in (("--hardware", hardware), ("--gpus", gpus), ("--gpus-per-node", recorded_gpn),
-                            ("--seq-len", seq_len), ("--input-len", input_len), ("--output-len", output_len)):
+                            ("--nodes", nodes), ("--seq-len", seq_len), ("--input-len", input_len), ("--output-len", output_len)):
             if value is not None:
                 raise InputError(f"comes from {path}; leave it out, or emit a plan string instead", field=flag)
         engine_limit = False  # a searched plan states its max_batch
@@ -379,12 +380,15 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
             stderr.print(f"[yellow]note:[/] the plan was searched for {served.engine}; its batch is re-checked "
                          f"against {format}'s memory budget{kept}.", highlight=False, soft_wrap=True)
     else:
-        if model is None or hardware is None or gpus is None or (seq_len is None and (input_len is None or output_len is None)):
-            raise InputError("a plan string needs --model, --hardware, --gpus and --input-len/--output-len (or "
-                             "--seq-len, prompt + output tokens)", field="--plan")
+        if (model is None or hardware is None or (gpus is None and nodes is None)
+                or (seq_len is None and (input_len is None or output_len is None))):
+            raise InputError("a plan string needs --model, --hardware, --gpus (or --nodes) and --input-len/--output-len "
+                             "(or --seq-len, prompt + output tokens)", field="--plan")
         spec = load_model(model)
         hw = load_hardware(hardware)
         gpn = gpus_per_node or hw.gpus_per_node
+        # the cluster as search and predict read it: the flag at fault is named (GPUs that fill no whole node)
+        cluster = cluster_from_options(hw, gpus, gpus_per_node, nodes)
         try:
             fields = parse_serve_fields(source)
         except ValueError as exc:
@@ -394,8 +398,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         note = serving_checkpoint_note(model, checkpoint)
         if note:
             stderr.print(f"[yellow]note:[/] {escape(note)}.", highlight=False, soft_wrap=True)
-        chosen, engine_limit = predict_serve_plan(fields, int(gpus), format, hw.memory_gib, checkpoint=ckpt)
-        cluster = Cluster(hw, chosen.n_gpus, min(gpn, chosen.n_gpus))
+        chosen, engine_limit = predict_serve_plan(fields, cluster.n_gpus, format, hw.memory_gib, checkpoint=ckpt)
         code = int(serve_rejection_reasons(spec, cluster, ServePlanBatch.from_plans([chosen]), frozenset({"dp"}),
                                            engine=format)[0])
         # Refuse what no engine can launch; a search-space preference (tp within one node) stays the user's call.
