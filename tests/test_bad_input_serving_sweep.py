@@ -34,6 +34,7 @@ def serving_plans(tmp_path_factory) -> Path:
     assert result.exit_code == 0, result.output
     return out
 
+
 @pytest.mark.parametrize("extra, flag", [
     (["--trials", "200"], "--trials"),
     (["--seed", "0"], "--seed"),
@@ -105,3 +106,19 @@ def test_a_serving_emits_cluster_errors_name_the_flag(extra, flag, needle):
 def test_a_serving_emit_of_a_plans_json_refuses_nodes(serving_plans):
     refused(runner.invoke(app, ["emit", str(serving_plans), "--format", "vllm", "--nodes", "1"]), "--nodes",
             "comes from")
+
+
+def test_a_plans_json_naming_a_space_file_that_is_gone_says_which_field(serving_plans, tmp_path):
+    """An older plans.json (no space_spec) names its --space file; when it is gone the error was a bare
+    'file not found' of a path the user never typed."""
+    document = json.loads((serving_plans / "plans.json").read_text())
+    document["inputs"].pop("space_spec")
+    document["inputs"]["space"] = str(tmp_path / "gone" / "serve.yaml")
+    edited = tmp_path / "old" / "plans.json"
+    edited.parent.mkdir()
+    edited.write_text(json.dumps(document))
+    for args in (["explain", str(edited)], ["emit", str(edited), "--format", "sglang"],
+                 ["report", str(edited), "--out", str(tmp_path / "r")]):
+        result = runner.invoke(app, args)
+        refused(result, "inputs.space", "embeds no space_spec")
+        assert str(edited) in result.output

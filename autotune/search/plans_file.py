@@ -15,6 +15,7 @@ hand-edited or hostile ``plans.json`` is refused with the field at fault, never 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import InputError
@@ -291,13 +292,28 @@ def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model:
     return TrainingInputs(spec, cluster, workload, loaded)
 
 
+def _named_space(path: Any, bundled: str, source: str) -> str | None:
+    """The space file an older plans.json (no ``space_spec``) names, None for the bundled one; a file that is gone
+    is the plans.json's problem, named by its field, not a bare 'file not found' of a path the user never typed."""
+    if path in (None, bundled):
+        return None
+    if not isinstance(path, str) or not path.strip():
+        raise InputError(f"must name the search space file, but got {path!r}; restore it or rerun the search",
+                         source=source, field="inputs.space")
+    if not Path(path).exists():
+        raise InputError(f"names the search space file {path!r}, which is not found from the current folder, and "
+                         "the plans.json embeds no space_spec (an older one); run from the folder the search ran in, "
+                         "restore the file, or rerun the search", source=source, field="inputs.space")
+    return path
+
+
 def space_from_plans(inputs: Mapping[str, Any], source: str) -> Space:
     """The training space a plans.json was searched over: embedded, else the path it names (bundled default)."""
     embedded = _mapping(inputs, "space_spec", source)
     if embedded is not None:
         return space_from_mapping(embedded, source=f"{source}: inputs.space_spec")
     path = inputs.get("space")
-    return load_space(None if path in (None, TRAIN_SPACE) else str(path))
+    return load_space(_named_space(path, TRAIN_SPACE, source))
 
 
 def training_problem_from_plans(inputs: Mapping[str, Any], source: str) -> TrainingProblem:
@@ -415,8 +431,7 @@ def serving_inputs_from_plans(inputs: Mapping[str, Any], source: str, *,
     if embedded is not None:
         space = serve_space_from_mapping(embedded, source=f"{source}: inputs.space_spec")
     else:
-        path = inputs.get("space")
-        space = load_serve_space(None if path in (None, SERVE_SPACE) else str(path))
+        space = load_serve_space(_named_space(inputs.get("space"), SERVE_SPACE, source))
     engine, checkpoint, params, release = _serving_stack(inputs, source)
     fraction = None
     if "memory_fraction" in inputs:  # absent: the engine's default rule; a recorded value is a number
