@@ -31,9 +31,12 @@ def test_an_sqlite_database_in_memory_is_refused_as_a_study_storage(url, command
     assert list(tmp_path.iterdir()) == []
 
 
-def test_another_programs_sqlite_database_is_not_given_optuna_tables(tmp_path, monkeypatch):
+@pytest.mark.parametrize("tables", [["notes"], ["notes", "trials"]])  # a table named as one of Optuna's too
+def test_another_programs_sqlite_database_is_not_given_optuna_tables(tables, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with sqlite3.connect(tmp_path / "mine.db") as db:
+        for table in tables[1:]:
+            db.execute(f"CREATE TABLE {table} (id INTEGER)")
         db.execute("CREATE TABLE notes (text TEXT)")
         db.execute("INSERT INTO notes VALUES ('keep me')")
     before = (tmp_path / "mine.db").read_bytes()
@@ -58,6 +61,14 @@ def _journal(tmp_path, monkeypatch):
     return tmp_path / "s.log"
 
 
+@pytest.mark.parametrize("url", ["sqlite:///nodir/x/s.db", "journal:nodir/x/s.log"])
+def test_a_storage_in_a_folder_that_does_not_exist_names_the_folder(url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("search", *SMALL, "--storage", url, "--study", "s", *TPE)
+    assert_user_error(result, "--storage", "the folder 'nodir/x'", "does not exist", "mkdir -p nodir/x")
+    assert not (tmp_path / "nodir").exists()
+
+
 def test_a_journal_cut_short_is_refused_naming_its_last_line(tmp_path, monkeypatch):
     log = _journal(tmp_path, monkeypatch)
     whole = log.read_bytes()
@@ -66,6 +77,10 @@ def test_a_journal_cut_short_is_refused_naming_its_last_line(tmp_path, monkeypat
     result = invoke("search", *SMALL, "--storage", "journal:s.log", "--study", "s", "--sampler", "tpe", "--trials", "5")
     assert_user_error(result, "--storage", "s.log", f"partial line (line {lines}", f"head -n {lines - 1}")
     assert log.read_bytes() == whole[:-20]  # nothing joined to it
+    # a report only reads the study: Optuna reads up to the partial line, and nothing is written
+    report = invoke("report", "--storage", "journal:s.log", "--study", "s", "--trials", "0", "--out", "rep")
+    assert "--storage" not in report.output and "study 's'" in report.output  # read: it is the study that is short
+    assert log.read_bytes() == whole[:-20]
     log.write_bytes(whole[:-20] + b'{"op_code": 0}\n')  # cut short, then another record joined to it
     again = invoke("worker", "--storage", "journal:s.log", "--study", "s")
     assert_user_error(again, "--storage", f"line {lines}", "not one whole JSON record")
@@ -102,6 +117,7 @@ CAPACITY = ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "-s", "4096", "
     (["--gpus", "8..16", "--storage", "sqlite:///c.db", "--study", "c"], "--storage"),
     (["--gpus", "8", "--deadline", "30d", "--study", "c"], "--study"),
     (["--gpus", "8..16", "--storage", "journal:c.log", "--study", "c", "--new"], "--new"),
+    (["--gpus", "8..16", "--heartbeat", "30"], "--heartbeat"),  # typed, though at its default
 ])
 def test_capacity_planning_refuses_study_flags_rather_than_ignore_them(args, flag, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -134,6 +150,31 @@ def test_moe_imbalance_is_capped_at_ep_and_says_so():
     assert "capped at 2 with ep=2" in note
     below, _ = _tokens("--plan", "ep=2", "--moe-imbalance", "1.5")
     assert below > at_ep
+
+
+def test_search_says_when_the_imbalance_moved_its_best_plan_to_ep_1():
+    args = ["search", "-m", "mixtral-8x7b", "-H", "h100-sxm5-80gb", "--gpus", "16", "-s", "4096", "-b", "256",
+            "--top", "1", "--json"]
+    balanced = json.loads(invoke(*args).stdout)["plans"][0]["plan"]
+    result = invoke(*args, "--moe-imbalance", "2")
+    assert result.exit_code == 0, result.output
+    hot = json.loads(result.stdout)["plans"][0]["plan"]
+    assert balanced["ep"] > 1 and hot["ep"] == 1  # the imbalance charged every ep > 1 plan, and none with ep=1
+    assert "applies to plans with ep > 1 only" in result.stderr and "the best plan has ep=1" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["explain", "emit"])
+def test_a_plans_json_imbalance_beyond_what_routing_can_give_is_refused(command, tmp_path):
+    out = tmp_path / "run"
+    made = invoke("search", "-m", "mixtral-8x7b", "-H", "h100-sxm5-80gb", "--gpus", "16", "-s", "4096", "-b", "256",
+                  "--top", "1", "--out", str(out))
+    assert made.exit_code == 0, made.output
+    plans = out / "plans.json"
+    document = json.loads(plans.read_text())
+    document["inputs"]["moe_imbalance"] = 100  # 8 experts, 2 per token: at most 4 times the mean
+    plans.write_text(json.dumps(document))
+    extra = ["--format", "megatron", "--out", str(tmp_path / "launch")] if command == "emit" else []
+    assert_user_error(invoke(command, str(out), *extra), "inputs.moe_imbalance", "<= 4")
 
 
 @pytest.mark.parametrize("value, needle", [("17", "1 <= imbalance <= 16 must hold"), ("inf", "finite"),
@@ -201,10 +242,11 @@ def test_tune_with_no_valid_plan_fails_before_any_trial_with_the_search_diagnosi
     assert search.exit_code == 1 and result.stderr.splitlines()[0] in search.stderr
 
 
-def test_tune_where_every_plan_is_predicted_not_to_fit_fails_before_any_trial(tmp_path):
+@pytest.mark.parametrize("prior", [[], ["--prior-top", "0"]])  # 0: no plan queued first, the check all the same
+def test_tune_where_every_plan_is_predicted_not_to_fit_fails_before_any_trial(prior, tmp_path):
     marker, bench = _marker_bench(tmp_path)
     result = invoke("tune", "-m", "llama3-405b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "8192", "-b", "16",
-                    "--run", bench, "--storage", f"sqlite:///{tmp_path}/t.db", "--trials", "3")
+                    "--run", bench, "--storage", f"sqlite:///{tmp_path}/t.db", "--trials", "3", *prior)
     assert result.exit_code == 1, result.output
     assert "What binds: memory" in result.stderr and "--margin" in result.stderr and "--no-prior" in result.stderr
     assert not marker.exists() and not (tmp_path / "t.db").exists()
@@ -262,11 +304,15 @@ def test_sigterm_stops_the_benchmark_group_and_fails_its_trial_as_ctrl_c_does(tm
     script.write_text(TERM_BENCH)
     url = f"sqlite:///{tmp_path}/t.db"
     # without the fix the signal must not end the test run: a handler of our own takes it meanwhile
-    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    def ours(*_):
+        return None
+
+    previous = signal.signal(signal.SIGTERM, ours)
     try:
         result = invoke("tune", *SMALL, "--run", f"{sys.executable} {script} {pidfile}", "--storage", url,
                         "--study", "s", "--trials", "2", "--prior-top", "1", "--heartbeat", "0",
                         "--trial-timeout", "30")
+        assert signal.getsignal(signal.SIGTERM) is ours  # tune's own handler is gone again
     finally:
         signal.signal(signal.SIGTERM, previous)
     helper = int(pidfile.read_text())
@@ -290,7 +336,7 @@ NARROW = [*SMALL, "--fix", "tp=8", "--fix", "pp=1", "--fix", "cp=1"]
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "random"])
-def test_more_sampler_trials_than_valid_plans_are_capped_with_a_note(sampler, tmp_path):
+def test_more_sampler_trials_than_valid_plans_evaluate_every_plan_with_a_note(sampler, tmp_path):
     from autotune.search import valid_plan_count
     from autotune.search.api import SearchSettings, parse_fixes, training_problem
     from autotune.inputs.request import TrainingRequest
@@ -302,7 +348,13 @@ def test_more_sampler_trials_than_valid_plans_are_capped_with_a_note(sampler, tm
     assert valid is not None and 0 < valid < 100
     result = invoke("search", *NARROW, "--sampler", sampler, "--trials", "100000")
     assert result.exit_code == 0, result.output
-    assert f"--trials 100,000 is more than the {valid:,} valid plans of the space: capped at {valid:,}" in result.stdout
+    assert (f"--trials 100,000 is more than the {valid:,} valid plans of the space: every valid plan evaluated "
+            f"instead of sampling with {sampler}") in " ".join(result.stdout.split())
+    # as good as the exact search: a sampler capped at the valid count saw a fraction of them and missed the best
+    out = json.loads(invoke("search", *NARROW, "--sampler", sampler, "--trials", "100000", "--json").stdout)
+    exact = json.loads(invoke("search", *NARROW, "--sampler", "exact", "--json").stdout)
+    assert out["search"]["sampler"] == "exact"
+    assert out["plans"][0]["plan"] == exact["plans"][0]["plan"]
     url = f"sqlite:///{tmp_path}/s.db"  # a study's target too
     stored = invoke("search", *NARROW, "--sampler", sampler, "--trials", "100000", "--storage", url, "--study", "s")
     assert stored.exit_code == 0, stored.output
@@ -334,16 +386,18 @@ def test_a_pinned_precision_outside_precision_is_refused_naming_both(gpus):
 @pytest.mark.parametrize("command, extra", [("tune", ["--run", "true"]), ("explain", ["--plan", "tp=1"]),
                                             ("emit", ["tp=1", "--format", "megatron"]),
                                             ("predict", ["--plan", "tp=1"])])
-@pytest.mark.parametrize("gpus, needle", [("8..16", "takes one GPU count"), ("eight", "must be one GPU count")])
+@pytest.mark.parametrize("gpus, needle", [("8..16", "takes one GPU count"), ("eight", "must be one GPU count"),
+                                          ("16..8", "such as --gpus 8"), ("\u0668", "must be one GPU count"),
+                                          ("0", "e.g. --gpus 8")])
 def test_a_gpu_range_or_word_where_one_count_is_taken_is_answered_through_the_error_path(command, extra, gpus,
                                                                                          needle, tmp_path,
                                                                                          monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = [command, *extra, "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "-s", "4096", "-b", "16", "--gpus", gpus]
     result = invoke(*args)
-    assert_user_error(result, "--gpus", needle, "whole number")
-    if gpus == "8..16":
-        assert "autotune search ... --gpus 8..16" in result.stderr
+    assert_user_error(result, "--gpus", needle, *(["whole number"] if gpus != "0" else []))
+    if gpus in ("8..16", "16..8"):
+        assert "autotune search ... --gpus 8..16" in result.stderr  # the range, ordered, where it belongs
     assert list(tmp_path.iterdir()) == []
 
 
@@ -358,11 +412,11 @@ def test_a_framework_profile_with_a_gradient_of_three_bytes_is_refused(tmp_path)
                       "traits.grad_bytes", "2 (bf16 gradients) or 4 (fp32)", "got 3")
 
 
-@pytest.mark.parametrize("deadline", ["30", "1.5e1"])
-def test_a_deadline_without_a_unit_is_refused_not_read_as_days(deadline):
+@pytest.mark.parametrize("deadline, fix", [("30", "30d"), ("1.5e1", "1.5e1d"), ("0", "30d")])  # not 0d, refused too
+def test_a_deadline_without_a_unit_is_refused_not_read_as_days(deadline, fix):
     result = invoke("search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8..16", "-s", "4096", "-b", "16",
                     "--tokens", "1e9", "--deadline", deadline)
-    assert_user_error(result, "--deadline", "must name its unit", f"{deadline}d for days")
+    assert_user_error(result, "--deadline", "must name its unit", f"e.g. {fix} for days")
 
 
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])

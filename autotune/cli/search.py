@@ -259,7 +259,7 @@ def search(
         if wants_capacity(gpu_range, hardware, deadline):
             # a study holds one cluster's problem: capacity planning searches many and keeps no trials
             reject_flags({"--storage": storage, "--study": study, "--new": new or None,
-                          "--heartbeat": None if heartbeat == 30 else heartbeat},
+                          "--heartbeat": heartbeat if given_on_command_line("heartbeat") else None},
                          "capacity planning (a --gpus range, several -H profiles or --deadline), which searches each "
                          "cluster afresh; run one cluster's search with --storage")
             if emit:
@@ -292,8 +292,9 @@ def search(
             outcome = search_training(TrainingSearch(
                 inputs=inputs, settings=settings, study=study_options,
                 express=express_all(formats, inputs.model, inputs.workload) if formats else None), update)
-        say_note(moe_imbalance_note(inputs.workload, outcome.problem.choices["ep"]))
         result = outcome.result
+        say_note(moe_imbalance_note(inputs.workload, outcome.problem.choices["ep"],
+                                    best_ep=result.ranked[0].plan.ep if result.ranked else None))
         document = outcome.to_json()
         written: list[Path] = []
         if out is not None:

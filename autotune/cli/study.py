@@ -120,12 +120,12 @@ def no_success(document: dict, study: str) -> None:
 
 
 def interrupted(study: str, exc: KeyboardInterrupt) -> None:
-    """Ctrl-C (exit 130) or SIGTERM (143, 128 + its number, as a shell reports it): the running benchmark was
-    stopped and its trial failed; what finished is saved."""
+    """Ctrl-C (exit 130) or SIGTERM (143, 128 + its number, as a shell reports it): a trial in progress was stopped
+    (its benchmark with it) and failed; what finished is saved."""
     terminated = isinstance(exc, Terminated)
-    stderr.print(f"[bold]{'terminated' if terminated else 'interrupted'}.[/] The running benchmark was stopped and "
-                 f"its trial not counted; finished trials are saved in study {study!r}; run the same command to "
-                 "continue.", highlight=False, soft_wrap=True)
+    stderr.print(f"[bold]{'terminated' if terminated else 'interrupted'}.[/] A trial in progress (and its benchmark, "
+                 f"if one was running) was stopped and not counted; finished trials are saved in study {study!r}; run "
+                 "the same command to continue.", highlight=False, soft_wrap=True)
     raise typer.Exit(code=143 if terminated else 130)
 
 def show_tune(records, study: str, *, json_out: bool, top: int, calibrated=None, notes=()):
@@ -267,7 +267,8 @@ def tune(
             say_note(f"--trials {trials:,} is more than the {valid:,} valid plans of the space: capped at {valid:,}")
             trials = valid
         prior = [] if no_prior else prior_plans(problem, min(prior_top, trials), margin)
-        if not no_prior and prior_top > 0 and not prior:  # every plan would be skipped as predicted not to fit
+        # every plan would be skipped as predicted not to fit (checked on the best one with --prior-top 0 too)
+        if not no_prior and not (prior if prior_top > 0 else prior_plans(problem, 1, margin)):
             say_diagnosis(diagnose(problem, {}), "measure plans predicted not to fit anyway: a larger --margin "
                           f"(now {margin:g}), or --no-prior")
             stderr.print("no benchmark was run.", highlight=False)

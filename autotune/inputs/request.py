@@ -18,7 +18,7 @@ from .workload import ServeWorkload, TrainWorkload, capacity_factor_problem, tok
 
 # More GPUs than this is a typo, not a cluster (the largest are a few hundred thousand).
 MAX_GPUS = 10_000_000
-_RANGE = re.compile(r"^\s*(\d+)\s*(?:\.\.|-|:)\s*(\d+)\s*$")
+_RANGE = re.compile(r"^\s*([0-9]+)\s*(?:\.\.|-|:)\s*([0-9]+)\s*$")  # ASCII digits: int() also reads others
 
 
 def parse_gpus(text: str | int | None) -> tuple[int | None, tuple[int, int] | None]:
@@ -28,11 +28,8 @@ def parse_gpus(text: str | int | None) -> tuple[int | None, tuple[int, int] | No
     if isinstance(text, int):
         return parse_gpus(str(text))[0], None
     raw = str(text).strip()
-    try:
+    if re.fullmatch(r"[+-]?[0-9]+", raw):  # int() would also take "1_000" and other scripts' digits
         count = int(raw)
-    except ValueError:
-        pass
-    else:
         if count > MAX_GPUS:
             raise InputError(f"must be at most {MAX_GPUS:,}, but got {count:,}", field="--gpus")
         return count, None
@@ -53,8 +50,14 @@ def single_gpu_count(text: str | int | None) -> int | None:
     if text is None or isinstance(text, int):
         return parse_gpus(text)[0]
     raw = str(text).strip()
-    if not re.fullmatch(r"[+-]?\d+", raw) and not _RANGE.match(raw):
+    if not re.fullmatch(r"[+-]?[0-9]+", raw) and not _RANGE.match(raw):
         raise InputError(f"must be one GPU count, a whole number such as --gpus 64, but got {raw!r}", field="--gpus")
+    span = _RANGE.match(raw)
+    if span and int(span.group(1)) != int(span.group(2)):  # before parse_gpus, whose fixes are ranges
+        low, high = sorted((max(int(span.group(1)), 1), max(int(span.group(2)), 1)))
+        raise InputError(f"takes one GPU count, a whole number such as --gpus {low}, but got {raw!r}; a range "
+                         f"LOW..HIGH plans capacity: `autotune search ... --gpus {low}..{high} --tokens N`",
+                         field="--gpus")
     count, bounds = parse_gpus(raw)
     if bounds is not None:
         if bounds[0] == bounds[1]:
@@ -78,9 +81,9 @@ def cluster_from_options(hardware: Hardware, gpus: int | None, gpus_per_node: in
     """Resolve --gpus / --gpus-per-node / --nodes (any two determine the third)."""
     gpn = gpus_per_node or hardware.gpus_per_node
     if gpus_per_node is not None and gpus_per_node < 1:
-        raise InputError(f"must be >= 1, but got {gpus_per_node}", field="--gpus-per-node")
+        raise InputError(f"must be >= 1, but got {gpus_per_node}; e.g. --gpus-per-node 8", field="--gpus-per-node")
     if nodes is not None and nodes < 1:
-        raise InputError(f"must be >= 1, but got {nodes}", field="--nodes")
+        raise InputError(f"must be >= 1, but got {nodes}; e.g. --nodes 8", field="--nodes")
     if gpus is None and nodes is None:
         raise InputError("give the cluster size with --gpus N (or --nodes N)", field="--gpus")
     if gpus is None:
@@ -92,7 +95,7 @@ def cluster_from_options(hardware: Hardware, gpus: int | None, gpus_per_node: in
         raise InputError(f"--nodes {nodes} x --gpus-per-node {gpn} = {nodes * gpn}, but --gpus is {gpus}; give two of the three",
                          field="--gpus")
     if gpus < 1:
-        raise InputError(f"must be >= 1, but got {gpus}", field="--gpus")
+        raise InputError(f"must be >= 1, but got {gpus}; e.g. --gpus {gpn}", field="--gpus")
     if gpus > gpn and gpus % gpn:
         raise InputError(f"{gpus} GPUs do not fill whole nodes of {gpn}; use a multiple of {gpn} or set --gpus-per-node",
                          field="--gpus")
@@ -136,9 +139,10 @@ def max_moe_imbalance(model: ModelSpec) -> float | None:
     return None if model.moe is None else model.moe.n_experts / model.moe.top_k
 
 
-def moe_imbalance_note(workload: TrainWorkload, eps: Iterable[int]) -> str | None:
+def moe_imbalance_note(workload: TrainWorkload, eps: Iterable[int], best_ep: int | None = None) -> str | None:
     """What --moe-imbalance does to plans of these ep sizes, when that is less than asked (None: it applies as
-    given): nothing with ep=1 (every rank holds all the experts), at most ep times the mean otherwise."""
+    given): nothing with ep=1 (every rank holds all the experts), at most ep times the mean otherwise.  With
+    ``best_ep`` (a search's best plan), also when the space holds other sizes but the best plan is one of those."""
     x = workload.moe_imbalance
     if workload.moe_capacity_factor is not None or x == 1.0:
         return None
@@ -146,10 +150,13 @@ def moe_imbalance_note(workload: TrainWorkload, eps: Iterable[int]) -> str | Non
     if sizes == [1]:
         return (f"--moe-imbalance {x:g} has no effect with ep=1: every rank holds all the experts and receives the "
                 "mean share of tokens; it applies to plans with ep > 1 (search them, or --fix ep=N)")
-    capped = [e for e in sizes if 1 < e < x]
-    if len(sizes) == 1 and capped:
-        return (f"--moe-imbalance {x:g} is capped at {capped[0]} with ep={capped[0]}: the busiest of {capped[0]} "
-                f"expert-parallel ranks receives at most {capped[0]} times the mean")
+    if best_ep == 1:
+        return (f"--moe-imbalance {x:g} applies to plans with ep > 1 only (with ep=1 every rank holds all the experts "
+                "and receives the mean share of tokens), and the best plan has ep=1")
+    one = sizes[0] if len(sizes) == 1 else best_ep
+    if one is not None and 1 < one < x:
+        return (f"--moe-imbalance {x:g} is capped at {one} with ep={one}: the busiest of {one} "
+                f"expert-parallel ranks receives at most {one} times the mean")
     return None
 
 

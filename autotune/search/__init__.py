@@ -89,16 +89,14 @@ def run_search(
             + ("(cheap to evaluate them all)" if chosen == "exact" else f"(over {EXACT_LIMIT:,}; TPE with {trials} trials)")
         )
     if chosen != "exact":
-        # More trials than valid plans only re-propose plans already tried, each costing a sampler step that grows
-        # with the trials so far (6,000 TPE trials of a 2,000-plan space: minutes); the budget is capped there.
+        # More trials than valid plans cannot do better than evaluating every valid plan once: a sampler spends its
+        # trials on invalid and repeated proposals too (a random sampler's 84 trials of an 84-plan space saw 14 of
+        # them), each step slower than the last (6,000 TPE trials of a 2,000-plan space: minutes).
         valid = valid_plan_count(problem, trials, bound)
-        if valid == 0:
-            notes.append(f"the space holds no valid plan: 1 trial instead of --trials {trials:,}")
-            trials = 1
-        elif valid is not None:
-            notes.append(f"--trials {trials:,} is more than the {valid:,} valid plans of the space: capped at "
-                         f"{valid:,} (--sampler exact evaluates every valid plan at once)")
-            trials = valid
+        if valid is not None:
+            notes.append(f"--trials {trials:,} is more than the {valid:,} valid plans of the space: every valid plan "
+                         f"evaluated instead of sampling with {chosen}")
+            chosen = "exact"
 
     def report(done: int, total: int) -> None:
         if progress:

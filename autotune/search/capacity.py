@@ -43,7 +43,7 @@ DEFAULT_GRID_INTENSITY = 475.0
 GRID_INTENSITY_SOURCE = ("world average 2019 (IEA), carbontracker's default (lfwa/carbontracker constants.py); "
                          "e.g. France 57, US-East 368, Germany 615: pass --grid-intensity")
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)(?:e(\d+))?\s*([a-z]*)\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e([0-9]+))?\s*([a-z]*)\s*$", re.IGNORECASE)
 _UNITS_DAYS = {"d": 1.0, "day": 1.0, "days": 1.0, "h": 1 / 24, "hr": 1 / 24, "hour": 1 / 24, "hours": 1 / 24,
                "min": 1 / 1440, "mins": 1 / 1440, "minute": 1 / 1440, "minutes": 1 / 1440,
                "w": 7.0, "wk": 7.0, "week": 7.0, "weeks": 7.0, "mo": 30.0, "month": 30.0, "months": 30.0}
@@ -88,8 +88,10 @@ def parse_duration_days(text: str | None, flag: str = "--deadline") -> float | N
     if unit == "m":
         raise InputError(f"'m' is ambiguous in {text!r}: write mo for months (30 days) or min for minutes", field=flag)
     if match and not unit:
-        raise InputError(f"must name its unit, but got {text!r}: write {match.group(0).strip()}d for days (or h, w, "
-                         "mo, min)", field=flag)
+        number = match.group(0).strip()
+        example = f"{number}d" if float(match.group(1)) > 0 else "30d"  # 0d would be refused next
+        raise InputError(f"must name its unit, but got {text!r}: write e.g. {example} for days (or h, w, mo, min)",
+                         field=flag)
     if not match or unit not in _UNITS_DAYS:
         raise InputError(f"must be a duration such as 30d, 720h, 6w or 2mo, but got {text!r}", field=flag)
     exponent = int(match.group(2)) if match.group(2) else 0

@@ -115,7 +115,7 @@ def read_study(url: str, name: str) -> StoredStudy:
     )
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    storage = make_storage(url, existing=True)
+    storage = make_storage(url, existing=True, reading=True)  # a report writes nothing to the study
     try:
         names = sorted(optuna.study.get_all_study_names(storage))
     except Exception as exc:  # noqa: BLE001  (a file that is not an Optuna storage, a server that went away)

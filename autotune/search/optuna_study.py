@@ -28,6 +28,7 @@ from dataclasses import dataclass as _dataclass
 from dataclasses import field as _field
 from dataclasses import replace as _replace
 from pathlib import Path as _Path
+from shlex import quote as _shlex_quote
 from typing import Any as _Any
 from typing import Callable, Sequence
 from typing import Mapping as _Mapping
@@ -238,6 +239,12 @@ def _last_line(path: _Path) -> bytes:
         return tail
 
 
+def _drop_last_line(path: _Path, lines: int) -> str:
+    """A shell line that keeps a copy of a journal and drops its last line in place (the workers' --storage stays)."""
+    quoted, backup = _shlex_quote(str(path)), _shlex_quote(f"{path}.bak")
+    return f"cp {quoted} {backup} && head -n {lines - 1} {backup} > {quoted}"
+
+
 def _journal_tail_problem(path: _Path) -> str | None:
     """What is wrong with a journal's last line, or None: a partial line (a write cut short; a line another process
     is writing is waited for, at most _JOURNAL_SETTLE_S), or a line that is not one JSON record (a partial line
@@ -251,15 +258,15 @@ def _journal_tail_problem(path: _Path) -> str | None:
     if not line.endswith(b"\n"):
         number = _journal_lines(path)
         return (f"ends in a partial line (line {number}: a write cut short, e.g. a process killed mid-write or a "
-                f"full disk), which the next record would be joined to; drop that last line (e.g. head -n "
-                f"{number - 1} {path} > fixed.log, then use journal:fixed.log) and run again")
+                f"full disk), which the next record would be joined to; with no worker running, drop that last line "
+                f"({_drop_last_line(path, number)}) and run again")
     try:
         _json.loads(line)
     except ValueError:
         number = _journal_lines(path)
         return (f"line {number}, the last, is not one whole JSON record (a write cut short, then another joined to "
-                f"it); drop that line (e.g. head -n {number - 1} {path} > fixed.log, then use journal:fixed.log; the "
-                "trial record on it is lost) and run again")
+                f"it); with no worker running, drop that line ({_drop_last_line(path, number)}; the trial record on "
+                "it is lost) and run again")
     return None
 
 
@@ -281,13 +288,14 @@ def _journal_damage(path: _Path) -> str | None:
     return None
 
 
-def check_storage_file(url: str, *, existing: bool = False) -> None:
+def check_storage_file(url: str, *, existing: bool = False, reading: bool = False) -> None:
     """The file behind an SQLite or journal URL, before Optuna opens it (opening writes to it): a named pipe or
     device is refused (reading it would wait or never end), as is a file of something else (it would be turned
     into a database or appended to), an SQLite database of something else (Optuna would add its tables to it),
     a journal whose last line was cut short (the next record would be joined to it) and an SQLite database in
     memory (no other process sees it, and it is gone when this one exits); with ``existing`` (a worker or a
-    report, which join a study), a file that is not there (opening it would create an empty one)."""
+    report, which join a study), a file that is not there (opening it would create an empty one).  ``reading``
+    (a report, which writes nothing) takes a journal whose last line is cut short: Optuna reads up to it."""
     kind, target = parse_storage_url(url)
     if kind == "sqlite":
         database = sqlite_database(url)
@@ -304,6 +312,10 @@ def check_storage_file(url: str, *, existing: bool = False) -> None:
     try:
         if path.is_dir():
             raise InputError(f"{target!r} is a folder; name a file in it ({hint})", field="--storage")
+        folder = path.parent
+        if not path.exists() and not folder.is_dir():
+            raise InputError(f"the folder {str(folder)!r} of {target!r} does not exist; create it (mkdir -p "
+                             f"{_shlex_quote(str(folder))}) or name a file in a folder that exists", field="--storage")
         if path.exists() and not path.is_file():
             raise InputError(f"{target!r} is not a regular file (a pipe, socket or device), so it cannot hold a "
                              f"study; name a file ({hint})", field="--storage")
@@ -311,7 +323,7 @@ def check_storage_file(url: str, *, existing: bool = False) -> None:
         if path.is_file():
             with open(path, "rb") as handle:  # its first bytes only: a study database may be large
                 head = handle.read(len(_SQLITE_MAGIC))
-        tail = _journal_tail_problem(path) if kind == "journal" and head else None
+        tail = _journal_tail_problem(path) if kind == "journal" and head and not reading else None
     except OSError as exc:  # a name too long, a folder not readable
         raise InputError(f"cannot use {target!r} as a study storage ({exc.strerror or exc}); {hint}",
                          field="--storage") from None
@@ -328,7 +340,9 @@ def check_storage_file(url: str, *, existing: bool = False) -> None:
                          field="--storage")
     if kind == "sqlite":
         tables = _sqlite_tables(path)
-        if tables and not tables & _OPTUNA_TABLES:
+        # Optuna's: its version tables (a newer release may add tables), or only its tables (another worker is
+        # creating them); a database with a "trials" table of its own is not
+        if tables and not tables & {"version_info", "alembic_version"} and not tables <= _OPTUNA_TABLES:
             shown = ", ".join(sorted(tables)[:3]) + (", ..." if len(tables) > 3 else "")
             raise InputError(f"{target!r} is an SQLite database of something else (tables {shown}), not an Optuna "
                              "study database, and opening it would add Optuna's tables to it; name a new file, e.g. "
@@ -337,11 +351,13 @@ def check_storage_file(url: str, *, existing: bool = False) -> None:
         raise InputError(f"{target!r} {tail}", field="--storage")
 
 
-def make_storage(url: str, *, heartbeat_s: int | None = None, retries: int = 1, existing: bool = False):
+def make_storage(url: str, *, heartbeat_s: int | None = None, retries: int = 1, existing: bool = False,
+                 reading: bool = False):
     """An Optuna storage for ``url``; with ``heartbeat_s`` (RDB only), stale trials are failed and retried; with
-    ``existing``, the SQLite or journal file must already hold studies (:func:`check_storage_file`)."""
+    ``existing``, the SQLite or journal file must already hold studies; ``reading``: it is only read
+    (:func:`check_storage_file`)."""
     kind, target = parse_storage_url(url)
-    check_storage_file(url, existing=existing)
+    check_storage_file(url, existing=existing, reading=reading)
     try:
         if kind == "journal":
             from optuna.storages.journal import JournalFileBackend
@@ -733,7 +749,7 @@ def trial_records(study: optuna.Study) -> list[dict]:
 def load_records(url: str, name: str) -> list[dict]:
     """The trial records of study ``name`` in ``url`` (for reports and tests)."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    storage = make_storage(url, existing=True)
+    storage = make_storage(url, existing=True, reading=True)
     if name not in optuna.study.get_all_study_names(storage):
         raise InputError(f"no study {name!r} in {redact(url)}", field="--study")
     return trial_records(optuna.load_study(study_name=name, storage=storage))

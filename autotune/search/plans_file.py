@@ -35,7 +35,7 @@ from ..inputs.modelspec import (
     model_from_mapping,
     model_to_mapping,
 )
-from ..inputs.request import TrainingInputs, cluster_from_options, moe_workload_problem
+from ..inputs.request import TrainingInputs, cluster_from_options, max_moe_imbalance, moe_workload_problem
 from ..inputs.workload import (MAX_CAPACITY_FACTOR, MIN_CAPACITY_FACTOR, ServeWorkload, TrainWorkload,
                                 tokens_problem)
 from ..serving.calibrated import aggregated_only, params_for, release_name
@@ -264,7 +264,8 @@ def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model:
         tokens = loading.number(dict(inputs), "tokens", source=source, section="inputs")
     try:
         imbalance = 1.0 if inputs.get("moe_imbalance") is None else loading.number(
-            dict(inputs), "moe_imbalance", source=source, section="inputs", minimum=1.0, maximum=1e3)
+            dict(inputs), "moe_imbalance", source=source, section="inputs", minimum=1.0,
+            maximum=max_moe_imbalance(spec) or 1e3)  # E/k: the busiest rank receives at most every token
         capacity = None if inputs.get("moe_capacity_factor") is None else loading.number(
             dict(inputs), "moe_capacity_factor", source=source, section="inputs", minimum=MIN_CAPACITY_FACTOR,
             maximum=MAX_CAPACITY_FACTOR)

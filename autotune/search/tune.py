@@ -76,7 +76,8 @@ def sigterm_as_interrupt() -> Iterator[None]:
     benchmark's process group is stopped, its trial recorded as failed (not counted) and the caller told, instead
     of this process dying and leaving the benchmark's group running.  Once: a second SIGTERM during that cleanup
     does not cut it short.  Only the main thread can take signals; elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) == signal.SIG_IGN):  # a parent that ignores it for us is obeyed
         yield
         return
     fired = []
@@ -168,20 +169,22 @@ def run_benchmark(command: list[str] | str, plan: Mapping[str, Any], *, estimate
                     "AUTOTUNE_TRIAL": "" if trial is None else str(trial)})
         env.update(extra_env or {})
         with open(Path(tmp) / "stdout", "w+b") as out, open(Path(tmp) / "stderr", "w+b") as err:
-            try:
-                proc = subprocess.Popen(command, shell=shell, env=env, cwd=cwd, stdout=out, stderr=err,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
-            except OSError as exc:
-                return Measurement("failed", reason=f"cannot start the command: {exc.strerror or exc}",
-                                   wall_s=time.monotonic() - started)
             timed_out = False
-            try:
+            proc = None
+            try:  # one try from the start: a signal just after the benchmark starts stops it too
+                try:
+                    proc = subprocess.Popen(command, shell=shell, env=env, cwd=cwd, stdout=out, stderr=err,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+                except OSError as exc:
+                    return Measurement("failed", reason=f"cannot start the command: {exc.strerror or exc}",
+                                       wall_s=time.monotonic() - started)
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
                 _stop(proc)
             except BaseException:  # Ctrl-C or SIGTERM: the benchmark runs in its own session, stop it too
-                _stop(proc)
+                if proc is not None:
+                    _stop(proc)
                 raise
             out.seek(0)
             stdout = out.read().decode(errors="replace")
