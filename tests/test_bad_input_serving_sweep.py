@@ -68,6 +68,38 @@ def test_a_serving_report_refuses_a_number_of_convergence_trials(serving_plans, 
     result = runner.invoke(app, ["report", str(serving_plans), "--out", str(tmp_path / "r"), "--trials", "50"])
     refused(result, "--trials", "is a serving plans.json")
     assert not (tmp_path / "r" / "report.html").exists()
+    skipped = runner.invoke(app, ["report", str(serving_plans), "--out", str(tmp_path / "r0"), "--trials", "0"])
+    assert skipped.exit_code == 0, skipped.output  # 0 asks for no convergence runs, which a serving report has none of
+    assert (tmp_path / "r0" / "report.html").exists()
+
+
+@pytest.mark.parametrize("args", [["emit", "-p", "tp=1", "--format", "megatron", *TRAIN, "--rank", "0"],
+                                  ["search", *TRAIN, "--heartbeat", "60"], ["search", *TRAIN, "--heartbeat", "30"]])
+def test_a_flag_with_nothing_to_act_on_is_refused_before_its_range(args):
+    """--rank with a plan string is named as such even when out of range; --heartbeat without a stored study."""
+    refused(runner.invoke(app, args), args[-2], "leave --rank out" if args[-2] == "--rank" else "--storage")
+
+
+def test_a_flag_counts_as_given_from_python_when_it_differs_from_its_default():
+    """A command function called from Python (no command line): its value is compared with the default."""
+    from autotune.cli.app import given_on_command_line
+
+    assert given_on_command_line("engine", "sglang", "vllm")
+    assert not given_on_command_line("engine", "vllm", "vllm")
+
+
+def test_a_training_plans_json_naming_a_space_file_that_is_gone_says_which_field(tmp_path):
+    made = runner.invoke(app, ["search", *TRAIN, "--top", "2", "--out", str(tmp_path / "run")])
+    assert made.exit_code == 0, made.output
+    document = json.loads((tmp_path / "run" / "plans.json").read_text())
+    document["inputs"].pop("space_spec", None)
+    document["inputs"]["space"] = str(tmp_path / "gone" / "space.yaml")
+    edited = tmp_path / "old" / "plans.json"
+    edited.parent.mkdir()
+    edited.write_text(json.dumps(document))
+    result = runner.invoke(app, ["report", str(edited), "--out", str(tmp_path / "r"), "--trials", "5"])
+    refused(result, "inputs.space")
+    assert str(edited) in result.output
 
 
 def test_calibrate_refuses_an_out_that_is_a_hard_link_of_the_csv(tmp_path):

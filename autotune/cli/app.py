@@ -149,17 +149,20 @@ def check_given_options() -> None:
                                  field=flag)
 
 
-def given_on_command_line(name: str) -> bool:
-    """Whether the option of parameter ``name`` was typed on the command line, even at its default value
+def given_on_command_line(name: str, value: object, default: object) -> bool:
+    """Whether the option of parameter ``name`` was given (typed, or from the environment), even at its default value
     (``--engine vllm``, ``--trials 200``): such a flag where it does not apply is refused like any other, where a
-    comparison with the default would let it pass unseen."""
+    comparison with the default would let it pass unseen.  Called outside a command line (a command function
+    used from Python), ``value`` differing from ``default`` is what counts."""
     try:
         from typer.main import get_current_context  # typer with click vendored
-    except ImportError:  # pragma: no cover - older typer on click
+    except ImportError:  # pragma: no cover - typer on click
         from click import get_current_context
     ctx = get_current_context(silent=True)
     source = ctx.get_parameter_source(name) if ctx is not None else None
-    return source is not None and source.name == "COMMANDLINE"
+    if source is None:
+        return value != default
+    return source.name != "DEFAULT"
 
 
 def note_framework_version() -> None:

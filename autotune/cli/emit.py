@@ -126,13 +126,13 @@ def emit(
                              "empty one (PLAN='')", field="PLAN")
         if plan_source is not None and plan is not None:
             raise InputError("give the plan once: as PLAN or as --plan", field="--plan")
+        if given_on_command_line("rank", rank, 1) and (plan is not None or (plan_source is not None
+                                                                             and plans_path(plan_source) is None)):
+            raise InputError("picks a plan of a plans.json, but a plan string is one plan; leave --rank out",
+                             field="--rank")
         if rank < 1:
             raise InputError(f"must be >= 1 (1 = the best plan of a plans.json), but got {rank}", field="--rank")
         gpus = single_gpu_count(gpus)
-        if given_on_command_line("rank") and (plan is not None or (plan_source is not None
-                                                                    and plans_path(plan_source) is None)):
-            raise InputError("picks a plan of a plans.json, but a plan string is one plan; leave --rank out",
-                             field="--rank")
         if gpus_per_node is not None and gpus_per_node < 1:  # not read as "the profile's" (0 or None alike below)
             raise InputError(f"must be >= 1, but got {gpus_per_node}", field="--gpus-per-node")
         for flag, value in (("--data-path", data_path), ("--tokenizer", tokenizer), ("--model-path", model_path)):

@@ -66,7 +66,8 @@ def report_command(
         require_matplotlib()
         check_out_dir(out, force)
         with progress("report") as update:
-            files = build_report(source, out, trials=trials if given_on_command_line("trials") else None, seed=seed,
+            chosen = trials if given_on_command_line("trials", trials, 100) else None
+            files = build_report(source, out, trials=chosen, seed=seed,
                                  progress=update, framework=framework)
         stdout.print(f"Wrote {files.html} and {len(files.pngs)} figures: " + ", ".join(p.name for p in files.pngs),
                      highlight=False, soft_wrap=True)

@@ -211,15 +211,16 @@ def search(
             "--emit": emit, "--framework": framework, "--precision": precision,
             "--memory-headroom": memory_headroom, "--moe-imbalance": moe_imbalance,
             "--moe-capacity-factor": moe_capacity_factor,
-            "--objective": objective if given_on_command_line("objective") else None,
-            "--sampler": sampler if given_on_command_line("sampler") else None,
+            "--objective": objective if given_on_command_line("objective", objective, "throughput") else None,
+            "--sampler": sampler if given_on_command_line("sampler", sampler, "auto") else None,
         }
         if check_workload(workload) == "serve":
             # a serving search is exact: the sampler's and the study's settings have nothing to act on
             # given even at its default value (--trials 200), a flag that has nothing to act on is refused
-            training_flags.update({flag: value if given_on_command_line(name) else None for flag, name, value in (
-                ("--trials", "trials", trials), ("--seed", "seed", seed), ("--new", "new", new),
-                ("--heartbeat", "heartbeat", heartbeat))})
+            training_flags.update({flag: value if given_on_command_line(name, value, default) else None
+                                   for flag, name, value, default in (
+                ("--trials", "trials", trials, 200), ("--seed", "seed", seed, 0), ("--new", "new", new, False),
+                ("--heartbeat", "heartbeat", heartbeat, 30))})
             if top < 1:
                 raise InputError(f"must be >= 1, but got {top}", field="--top")
             reject_flags({k: v for k, v in training_flags.items() if k != "--emit"}, "--workload serve")
@@ -235,7 +236,8 @@ def search(
                 calibration=calibration, engine_release=release, memory_fraction=memory_fraction)
             raise typer.Exit(code=_search_serving(request, json_out=json_out, out=out, gpus_text=gpus, force=force,
                                                   formats=serving_formats))
-        serving_flags.update({"--checkpoint": checkpoint, "--engine": engine if given_on_command_line("engine") else None,
+        serving_flags.update({"--checkpoint": checkpoint,
+                              "--engine": engine if given_on_command_line("engine", engine, "vllm") else None,
                               "--memory-fraction": memory_fraction})
         reject_flags(serving_flags, "training (add --workload serve for serving)")
         require_training(seq_len, global_batch)
@@ -259,7 +261,7 @@ def search(
         if wants_capacity(gpu_range, hardware, deadline):
             # a study holds one cluster's problem: capacity planning searches many and keeps no trials
             reject_flags({"--storage": storage, "--study": study, "--new": new or None,
-                          "--heartbeat": heartbeat if given_on_command_line("heartbeat") else None},
+                          "--heartbeat": heartbeat if given_on_command_line("heartbeat", heartbeat, 30) else None},
                          "capacity planning (a --gpus range, several -H profiles or --deadline), which searches each "
                          "cluster afresh; run one cluster's search with --storage")
             if emit:
@@ -285,6 +287,9 @@ def search(
         if new and not storage:
             raise InputError("--new replaces a stored study: add --storage sqlite:///study.db (or drop --new)",
                              field="--new")
+        if not storage and given_on_command_line("heartbeat", heartbeat, 30):
+            raise InputError("sets how often a stored study's running trials report in: add --storage "
+                             "sqlite:///study.db (or drop --heartbeat)", field="--heartbeat")
         # Every input is checked before anything is written or any long work starts.
         if out is not None:
             check_out_dir(out, force)
@@ -614,7 +619,8 @@ def predict(
                              workload=load, plan=plan, json_out=json_out, price=price, engine=engine,
                              checkpoint=checkpoint, calibration=calibration, memory_fraction=memory_fraction)
             return
-        reject_flags({"--checkpoint": checkpoint, "--engine": engine if given_on_command_line("engine") else None,
+        reject_flags({"--checkpoint": checkpoint,
+                      "--engine": engine if given_on_command_line("engine", engine, "vllm") else None,
                       "--memory-fraction": memory_fraction, "--input-len": input_len, "--output-len": output_len,
                       "--ttft-ms": ttft_ms, "--tpot-ms": tpot_ms,
                       "--concurrency": concurrency, "--request-rate": request_rate},
@@ -781,7 +787,7 @@ def explain_command(
         if (plans is None) == (plan is None):
             raise InputError("give a plans.json (with --rank K) or --plan with --model, --hardware, --gpus, "
                              "--seq-len and --global-batch", field="PLANS")
-        if plan is not None and given_on_command_line("rank"):  # read nowhere: a plan string is one plan
+        if plan is not None and given_on_command_line("rank", rank, 1):  # read nowhere: a plan string is one plan
             raise InputError("picks a plan of a plans.json, but --plan gives one plan; leave --rank out",
                              field="--rank")
         fields = None
