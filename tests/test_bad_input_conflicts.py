@@ -397,3 +397,42 @@ def test_a_real_csv_is_not_mistaken_for_yaml(tmp_path, header_prefix, first_line
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     result = runner.invoke(app, ["validate", str(path)])
     assert "YAML" not in result.output and "Traceback" not in result.output
+
+
+SERVE_SMALL = ["--workload", "serve", "--model", "llama3-8b", "--hardware", "h100-sxm5-80gb", "--gpus", "8",
+               "--input-len", "1024", "--output-len", "128"]
+
+
+def test_a_forced_search_replaces_the_earlier_searchs_launch_files_and_keeps_the_users(tmp_path):
+    """`search --out DIR --force` over an earlier search's folder removes the launch files that search recorded
+    and this one does not write (they would launch a plan plans.json no longer holds), says so, and leaves
+    files autotune did not write, and launch files written again, in place."""
+    out = tmp_path / "run"
+    first = runner.invoke(app, ["search", *SMALL, "--out", str(out), "--emit", "deepspeed"])
+    assert first.exit_code == 0, first.output
+    assert {"deepspeed_launch.sh", "ds_config.json"} <= {p.name for p in out.iterdir()}
+    assert json.loads((out / "plans.json").read_text())["launch_files"] == ["deepspeed_launch.sh", "ds_config.json"]
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    second = runner.invoke(app, ["search", *SERVE_SMALL, "--out", str(out), "--force", "--emit", "vllm"])
+    assert second.exit_code == 0, second.output
+    names = {p.name for p in out.iterdir()}
+    assert names == {"plans.json", "plans.csv", "serve_vllm.sh", "notes.txt"}, names
+    text = " ".join(second.stderr.split())
+    assert "removed the earlier search's launch files" in text and "ds_config.json" in text
+    third = runner.invoke(app, ["search", *SERVE_SMALL, "--out", str(out), "--force", "--emit", "vllm"])
+    assert third.exit_code == 0 and "removed" not in third.stderr  # written again, not removed
+    assert (out / "serve_vllm.sh").exists()
+
+
+def test_a_forced_search_removes_nothing_a_damaged_record_names_outside_the_folder(tmp_path):
+    """A hand-edited plans.json whose launch_files name a path outside --out (or plans.json itself) removes
+    nothing there."""
+    outside = tmp_path / "keep.sh"
+    outside.write_text("echo keep", encoding="utf-8")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "plans.json").write_text(json.dumps({"inputs": {}, "plans": [], "launch_files": [
+        "../keep.sh", str(outside), "plans.json", 3, None]}), encoding="utf-8")
+    result = runner.invoke(app, ["search", *SMALL, "--out", str(out), "--force"])
+    assert result.exit_code == 0, result.output
+    assert outside.read_text(encoding="utf-8") == "echo keep" and (out / "plans.json").exists()

@@ -41,8 +41,7 @@ from ..outputs.files import (
     plan_entry,
     plans_path,
     read_plans,
-    write_files,
-    write_plans,
+    write_search_folder,
 )
 from ..search.api import (
     CapacitySearch,
@@ -173,7 +172,9 @@ def search(
     top: Annotated[int, typer.Option("--top", "-k", help="How many plans to show and write.")] = 10,
     json_out: JsonOut = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write plans.json and plans.csv into this folder.", parser=path_option, metavar="<path>")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder: files of the same name are "
+                                     "overwritten, and an earlier search's launch files there that this one does "
+                                     "not write again are removed (others are kept).")] = False,
     calibration: Calibration = None,
     emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: training: megatron, deepspeed, torchtitan, slurm (comma-separated; the search keeps to plans they can express); serving: vllm, sglang.")] = None,
     deadline: Annotated[Optional[str], typer.Option("--deadline", help="Capacity planning: finish --tokens within this time: 30d, 720h, 6w, 2mo (months), 90min; 'm' alone is ambiguous.")] = None,
@@ -303,11 +304,13 @@ def search(
         document = outcome.to_json()
         written: list[Path] = []
         if out is not None:
-            written = write_plans(out, document)
+            files: dict[str, str] = {}
             if formats and result.ranked:
                 best = result.ranked[0]
                 context = search_context(best.plan, inputs.model, inputs.cluster, inputs.workload, best.estimate)
-                written += write_files(out, render_formats(formats, context), force)
+                files = render_formats(formats, context)
+            written, removed = write_search_folder(out, document, files, force)
+            say_removed(removed)
         if json_out:
             print_json(document)
         else:
@@ -349,7 +352,10 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
     with progress("capacity") as update:
         outcome = plan_capacity_search(request, update)
     document = outcome.to_json()
-    written = write_plans(out, document) if out is not None else []
+    written: list[Path] = []
+    if out is not None:
+        written, removed = write_search_folder(out, document, {}, force)
+        say_removed(removed)
     found, given = outcome.found, request.request
     if json_out:
         print_json(document)
@@ -396,6 +402,13 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
         raise typer.Exit(code=1)
 
 
+def say_removed(removed: list[Path]) -> None:
+    """Name the earlier search's launch files a --force search removed (they launched plans it no longer holds)."""
+    if removed:
+        stderr.print(f"[yellow]note:[/] removed the earlier search's launch files that these plans replace: "
+                     f"{escape(', '.join(str(p) for p in removed))}.", highlight=False, soft_wrap=True)
+
+
 def _say_checkpoint_note(model: str, checkpoint: str | None) -> None:
     note = serving_checkpoint_note(model, checkpoint)
     if note:
@@ -416,10 +429,9 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
     written: list[Path] = []
     result, workload, hw = outcome.result, request.workload, outcome.hardware
     if out is not None:
-        written = write_plans(out, document)
+        files: dict[str, str] = {}
         if formats and result is not None and result.ranked:
             best = result.ranked[0]
-            files: dict[str, str] = {}
             for name in formats:
                 engine_files, on_engine = serving_files(name, best.plan, outcome.model, hw, workload.input_len,
                                                         workload.output_len,
@@ -446,7 +458,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                     # vLLM and SGLang both write per-node scripts: keep each engine's under its own name
                     engine_files = {f"{name}/{k}": v for k, v in engine_files.items()}
                 files.update(engine_files)
-            written += write_files(out, files, force)
+        written, removed = write_search_folder(out, document, files, force)
+        say_removed(removed)
 
     # targets no plan meets are an impossible constraint: the closest plans are still shown (and written), but the
     # exit status says so, as for a training search where nothing fits

@@ -121,6 +121,44 @@ def write_files(out: Path, files: Mapping[str, str], force: bool) -> list[Path]:
     return paths
 
 
+LAUNCH_FILES_KEY = "launch_files"  # the names of the launch files a search wrote beside its plans.json
+
+
+def _recorded_launch_files(out: Path) -> list[str]:
+    """The launch files an earlier search recorded in ``out``'s plans.json: relative names inside ``out`` only
+    (a damaged or hand-edited record names nothing that could reach outside the folder)."""
+    try:
+        doc = json.loads((out / PLANS_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return []
+    names = doc.get(LAUNCH_FILES_KEY) if isinstance(doc, dict) else None
+    if not isinstance(names, list):
+        return []
+    return [n for n in names if isinstance(n, str) and n and not Path(n).is_absolute()
+            and ".." not in Path(n).parts and Path(n).name not in (PLANS_JSON, "plans.csv")]
+
+
+def write_search_folder(out: Path, document: Mapping[str, Any], files: Mapping[str, str],
+                        force: bool) -> tuple[list[Path], list[Path]]:
+    """A search's folder: plans.json and plans.csv, then its launch ``files`` (name -> text); the paths written
+    and the paths removed.  plans.json records the launch files' names, so that a later search written over
+    the folder with ``force`` removes the ones it does not write again: they would launch another search's
+    plan beside a plans.json that no longer holds it.  Files the record does not name are left alone."""
+    earlier = _recorded_launch_files(out) if force and out.is_dir() else []
+    written = write_plans(out, {**document, LAUNCH_FILES_KEY: sorted(files)})
+    written += write_files(out, files, force) if files else []
+    removed: list[Path] = []
+    for name in earlier:
+        path = out / name
+        if name in files or path.is_symlink() or not path.is_file():
+            continue  # rewritten, or not what a search wrote (a link, a folder): not removed
+        path.unlink()
+        removed.append(path)
+        if path.parent != out and not any(path.parent.iterdir()):
+            path.parent.rmdir()  # an engine's subfolder the new search does not write
+    return written, removed
+
+
 def plans_path(source: str | Path) -> Path | None:
     """The plans.json that ``source`` names (a file or its folder), or None when ``source`` is a plan string
     (``key=value`` pairs; anything else is a path, which read_plans reports when it does not exist)."""
