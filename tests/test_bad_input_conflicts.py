@@ -436,3 +436,18 @@ def test_a_forced_search_removes_nothing_a_damaged_record_names_outside_the_fold
     result = runner.invoke(app, ["search", *SMALL, "--out", str(out), "--force"])
     assert result.exit_code == 0, result.output
     assert outside.read_text(encoding="utf-8") == "echo keep" and (out / "plans.json").exists()
+
+
+@pytest.mark.parametrize("workload", ["train", "serve"])
+def test_explain_says_when_model_replaces_the_model_a_plans_json_was_searched_for(tmp_path, workload):
+    """`explain PLANS -m OTHER` explains the plan for another model (a what-if the help names); it says so on
+    stderr, and says nothing when -m names the searched model."""
+    out = tmp_path / "run"
+    args = SERVE_SMALL if workload == "serve" else SMALL
+    assert runner.invoke(app, ["search", *args, "--out", str(out)]).exit_code == 0
+    other = runner.invoke(app, ["explain", str(out), "-m", "llama3-70b"])
+    assert other.exit_code in (0, 1), other.output  # 1: the plan may not fit the bigger model
+    text = " ".join(other.stderr.split())
+    assert "was searched for llama3-8b" in text and "for llama3-70b (--model)" in text, text
+    same = runner.invoke(app, ["explain", str(out), "-m", "llama3-8b"])
+    assert same.exit_code == 0 and "searched for" not in same.stderr

@@ -780,7 +780,7 @@ def explain_command(
     plans: Annotated[Optional[Path], typer.Argument(help="A plans.json from `autotune search --out DIR` (or its folder), training or serving.", parser=path_option, metavar="<path>")] = None,
     rank: Annotated[int, typer.Option("--rank", "-r", help="Which plan of PLANS to explain (1 = best).")] = 1,
     plan: Annotated[Optional[str], typer.Option("--plan", "-p", help="A training plan as key=value pairs (instead of PLANS).")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model (with --plan; with PLANS it replaces the spec the file embeds).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model (with --plan; with PLANS it replaces the spec the file embeds: the plan explained for another model, with a note).")] = None,
     hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Hardware profile (with --plan; training PLANS: replaces the file's).")] = None,
     gpus: Annotated[Optional[str], typer.Option("--gpus", "-n", help="Number of GPUs (with --plan; one count).")] = None,
     gpus_per_node: GpusPerNode = None,
@@ -845,6 +845,8 @@ def explain_command(
                                  source=source, field=overrides[0]) from None
             raise InputError(f"plan of rank {rank} is malformed: {exc}; rerun `autotune search --out DIR`",
                              source=source, field="plans.plan") from None
+        if plans is not None:
+            _say_model_replaced(source, inputs, model, t.model.name)
         found = explain(t.model, t.cluster, t.workload, chosen, framework=t.framework)
         # a plan the framework cannot run is explained (the one-step changes show what would), but it is no plan:
         # the exit status says so, as predict's does
@@ -864,6 +866,18 @@ def explain_command(
         stdout.print(f"[bold]What binds:[/] {found.binding}.", highlight=False, soft_wrap=True)
         stdout.print(tables.sensitivity_table(found))
         _say_invalid_explained(invalid, chosen)
+
+
+def _say_model_replaced(source: str, inputs: dict, model: str | None, explained_name: str) -> None:
+    """A note when --model replaced the spec of a plans.json by another model: the plan is explained for a model
+    its search did not rank (a what-if; emit refuses it, as its files would launch the other model)."""
+    embedded = inputs.get("model_spec")
+    searched = embedded.get("name") if isinstance(embedded, dict) else None
+    searched = searched if isinstance(searched, str) else inputs.get("model")
+    if model is not None and isinstance(searched, str) and searched != explained_name:
+        stderr.print(f"[yellow]note:[/] {escape(source)} was searched for {escape(searched)}; this explains its "
+                     f"plan for {escape(explained_name)} (--model), a model that search did not rank.",
+                     highlight=False, soft_wrap=True)
 
 
 def _say_invalid_explained(why: str, plan) -> None:
@@ -886,6 +900,7 @@ def _explain_serving(source: str, inputs: dict, fields: Any, *, rank: int, model
         raise InputError(f"the plan is malformed ({exc}); rerun `autotune search --workload serve --out DIR`",
                          source=source, field="plans.plan") from None
     found_inputs.check_plan(chosen, source, rank)
+    _say_model_replaced(source, inputs, model, found_inputs.model.name)
     hw = cluster.hardware
     params, engine = found_inputs.params, found_inputs.engine
     note = f"engine {engine}, checkpoint {found_inputs.checkpoint}; {inputs.get('parameters') or 'shipped parameters'}"
