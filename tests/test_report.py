@@ -109,3 +109,23 @@ def test_pareto_front_and_best_so_far():
     assert list(pareto_front(x, y, maximize_x=False, maximize_y=True)) == [0, 1, 3]
     curve = best_so_far([None, 2.0, 1.0, None, 3.0], "maximize")
     assert np.isnan(curve[0]) and curve[1:] == [2.0, 2.0, 2.0, 3.0]
+
+
+def test_a_report_written_over_another_removes_the_figures_it_does_not_draw(tmp_path):
+    """report --out DIR --force over an earlier report: the earlier figures this one does not draw go (their
+    names are recorded in report.html), a user's own PNG stays, and the note names what went."""
+    train, serve = tmp_path / "train", tmp_path / "serve"
+    assert runner.invoke(app, ["search", *SMALL, "--out", str(train)]).exit_code == 0
+    assert runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus",
+                               "8", "--input-len", "1024", "--output-len", "128", "--out", str(serve)]).exit_code == 0
+    rep = tmp_path / "rep"
+    first = runner.invoke(app, ["report", str(train), "--out", str(rep), "--trials", "0"])
+    assert first.exit_code == 0, first.output
+    assert (rep / "step_breakdown.png").exists()
+    (rep / "mine.png").write_bytes(b"not autotune's")
+    second = runner.invoke(app, ["report", str(serve), "--out", str(rep), "--force"])
+    assert second.exit_code == 0, second.output
+    pngs = {p.name for p in rep.glob("*.png")}
+    drawn = set(re.search(r'autotune-figures content="([^"]*)"', (rep / "report.html").read_text()).group(1).split())
+    assert pngs == drawn | {"mine.png"} and "step_breakdown.png" not in pngs, pngs
+    assert "removed the earlier report's figures" in " ".join(second.stderr.split())

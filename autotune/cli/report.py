@@ -11,8 +11,10 @@ from ..errors import InputError
 from ..outputs.files import check_out_dir
 from ..outputs.report import StudySource, build_report, require_matplotlib
 from ..search.api import MAX_SEED
-from .app import (FrameworkOpt, app, check_study_flags, given_on_command_line, path_option, progress, stdout,
-                  user_errors)
+from rich.markup import escape
+
+from .app import (FrameworkOpt, app, check_study_flags, given_on_command_line, path_option, progress, stderr,
+                  stdout, user_errors)
 
 MAX_REPORT_TRIALS = 10_000
 
@@ -34,7 +36,7 @@ def report_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the convergence runs and samples.")] = 0,
     storage: Annotated[Optional[str], typer.Option("--storage", help="Optuna storage URL of a stored study (instead of RESULT).")] = None,
     study: Annotated[Optional[str], typer.Option("--study", help="Study name in --storage.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder: report.html and figures of the same name are overwritten, and an earlier report's figures that this one does not draw are removed.")] = False,
     framework: FrameworkOpt = None,
 ) -> None:
     """Write an HTML report of a training or serving search, or of a stored study (self-contained, works offline),
@@ -71,3 +73,6 @@ def report_command(
                                  progress=update, framework=framework)
         stdout.print(f"Wrote {files.html} and {len(files.pngs)} figures: " + ", ".join(p.name for p in files.pngs),
                      highlight=False, soft_wrap=True)
+        if files.removed:
+            stderr.print("[yellow]note:[/] removed the earlier report's figures that this one does not draw: "
+                         + escape(", ".join(p.name for p in files.removed)) + ".", highlight=False, soft_wrap=True)

@@ -15,13 +15,12 @@ from __future__ import annotations
 import html as _html
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...errors import InputError
-from ..files import check_search_counts, ranked_entries, unlink_symlink
+from ..files import check_search_counts, ranked_entries
 
 TOP = 10
 
@@ -317,21 +316,13 @@ def render_serving(data: ServingReportData, figures: list) -> str:
     return "\n".join(parts)
 
 
-def build_serving_report(document: Mapping[str, Any], source: str, out_dir: Path, *, seed: int = 0,
-                         progress: Callable[[str, int, int], None] | None = None):
-    """report.html and one PNG per figure for a serving plans.json; returns ``(html path, pngs, titles)``."""
+def serving_report(document: Mapping[str, Any], source: str, *, seed: int = 0,
+                   progress: Callable[[str, int, int], None] | None = None) -> tuple[list, str]:
+    """The figures and the report.html text of a serving plans.json (the caller writes them)."""
     data = gather_serving(document, source, seed=seed, progress=progress)
     figures = serving_figures(data)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    pngs = []
-    for fig in figures:
-        path = unlink_symlink(out_dir / f"{fig.name}.png")
-        path.write_bytes(fig.png)
-        pngs.append(path)
-    html_path = unlink_symlink(out_dir / "report.html")
-    html_path.write_text(render_serving(data, figures), encoding="utf-8")
-    return html_path, pngs, [f.title for f in figures]
+    return figures, render_serving(data, figures)
 
 
-__all__ = ["SERVING_FIGURES", "ServingCloud", "ServingReportData", "build_serving_report", "gather_serving",
+__all__ = ["SERVING_FIGURES", "ServingCloud", "ServingReportData", "serving_report", "gather_serving",
            "render_serving", "serving_figures"]
