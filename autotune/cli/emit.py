@@ -28,6 +28,7 @@ from ..outputs.emit.formats import (
     SERVING_FORMATS,
     context_from_plans,
     hf_model_name,
+    model_revision_note,
     other_release,
     serving_files,
 )
@@ -427,7 +428,11 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
                          f"{window:,} tokens, so the engine would refuse the launch; shorten {flag}"
                          f"{'' if flag == '--seq-len' else '/--output-len'}", field=flag)
     given_name = model if path is None else (model or inputs.get("model"))
-    model_path = model_path or hf_model_name(given_name if isinstance(given_name, str) else None)
+    given_name = given_name if isinstance(given_name, str) else None
+    revision_note = None if model_path else model_revision_note(given_name)
+    if revision_note:
+        stderr.print(f"[yellow]note:[/] {escape(revision_note)}.", highlight=False, soft_wrap=True)
+    model_path = model_path or hf_model_name(given_name)
     files, mine = serving_files(format, chosen, spec, hw, input_len, output_len, estimate, model_path,
                                 gpus_per_node=gpn, checkpoint=ckpt, engine_batch_limit=engine_limit,
                                 memory_fraction=memory_fraction, release=release, workload=searched_load)

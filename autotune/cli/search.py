@@ -29,6 +29,7 @@ from ..outputs.emit.formats import (
     express_all,
     framework_for_formats,
     hf_model_name,
+    model_revision_note,
     other_release,
     parse_formats,
     render_formats,
@@ -432,6 +433,9 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
         files: dict[str, str] = {}
         if formats and result is not None and result.ranked:
             best = result.ranked[0]
+            revision_note = model_revision_note(request.model)
+            if revision_note:
+                stderr.print(f"[yellow]note:[/] {escape(revision_note)}.", highlight=False, soft_wrap=True)
             for name in formats:
                 engine_files, on_engine = serving_files(name, best.plan, outcome.model, hw, workload.input_len,
                                                         workload.output_len,

@@ -3,11 +3,15 @@
 It maps an id such as ``deepseek-ai/DeepSeek-R1`` or ``nvidia/Llama-3.1-8B-Instruct-FP8`` to the
 bundled spec of its architecture, with the weight format of that repository's checkpoint, so that
 ``--model <hf id>`` works and measured serving rows that name only an ``hf_model_id`` can be
-predicted.  Ids are matched without regard to case (the Hub resolves them so).
+predicted.  Ids are matched without regard to case (the Hub resolves them so), and in the other forms an id is
+written in: with a revision (``moonshotai/Kimi-K2.5@main``, ``...@<commit>``: a revision of a repository keeps its
+architecture), as the repository's address (``https://huggingface.co/moonshotai/Kimi-K2.5``, ``hf://...``, with a
+trailing ``/`` or ``/tree/<revision>``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
@@ -77,9 +81,43 @@ def hf_ids() -> list[str]:
     return sorted(entry.hf_id for entry in catalogue().values())
 
 
+# The repository's address on the Hub (or the hf:// file-system form) around an id, and a revision after it.
+_ADDRESS = re.compile(r"^(?:(?:https?://)?(?:www\.)?huggingface\.co/|hf://)", re.IGNORECASE)
+_TREE = re.compile(r"/(?:tree|blob|resolve)/([^/]+).*$")
+
+
+def hf_id_parts(text: str) -> tuple[str, str | None]:
+    """``(org/name, revision or None)`` of an id as users write it: ``org/name``, ``org/name@rev``, or the
+    repository's address (``https://huggingface.co/org/name``, ``.../tree/rev``, ``hf://org/name@rev``, a trailing
+    ``/``).  Text that is none of these comes back stripped, with no revision."""
+    key = text.strip()
+    bare = _ADDRESS.sub("", key)
+    revision = None
+    if bare != key:  # an address: /tree/<rev> names a revision, a trailing / nothing
+        found = _TREE.search(bare)
+        if found:
+            revision, bare = found.group(1), bare[: found.start()]
+        bare = bare.strip("/")
+    elif bare.endswith("/") and bare.count("/") == 2:
+        bare = bare.rstrip("/")
+    name, at, rev = bare.partition("@")
+    if at and rev and "/" in name:
+        bare, revision = name, rev
+    return bare, revision
+
+
+def is_plain_hf_id(text: str) -> bool:
+    """Whether ``text`` is an id as the engines take it (``org/name``): no revision, no address around it."""
+    bare, revision = hf_id_parts(text)
+    return revision is None and bare == text.strip()
+
+
 def lookup_hf_id(hf_id: str) -> CatalogueEntry | None:
-    """The entry of ``hf_id`` (any case), or None if the catalogue does not list it."""
-    return catalogue().get(hf_id.strip().lower())
+    """The entry of ``hf_id`` (any case, with a revision or as the repository's address: :func:`hf_id_parts`), or
+    None if the catalogue does not list it."""
+    entries = catalogue()
+    entry = entries.get(hf_id.strip().lower())
+    return entry if entry is not None else entries.get(hf_id_parts(hf_id)[0].lower())
 
 
 def ids_of_spec(spec: str, checkpoint: str) -> list[str]:

@@ -9,6 +9,7 @@ block holds the cost model's free parameters (documented in docs/cost-model.md);
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -447,14 +448,52 @@ def hardware_aliases() -> Mapping[str, str]:
     return MappingProxyType({str(k).lower(): v for k, v in aliases.items()})
 
 
+def _squashed(name: str) -> str:
+    """A GPU name with what does not tell GPUs apart dropped: case, a leading ``other:`` (serving_silicon.csv's label
+    for GPUs that had no profile) or ``NVIDIA``, and the separators (spaces, ``-``, ``_``): ``GB200 NVL72``,
+    ``gb200_nvl72`` and ``gb200-nvl72`` are one name, as are ``NVIDIA B200`` and ``b200``."""
+    key = name.strip().lower()
+    if key.startswith("other:"):
+        key = key[len("other:"):].strip()
+    key = re.sub(r"^nvidia(?=[\s_-])", "", key)
+    return re.sub(r"[\s_-]+", "", key)
+
+
+def _squashed_names() -> dict[str, str]:
+    """Every bundled profile's name and alias, squashed (``_squashed``), to the profile it names."""
+    names = {_squashed(alias): profile for alias, profile in hardware_aliases().items()}
+    names.update({_squashed(profile): profile for profile in hardware_names()})
+    return names
+
+
 def resolve_hardware_name(name: str) -> str | None:
-    """The bundled profile an alias names (``b300``, ``gb200``, ``other: b300_sxm``), or None."""
+    """The bundled profile an alias names (``b300``, ``gb200``, ``other: b300_sxm``), or None.  Case, separators and
+    a leading ``other:`` or ``NVIDIA`` do not matter (``GB200 NVL72``, ``NVIDIA H100 80GB HBM3``, ``B300 SXM``)."""
     key = name.strip().lower()
     if key.startswith("other:"):
         key = key[len("other:"):].strip()
     if key in hardware_names():
         return key
-    return hardware_aliases().get(key)
+    exact = hardware_aliases().get(key)
+    return exact if exact is not None else _squashed_names().get(_squashed(name))
+
+
+def ambiguous_hardware_name(name: str) -> list[str]:
+    """The bundled profiles a name that resolves to none is the start of (``h100``: h100-sxm5-80gb and
+    h100-sxm5-96gb-500w), when it names more than one; else []."""
+    key = _squashed(name)
+    if not key or resolve_hardware_name(name) is not None:
+        return []
+    found = sorted(p for p in hardware_names() if _squashed(p).startswith(key))
+    return found if len(found) > 1 else []
+
+
+def unknown_hardware_reason(name: str) -> str:
+    """Why a GPU name maps to no bundled profile, as a sentence fragment (a measured row's skip reason)."""
+    candidates = ambiguous_hardware_name(name)
+    if candidates:
+        return f"GPU {name!r} names more than one bundled profile ({', '.join(candidates)}); write one of them"
+    return f"GPU {name!r} has no bundled profile"
 
 
 def load_hardware(name_or_path: str) -> Hardware:
@@ -464,6 +503,10 @@ def load_hardware(name_or_path: str) -> Hardware:
         alias = resolve_hardware_name(name_or_path)
         if alias is not None:
             name_or_path = alias
+        elif ambiguous_hardware_name(name_or_path):
+            raise InputError(f"{name_or_path!r} names more than one bundled profile: "
+                             f"{', '.join(ambiguous_hardware_name(name_or_path))}; give one of them",
+                             field="--hardware")
     data, source = read_named("hardware", name_or_path, what="hardware", field="--hardware",
                               alternative="or an alias of profiles/catalogue/hardware_aliases.yaml, "
                                           "or pass a path to a profile YAML")

@@ -166,11 +166,11 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         return SkippedServingRow(rid, group, catalogued)
     gpu = row["gpu"].strip()
     if gpu not in supported_gpus:
-        from ..inputs.hardware import resolve_hardware_name
+        from ..inputs.hardware import resolve_hardware_name, unknown_hardware_reason
 
         alias = resolve_hardware_name(gpu)
         if alias is None or alias not in supported_gpus:
-            return SkippedServingRow(rid, group, f"GPU {gpu!r} has no bundled profile")
+            return SkippedServingRow(rid, group, unknown_hardware_reason(gpu))
         gpu = alias
     weights = _weights(row["weight_precision"])
     if weights is None:

@@ -38,8 +38,11 @@ Reading rules (each one is stated where it acts):
 * KV-cache dtype: ``kv_cache_dtype`` where a row states it (fp8, or bf16/fp16); another one (int8, nvfp4) skips
   the row with the reason; empty (every bundled row) or ``auto``: fp8 for quantised checkpoints, bf16 for bf16
   ones (the InferenceX launch scripts behind the rows pass ``--kv-cache-dtype fp8`` with quantised checkpoints).
-* Engine: the ``engine`` column (vllm, sglang, trtllm); releases are not distinguished (1,838 rows
-  have none; all are late-2025 to spring-2026 builds).
+* Engine: the ``engine`` column (vllm, sglang, trtllm; also tensorrt-llm, trt-llm, and NAME@VERSION); releases are
+  not distinguished (1,838 rows have none; all are late-2025 to spring-2026 builds).  ``mode`` also reads
+  aggregated / disaggregated.  Weight labels also read the torch dtype names and AIConfigurator's quant modes
+  (``fp8_block``, ``int4_wo``, ``w4a16_mxfp4``).  A model id reads in any case, with a revision or as the
+  repository's address (``catalogue.hf_id_parts``); a GPU in the spellings ``resolve_hardware_name`` reads.
 """
 
 from __future__ import annotations
@@ -54,8 +57,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import InputError
-from ..inputs.catalogue import lookup_hf_id
-from ..inputs.hardware import Hardware, load_hardware, resolve_hardware_name
+from ..inputs.catalogue import catalogue, lookup_hf_id
+from ..inputs.hardware import Hardware, load_hardware, resolve_hardware_name, unknown_hardware_reason
 from ..inputs.loading import check_regular_file
 from ..inputs.modelspec import ModelSpec, load_model
 from . import engines as E
@@ -99,7 +102,13 @@ UNKNOWN_DEPLOYMENT_FLAGS = {
     "concurrency_derived": "concurrency not recorded (concurrency_derived: rebuilt from AIC's batch convention)",
 }
 PRECISION_LABELS = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "mxfp4",
-                    "int4": "int4", "int8": "int8"}
+                    "int4": "int4", "int8": "int8",
+                    # the torch dtype names, and AIConfigurator's own quant modes (aic_gemm_quant_mode,
+                    # aic_moe_quant_mode; serving_silicon.md maps them to the labels above)
+                    "bfloat16": "bf16", "float16": "bf16", "float8_e4m3fn": "fp8", "fp8_e4m3": "fp8",
+                    "fp8_block": "fp8", "int4_wo": "int4", "w4a16": "int4", "w4a16_mxfp4": "mxfp4"}
+# Other names of the engines and modes (the engine's release, NAME@VERSION, is not distinguished: module docstring)
+MODE_ALIASES = {"aggregated": "agg", "disaggregated": "disagg"}
 
 
 def is_silicon_schema(columns) -> bool:
@@ -323,8 +332,10 @@ def parse_silicon_row(row: dict, hardware_loader: Callable[[str], Hardware] = lo
     cell that cannot be what its column says raises :class:`InputError` naming the row (its id, and ``line``
     where given), the column and the value (and the file, ``source``)."""
     rid = (row.get("id") or "").strip()
-    engine = (row.get("engine") or "").strip().lower()
+    engine = (row.get("engine") or "").strip().lower().partition("@")[0].strip()
+    engine = E.ENGINE_ALIASES.get(engine, engine)
     mode = (row.get("mode") or "").strip().lower()
+    mode = MODE_ALIASES.get(mode, mode)
 
     def skip(reason: str) -> SkippedRow:
         return SkippedRow(rid, engine, mode, reason)
@@ -353,6 +364,9 @@ def _parse(row: dict, rid: str, engine: str, mode: str, skip: Callable[[str], Sk
     entry = lookup_hf_id(hf_id) if hf_id else None
     if entry is None or entry.spec is None:
         why = entry.reason if entry is not None else "not in profiles/catalogue/hf_models.yaml"
+        ids = sorted(e.hf_id for e in catalogue().values() if e.spec == hf_id.lower())
+        if entry is None and ids:  # a bundled spec's name: its ids say which checkpoint (gpt-oss's MXFP4)
+            why = f"a bundled spec's name, not a Hugging Face id; write the id of the checkpoint ({', '.join(ids)})"
         return skip(f"model {hf_id or '(empty)'!r}: {why}")
     try:
         model = model_loader(entry.spec)
@@ -361,7 +375,7 @@ def _parse(row: dict, rid: str, engine: str, mode: str, skip: Callable[[str], Sk
     gpu_label = (row.get("gpu") or "").strip()
     gpu = resolve_hardware_name(gpu_label)
     if gpu is None:
-        return skip(f"GPU {gpu_label!r} has no bundled profile")
+        return skip(unknown_hardware_reason(gpu_label))
     hw = hardware_loader(gpu)
     I, O = _length(row, "input_len"), _length(row, "output_len")
     if I is None or O is None:

@@ -188,12 +188,31 @@ def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSp
 
 
 def hf_model_name(name: str | None) -> str | None:
-    """The Hugging Face id a --model names, which engines load by default; None for a bundled name or a file."""
+    """The Hugging Face id a --model names, which engines load by default; None for a bundled name or a file, and
+    for an id with a revision (``org/name@rev``: the scripts would load another revision, so they ask for MODEL).
+    An id written as the repository's address (``https://huggingface.co/org/name``) loads as ``org/name``."""
     from pathlib import Path
+
+    from ...inputs.catalogue import hf_id_parts
 
     if not name or "/" not in name or name.endswith((".json", ".yaml", ".yml")) or Path(name).exists():
         return None
-    return name
+    bare, revision = hf_id_parts(name)
+    return None if revision is not None else bare
+
+
+def model_revision_note(name: str | None) -> str | None:
+    """What the serving scripts do with a --model that names a revision (``org/name@rev``), which they cannot pass
+    on: they stop until MODEL names the weights.  None for any other name."""
+    from ...inputs.catalogue import hf_id_parts
+
+    if not name or "/" not in name or hf_model_name(name) is not None:
+        return None
+    bare, revision = hf_id_parts(name)
+    if revision is None:
+        return None
+    return (f"--model {name} names revision {revision} of {bare}, which the launch scripts do not pass on: they stop "
+            f"until MODEL names those weights (a local snapshot of that revision); or give --model-path")
 
 
 # Serve-space rules that mean the GPU cannot run the plan at all (see autotune/serving/space.py REASONS).
@@ -291,5 +310,5 @@ def other_release(format: str, release: str | None) -> str:
             f"{format} {target[0]}.{target[1]}'s; an older release may not accept them")
 
 
-__all__ = ["FORMAT_FRAMEWORKS", "other_release", "FRAMEWORK_FORMATS", "hf_model_name", "SERVING_FORMATS", "framework_for_formats", "check_formats", "context_from_plans", "express_all", "expressible_mask",
+__all__ = ["FORMAT_FRAMEWORKS", "other_release", "FRAMEWORK_FORMATS", "hf_model_name", "model_revision_note", "SERVING_FORMATS", "framework_for_formats", "check_formats", "context_from_plans", "express_all", "expressible_mask",
            "parse_formats", "render_formats", "search_context", "serving_files"]
