@@ -134,3 +134,37 @@ def test_a_kv_cache_only_modelopt_checkpoint_is_bf16_weights_without_a_note(tmp_
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["plan"]["weights"] == "bf16" and "note:" not in result.output
 
+
+
+@pytest.mark.parametrize("config_name, sidecar_name", [
+    ("nvidia--DeepSeek-V3.1-NVFP4.json", "nvidia--DeepSeek-V3.1-NVFP4.hf_quant_config.json"),  # the shared data's copies
+    ("nvidia--DeepSeek-V3.1-NVFP4_config.json", "nvidia--DeepSeek-V3.1-NVFP4_hf_quant_config.json"),  # AIConfigurator's
+    ("ds.json", "ds_hf_quant_config.json"),
+])
+def test_a_copied_config_reads_the_modelopt_sidecar_named_after_it(tmp_path, config_name, sidecar_name):
+    """A config copied out of its checkpoint folder keeps its hf_quant_config.json by name; read as bf16 it planned
+    an NVFP4 DeepSeek at four times its weights (156 GiB per GPU on TP8 instead of 46)."""
+    config = json.loads((DATA / "deepseek-ai--DeepSeek-V3.json").read_text())
+    config.pop("quantization_config")
+    (tmp_path / config_name).write_text(json.dumps(config), encoding="utf-8")
+    (tmp_path / sidecar_name).write_text(json.dumps(
+        {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}}),
+        encoding="utf-8")
+    assert default_checkpoint(str(tmp_path / config_name)) == "modelopt:fp4"
+    args = ["predict", "--workload", "serve", "-H", "b200", "--gpus", "8", "-p", "tp=8", "--input-len", "1024",
+            "--output-len", "1024", "--concurrency", "64", "--json"]
+    by_file = CliRunner().invoke(app, [*args, "-m", str(tmp_path / config_name)])
+    by_id = CliRunner().invoke(app, [*args, "-m", "nvidia/DeepSeek-V3.1-NVFP4"])
+    assert by_file.exit_code == 0 and by_id.exit_code == 0, by_file.output + by_id.output
+    a, b = json.loads(by_file.stdout), json.loads(by_id.stdout)
+    assert a["plan"]["weights"] == "fp4" and a["estimate"]["weights_from"] == "checkpoint"
+    assert a["estimate"]["memory_breakdown_gib"]["weights"] == pytest.approx(b["estimate"]["memory_breakdown_gib"]["weights"])
+    assert a["estimate"]["tpot_ms"] == pytest.approx(b["estimate"]["tpot_ms"])
+
+
+def test_another_configs_sidecar_is_not_read(tmp_path):
+    config = json.loads((DATA / "Qwen--Qwen3-30B-A3B.json").read_text())
+    (tmp_path / "qwen.json").write_text(json.dumps(config), encoding="utf-8")
+    (tmp_path / "ds.hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "NVFP4"}}),
+                                                      encoding="utf-8")
+    assert default_checkpoint(str(tmp_path / "qwen.json")) == "bf16"

@@ -156,7 +156,21 @@ def _stated_quantization(model_name: str) -> tuple[str | None, str | None] | Non
         return None
     config = loading.read_mapping(path)
     checkpoint, note = quantized_checkpoint(config, source=str(path)), unplanned_quantization(config, source=str(path))
-    beside = path.parent / "hf_quant_config.json"
-    if checkpoint is None and note is None and beside.is_file():
+    beside = _quant_sidecar(path)
+    if checkpoint is None and note is None and beside is not None:
         return modelopt_checkpoint(loading.read_mapping(beside), source=str(beside))
     return checkpoint, note
+
+
+def _quant_sidecar(path):
+    """The ModelOpt ``hf_quant_config.json`` of a config file: the one named after it (a copied config keeps its
+    sidecar by name: ``X.json`` beside ``X.hf_quant_config.json`` or ``X_hf_quant_config.json``, AIConfigurator's
+    ``X_config.json`` beside ``X_hf_quant_config.json``), else the checkpoint folder's own; None if there is none."""
+    stem = path.stem
+    named = [f"{stem}.hf_quant_config.json", f"{stem}_hf_quant_config.json"]
+    if stem.endswith("_config"):
+        named.append(f"{stem[:-len('_config')]}_hf_quant_config.json")
+    for candidate in [path.with_name(n) for n in named] + [path.parent / "hf_quant_config.json"]:
+        if candidate != path and candidate.is_file():
+            return candidate
+    return None
