@@ -174,3 +174,37 @@ def test_no_two_profiles_share_a_spelling():
     for name, profile in [*hardware_aliases().items(), *((p, p) for p in hardware_names())]:
         named.setdefault(_squashed(name), set()).add(profile)
     assert {k: v for k, v in named.items() if len(v) > 1} == {}
+
+
+# --- serving plans the engines can launch -----------------------------------------------------------------------
+
+def _moe_tp(plan: dict, side: str = "") -> int:
+    tp, dp, ep = (plan[f"{side}{k}"] for k in ("tp", "dp", "ep"))
+    return tp * dp // ep
+
+
+def test_search_never_splits_an_expert_over_a_width_it_does_not_divide():
+    """Kimi-K2.5's experts are 2048 wide: attention DP 72 without EP (each expert split 72 ways) was the best plan
+    on a GB200 rack, and vLLM's and SGLang's FusedMoE refuse it (intermediate_size % tp_size == 0)."""
+    result = runner.invoke(app, ["search", "--workload", "serve", "-m", "moonshotai/Kimi-K2.5", "-H", "gb200",
+                                 "--gpus", "72", "--input-len", "8192", "--output-len", "1024", "--ttft-ms", "3000",
+                                 "--tpot-ms", "40", "--engine", "sglang", "--top", "20", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    plans = [p["plan"] for p in doc["plans"]]
+    assert plans
+    for plan in plans:
+        sides = ("prefill_", "decode_") if plan["mode"] == "disagg" else ("",)
+        for side in sides:
+            assert 2048 % _moe_tp(plan, side) == 0, plan
+    assert doc["search"]["rejected"]["expert FFN width not divisible by the GPUs each expert is split over (tp*dp/ep)"] > 0
+
+
+def test_predict_refuses_an_expert_split_the_engines_refuse():
+    args = ["predict", "--workload", "serve", "-m", "moonshotai/Kimi-K2.5", "-H", "gb200", "--gpus", "72",
+            "--input-len", "1024", "--output-len", "1024"]
+    bad = runner.invoke(app, [*args, "-p", "tp=1,dp=72,ep=1"])
+    assert bad.exit_code == 1 and "invalid plan: expert FFN width not divisible" in bad.output
+    # 2048 / (1*72/72) and 2048 / (8*8/8): the same rack with EP, or a TP8 engine, runs
+    for plan in ("tp=1,dp=72,ep=72", "tp=8,dp=1,ep=1"):
+        assert runner.invoke(app, [*args, "-p", plan]).exit_code == 0, plan

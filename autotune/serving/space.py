@@ -53,12 +53,15 @@ REASONS: tuple[str, ...] = (
     "ep does not divide tp*dp",
     "dense model: engine data parallelism equals replicas (pin dp to choose it)",
     "engine spans more nodes than the pipeline and data-parallel ranks can split",
+    "expert FFN width not divisible by the GPUs each expert is split over (tp*dp/ep)",
 )
 # The rules no engine can launch against (a layout the model cannot split); the others are the GPU's precisions,
 # memory or the search space's preferences (tp within a node), which `predict` prices and flags.
 IMPOSSIBLE: frozenset[str] = frozenset({"heads not divisible by tp", "pipeline stages exceed layers",
                                         "ep > 1 on a dense model", "ep exceeds the model's experts",
-                                        "ep does not divide tp*dp"})
+                                        "ep does not divide tp*dp",
+                                        "expert FFN width not divisible by the GPUs each expert is split over "
+                                        "(tp*dp/ep)"})
 
 
 @dataclass(frozen=True)
@@ -153,8 +156,10 @@ def load_serve_space(path: str | None) -> ServeSpace:
 
 def _pool_checks(model: ModelSpec, cluster: Cluster, tp, pp, dp, ep) -> dict[int, np.ndarray]:
     experts = model.moe.n_experts if model.moe else 1
+    expert_ffn = model.moe.expert_ffn_hidden_size if model.moe else 1
     heads = model.n_heads
     G = tp * dp
+    moe_tp = np.where(G % ep == 0, G // np.maximum(ep, 1), 1)  # the GPUs one expert group's experts are split over
     node = cluster.gpus_per_node
     engine = tp * pp * dp
     return {
@@ -167,6 +172,9 @@ def _pool_checks(model: ModelSpec, cluster: Cluster, tp, pp, dp, ep) -> dict[int
         9: G % ep != 0,
         # an engine over several nodes splits by whole nodes: stages or data-parallel ranks per node
         11: (engine > node) & (tp > node) & (cluster.gpus_per_scale_up_domain <= node),
+        # vLLM's and SGLang's FusedMoE split each expert's intermediate width over its moe_tp ranks and assert that
+        # it divides (intermediate_size % tp_size == 0): attention DP 72 without EP splits DeepSeek's 2048 72 ways
+        12: (model.moe is not None) & (expert_ffn % moe_tp != 0),
     }
 
 
