@@ -208,3 +208,18 @@ def test_predict_refuses_an_expert_split_the_engines_refuse():
     # 2048 / (1*72/72) and 2048 / (8*8/8): the same rack with EP, or a TP8 engine, runs
     for plan in ("tp=1,dp=72,ep=72", "tp=8,dp=1,ep=1"):
         assert runner.invoke(app, [*args, "-p", plan]).exit_code == 0, plan
+
+
+def test_capacity_counts_only_plans_the_checkpoint_runs():
+    """Kimi-K2.5's checkpoint is INT4: the fewest GPUs that serve 20 requests/s were reported as 12 with an NVFP4
+    plan ("It needs an NVFP4 checkpoint"), a count the user's weights do not reach."""
+    result = runner.invoke(app, ["search", "--workload", "serve", "-m", "moonshotai/Kimi-K2.5", "-H", "gb200",
+                                 "--gpus", "8..144", "--input-len", "4096", "--output-len", "1024", "--request-rate",
+                                 "20", "--ttft-ms", "3000", "--tpot-ms", "50", "--top", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    best = doc["plans"][0]
+    assert best["estimate"]["meets_targets"] and best["estimate"].get("needs_checkpoint") is None
+    assert best["estimate"]["weights_from"] == "checkpoint"
+    tried = {t["gpus"]: t["meeting_targets"] for t in doc["capacity"]["tried"]}
+    assert tried[12] == 0 and doc["capacity"]["gpus"] > 12

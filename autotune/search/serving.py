@@ -46,6 +46,8 @@ class ServeSearchResult:
     meeting: int
     n_gpus: int
     notes: list[str] = field(default_factory=list)
+    # plans meeting the targets that run from the checkpoint (the others need another one): what capacity counts
+    meeting_runnable: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -162,7 +164,8 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
                                                           cluster.n_gpus, price))
               for k, r in enumerate(ranked[:top], start=1)]
     return ServeSearchResult(ranked, len(plans), space_size, time.perf_counter() - started, rejected,
-                             int(len(fits)), int(meets.sum()), cluster.n_gpus)
+                             int(len(fits)), int(meets.sum()), cluster.n_gpus,
+                             meeting_runnable=int((meets & runnable).sum()))
 
 
 def gpu_counts(low: int, high: int, gpus_per_node: int) -> list[int]:
@@ -174,13 +177,14 @@ def gpu_counts(low: int, high: int, gpus_per_node: int) -> list[int]:
 class CapacityResult:
     n_gpus: int | None
     result: ServeSearchResult | None
-    tried: list[tuple[int, int]]  # (GPUs, plans meeting the targets)
+    tried: list[tuple[int, int]]  # (GPUs, plans meeting the targets that run from the checkpoint)
 
 
 def capacity_search(model: ModelSpec, hardware, gpus_per_node: int, low: int, high: int, workload: ServeWorkload,
                     space: ServeSpace, params: ServingParams, *, top: int = 10, engine: str = DEFAULT_ENGINE,
                     checkpoint: str = "bf16", memory_fraction: float | None = None) -> CapacityResult:
-    """The fewest GPUs in ``low..high`` whose best plan meets the targets at the workload's request rate.
+    """The fewest GPUs in ``low..high`` whose best plan meets the targets at the workload's request rate, with
+    weights that run from ``checkpoint`` (a plan that needs another checkpoint does not count).
 
     Counts within a node are tried in turn.  Beyond a node the counts are whole nodes.  A count that meets
     the targets keeps meeting them at twice the count (twice its replicas, each with half the rate; no such
@@ -198,8 +202,9 @@ def capacity_search(model: ModelSpec, hardware, gpus_per_node: int, low: int, hi
             cluster = Cluster(hardware=hardware, n_gpus=n, gpus_per_node=min(gpus_per_node, n))
             results[n] = serve_search(model, cluster, workload, space, params, top=top, engine=engine,
                                       checkpoint=checkpoint, memory_fraction=memory_fraction)
-            tried[n] = results[n].meeting
-        return bool(results[n].meeting)
+            tried[n] = results[n].meeting_runnable
+        # a plan that needs another checkpoint than --checkpoint does not serve the rate with the weights at hand
+        return bool(results[n].meeting_runnable)
 
     def done(n: int | None) -> CapacityResult:
         return CapacityResult(n, results[n] if n is not None else None, sorted(tried.items()))
