@@ -223,3 +223,26 @@ def test_capacity_counts_only_plans_the_checkpoint_runs():
     assert best["estimate"]["weights_from"] == "checkpoint"
     tried = {t["gpus"]: t["meeting_targets"] for t in doc["capacity"]["tried"]}
     assert tried[12] == 0 and doc["capacity"]["gpus"] > 12
+
+
+def test_emit_refuses_a_plans_json_entry_no_engine_launches(tmp_path):
+    """A plans.json an older autotune wrote (or a hand edit) with attention DP 72 and no EP for Kimi-K2.5: emit
+    wrote its script, which the engines refuse at launch; a plan string was already refused."""
+    out = tmp_path / "kimi"
+    result = runner.invoke(app, ["search", "--workload", "serve", "-m", "moonshotai/Kimi-K2.5", "-H", "gb200",
+                                 "--gpus", "72", "--input-len", "1024", "--output-len", "1024", "--engine", "sglang",
+                                 "--top", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "plans.json").read_text())
+    plan = document["plans"][0]["plan"]
+    for key in [k for k in plan if k.startswith(("prefill_", "decode_"))]:
+        del plan[key]
+    plan.update(mode="agg", tp=1, pp=1, dp=72, ep=1, replicas=1)
+    (out / "plans.json").write_text(json.dumps(document))
+    refused = runner.invoke(app, ["emit", str(out / "plans.json"), "--format", "sglang", "--out", str(tmp_path / "e")])
+    assert_user_error(refused, "plans.json", "field 'plans.plan'", "plan of rank 1 cannot run",
+                      "expert FFN width not divisible")
+    assert not (tmp_path / "e").exists()
+    kept = runner.invoke(app, ["emit", str(out / "plans.json"), "--format", "sglang", "--rank", "2",
+                               "--out", str(tmp_path / "e2")])
+    assert kept.exit_code == 0, kept.output

@@ -366,6 +366,14 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"plan of rank {rank} is malformed: {exc}", source=str(path), field="plans.plan") from None
         served.check_plan(chosen, str(path), rank)
+        # a file an older autotune wrote, or a hand edit, may hold a plan no engine launches (heads not divisible by
+        # tp, an expert split over a width it does not divide): refused as a plan string is
+        code = int(serve_rejection_reasons(spec, served.cluster, ServePlanBatch.from_plans([chosen]), frozenset({"dp"}),
+                                           engine=format)[0])
+        if SERVE_REASONS[code] in SERVE_IMPOSSIBLE:
+            raise InputError(f"plan of rank {rank} cannot run: {SERVE_REASONS[code]}; rerun `autotune search "
+                             "--workload serve --out DIR`, or emit another --rank", source=str(path),
+                             field="plans.plan")
         if memory_fraction is None and served.engine == format:  # a value of the searched engine's flag
             memory_fraction = served.memory_fraction
         if served.engine == format:
