@@ -31,6 +31,7 @@ A100 = load_hardware("a100-sxm4-80gb")
 LLAMA8 = load_model("llama3-8b")  # 32 layers, 32 heads, 8 KV heads, dense
 MIXTRAL = load_model("mixtral-8x7b")  # 8 experts, 32 heads, 8 KV heads
 GPT3 = load_model("gpt3-175b")  # 96 heads, 96 KV heads, 96 layers
+MINIMAX = load_model("minimax-m2.5")  # 62 layers + 3 MTP modules, 256 experts
 # 24 query heads and 4 KV heads: tp=8 divides the heads but not the KV heads.
 GQA_TOY = ModelSpec(name="gqa-toy", n_layers=8, hidden_size=3072, ffn_hidden_size=8192, n_heads=24, n_kv_heads=4,
                     head_dim=128, vocab_size=32000)
@@ -134,6 +135,9 @@ CASES = [
      dict(pp=4, vp=1), "interleaved schedule needs the micro-batches to be a multiple of pp", set()),
     ("fw-fp8", LLAMA8, 16, 8, H100, WL, Rules(), dict(precision="fp8", zero=0), dict(precision="bf16", zero=0),
      "fp8 the framework does not offer", set(), "megatron-lm@2021-04"),
+    # 65 blocks on pp=8: seven stages of ceil(65/8) = 9 leave the last 2 blocks for 3 MTP modules; pp=4: 65 - 3 x 17 = 14
+    ("mtp-last-stage", MINIMAX, 64, 8, H100, TrainWorkload(4096, 256), Rules(), dict(pp=8, ep=8), dict(pp=4, ep=8),
+     "MTP modules do not fit on the last pipeline stage (the stages before it hold ceil(blocks/pp) each)", set()),
 ]
 
 

@@ -246,3 +246,29 @@ def test_emit_refuses_a_plans_json_entry_no_engine_launches(tmp_path):
     kept = runner.invoke(app, ["emit", str(out / "plans.json"), "--format", "sglang", "--rank", "2",
                                "--out", str(tmp_path / "e2")])
     assert kept.exit_code == 0, kept.output
+
+
+# --- training ---------------------------------------------------------------------------------------------------
+
+def test_training_search_keeps_mtp_modules_on_a_last_stage_that_holds_them(tmp_path):
+    """MiniMax-M2.5: 62 layers and 3 MTP modules.  On 64 H100s the best Megatron-LM plan was pp=8 vp=4, whose
+    stages before the last hold ceil(65/8) = 9 blocks each and leave the last 2 blocks for its 3 MTP modules: the
+    cost model priced an impossible split and `emit --format megatron` refused the search's own winner."""
+    out = tmp_path / "mm"
+    result = runner.invoke(app, ["search", "-m", "MiniMaxAI/MiniMax-M2.5", "-H", "h100-sxm5-80gb", "--gpus", "64",
+                                 "-s", "4096", "-b", "256", "--top", "5", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    for entry in json.loads((out / "plans.json").read_text())["plans"]:
+        pp = entry["plan"]["pp"]
+        per_stage = -(-65 // pp)
+        assert pp == 1 or 65 - (pp - 1) * per_stage >= 3, entry["plan"]
+    emitted = runner.invoke(app, ["emit", str(out / "plans.json"), "--format", "megatron", "--out", str(tmp_path / "e")])
+    assert emitted.exit_code == 0, emitted.output
+    args = ["predict", "-m", "MiniMaxAI/MiniMax-M2.5", "-H", "h100-sxm5-80gb", "--gpus", "64", "-s", "4096", "-b", "256"]
+    refused = runner.invoke(app, [*args, "-p", "tp=1,pp=8,ep=8"])  # 65 - 7 x 9 = 2 blocks for 3 MTP modules
+    assert refused.exit_code == 1 and "MTP modules do not fit on the last pipeline stage" in refused.output
+    assert runner.invoke(app, [*args, "-p", "tp=1,pp=4,ep=8"]).exit_code == 0  # 65 - 3 x 17 = 14 blocks
+    # DeepSeek-V3 (1 MTP module) on pp=16: 62 - 15 x 4 = 2 blocks on the last stage, as its measured runs used
+    deepseek = runner.invoke(app, ["predict", "-m", "deepseek-v3", "-H", "h100-sxm5-80gb", "--gpus", "1024", "-s", "4096",
+                                   "-b", "4096", "-p", "tp=1,pp=16,ep=64"])
+    assert "MTP modules do not fit" not in deepseek.output, deepseek.output

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..inputs.hardware import Cluster
 from ..training.problem import DEFAULT_MEMORY_HEADROOM, TrainingProblem
-from ..training.space import REASONS, enumerate_valid
+from ..training.space import MTP_STAGE, REASONS, enumerate_valid
 
 SAMPLE_LIMIT = 400_000  # plans evaluated per alternative, at most
 
@@ -74,6 +74,9 @@ def _remedy(reason: str, problem: TrainingProblem) -> str:
         REASONS[14]: f"the {cluster.hardware.name} supports {', '.join(p for p in cluster.hardware.peak_tflops if p in ('bf16', 'fp16', 'fp8'))}",
         REASONS[15]: "optimizer offload needs zero >= 1",
         REASONS[16]: "with the rule sp_with_tp, tp > 1 needs sp=true",
+        REASONS[MTP_STAGE]: (f"choose a pp whose last stage keeps the {model.mtp_layers} MTP module(s): "
+                             f"{model.n_layers + model.mtp_layers} blocks minus (pp-1) x ceil(blocks/pp) must be at "
+                             f"least {model.mtp_layers}"),
     }
     return remedies.get(reason, "loosen --fix values or the --space axes")
 

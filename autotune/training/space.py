@@ -54,6 +54,7 @@ REASONS: tuple[str, ...] = (
     "expert tensor parallelism the framework does not offer",
     "dualpipe schedule the framework does not offer",
     "dualpipe needs an even pp > 1, vp = 1 and an even number of micro-batches >= 2*pp",
+    "MTP modules do not fit on the last pipeline stage (the stages before it hold ceil(blocks/pp) each)",
     "not expressible in the --emit format(s)",
 )
 NOT_EXPRESSIBLE = len(REASONS) - 1
@@ -71,6 +72,8 @@ ETP_NODE = REASONS.index("etp spans more than one node")
 FW_ETP = REASONS.index("expert tensor parallelism the framework does not offer")
 FW_DUALPIPE = REASONS.index("dualpipe schedule the framework does not offer")
 DUALPIPE_SHAPE = REASONS.index("dualpipe needs an even pp > 1, vp = 1 and an even number of micro-batches >= 2*pp")
+MTP_STAGE = REASONS.index("MTP modules do not fit on the last pipeline stage (the stages before it hold "
+                          "ceil(blocks/pp) each)")
 # Axes a space file may leave out (added after the format was fixed): their value when it does --
 # etp equal to tp and the 1F1B schedule, so an older space searches what it searched before.
 OPTIONAL_AXES: Mapping[str, tuple] = {"etp": (ETP_AS_TP,), "schedule": ("1f1b",)}
@@ -262,6 +265,12 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         FW_ETP: (model.moe is not None) & (((fw.expert_tp == "equal_tp") & (etp != tp))
                                            | ((fw.expert_tp == "none") & (etp != 1))),
         FW_DUALPIPE: dualpipe & ("dualpipe" not in fw.pipeline_schedules),
+        # The cost model's pipeline (training.geometry) gives every stage but the last ceil(blocks/pp) blocks and the
+        # last the rest, which holds the MTP modules (Megatron-Core puts them on the last stage, and the Megatron
+        # emitter writes that layout): MiniMax-M2.5's 62 layers + 3 MTP blocks on pp=8 leave it 2 blocks for 3.
+        MTP_STAGE: (pp > 1) & (model.mtp_layers > 0)
+        & (model.n_layers + model.mtp_layers - (pp - 1) * np.ceil((model.n_layers + model.mtp_layers) / np.maximum(pp, 1))
+           < model.mtp_layers),
     }
     if not layout_only:
         supported = [CATEGORIES["precision"].index(p) for p in cluster.hardware.peak_tflops if p in CATEGORIES["precision"]]
