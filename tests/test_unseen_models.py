@@ -272,3 +272,37 @@ def test_training_search_keeps_mtp_modules_on_a_last_stage_that_holds_them(tmp_p
     deepseek = runner.invoke(app, ["predict", "-m", "deepseek-v3", "-H", "h100-sxm5-80gb", "--gpus", "1024", "-s", "4096",
                                    "-b", "4096", "-p", "tp=1,pp=16,ep=64"])
     assert "MTP modules do not fit" not in deepseek.output, deepseek.output
+
+
+# --- the load of one replica -------------------------------------------------------------------------------------
+
+def test_a_total_concurrency_over_stated_replicas_is_split_over_them(tmp_path):
+    """A row of two replicas (n_gpus twice the layout) with only the total concurrency was predicted as one
+    replica carrying all of it; it carries half, as the row with concurrency_per_replica says."""
+    base = {**KIMI, "id": "one", "replicas": "1", "concurrency": "64", "concurrency_per_replica": "64"}
+    gpus = int(base["gpus_per_replica"])
+    two = {**base, "id": "two", "replicas": "2", "n_gpus": str(2 * gpus), "concurrency": "128",
+           "concurrency_per_replica": "", "ttft_ms": str(float(base["ttft_ms"]) + 1)}
+    by_gpus = {**two, "id": "by-gpus", "replicas": "", "gpus_per_replica": "", "ttft_ms": str(float(base["ttft_ms"]) + 2)}
+    doc = _validate(tmp_path, [base, two, by_gpus])
+    assert doc["skipped"] == []
+    got = {r["id"]: r for r in doc["rows"]}
+    assert got["two"]["concurrency"] == got["by-gpus"]["concurrency"] == 64.0
+    for rid in ("two", "by-gpus"):
+        assert got[rid]["predicted_tpot_ms"] == got["one"]["predicted_tpot_ms"]
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"gpus_per_replica": "64"}, "gpus_per_replica 64 is not the {g} GPUs the row's layout takes"),
+    ({"replicas": "2", "n_gpus": "{g}"}, "n_gpus {g} is not replicas x the layout's GPUs (2 x {g})"),
+    ({"replicas": "", "gpus_per_replica": "", "n_gpus": "{g}1"}, "n_gpus {g}1 is not a whole number of replicas"),
+    ({"replicas": "1", "concurrency": "64", "concurrency_per_replica": "32"},
+     "concurrency_per_replica 32 is not concurrency / replicas (64 / 1)"),
+])
+def test_counts_that_contradict_the_layout_skip_the_row_naming_them(tmp_path, change, reason):
+    gpus = KIMI["gpus_per_replica"]
+    row = {**KIMI, "id": "r", **{k: v.format(g=gpus) for k, v in change.items()}}
+    doc = _validate(tmp_path, [row])
+    assert doc["rows"] == []
+    assert doc["skipped"][0]["reason"].startswith(reason.format(g=gpus)), doc["skipped"]
+    assert doc["skipped"][0]["reason"].endswith("the row contradicts itself")

@@ -16,6 +16,10 @@ Reading rules (each one is stated where it acts):
   (``disagg_workers_missing``), rows whose replica count or attention-DP width is unknown
   (``batch_concurrency_mismatch``), MoE splits that contradict the GPU count (``moe_layout_inconsistent``),
   a model id the catalogue does not know, a GPU without a profile, missing lengths or measurements.
+* The load of one replica (the model predicts one): ``concurrency_per_replica``, else ``concurrency`` over the
+  replicas the row states (``replicas``, or ``n_gpus`` over the layout's GPUs), else ``concurrency``.  A row whose
+  ``gpus_per_replica``, ``n_gpus``, ``replicas`` and ``concurrency_per_replica`` contradict its layout or each other
+  is skipped with the contradiction (``_replica_counts``).
 * ``attention_dp`` empty or 0 reads as 1; ``moe_tp``/``moe_ep`` empty: the MoE layer is split like the
   attention.  Empty ``tp``/``pp`` read as 1.  A MoE layout whose ``tp`` does not divide the attention heads
   or exceeds a node is AIC's lossy encoding of attention DP + expert parallelism (DEP; e.g. ``tp 72`` on GB200 for DeepSeek): read
@@ -324,6 +328,40 @@ def _formats(model: ModelSpec, weight: str, moe: str, hf_id: str) -> tuple[str, 
     return class_formats(model.is_moe, w, m)
 
 
+def _layout_gpus(mode: str, prefill: Pool, decode: Pool) -> int:
+    """GPUs of one replica as the row's layout takes them (serving_silicon.md, Formulas)."""
+    one = lambda p: p.tp * p.pp * p.dp  # noqa: E731
+    return one(decode) if mode == "agg" else prefill.workers * one(prefill) + decode.workers * one(decode)
+
+
+def _replica_counts(row: dict, layout_gpus: int, total: float | None, per_replica: float | None) -> float | str:
+    """The concurrency of one replica, which the model predicts, or why the row's counts contradict its layout (a
+    skip: which cell is wrong is not known).  ``gpus_per_replica`` must be the layout's GPUs, ``n_gpus`` replicas
+    (or, with replicas empty, a whole number of them) times that, and ``concurrency_per_replica`` the concurrency
+    over the replicas.  With ``concurrency_per_replica`` empty, the concurrency is split over the replicas a
+    row states (``replicas``, or ``n_gpus`` over the layout's GPUs): a total over two replicas is not the load of
+    one."""
+    replicas, n_gpus, per_gpus = (_count(row, k) for k in ("replicas", "n_gpus", "gpus_per_replica"))
+    if per_gpus is not None and per_gpus != layout_gpus:
+        return (f"gpus_per_replica {per_gpus} is not the {layout_gpus} GPUs the row's layout takes; the row "
+                "contradicts itself")
+    if n_gpus is not None:
+        if replicas is not None and n_gpus != replicas * layout_gpus:
+            return (f"n_gpus {n_gpus} is not replicas x the layout's GPUs ({replicas} x {layout_gpus}); the row "
+                    "contradicts itself")
+        if n_gpus % layout_gpus:
+            return (f"n_gpus {n_gpus} is not a whole number of replicas of the {layout_gpus} GPUs the row's layout "
+                    "takes; the row contradicts itself")
+        replicas = replicas if replicas is not None else n_gpus // layout_gpus
+    if per_replica is not None:
+        if total is not None and replicas is not None and abs(per_replica * replicas - total) > 0.005 * replicas:
+            return (f"concurrency_per_replica {per_replica:g} is not concurrency / replicas ({total:g} / {replicas}); "
+                    "the row contradicts itself")
+        return per_replica
+    assert total is not None  # the caller skipped a row with neither
+    return total / (replicas or 1)
+
+
 def parse_silicon_row(row: dict, hardware_loader: Callable[[str], Hardware] = load_hardware,
                       model_loader: Callable[[str], ModelSpec] = load_model, *,
                       primary_only: bool = True, line: int | None = None,
@@ -380,10 +418,9 @@ def _parse(row: dict, rid: str, engine: str, mode: str, skip: Callable[[str], Sk
     I, O = _length(row, "input_len"), _length(row, "output_len")
     if I is None or O is None:
         return skip(f"input/output lengths not recorded ({'input_len' if I is None else 'output_len'} is empty)")
-    # the per-replica figure where the row has one (the model predicts one replica), else the total
+    # the model predicts one replica: the per-replica figure, or the total over the replicas (_replica_counts)
     per_replica, total = _concurrency(row, "concurrency_per_replica"), _concurrency(row, "concurrency")
-    C = per_replica if per_replica is not None else total
-    if C is None:
+    if per_replica is None and total is None:
         return skip("concurrency not recorded (concurrency and concurrency_per_replica are empty)")
     ttft, tpot = _latency(row, "ttft_ms"), _latency(row, "tpot_ms")
     if ttft is None or tpot is None:
@@ -409,6 +446,11 @@ def _parse(row: dict, rid: str, engine: str, mode: str, skip: Callable[[str], Sk
         prefill, n1 = _pool(row, "prefill_", model, node)
         decode, n2 = _pool(row, "decode_", model, node)
         note = "; ".join(filter(None, (n1, n2)))
+    per_gpu = _layout_gpus(mode, prefill, decode)
+    counted = _replica_counts(row, per_gpu, total, per_replica)
+    if isinstance(counted, str):
+        return skip(counted)
+    C = counted
     return SiliconRow(id=rid, engine=engine, mode=mode, hf_model_id=hf_id, model=model, gpu=gpu, hardware=hw,
                       prefill=prefill, decode=decode, formats=formats, kv=kv, input_len=int(I), output_len=int(O),
                       concurrency=float(C), measured_ttft_ms=float(ttft), measured_tpot_ms=float(tpot),
