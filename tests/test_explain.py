@@ -70,3 +70,17 @@ def test_explain_cli_plan_and_errors():
     assert bad_rank.exit_code == 2 and "no such file" in bad_rank.output
     missing = runner.invoke(app, ["explain", "--plan", "tp=8", "-m", "llama3-70b"])
     assert missing.exit_code == 2 and "--hardware" in missing.output
+
+
+def test_a_tp_step_on_a_dense_model_moves_etp_with_tp(inputs):
+    # etp defaults to tp; a tp neighbour that kept the old etp broke a dense-model rule
+    # ("etp differs from tp on a dense model") for every tp step, so no tp move was ever priced.
+    plan = parse_plan("tp=4,pp=4,zero=1,mbs=1,recompute=selective", 64)
+    found = explain(inputs.model, inputs.cluster, inputs.workload, plan)
+    tp_rows = [r for r in found.sensitivity if r.axis == "tp"]
+    assert {r.change.split(" (")[0] for r in tp_rows} == {"tp 4 -> 8", "tp 4 -> 2"}
+    for row in tp_rows:
+        assert "etp" not in row.reason, row
+        assert row.plan["etp"] == row.plan["tp"]
+    eight = next(r for r in tp_rows if r.change.startswith("tp 4 -> 8"))
+    assert eight.reason == "" and eight.step_time_s is not None

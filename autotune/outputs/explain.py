@@ -68,6 +68,10 @@ def _moves(plan: Plan) -> list[tuple[str, str, dict[str, Any]]]:
             fields: dict[str, Any] = {axis: new}
             if axis == "tp":
                 fields["sp"] = new > 1 and (plan.sp or plan.tp == 1)
+                if plan.etp == plan.tp:
+                    # etp left at its default (= tp) follows tp, as a plan string without etp
+                    # would; keeping the old width made every dense tp step "etp differs from tp".
+                    fields["etp"] = new
             if axis == "pp" and new == 1:
                 fields["vp"] = 1
             mp = (new if axis == "tp" else plan.tp) * (new if axis == "pp" else plan.pp) * plan.cp
