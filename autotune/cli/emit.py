@@ -84,8 +84,8 @@ from .app import (
         "--format torchtitan\n\n"
         "    autotune emit tp=4,weights=fp8,kv=fp8,max_batch=64 --format vllm -m llama3-70b -H h100-sxm5-80gb "
         "--gpus 8 --input-len 2048 --output-len 256\n\n"
-        "    autotune emit runs/70b-serve --rank 2 --format sglang --model-path /models/Llama-3.1-70B "
-        "--out runs/70b-serve/launch   (a serving plans.json)\n\n"
+        "    autotune emit runs/70b-serve --rank 2 --format vllm --model-path /models/Llama-3.1-70B "
+        "--out runs/70b-serve/launch   (a serving plans.json; its plans are ranked for its search's --engine)\n\n"
         "Targets: " + "; ".join(f"{name}: {em.release}" for name, em in FRAMEWORKS.items())
         + ". See docs/launch-configs.md."
     )
