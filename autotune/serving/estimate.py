@@ -21,7 +21,8 @@ Per engine, in steady state:
 * **Load.**  A closed loop of ``C`` clients (``--concurrency``), an open loop of ``λ`` requests/s
   (``--request-rate``), or the engine full (max-throughput).  Little's law on the decode phase gives
   the request rate; prefill work steals engine time from decode in an aggregated engine
-  (``TPOT = t_dec / (1 - ρ)``); prefill waits in a G/D/c queue (Sakasegawa's approximation, M/D/1 of
+  (``TPOT = t_dec / (1 - ρ)``, the other users' prompts only, at most one chunk a token where prefill
+  chunks ride in decode steps); prefill waits in a G/D/c queue (Sakasegawa's approximation, M/D/1 of
   DistServe for one server) and the scheduler's pick-up delay; requests beyond the KV cache or the engine's
   batch limit wait for a slot.  A share of a closed loop runs in synchronised waves instead (clients of equal
   lengths finish and return together): a wave's prefill splits between its prompts' TTFT and their TPOT.
@@ -374,10 +375,11 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     def prefill_at(rho):  # a prompt's prefill when a share rho of the other DP ranks prefill with it
         return S_alone + (S_busy - S_alone) * np.clip(rho, 0.0, 1.0)
 
-    def ttft_parts(t_dec, rho, ca2):
+    def ttft_parts(t_dec, rho, ca2, ahead=np.inf):
         S_own = prefill_at(rho)
         S_own = S_own + np.where(dis, 0.0, mixed * n_chunks * t_dec)
-        wq = _wq_gdc(S_busy, rho, servers, ca2)
+        # a closed loop of C users has at most the C-1 others' prompts ahead of one (one user never queues)
+        wq = np.minimum(_wq_gdc(S_busy, rho, servers, ca2), ahead * S_busy / servers)
         return p.request_ms * 1e-3 + p.prompt_token_us * 1e-6 * I + S_own + wq + p.admission_steps * t_dec + t_xfer
 
     # --- closed loop: C clients (max-throughput: the engine full) -------------------------------------
@@ -415,17 +417,27 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         wait = adp_balance_wait_s(lam, r.p_dp * ones, np.asarray(r.balance_iters, float) * t_iter)
         return np.where(bal, busy * wait, 0.0)
 
+    # A chunked-prefill engine (mixed) puts at most one token budget of prompts into each step, so the prefill
+    # a decoded token waits for is at most one full chunk's, however many prompts queue (vLLM's scheduler,
+    # TensorRT-LLM's max_num_tokens); an engine that prefills apart from decodes (SGLang) runs the queue first.
+    t_full = np.where(I >= chunk, S_busy / n_chunks, S_busy * np.floor(chunk / np.maximum(I, 1.0)))
+    cap_wait = np.where(mixed > 0, t_full, np.inf)
+    others = np.where(load == LOAD_CONCURRENCY, np.maximum(C - 1.0, 0.0) / np.maximum(C, 1.0), 1.0)
+
     def closed(nd):
         t_dec = t_dec_of(nd)
-        lam = np.where(dis, nd / (Om1 * t_dec), nd / (Om1 * t_dec + nd * S_busy / servers))
+        # a step: the decode of the running batch plus the prefill it carries (b S_busy / Om1 per token
+        # by work conservation, at most one chunk's on a mixed engine); the prompts are the other users'
+        # ((C-1)/C of them: a user's own next prompt waits for its reply, so one user decodes uninterrupted)
+        wait = np.minimum(others * nd * S_busy / (servers * Om1), cap_wait)
+        lam = np.where(dis, nd / (Om1 * t_dec), nd / (Om1 * (t_dec + wait)))
         rho = lam * S_busy / servers
-        # t_dec/(1-rho) = t_dec + b S_busy/Om1 is the same step accounting without the held steps
-        tpot = np.where(dis, t_dec, t_dec / np.maximum(1.0 - rho, 1e-6))
+        tpot = np.where(dis, t_dec, t_dec + wait)
         extra = held_s(nd, t_dec, rho)  # per decoded token; the request rate follows (Little's law)
         tpot = tpot + extra
         lam = np.where(extra > 0, nd / (Om1 * tpot), lam)
         rho = np.where(extra > 0, lam * S_busy / servers, rho)
-        ttft = ttft_parts(t_dec, rho, p.arrival_cv2) + balance_s(nd, lam, tpot)
+        ttft = ttft_parts(t_dec, rho, p.arrival_cv2, np.maximum(C - 1.0, 0.0)) + balance_s(nd, lam, tpot)
         ttft = np.where(rho >= 0.999999, np.inf, ttft)
         return lam, tpot, ttft, t_dec, rho
 
@@ -458,7 +470,13 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     S_step = prefill_s(a, q, g, p, per_step * I, r.p_tp, r.p_pp, r.p_dp, r.p_ep, chunk, seqs=per_step,
                        moe_share=r.p_dp)
     t_dec_wave = t_dec_of(C_eff)
-    tpot_wave = t_dec_wave + np.where(dis, 0.0, 0.5 * (steps - 1.0) * S_step / Om1)
+    # The k-th prompt from a wave's end waits for the k prefill steps after its own: all of them before its next
+    # token when prefill runs apart from decodes (mean (steps-1)/2), one per decoded token on a mixed engine,
+    # which so waits for min(k, Om1) of them (the mean of min(k, m) over k uniform on [0, K]: m - m^2/2K, m < K).
+    K = np.maximum(steps - 1.0, 0.0)
+    mixed_wait = np.where(Om1 >= K, 0.5 * K, Om1 - Om1 ** 2 / (2.0 * np.maximum(K, 1e-12)))
+    wave_wait = np.where(mixed > 0, mixed_wait, 0.5 * K)
+    tpot_wave = t_dec_wave + np.where(dis, 0.0, wave_wait * S_step / Om1)
     ttft_wave = (p.request_ms * 1e-3 + p.prompt_token_us * 1e-6 * I + 0.5 * (steps + 1.0) * S_step
                  + p.admission_steps * t_dec_wave + t_xfer)
     # A wave's cycle is at least the prefill servers' work on it: a disaggregated decode pool does not wait for the
