@@ -235,3 +235,17 @@ def test_a_capacity_plan_where_nothing_fits_says_so_not_that_a_deadline_was_miss
     assert result.exit_code == 1 and "Traceback" not in result.output
     text = " ".join(result.output.split())
     assert "no plan fits on any of the GPUs" in text and "deadline" not in text.split("Money at")[-1]
+
+
+def test_at_price_zero_capacity_and_serving_cost_lines_say_what_they_are():
+    # Every plan costs $0 at --price 0: the tie goes to the fewest GPUs, which is not "cheapest"; and a serving
+    # plan at $0 per hour costs $0 per million tokens, not "no output tokens to price".
+    result = runner.invoke(app, ["search", *SMALL, "-H", "h100-sxm5-80gb", "--gpus", "8..16", "--deadline", "720h",
+                                 "--price", "0"])
+    assert result.exit_code == 0, result.output
+    assert "Cheapest in time" not in result.stdout and "Fewest GPUs in time" in result.stdout
+    served = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb",
+                                 "--gpus", "1", "--request-rate", "2", "--input-len", "512", "--output-len", "128",
+                                 "--price", "0"])
+    assert served.exit_code == 0, served.output
+    assert "$0.000 per million output tokens" in served.stdout and "no output tokens to price" not in served.stdout

@@ -369,7 +369,10 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
         if found.chosen:
             stdout.print(f"[bold]{what}:[/] {tables.candidate_text(found.chosen)}.", highlight=False, soft_wrap=True)
         if found.cheapest and found.cheapest is not found.chosen:
-            stdout.print(f"Cheapest in time: {tables.candidate_text(found.cheapest)}.", highlight=False, soft_wrap=True)
+            # at --price 0 every plan costs $0 and the tie goes to the fewest GPUs: say that, not "cheapest"
+            label = ("Cheapest in time" if found.cheapest.totals["cost_usd"] > 0
+                     else "Fewest GPUs in time (every plan costs $0 at this price)")
+            stdout.print(f"{label}: {tables.candidate_text(found.cheapest)}.", highlight=False, soft_wrap=True)
         if found.fastest and found.fastest is not found.chosen:
             stdout.print(f"Fastest: {tables.candidate_text(found.fastest)}.", highlight=False, soft_wrap=True)
         stdout.print(f"[dim]Energy = GPUs x average board power x hours x PUE {found.pue:g} ({found.pue_source}); "
@@ -545,8 +548,8 @@ def _say_missed(estimate: dict, request: ServingSearch, *, checkpoint: str) -> N
 def cost_text(e: dict) -> str:
     """One line of what a serving plan costs (serving.estimate.add_serving_cost)."""
     per_million = e.get("usd_per_million_output_tokens")
-    tokens = (f"${tables.number_text(per_million, ',.3f')} per million output tokens" if per_million
-              else "no output tokens to price")
+    tokens = (f"${tables.number_text(per_million, ',.3f')} per million output tokens" if per_million is not None
+              else "no output tokens to price")  # 0 at --price 0 is a price; None: the plan produces no tokens
     return (f"Cost: ${e['usd_per_hour']:,.2f} per hour at ${e['usd_per_gpu_hour']:g} per GPU-hour (--price sets it), "
             f"{tokens}.")
 
