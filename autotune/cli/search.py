@@ -38,6 +38,7 @@ from ..outputs.emit.formats import (
 )
 from ..outputs.explain import explain, explain_serving
 from ..outputs.files import (
+    SearchFolder,
     check_out_dir,
     plan_entry,
     plans_path,
@@ -310,8 +311,7 @@ def search(
                 best = result.ranked[0]
                 context = search_context(best.plan, inputs.model, inputs.cluster, inputs.workload, best.estimate)
                 files = render_formats(formats, context)
-            written, removed = write_search_folder(out, document, files, force)
-            say_removed(removed)
+            written = say_folder(write_search_folder(out, document, files, force))
         if json_out:
             print_json(document)
         else:
@@ -355,8 +355,7 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
     document = outcome.to_json()
     written: list[Path] = []
     if out is not None:
-        written, removed = write_search_folder(out, document, {}, force)
-        say_removed(removed)
+        written = say_folder(write_search_folder(out, document, {}, force))
     found, given = outcome.found, request.request
     if json_out:
         print_json(document)
@@ -406,11 +405,17 @@ def _capacity(request: CapacitySearch, *, json_out: bool, out: Path | None, forc
         raise typer.Exit(code=1)
 
 
-def say_removed(removed: list[Path]) -> None:
-    """Name the earlier search's launch files a --force search removed (they launched plans it no longer holds)."""
-    if removed:
+def say_folder(folder: SearchFolder) -> list[Path]:
+    """Name the earlier search's launch files a --force search removed (they launched plans it no longer holds)
+    and those it kept (edited since); the paths it wrote."""
+    if folder.removed:
         stderr.print(f"[yellow]note:[/] removed the earlier search's launch files that these plans replace: "
-                     f"{escape(', '.join(str(p) for p in removed))}.", highlight=False, soft_wrap=True)
+                     f"{escape(', '.join(str(p) for p in folder.removed))}.", highlight=False, soft_wrap=True)
+    for path, why in folder.kept:
+        stderr.print(f"[yellow]note:[/] kept {escape(str(path))}: {escape(why)}; it launches the earlier search's "
+                     "plan, not these (remove it by hand when it is no longer wanted).", highlight=False,
+                     soft_wrap=True)
+    return folder.written
 
 
 def _say_checkpoint_note(model: str, checkpoint: str | None) -> None:
@@ -461,12 +466,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                     stderr.print(f"[yellow]note:[/] the plans were ranked for {request.engine}; the {name} files "
                                  f"launch the best of them on {name}, re-checked: {verdict}.", highlight=False,
                                  soft_wrap=True)
-                if set(engine_files) & set(files):
-                    # vLLM and SGLang both write per-node scripts: keep each engine's under its own name
-                    engine_files = {f"{name}/{k}": v for k, v in engine_files.items()}
-                files.update(engine_files)
-        written, removed = write_search_folder(out, document, files, force)
-        say_removed(removed)
+                files.update(engine_files)  # each engine's script has its own name (serve_vllm.sh, serve_sglang.sh)
+        written = say_folder(write_search_folder(out, document, files, force))
 
     # targets no plan meets are an impossible constraint: the closest plans are still shown (and written), but the
     # exit status says so, as for a training search where nothing fits

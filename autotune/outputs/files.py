@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -134,29 +135,67 @@ def _recorded_launch_files(out: Path) -> list[str]:
     names = doc.get(LAUNCH_FILES_KEY) if isinstance(doc, dict) else None
     if not isinstance(names, list):
         return []
-    return [n for n in names if isinstance(n, str) and n and not Path(n).is_absolute()
+    return [Path(n).as_posix() for n in names if isinstance(n, str) and n and not Path(n).is_absolute()
             and ".." not in Path(n).parts and Path(n).name not in (PLANS_JSON, "plans.csv")]
 
 
+def _inside(out: Path, name: str) -> Path | None:
+    """``out / name`` when it is a regular file reached without a symbolic link below ``out`` and resolves inside
+    ``out``; None otherwise (a link, a folder, a file elsewhere: not what a search wrote there)."""
+    path = out
+    for part in Path(name).parts:
+        path = path / part
+        if path.is_symlink():
+            return None
+    try:
+        if not path.is_file() or not path.resolve(strict=True).is_relative_to(out.resolve(strict=True)):
+            return None
+    except (OSError, RuntimeError):  # unreadable, or a link loop further up
+        return None
+    return path
+
+
+@dataclass
+class SearchFolder:
+    """What :func:`write_search_folder` did: the paths written, the earlier search's launch files removed, and
+    those it kept, each with why (could not be removed)."""
+    written: list[Path] = field(default_factory=list)
+    removed: list[Path] = field(default_factory=list)
+    kept: list[tuple[Path, str]] = field(default_factory=list)
+
+
 def write_search_folder(out: Path, document: Mapping[str, Any], files: Mapping[str, str],
-                        force: bool) -> tuple[list[Path], list[Path]]:
-    """A search's folder: plans.json and plans.csv, then its launch ``files`` (name -> text); the paths written
-    and the paths removed.  plans.json records the launch files' names, so that a later search written over
-    the folder with ``force`` removes the ones it does not write again: they would launch another search's
-    plan beside a plans.json that no longer holds it.  Files the record does not name are left alone."""
+                        force: bool) -> SearchFolder:
+    """A search's folder: plans.json and plans.csv, then its launch ``files`` (name -> text).  plans.json records
+    the launch files' names, so that a later search written over the folder with ``force`` removes the ones it
+    does not write again: they would launch another search's plan beside a plans.json that no longer holds it.
+    Only files the record names and that lie inside ``out``, with no symbolic link on the way, are removed;
+    which is settled before anything is written."""
+    done = SearchFolder()
     earlier = _recorded_launch_files(out) if force and out.is_dir() else []
-    written = write_plans(out, {**document, LAUNCH_FILES_KEY: sorted(files)})
-    written += write_files(out, files, force) if files else []
-    removed: list[Path] = []
+    doomed: list[Path] = []
     for name in earlier:
-        path = out / name
-        if name in files or path.is_symlink() or not path.is_file():
-            continue  # rewritten, or not what a search wrote (a link, a folder): not removed
-        path.unlink()
-        removed.append(path)
-        if path.parent != out and not any(path.parent.iterdir()):
-            path.parent.rmdir()  # an engine's subfolder the new search does not write
-    return written, removed
+        path = _inside(out, name)
+        if name in files or path is None or path in doomed:
+            continue  # rewritten, or not what a search wrote (a link, a folder, a file elsewhere): not removed
+        doomed.append(path)
+    done.written = write_plans(out, {**document, LAUNCH_FILES_KEY: sorted(files)})
+    done.written += write_files(out, files, force) if files else []
+    for path in doomed:
+        try:
+            path.unlink()
+        except OSError as exc:
+            done.kept.append((path, f"could not be removed ({exc.strerror or exc})"))
+            continue
+        done.removed.append(path)
+        parent = path.parent
+        while parent != out and not parent.is_symlink():  # an engine's subfolder the new search does not write
+            try:
+                parent.rmdir()  # only when empty: a folder holding anything else stays
+            except OSError:
+                break
+            parent = parent.parent
+    return done
 
 
 def plans_path(source: str | Path) -> Path | None:
