@@ -1,9 +1,10 @@
 """A search written over an earlier search's folder (`search --out DIR --force`) removes only the launch files that
-search wrote: nothing reached through a symbolic link, nothing outside DIR.  Each case runs the CLI through
-typer's CliRunner, as a user would."""
+search wrote and nobody touched since: nothing reached through a symbolic link, nothing outside DIR, no script
+the user edited.  Each case runs the CLI through typer's CliRunner, as a user would."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -76,3 +77,61 @@ def test_a_forced_search_removes_the_recorded_subfolders_it_empties_and_keeps_on
     assert result.exit_code == 0, result.output
     assert not (out / "a").exists()
     assert not (out / "b" / "launch.sh").exists() and (out / "b" / "notes.txt").read_text(encoding="utf-8") == "mine"
+
+
+def test_plans_json_records_each_launch_file_with_its_sha256_and_reads_back(tmp_path):
+    """The record maps each launch file to the sha256 of what the search wrote; report, emit and explain read
+    such a folder back."""
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["search", *SMALL, "--out", str(out), "--emit", "deepspeed"])
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "plans.json").read_text(encoding="utf-8"))["launch_files"]
+    assert record == {name: hashlib.sha256((out / name).read_bytes()).hexdigest()
+                      for name in ("deepspeed_launch.sh", "ds_config.json")}
+    assert runner.invoke(app, ["explain", str(out)]).exit_code == 0
+    emitted = runner.invoke(app, ["emit", str(out), "--format", "deepspeed"])
+    assert emitted.exit_code == 0, emitted.output
+    report = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "report"), "--trials", "0"])
+    assert report.exit_code == 0, report.output
+
+
+def test_a_forced_search_keeps_a_launch_file_the_user_edited_and_says_so(tmp_path):
+    """A recorded launch file whose content no longer matches its recorded sha256 was edited after the search
+    wrote it: a later --force search keeps it and names it; the unedited one is removed."""
+    out = tmp_path / "run"
+    assert runner.invoke(app, ["search", *SMALL, "--out", str(out), "--emit", "deepspeed"]).exit_code == 0
+    script = out / "deepspeed_launch.sh"
+    edited = script.read_text(encoding="utf-8") + "# my cluster's module loads\n"
+    script.write_text(edited, encoding="utf-8")
+    second = runner.invoke(app, ["search", *SERVE_SMALL, "--out", str(out), "--force", "--emit", "vllm"])
+    assert second.exit_code == 0, second.output
+    assert script.read_text(encoding="utf-8") == edited
+    assert not (out / "ds_config.json").exists() and (out / "serve_vllm.sh").exists()
+    text = " ".join(second.stderr.split())
+    assert f"kept {script}: edited since the search wrote it" in text, text
+    assert "ds_config.json" in text and "removed" in text
+    # the kept file is the user's now: the new record does not name it, and a third search leaves it alone
+    assert set(json.loads((out / "plans.json").read_text(encoding="utf-8"))["launch_files"]) == {"serve_vllm.sh"}
+    third = runner.invoke(app, ["search", *SERVE_SMALL, "--out", str(out), "--force"])
+    assert third.exit_code == 0 and script.read_text(encoding="utf-8") == edited
+    assert not (out / "serve_vllm.sh").exists()
+
+
+def test_an_older_plans_json_records_launch_files_as_a_list_of_names(tmp_path):
+    """A plans.json from before the record held hashes lists names only: those files are removed as before."""
+    out = tmp_path / "run"
+    assert runner.invoke(app, ["search", *SMALL, "--out", str(out), "--emit", "deepspeed"]).exit_code == 0
+    _record(out, ["deepspeed_launch.sh", "ds_config.json"])
+    (out / "deepspeed_launch.sh").write_text("echo edited before hashes were kept", encoding="utf-8")
+    result = runner.invoke(app, ["search", *SERVE_SMALL, "--out", str(out), "--force"])
+    assert result.exit_code == 0, result.output
+    assert not (out / "deepspeed_launch.sh").exists() and not (out / "ds_config.json").exists()
+
+
+def test_a_damaged_hash_in_the_record_removes_nothing(tmp_path):
+    out = tmp_path / "run"
+    assert runner.invoke(app, ["search", *SMALL, "--out", str(out), "--emit", "deepspeed"]).exit_code == 0
+    _record(out, {"deepspeed_launch.sh": 3, "ds_config.json": None})
+    result = runner.invoke(app, ["search", *SERVE_SMALL, "--out", str(out), "--force"])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert (out / "deepspeed_launch.sh").exists() and (out / "ds_config.json").exists()

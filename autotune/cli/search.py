@@ -176,7 +176,7 @@ def search(
     out: Annotated[Optional[Path], typer.Option("--out", help="Write plans.json and plans.csv into this folder.", parser=path_option, metavar="<path>")] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder: files of the same name are "
                                      "overwritten, and an earlier search's launch files there that this one does "
-                                     "not write again are removed (others are kept).")] = False,
+                                     "not write again are removed, unless edited since (others are kept).")] = False,
     calibration: Calibration = None,
     emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: training: megatron, deepspeed, torchtitan, slurm (comma-separated; the search keeps to plans they can express); serving: vllm, sglang.")] = None,
     deadline: Annotated[Optional[str], typer.Option("--deadline", help="Capacity planning: finish --tokens within this time: 30d, 720h, 6w, 2mo (months), 90min; 'm' alone is ambiguous.")] = None,

@@ -7,6 +7,7 @@ any long work starts (:func:`check_out_dir`) and created only when there is some
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -116,27 +117,38 @@ def write_files(out: Path, files: Mapping[str, str], force: bool) -> list[Path]:
         raise InputError(f"would overwrite {', '.join(existing)}; pass --force, or choose another --out", source=str(out))
     out.mkdir(parents=True, exist_ok=True)
     for path, text in zip(paths, files.values()):
-        unlink_symlink(path).write_text(text)
+        unlink_symlink(path).write_text(text, encoding="utf-8")  # as its sha256 in plans.json is taken
         if path.suffix in EXECUTABLE_SUFFIXES:
             path.chmod(0o755)
     return paths
 
 
-LAUNCH_FILES_KEY = "launch_files"  # the names of the launch files a search wrote beside its plans.json
+LAUNCH_FILES_KEY = "launch_files"  # the launch files a search wrote beside its plans.json: name -> sha256
 
 
-def _recorded_launch_files(out: Path) -> list[str]:
-    """The launch files an earlier search recorded in ``out``'s plans.json: relative names inside ``out`` only
-    (a damaged or hand-edited record names nothing that could reach outside the folder)."""
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _recorded_launch_files(out: Path) -> dict[str, str | None]:
+    """The launch files an earlier search recorded in ``out``'s plans.json, each with the sha256 of what it wrote
+    (None for a plans.json of an older release, whose record is a list of names): relative names inside ``out``
+    only (a damaged or hand-edited record names nothing that could reach outside the folder, and an entry whose
+    hash is not a sha256 nothing at all)."""
     try:
         doc = json.loads((out / PLANS_JSON).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
-        return []
-    names = doc.get(LAUNCH_FILES_KEY) if isinstance(doc, dict) else None
-    if not isinstance(names, list):
-        return []
-    return [Path(n).as_posix() for n in names if isinstance(n, str) and n and not Path(n).is_absolute()
-            and ".." not in Path(n).parts and Path(n).name not in (PLANS_JSON, "plans.csv")]
+        return {}
+    record = doc.get(LAUNCH_FILES_KEY) if isinstance(doc, dict) else None
+    if isinstance(record, list):
+        entries: dict[str, str | None] = {n: None for n in record if isinstance(n, str)}
+    elif isinstance(record, dict):
+        entries = {n: h.lower() for n, h in record.items()
+                   if isinstance(h, str) and len(h) == 64 and all(c in "0123456789abcdefABCDEF" for c in h)}
+    else:
+        return {}
+    return {Path(n).as_posix(): h for n, h in entries.items() if n and not Path(n).is_absolute()
+            and ".." not in Path(n).parts and Path(n).name not in (PLANS_JSON, "plans.csv")}
 
 
 def _inside(out: Path, name: str) -> Path | None:
@@ -158,7 +170,7 @@ def _inside(out: Path, name: str) -> Path | None:
 @dataclass
 class SearchFolder:
     """What :func:`write_search_folder` did: the paths written, the earlier search's launch files removed, and
-    those it kept, each with why (could not be removed)."""
+    those it kept, each with why (edited since that search wrote it, or could not be removed)."""
     written: list[Path] = field(default_factory=list)
     removed: list[Path] = field(default_factory=list)
     kept: list[tuple[Path, str]] = field(default_factory=list)
@@ -167,19 +179,30 @@ class SearchFolder:
 def write_search_folder(out: Path, document: Mapping[str, Any], files: Mapping[str, str],
                         force: bool) -> SearchFolder:
     """A search's folder: plans.json and plans.csv, then its launch ``files`` (name -> text).  plans.json records
-    the launch files' names, so that a later search written over the folder with ``force`` removes the ones it
-    does not write again: they would launch another search's plan beside a plans.json that no longer holds it.
-    Only files the record names and that lie inside ``out``, with no symbolic link on the way, are removed;
-    which is settled before anything is written."""
+    each launch file's name and the sha256 of its text, so that a later search written over the folder with
+    ``force`` removes the ones it does not write again: they would launch another search's plan beside a
+    plans.json that no longer holds it.  Only files the record names, inside ``out`` (no symbolic link on the
+    way) and unchanged since (their sha256 matches) are removed; an edited one is kept and said so.  Which to
+    remove is settled before anything is written."""
     done = SearchFolder()
-    earlier = _recorded_launch_files(out) if force and out.is_dir() else []
+    earlier = _recorded_launch_files(out) if force and out.is_dir() else {}
     doomed: list[Path] = []
-    for name in earlier:
+    for name, digest in sorted(earlier.items()):
         path = _inside(out, name)
         if name in files or path is None or path in doomed:
             continue  # rewritten, or not what a search wrote (a link, a folder, a file elsewhere): not removed
+        if digest is not None:
+            try:
+                unchanged = _sha256(path.read_bytes()) == digest
+            except OSError as exc:
+                done.kept.append((path, f"could not be read to check it is unedited ({exc.strerror or exc})"))
+                continue
+            if not unchanged:
+                done.kept.append((path, "edited since the search wrote it"))
+                continue
         doomed.append(path)
-    done.written = write_plans(out, {**document, LAUNCH_FILES_KEY: sorted(files)})
+    record = {name: _sha256(text.encode("utf-8")) for name, text in sorted(files.items())}
+    done.written = write_plans(out, {**document, LAUNCH_FILES_KEY: record})
     done.written += write_files(out, files, force) if files else []
     for path in doomed:
         try:
