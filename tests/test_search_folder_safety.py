@@ -1,11 +1,13 @@
 """A search written over an earlier search's folder (`search --out DIR --force`) removes only the launch files that
 search wrote and nobody touched since: nothing reached through a symbolic link, nothing outside DIR, no script
-the user edited.  Each case runs the CLI through typer's CliRunner, as a user would."""
+the user edited.  A note about the model a search names says only what is true.  Each case runs the CLI
+through typer's CliRunner, as a user would."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -13,6 +15,8 @@ from typer.testing import CliRunner
 from autotune.cli import app
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+LLAMA3_8B_CONFIG = ROOT / "tests" / "data" / "hf_configs" / "Meta-Llama-3-8B" / "config.json"
 SMALL = ["--model", "llama3-8b", "--hardware", "h100-sxm5-80gb", "--gpus", "8", "--seq-len", "4096",
          "--global-batch", "64"]
 SERVE_SMALL = ["--workload", "serve", "--model", "llama3-8b", "--hardware", "h100-sxm5-80gb", "--gpus", "8",
@@ -135,3 +139,31 @@ def test_a_damaged_hash_in_the_record_removes_nothing(tmp_path):
     result = runner.invoke(app, ["search", *SERVE_SMALL, "--out", str(out), "--force"])
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
     assert (out / "deepspeed_launch.sh").exists() and (out / "ds_config.json").exists()
+
+
+def _config_at(tmp_path: Path) -> Path:
+    """The Llama-3-8B config.json in a local folder whose name holds an '@' (as a versioned checkout's might)."""
+    path = tmp_path / "models" / "llama@v2" / "config.json"
+    path.parent.mkdir(parents=True)
+    shutil.copy(LLAMA3_8B_CONFIG, path)
+    return path
+
+
+def test_a_local_config_path_with_an_at_sign_names_no_revision(tmp_path):
+    """`-m ./models/llama@v2/config.json` is a file, not a Hugging Face id at revision 'v2/config.json'."""
+    config = _config_at(tmp_path)
+    serve = [a if a != "llama3-8b" else str(config) for a in SERVE_SMALL]
+    searched = runner.invoke(app, ["search", *serve, "--out", str(tmp_path / "run"), "--emit", "vllm"])
+    assert searched.exit_code == 0, searched.output
+    assert "revision" not in searched.stderr, searched.stderr
+    emitted = runner.invoke(app, ["emit", "tp=1", "--format", "vllm", "-m", str(config), "-H", "h100-sxm5-80gb",
+                                  "--gpus", "1", "--input-len", "100", "--output-len", "10"])
+    assert emitted.exit_code == 0, emitted.output
+    assert "revision" not in emitted.stderr, emitted.stderr
+
+
+def test_a_yaml_path_with_an_at_sign_names_no_revision_even_before_it_exists():
+    from autotune.outputs.emit.formats import model_revision_note
+
+    assert model_revision_note("specs/llama@v2/model.yaml") is None
+    assert model_revision_note("org/name@abc123") is not None  # an id at a revision still says so

@@ -203,10 +203,15 @@ def hf_model_name(name: str | None) -> str | None:
 
 def model_revision_note(name: str | None) -> str | None:
     """What the serving scripts do with a --model that names a revision (``org/name@rev``), which they cannot pass
-    on: they stop until MODEL names the weights.  None for any other name."""
+    on: they stop until MODEL names the weights.  None for any other name, and for a local spec or config file
+    whose path holds an '@' (``./models/llama@v2/config.json`` is a file, not revision ``v2/config.json``)."""
+    from pathlib import Path
+
     from ...inputs.catalogue import hf_id_parts
 
     if not name or "/" not in name or hf_model_name(name) is not None:
+        return None
+    if name.lower().endswith((".json", ".yaml", ".yml")) or Path(name).exists():
         return None
     bare, revision = hf_id_parts(name)
     if revision is None:
