@@ -1,7 +1,7 @@
 """A search written over an earlier search's folder (`search --out DIR --force`) removes only the launch files that
 search wrote and nobody touched since: nothing reached through a symbolic link, nothing outside DIR, no script
-the user edited.  A note about the model a search names says only what is true.  Each case runs the CLI
-through typer's CliRunner, as a user would."""
+the user edited.  Notes about the model a search or explain names say only what is true.  Each case runs the
+CLI through typer's CliRunner, as a user would."""
 
 from __future__ import annotations
 
@@ -167,3 +167,25 @@ def test_a_yaml_path_with_an_at_sign_names_no_revision_even_before_it_exists():
 
     assert model_revision_note("specs/llama@v2/model.yaml") is None
     assert model_revision_note("org/name@abc123") is not None  # an id at a revision still says so
+
+
+def test_explain_with_the_searched_models_own_config_json_says_nothing_about_another_model(tmp_path):
+    """`explain PLANS -m config.json` where the config is the searched model's architecture under another name
+    (meta-llama-3-8b for llama3-8b) explains the same model: no 'searched for' note; another model still gets
+    one."""
+    out = tmp_path / "run"
+    assert runner.invoke(app, ["search", *SMALL, "--out", str(out)]).exit_code == 0
+    same = runner.invoke(app, ["explain", str(out), "-m", str(LLAMA3_8B_CONFIG)])
+    assert same.exit_code == 0, same.output
+    assert "searched for" not in same.stderr, same.stderr
+    other = runner.invoke(app, ["explain", str(out), "-m", "llama3.1-8b"])
+    assert other.exit_code in (0, 1), other.output
+    assert "was searched for llama3-8b" in " ".join(other.stderr.split()), other.stderr
+
+
+def test_explain_of_a_serving_plans_json_with_its_models_config_json_says_nothing(tmp_path):
+    out = tmp_path / "run"
+    assert runner.invoke(app, ["search", *SERVE_SMALL, "--out", str(out)]).exit_code == 0
+    same = runner.invoke(app, ["explain", str(out), "-m", str(LLAMA3_8B_CONFIG)])
+    assert same.exit_code == 0, same.output
+    assert "searched for" not in same.stderr, same.stderr

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import InputError, comma_items
-from ..inputs.modelspec import load_model
+from ..inputs.modelspec import ModelSpec, load_model, model_to_mapping
 from ..inputs.request import (
     TrainingRequest,
     cluster_from_options,
@@ -65,7 +65,7 @@ from ..search.api import (
     serving_parameters,
     wants_capacity,
 )
-from ..search.plans_file import serving_inputs_from_plans, training_inputs_from_plans
+from ..search.plans_file import model_from_plans, serving_inputs_from_plans, training_inputs_from_plans
 from ..serving.calibrated import aggregated_only, release_name
 from ..search.serving import annotate_checkpoint
 from ..serving.checkpoint import with_held_weights
@@ -854,7 +854,7 @@ def explain_command(
             raise InputError(f"plan of rank {rank} is malformed: {exc}; rerun `autotune search --out DIR`",
                              source=source, field="plans.plan") from None
         if plans is not None:
-            _say_model_replaced(source, inputs, model, t.model.name)
+            _say_model_replaced(source, inputs, model, t.model)
         found = explain(t.model, t.cluster, t.workload, chosen, framework=t.framework)
         # a plan the framework cannot run is explained (the one-step changes show what would), but it is no plan:
         # the exit status says so, as predict's does
@@ -876,15 +876,30 @@ def explain_command(
         _say_invalid_explained(invalid, chosen)
 
 
-def _say_model_replaced(source: str, inputs: dict, model: str | None, explained_name: str) -> None:
+def _architecture(spec: ModelSpec) -> dict:
+    """A spec's fields less its name: the same model given as a bundled name or its config.json compares equal."""
+    return {k: v for k, v in model_to_mapping(spec).items() if k != "name"}
+
+
+def _say_model_replaced(source: str, inputs: dict, model: str | None, explained: ModelSpec) -> None:
     """A note when --model replaced the spec of a plans.json by another model: the plan is explained for a model
-    its search did not rank (a what-if; emit refuses it, as its files would launch the other model)."""
+    its search did not rank (a what-if; emit refuses it, as its files would launch the other model).  The specs
+    are compared, not their names: the searched model's own config.json (meta-llama-3-8b for llama3-8b) is the
+    same model."""
+    if model is None:
+        return
     embedded = inputs.get("model_spec")
     searched = embedded.get("name") if isinstance(embedded, dict) else None
     searched = searched if isinstance(searched, str) else inputs.get("model")
-    if model is not None and isinstance(searched, str) and searched != explained_name:
+    if not isinstance(searched, str):
+        return
+    try:
+        same = _architecture(model_from_plans(inputs, source)) == _architecture(explained)
+    except InputError:  # a file without a readable spec (an older one whose model is not bundled): by name
+        same = searched == explained.name
+    if not same:
         stderr.print(f"[yellow]note:[/] {escape(source)} was searched for {escape(searched)}; this explains its "
-                     f"plan for {escape(explained_name)} (--model), a model that search did not rank.",
+                     f"plan for {escape(explained.name)} (--model), a model that search did not rank.",
                      highlight=False, soft_wrap=True)
 
 
@@ -908,7 +923,7 @@ def _explain_serving(source: str, inputs: dict, fields: Any, *, rank: int, model
         raise InputError(f"the plan is malformed ({exc}); rerun `autotune search --workload serve --out DIR`",
                          source=source, field="plans.plan") from None
     found_inputs.check_plan(chosen, source, rank)
-    _say_model_replaced(source, inputs, model, found_inputs.model.name)
+    _say_model_replaced(source, inputs, model, found_inputs.model)
     hw = cluster.hardware
     params, engine = found_inputs.params, found_inputs.engine
     note = f"engine {engine}, checkpoint {found_inputs.checkpoint}; {inputs.get('parameters') or 'shipped parameters'}"
