@@ -154,3 +154,15 @@ def test_a_plans_json_naming_a_space_file_that_is_gone_says_which_field(serving_
         result = runner.invoke(app, args)
         refused(result, "inputs.space", "embeds no space_spec")
         assert str(edited) in result.output
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_multi_node_serving_script_tells_the_user_its_own_file_name(engine, tmp_path):
+    """The header said 'bash serve.sh' where the emitted file is serve_vllm.sh or serve_sglang.sh."""
+    result = runner.invoke(app, ["emit", "tp=16", "--format", engine, "-m", "llama3-70b", "-H", "h100-sxm5-80gb",
+                                 "--gpus", "16", "--input-len", "100", "--output-len", "100",
+                                 "--out", str(tmp_path / "launch")])
+    assert result.exit_code == 0, result.output
+    script = tmp_path / "launch" / f"serve_{engine}.sh"
+    text = script.read_text()
+    assert f"bash serve_{engine}.sh (k = 0 .. nodes-1" in text and "bash serve.sh" not in text

@@ -173,13 +173,14 @@ def _model_required(ctx: ServeContext) -> str:
 
 
 def render_script(release: str, ctx: ServeContext, notes: list[str], command_for: CommandFor,
-                  router_for: Callable[[ServeContext, list[EngineSlot]], list[shell.Group]]) -> str:
-    """A bash script that starts, on the node it runs on, that node's engines (and on node 0 the router)."""
+                  router_for: Callable[[ServeContext, list[EngineSlot]], list[shell.Group]], script_name: str) -> str:
+    """The bash script ``script_name`` that starts, on the node it runs on, that node's engines (and on node 0
+    the router)."""
     p = ctx.plan
     slots = placement(p, ctx.gpus_per_node)
     n_nodes = max(s.nodes[-1] for s in slots) + 1
     lines = ["#!/usr/bin/env bash"]
-    lines += shell.comment_lines(_header(release, ctx, notes, slots, n_nodes))
+    lines += shell.comment_lines(_header(release, ctx, notes, slots, n_nodes, script_name))
     lines += ["set -euo pipefail", ""]
     if ctx.model_path:
         lines.append(shell.default_assignment("MODEL", ctx.model_path))
@@ -217,7 +218,8 @@ def render_script(release: str, ctx: ServeContext, notes: list[str], command_for
     return "\n".join(lines) + "\n"
 
 
-def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[EngineSlot], n_nodes: int) -> list[str]:
+def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[EngineSlot], n_nodes: int,
+            script_name: str) -> list[str]:
     p = ctx.plan
     lines = [f"Written by autotune for {release}. Edit freely; rerun `autotune emit` to regenerate.",
              f"model: {ctx.model.name}; hardware: {ctx.hardware}; plan: {p.as_string()}",
@@ -234,7 +236,7 @@ def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[Engin
     lines += notes
     if n_nodes > 1:
         lines.append(f"Run this script on each of the {n_nodes} nodes: NODE_RANK=k NODE_ADDRS='addr0 addr1 ...' "
-                     "bash serve.sh (k = 0 .. nodes-1; the addresses of every node, node 0 first).")
+                     f"bash {script_name} (k = 0 .. nodes-1; the addresses of every node, node 0 first).")
     if len(slots) > 1:
         lines.append(f"Clients talk to the router on node 0, port {ROUTER_PORT}.")
     return lines

@@ -41,6 +41,7 @@ from .serve_common import (
 )
 
 RELEASE = "SGLang 0.5.23"
+SCRIPT = "serve_sglang.sh"
 DIST_PORT = 5000
 BOOTSTRAP_PORT = 8998
 ONLINE: Mapping[str, str] = {"fp8": "fp8", "fp4": "nvfp4_online"}
@@ -142,7 +143,7 @@ def render(ctx: ServeContext) -> dict[str, str]:
     notes = [f"weights: {quantization_flags(ctx)[1]}"]
     if ctx.engine_note:
         notes.extend(ctx.engine_note.split("\n"))
-    return {"serve_sglang.sh": render_script(RELEASE, ctx, notes, sglang_command, router_command)}
+    return {SCRIPT: render_script(RELEASE, ctx, notes, sglang_command, router_command, SCRIPT)}
 
 
 __all__ = ["RELEASE", "render", "sglang_command", "router_command", "refusals", "addr"]

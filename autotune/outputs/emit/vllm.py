@@ -43,6 +43,7 @@ from .serve_common import (
 )
 
 RELEASE = "vLLM 0.33"
+SCRIPT = "serve_vllm.sh"
 MASTER_PORT = 29501
 DP_RPC_PORT = 13345
 # weights -> the online scheme that makes them from a bf16 checkpoint
@@ -150,4 +151,4 @@ def render(ctx: ServeContext) -> dict[str, str]:
     notes = [f"weights: {quantization_flags(ctx)[1]}"]
     if ctx.engine_note:
         notes.extend(ctx.engine_note.split("\n"))
-    return {"serve_vllm.sh": render_script(RELEASE, ctx, notes, vllm_command, router_command)}
+    return {SCRIPT: render_script(RELEASE, ctx, notes, vllm_command, router_command, SCRIPT)}
