@@ -6,13 +6,12 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from ..errors import InputError
 from ..outputs.files import check_out_dir
 from ..outputs.report import StudySource, build_report, require_matplotlib
 from ..search.api import MAX_SEED
-from rich.markup import escape
-
 from .app import (FrameworkOpt, app, check_study_flags, given_on_command_line, path_option, progress, stderr,
                   stdout, user_errors)
 

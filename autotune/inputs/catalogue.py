@@ -106,12 +106,6 @@ def hf_id_parts(text: str) -> tuple[str, str | None]:
     return bare, revision
 
 
-def is_plain_hf_id(text: str) -> bool:
-    """Whether ``text`` is an id as the engines take it (``org/name``): no revision, no address around it."""
-    bare, revision = hf_id_parts(text)
-    return revision is None and bare == text.strip()
-
-
 def lookup_hf_id(hf_id: str) -> CatalogueEntry | None:
     """The entry of ``hf_id`` (any case, with a revision or as the repository's address: :func:`hf_id_parts`), or
     None if the catalogue does not list it."""
