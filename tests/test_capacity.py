@@ -249,3 +249,23 @@ def test_at_price_zero_capacity_and_serving_cost_lines_say_what_they_are():
                                  "--price", "0"])
     assert served.exit_code == 0, served.output
     assert "$0.000 per million output tokens" in served.stdout and "no output tokens to price" not in served.stdout
+
+
+def test_serving_capacity_tried_counts_the_runnable_plans_under_their_own_name():
+    """search.meeting_targets counts every plan that meets the targets; the capacity counts only those whose weights
+    the checkpoint runs.  On a B200 a bf16 Llama-3 8B checkpoint cannot run the NVFP4 plans, so the two differ, and
+    each count of capacity.tried (and its text label) says which it is."""
+    args = ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "b200", "--gpus", "1..4", "--input-len", "512",
+            "--output-len", "128", "--request-rate", "20", "--ttft-ms", "1000", "--tpot-ms", "50", "--top", "1"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    tried = doc["capacity"]["tried"]
+    assert [set(t) for t in tried] == [{"gpus", "meeting_runnable"}] * len(tried)
+    last = tried[-1]
+    assert last["gpus"] == doc["capacity"]["gpus"]
+    assert 0 < last["meeting_runnable"] < doc["search"]["meeting_targets"]
+    text = runner.invoke(app, args)
+    assert text.exit_code == 0, text.output
+    assert (f"plans that meet them and run from the bf16 checkpoint: {last['gpus']}: {last['meeting_runnable']}"
+            in " ".join(text.output.split()))

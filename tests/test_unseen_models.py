@@ -221,7 +221,7 @@ def test_capacity_counts_only_plans_the_checkpoint_runs():
     best = doc["plans"][0]
     assert best["estimate"]["meets_targets"] and best["estimate"].get("needs_checkpoint") is None
     assert best["estimate"]["weights_from"] == "checkpoint"
-    tried = {t["gpus"]: t["meeting_targets"] for t in doc["capacity"]["tried"]}
+    tried = {t["gpus"]: t["meeting_runnable"] for t in doc["capacity"]["tried"]}
     assert tried[12] == 0 and doc["capacity"]["gpus"] > 12
 
 

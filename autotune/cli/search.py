@@ -484,15 +484,18 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                                     f"TPOT <= {workload.tpot_ms:g} ms" if workload.tpot_ms else "") if t) or "none"
     capacity = outcome.capacity
     if capacity is not None:
-        tried = ", ".join(f"{g}: {m}" for g, m in capacity.tried)
+        # per count, the plans the capacity counts: those meeting the targets whose weights the checkpoint runs
+        # (the JSON's capacity.tried[].meeting_runnable, not search.meeting_targets)
+        tried = (f"GPUs: plans that meet them and run from the {outcome.checkpoint} checkpoint: "
+                 + ", ".join(f"{g}: {m}" for g, m in capacity.tried))
         if capacity.n_gpus is None:
             loosen = " or loosen --ttft-ms/--tpot-ms" if workload.ttft_ms or workload.tpot_ms else ""
             stdout.print(f"No GPU count in {gpus_text} serves {workload.request_rate:g} requests/s within the targets "
-                         f"(GPUs: plans meeting them: {tried}); widen the --gpus range, lower --request-rate"
-                         f"{loosen}, or state a quantized checkpoint (--checkpoint fp8, nvfp4).", highlight=False, soft_wrap=True)
+                         f"({tried}); widen the --gpus range, lower --request-rate{loosen}, or state a quantized "
+                         "checkpoint (--checkpoint fp8, nvfp4).", highlight=False, soft_wrap=True)
             return 1
         stdout.print(f"[bold]Fewest GPUs: {capacity.n_gpus}[/] serve {workload.request_rate:g} requests/s within "
-                     f"the targets (GPUs tried: plans meeting them: {tried}).", highlight=False, soft_wrap=True)
+                     f"the targets ({tried}).", highlight=False, soft_wrap=True)
     stdout.print(f"[bold]{outcome.model.name}[/] serving on {outcome.n_gpus} x {hw.name}; input {workload.input_len}, "
                  f"output {workload.output_len} tokens; load: {load}; targets: {targets}", highlight=False)
     stdout.print(f"[dim]engine {request.engine}: {outcome.parameters_note}; checkpoint {outcome.checkpoint}[/]",

@@ -466,8 +466,10 @@ class ServingSearchOutcome:
                                   memory_fraction=self.request.memory_fraction, release=self.request.engine_release),
         }
         if self.capacity is not None:
+            # per count: the plans that meet the targets AND run from the checkpoint (what the capacity counts), not
+            # search.meeting_targets, which counts every plan that meets them
             document["capacity"] = {"gpus": self.capacity.n_gpus,
-                                    "tried": [{"gpus": g, "meeting_targets": m} for g, m in self.capacity.tried]}
+                                    "tried": [{"gpus": g, "meeting_runnable": m} for g, m in self.capacity.tried]}
         return document
 
 
