@@ -114,6 +114,23 @@ def engine_family(engine: str) -> str:
 ENGINE_ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
 
 
+def split_engine_cell(text: str | None) -> tuple[str, str]:
+    """The ``engine`` cell of a measured file, ``NAME`` or ``NAME@VERSION`` (``TensorRT-LLM@1.0``, ``sglang@0.5.6``), as
+    (the name in lower case under its alias, e.g. ``trtllm``; the version as written, '' when none); an empty cell is
+    ('', ''), "not recorded".  Whether the name is an engine autotune knows is the reader's to say.  A name or a version
+    left empty around the ``@`` (``vllm@``, ``@1.0``), or a second ``@``, raises ValueError: the cell does not say which
+    engine or release the row ran.  The one parser of the silicon and serving-runs readers."""
+    raw = (text or "").strip()
+    name, at, version = raw.partition("@")
+    name, version = name.strip().lower(), version.strip()
+    if at and (not name or not version or "@" in version):
+        what = "its name is empty" if not name else "its version is empty" if not version else "it has more than one @"
+        raise ValueError(f"engine must read NAME or NAME@VERSION with neither part empty (e.g. trtllm, sglang@0.5.6), "
+                         f"but got (engine={raw!r}): {what}; write the engine's name, and its release after @ only "
+                         "where known")
+    return ENGINE_ALIASES.get(name, name), version
+
+
 def parse_engine(text: str) -> tuple[str, str | None]:
     """An engine as a user names it, with its release if stated: ``trtllm`` -> (``trtllm``, None);
     ``trtllm@0.14`` or ``trtllm@0.14.0`` -> (``trtllm``, ``trtllm-0.14``), the release key whose fitted

@@ -22,7 +22,7 @@ from ..inputs.measured_runs import (
     read_table,
 )
 from ..inputs.modelspec import ModelSpec, MoESpec
-from .engines import DEFAULT_ENGINE, ENGINE_ALIASES, ENGINES, release_key_problem
+from .engines import DEFAULT_ENGINE, ENGINE_ALIASES, ENGINES, release_key_problem, split_engine_cell
 
 # Columns that mark the serving schema (``autotune validate`` dispatches on them).
 SERVING_MARKER_COLUMNS = frozenset({"output_tokens_per_s_per_gpu", "input_len", "output_len", "weight_precision"})
@@ -158,8 +158,28 @@ def _model_of(row: dict, shape: dict) -> ModelSpec | str:
     return f"architecture not stated: {', '.join(missing)}"
 
 
+def _engine_cell(row: dict, rid: str) -> tuple[str, str]:
+    """The row's engine and the release it names: the ``engine`` cell (``NAME`` or ``NAME@VERSION``, read by
+    ``engines.split_engine_cell`` as the silicon reader reads it) and ``engine_version``, which a version in the engine
+    cell fills when empty and must agree with (major.minor) when not."""
+    raw = row.get("engine") or ""
+    try:
+        name, version = split_engine_cell(raw)
+    except ValueError as exc:
+        raise InputError(f"row {rid!r}: {exc}", field="engine") from None
+    column = (row.get("engine_version") or "").strip()
+    if version and column:
+        ours, theirs = (re.search(r"(\d+)\.(\d+)", v) for v in (version, column))
+        if ours and theirs and (int(ours[1]), int(ours[2])) != (int(theirs[1]), int(theirs[2])):
+            raise InputError(f"row {rid!r}: the engine cell and engine_version must name one release, but got "
+                             f"(engine={raw.strip()!r}, engine_version={column!r}); keep the release in one of them",
+                             field="engine")
+    return name, column or version
+
+
 def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> ServingRun | SkippedServingRow:
     rid, group = row["id"], row["source_group"]
+    named, version = _engine_cell(row, rid)  # a cell that names no engine or release is refused before any skip
     shape = {k: _int(row, k) for k in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "vocab_size")}
     catalogued = _model_of(row, shape)
     if isinstance(catalogued, str) and catalogued:
@@ -241,10 +261,9 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         return SkippedServingRow(rid, group, "input/output lengths not recorded")
     if model.n_heads % tp:
         return SkippedServingRow(rid, group, f"heads {model.n_heads} not divisible by tp {tp}")
-    named = ENGINE_ALIASES.get(row.get("engine", "").strip().lower(), row.get("engine", "").strip().lower())
     if named and named not in ENGINES:  # a row autotune cannot express: skipped with the reason, the rest validated
         return SkippedServingRow(rid, group, unknown_engine_reason(row.get("engine", "")))
-    engine = engine_key(row.get("engine", ""), row.get("engine_version", ""), rid)
+    engine = engine_key(named, version, rid)
     outside = release_key_problem(engine)
     if outside:  # a release predict cannot be asked for (--engine NAME@X.Y) is not validated either
         return SkippedServingRow(rid, group, outside.split(", but got")[0])

@@ -42,8 +42,9 @@ Reading rules (each one is stated where it acts):
 * KV-cache dtype: ``kv_cache_dtype`` where a row states it (fp8, or bf16/fp16); another one (int8, nvfp4) skips
   the row with the reason; empty (every bundled row) or ``auto``: fp8 for quantised checkpoints, bf16 for bf16
   ones (the InferenceX launch scripts behind the rows pass ``--kv-cache-dtype fp8`` with quantised checkpoints).
-* Engine: the ``engine`` column (vllm, sglang, trtllm; also tensorrt-llm, trt-llm, and NAME@VERSION); releases are
-  not distinguished (1,838 rows have none; all are late-2025 to spring-2026 builds).  ``mode`` also reads
+* Engine: the ``engine`` column (vllm, sglang, trtllm; also tensorrt-llm, trt-llm, and NAME@VERSION, read by
+  ``engines.split_engine_cell`` as the serving-runs reader reads it; ``vllm@`` or ``@1.0`` is an error of the file);
+  releases are not distinguished (1,838 rows have none; all are late-2025 to spring-2026 builds).  ``mode`` also reads
   aggregated / disaggregated.  Weight labels also read the torch dtype names and AIConfigurator's quant modes
   (``fp8_block``, ``int4_wo``, ``w4a16_mxfp4``).  A model id reads in any case, with a revision or as the
   repository's address (``catalogue.hf_id_parts``); a GPU in the spellings ``resolve_hardware_name`` reads.
@@ -370,8 +371,10 @@ def parse_silicon_row(row: dict, hardware_loader: Callable[[str], Hardware] = lo
     cell that cannot be what its column says raises :class:`InputError` naming the row (its id, and ``line``
     where given), the column and the value (and the file, ``source``)."""
     rid = (row.get("id") or "").strip()
-    engine = (row.get("engine") or "").strip().lower().partition("@")[0].strip()
-    engine = E.ENGINE_ALIASES.get(engine, engine)
+    try:  # NAME or NAME@VERSION; the release is not distinguished (module docstring)
+        engine = E.split_engine_cell(row.get("engine"))[0]
+    except ValueError as exc:  # "vllm@", "@1.0": which engine or release the row ran is not said
+        raise InputError(f"{_where(rid, line)}: {exc}", source=source, field="engine") from None
     mode = (row.get("mode") or "").strip().lower()
     mode = MODE_ALIASES.get(mode, mode)
 
