@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from tests.test_bad_input import assert_user_error
-from tests.test_bad_input_runs_csv_round5 import serving_csv, validate_json
+from tests.test_bad_input_runs_csv_round5 import HEADER, ROW, serving_csv, validate_json
 from tests.test_bad_input_silicon_cells import ROWS, _mutated
 
 runner = CliRunner()
@@ -62,3 +62,67 @@ def test_a_silicon_engine_cell_with_its_release_still_reads():
     assert isinstance(plain, SiliconRow)
     for value in ("SGLang@0.5.6", " sglang @ 0.5.6 "):
         assert parse_silicon_row({**base, "engine": value}) == plain, value
+
+
+# --- model ids: file URLs and a second revision ------------------------------------------------------------------
+
+def test_models_show_of_a_file_url_says_it_is_not_fetched_and_gives_the_id():
+    """It was read as the local path 'https:/huggingface.co/...' and reported missing."""
+    url = "https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json"
+    result = runner.invoke(app, ["models", "show", url])
+    assert_user_error(result, "field 'NAME'", "file URLs are not fetched", f"(model={url!r}",
+                      "give the model's id, deepseek-ai/DeepSeek-V3,", "download its config.json")
+    assert "https:/huggingface" not in result.stderr
+
+
+def test_a_file_url_of_a_model_the_catalogue_does_not_list_says_to_download_its_config():
+    url = "https://huggingface.co/someone/unlisted-model/resolve/v2/config.json"
+    result = runner.invoke(app, ["models", "show", url])
+    assert_user_error(result, "field 'NAME'", "file URLs are not fetched", "download the repository's config.json",
+                      "someone/unlisted-model is not in profiles/catalogue/hf_models.yaml")
+
+
+def test_a_file_url_given_as_model_is_refused_under_its_flag():
+    url = "https://huggingface.co/moonshotai/Kimi-K2.5/blob/v2/config.json"
+    result = runner.invoke(app, ["predict", "--workload", "serve", "-m", url, "-H", "b200", "--gpus", "8", "-p", "tp=8",
+                                 "--input-len", "1024", "--output-len", "1024"])
+    assert_user_error(result, "field '--model'", "file URLs are not fetched",
+                      "moonshotai/Kimi-K2.5 (or moonshotai/Kimi-K2.5@v2, that revision)")
+
+
+@pytest.mark.parametrize("args, field", [
+    (["models", "show"], "NAME"),
+    (["predict", "--workload", "serve", "-H", "b200", "--gpus", "8", "-p", "tp=8", "--input-len", "1024",
+      "--output-len", "1024", "-m"], "--model"),
+])
+@pytest.mark.parametrize("model, what", [("moonshotai/Kimi-K2.5@main@x", "more than one revision (@main@x)"),
+                                         ("https://huggingface.co/moonshotai/Kimi-K2.5@a@b", "more than one revision"),
+                                         ("moonshotai/Kimi-K2.5@", "revision after @ is empty")])
+def test_a_model_id_with_two_revisions_or_an_empty_one_is_refused(args, field, model, what):
+    """org/name@main@x was read as revision 'main@x' of org/name and planned without a word."""
+    result = runner.invoke(app, [*args, model])
+    assert_user_error(result, f"field '{field}'", f"(model={model!r})", what)
+
+
+def test_a_silicon_id_cell_with_two_revisions_is_refused(tmp_path):
+    base = {**ROWS[2], "hf_model_id": "deepseek-ai/DeepSeek-V3@main@x"}
+    path = _mutated(tmp_path, {}, base)
+    result = runner.invoke(app, ["validate", str(path)])
+    assert_user_error(result, str(path), "field 'hf_model_id'", "row 'bad' (line 4)",
+                      "(hf_model_id='deepseek-ai/DeepSeek-V3@main@x')", "more than one revision")
+
+
+def test_a_serving_runs_id_cell_with_two_revisions_is_refused(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text(f"{','.join(HEADER)},hf_model_id\n{','.join(ROW)},nvidia/Llama-3.3-70B-Instruct-FP8@main@x\n",
+                    encoding="utf-8")
+    result = runner.invoke(app, ["validate", str(path)])
+    assert_user_error(result, str(path), "field 'hf_model_id'", "row 'r1'", "more than one revision")
+
+
+def test_the_catalogue_does_not_read_a_second_revision():
+    from autotune.inputs.catalogue import hf_id_parts, lookup_hf_id
+
+    assert lookup_hf_id("moonshotai/Kimi-K2.5@main").hf_id == "moonshotai/Kimi-K2.5"
+    assert lookup_hf_id("moonshotai/Kimi-K2.5@main@x") is None
+    assert hf_id_parts("moonshotai/Kimi-K2.5@main@x") == ("moonshotai/Kimi-K2.5@main@x", None)

@@ -84,12 +84,15 @@ def hf_ids() -> list[str]:
 # The repository's address on the Hub (or the hf:// file-system form) around an id, and a revision after it.
 _ADDRESS = re.compile(r"^(?:(?:https?://)?(?:www\.)?huggingface\.co/|hf://)", re.IGNORECASE)
 _TREE = re.compile(r"/(?:tree|blob|resolve)/([^/]+).*$")
+# A file of a repository on the Hub: .../blob/<rev>/<path> or .../resolve/<rev>/<path>
+_FILE = re.compile(r"^([^/@]+/[^/@]+)/(?:blob|resolve)/([^/]+)/(.+)$")
 
 
 def hf_id_parts(text: str) -> tuple[str, str | None]:
     """``(org/name, revision or None)`` of an id as users write it: ``org/name``, ``org/name@rev``, or the
     repository's address (``https://huggingface.co/org/name``, ``.../tree/rev``, ``hf://org/name@rev``, a trailing
-    ``/``).  Text that is none of these comes back stripped, with no revision."""
+    ``/``).  Text that is none of these comes back stripped, with no revision; so does an id with two revisions
+    (``org/name@a@b``) or an empty one (``org/name@``), which :func:`hf_id_problem` says is wrong."""
     key = text.strip()
     bare = _ADDRESS.sub("", key)
     revision = None
@@ -101,9 +104,57 @@ def hf_id_parts(text: str) -> tuple[str, str | None]:
     elif bare.endswith("/") and bare.count("/") == 2:
         bare = bare.rstrip("/")
     name, at, rev = bare.partition("@")
-    if at and rev and "/" in name:
+    if at and rev and "/" in name and "@" not in rev:
         bare, revision = name, rev
+    elif at:  # org/name@, org/name@a@b: not an id (hf_id_problem)
+        return key, None
     return bare, revision
+
+
+def hf_id_problem(text: str) -> str | None:
+    """Why ``text``, written as a Hugging Face id (it holds a ``/``), names no repository and revision: two ``@``
+    (``org/name@main@x``) or an empty revision (``org/name@``).  None for an id :func:`hf_id_parts` reads, and for
+    text that is no id at all (a bundled name, a path: the caller's to say)."""
+    bare = _ADDRESS.sub("", text.strip())
+    name, at, rev = bare.partition("@")
+    if not at or "/" not in name:
+        return None
+    if "@" in rev:
+        return (f"it names more than one revision (@{rev}); write ORG/NAME, or ORG/NAME@REVISION for one revision "
+                f"(e.g. {name.strip('/')}@main)")
+    if not rev.strip():
+        return f"its revision after @ is empty; write {name.strip('/')} or {name.strip('/')}@REVISION"
+    return None
+
+
+def is_hf_address(text: str) -> bool:
+    """Whether ``text`` is written as an address on the Hub (``https://huggingface.co/...``, ``hf://...``)."""
+    return _ADDRESS.match(text.strip()) is not None
+
+
+def hf_file_address(text: str) -> tuple[str, str, str] | None:
+    """``(org/name, revision, path)`` when ``text`` is the address of a file in a repository on the Hub
+    (``https://huggingface.co/org/name/blob/main/config.json``, ``.../resolve/main/config.json``); None otherwise.
+    autotune fetches nothing: such a name is refused with the id to give instead (``modelspec.load_model``)."""
+    key = text.strip()
+    bare = _ADDRESS.sub("", key)
+    if bare == key:
+        return None
+    found = _FILE.match(bare)
+    if not found or not found.group(3).strip("/"):
+        return None
+    return found.group(1), found.group(2), found.group(3).strip("/")
+
+
+def canonical_hf_id(text: str) -> str:
+    """One spelling of a model id for every way a row writes it: the catalogue's id (as spelled there) of a listed
+    model, whatever its case, revision or address form; else the ``org/name`` of :func:`hf_id_parts` (no revision, no
+    address) in lower case, as the Hub matches ids.  Text that is no id comes back stripped."""
+    entry = lookup_hf_id(text)
+    if entry is not None:
+        return entry.hf_id
+    bare, _ = hf_id_parts(text)
+    return bare.lower() if "/" in bare and hf_id_problem(text) is None else text.strip()
 
 
 def lookup_hf_id(hf_id: str) -> CatalogueEntry | None:
@@ -111,7 +162,9 @@ def lookup_hf_id(hf_id: str) -> CatalogueEntry | None:
     None if the catalogue does not list it."""
     entries = catalogue()
     entry = entries.get(hf_id.strip().lower())
-    return entry if entry is not None else entries.get(hf_id_parts(hf_id)[0].lower())
+    if entry is not None or hf_id_problem(hf_id) is not None:  # org/name@a@b names no revision: not listed
+        return entry
+    return entries.get(hf_id_parts(hf_id)[0].lower())
 
 
 def ids_of_spec(spec: str, checkpoint: str) -> list[str]:

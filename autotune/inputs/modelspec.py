@@ -850,10 +850,37 @@ def model_names() -> list[str]:
     return bundled_names("models")
 
 
+def _refuse_unreadable_address(text: str) -> None:
+    """A URL is not a path: the address of a file on the Hub (``.../blob/main/config.json``) or any other URL is
+    refused saying that autotune fetches nothing, with the id to give (a model the catalogue lists) or the file to
+    download, not read as the local path ``https:/...`` and reported missing."""
+    import re
+
+    from .catalogue import hf_file_address, is_hf_address, lookup_hf_id
+
+    address = hf_file_address(text)
+    if address is not None:
+        repo, revision, file = address
+        listed = lookup_hf_id(repo)
+        if listed is not None:
+            pinned = "" if revision == "main" else f" (or {listed.hf_id}@{revision}, that revision)"
+            fix = f"give the model's id, {listed.hf_id}{pinned}, or download its config.json and pass that file's path"
+        else:
+            fix = (f"download the repository's config.json and pass that file's path ({repo} is not in "
+                   "profiles/catalogue/hf_models.yaml, so its id alone does not plan)")
+        raise InputError(f"a model must be a bundled name, a Hugging Face id or a file on disk; file URLs are not "
+                         f"fetched, but got (model={text.strip()!r}, a file of {repo}); {fix}", field="--model")
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text.strip()) and not is_hf_address(text):
+        raise InputError(f"a model must be a bundled name, a Hugging Face id or a file on disk; URLs are not fetched, "
+                         f"but got (model={text.strip()!r}); download the config.json and pass that file's path",
+                         field="--model")
+
+
 def load_model(name_or_path: str) -> ModelSpec:
     """A bundled spec by name, a spec YAML by path, a Hugging Face ``config.json``, or a Hugging Face
     id that the bundled catalogue knows (``deepseek-ai/DeepSeek-V3`` -> ``deepseek-v3``)."""
     require_name(name_or_path, kind="models", what="model", field="--model")  # '' would read ./config.json
+    _refuse_unreadable_address(name_or_path)
     path = Path(name_or_path)
     if path.suffix == ".json" or (path.is_dir() and (path / "config.json").exists()):
         from .hf_config import spec_mapping_from_hf
@@ -863,8 +890,12 @@ def load_model(name_or_path: str) -> ModelSpec:
         data = loading.read_mapping(path)
         return model_from_mapping(spec_mapping_from_hf(data, source=str(path)), source=str(path))
     if "/" in name_or_path and not path.exists() and not (bundled_dir("models") / f"{name_or_path}.yaml").exists():
-        from .catalogue import resolve_hf_id
+        from .catalogue import hf_id_problem, resolve_hf_id
 
+        problem = hf_id_problem(name_or_path)
+        if problem is not None:  # org/name@main@x: not read as revision "main@x" of org/name
+            raise InputError(f"a Hugging Face id must name one repository and at most one revision, but got "
+                             f"(model={name_or_path!r}): {problem}", field="--model")
         entry = resolve_hf_id(name_or_path)
         if entry is not None:
             return load_model(entry.spec)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..inputs.catalogue import hf_id_problem
 from ..inputs.measured_runs import (
     CsvTable,
     layout_reason,
@@ -180,6 +181,10 @@ def _engine_cell(row: dict, rid: str) -> tuple[str, str]:
 def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> ServingRun | SkippedServingRow:
     rid, group = row["id"], row["source_group"]
     named, version = _engine_cell(row, rid)  # a cell that names no engine or release is refused before any skip
+    problem = hf_id_problem(row.get("hf_model_id") or "")
+    if problem is not None:  # org/name@main@x: refused whether or not the row's own columns state the architecture
+        raise InputError(f"row {rid!r}: hf_model_id must be a Hugging Face id ORG/NAME or ORG/NAME@REVISION, but got "
+                         f"(hf_model_id={(row.get('hf_model_id') or '').strip()!r}): {problem}", field="hf_model_id")
     shape = {k: _int(row, k) for k in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "vocab_size")}
     catalogued = _model_of(row, shape)
     if isinstance(catalogued, str) and catalogued:

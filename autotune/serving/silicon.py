@@ -47,7 +47,8 @@ Reading rules (each one is stated where it acts):
   releases are not distinguished (1,838 rows have none; all are late-2025 to spring-2026 builds).  ``mode`` also reads
   aggregated / disaggregated.  Weight labels also read the torch dtype names and AIConfigurator's quant modes
   (``fp8_block``, ``int4_wo``, ``w4a16_mxfp4``).  A model id reads in any case, with a revision or as the
-  repository's address (``catalogue.hf_id_parts``); a GPU in the spellings ``resolve_hardware_name`` reads.
+  repository's address (``catalogue.hf_id_parts``; two revisions, ``org/name@a@b``, or an empty one is an error of
+  the file); a GPU in the spellings ``resolve_hardware_name`` reads.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import InputError
-from ..inputs.catalogue import catalogue, lookup_hf_id
+from ..inputs.catalogue import catalogue, hf_id_problem, lookup_hf_id
 from ..inputs.hardware import Hardware, load_hardware, resolve_hardware_name, unknown_hardware_reason
 from ..inputs.loading import check_regular_file
 from ..inputs.modelspec import ModelSpec, load_model
@@ -375,6 +376,11 @@ def parse_silicon_row(row: dict, hardware_loader: Callable[[str], Hardware] = lo
         engine = E.split_engine_cell(row.get("engine"))[0]
     except ValueError as exc:  # "vllm@", "@1.0": which engine or release the row ran is not said
         raise InputError(f"{_where(rid, line)}: {exc}", source=source, field="engine") from None
+    problem = hf_id_problem(row.get("hf_model_id") or "")
+    if problem is not None:  # org/name@main@x: which revision is not said (it was read as revision "main@x")
+        raise InputError(f"{_where(rid, line)}: hf_model_id must be a Hugging Face id ORG/NAME or ORG/NAME@REVISION, "
+                         f"but got (hf_model_id={_cell(row, 'hf_model_id')!r}): {problem}", source=source,
+                         field="hf_model_id")
     mode = (row.get("mode") or "").strip().lower()
     mode = MODE_ALIASES.get(mode, mode)
 
