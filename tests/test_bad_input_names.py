@@ -126,3 +126,66 @@ def test_the_catalogue_does_not_read_a_second_revision():
     assert lookup_hf_id("moonshotai/Kimi-K2.5@main").hf_id == "moonshotai/Kimi-K2.5"
     assert lookup_hf_id("moonshotai/Kimi-K2.5@main@x") is None
     assert hf_id_parts("moonshotai/Kimi-K2.5@main@x") == ("moonshotai/Kimi-K2.5@main@x", None)
+
+
+# --- one model, one id: the catalogue's, whatever the row's spelling --------------------------------------------
+
+KIMI_SPELLINGS = ["moonshotai/Kimi-K2.5", "https://huggingface.co/moonshotai/Kimi-K2.5/tree/main",
+                  "MOONSHOTAI/kimi-k2.5@main", "hf://moonshotai/Kimi-K2.5@54383e83fa343a1331754112fb9e3410c55efa2f"]
+
+
+def _kimi_rows(distinct: bool) -> list[dict]:
+    """The Kimi-K2.5 row of tests/test_unseen_models.py once per spelling of its id: the same measurement (a copy
+    of one benchmark), or each its own (``distinct``)."""
+    from tests.test_unseen_models import KIMI
+
+    return [{**KIMI, "id": f"s{k}", "hf_model_id": spelling,
+             "ttft_ms": str(float(KIMI["ttft_ms"]) + (k if distinct else 0))}
+            for k, spelling in enumerate(KIMI_SPELLINGS)]
+
+
+def test_a_silicon_row_keeps_the_catalogues_id_whatever_its_spelling(tmp_path):
+    from tests.test_unseen_models import _validate
+
+    doc = _validate(tmp_path, _kimi_rows(distinct=True))
+    assert doc["skipped"] == []
+    assert [r["hf_model_id"] for r in doc["rows"]] == ["moonshotai/Kimi-K2.5"] * len(KIMI_SPELLINGS)
+
+
+def test_copies_of_one_measurement_under_other_spellings_of_the_id_are_one_measurement(tmp_path):
+    """The rounded-copy check grouped rows by the cell as written: a copy whose id was the repository's address or
+    another case counted as a second measurement of another model."""
+    from tests.test_unseen_models import _validate
+
+    doc = _validate(tmp_path, _kimi_rows(distinct=False))
+    assert [r["id"] for r in doc["rows"]] == ["s0"]
+    assert sorted(s["id"] for s in doc["skipped"]) == ["s1", "s2", "s3"]
+    assert all("a rounded copy of row s0's measurement" in s["reason"] for s in doc["skipped"])
+
+
+def test_validate_shows_the_models_name_not_its_revision(tmp_path):
+    """A row whose id was written .../tree/main was shown as the model 'main'."""
+    from tests.test_unseen_models import _write
+
+    path = _write(tmp_path, _kimi_rows(distinct=True)[1:2])
+    result = runner.invoke(app, ["validate", str(path)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.stdout.splitlines() if "trtllm agg" in line)
+    assert "Kimi-K2.5" in line and "main" not in line
+
+
+def test_leave_one_model_out_sees_one_model_under_two_spellings(tmp_path):
+    """Rows of one model in two spellings were two models to hold out, each refitted on the other's rows."""
+    from tests.test_unseen_models import _write
+
+    path = _write(tmp_path, _kimi_rows(distinct=True)[:2])
+    result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "c.yaml"), "--leave-one-out"])
+    assert_user_error(result, "field '--leave-one-out'", "(model='moonshotai/Kimi-K2.5')")
+
+
+def test_the_canonical_id_of_an_unlisted_model_is_its_plain_id_in_lower_case():
+    from autotune.inputs.catalogue import canonical_hf_id
+
+    assert canonical_hf_id("https://huggingface.co/moonshotai/kimi-k2.5/tree/v2") == "moonshotai/Kimi-K2.5"
+    assert canonical_hf_id("https://huggingface.co/Someone/Unlisted-Model/tree/v2") == "someone/unlisted-model"
+    assert canonical_hf_id("Someone/Unlisted-Model@main") == "someone/unlisted-model"

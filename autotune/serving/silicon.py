@@ -48,7 +48,8 @@ Reading rules (each one is stated where it acts):
   aggregated / disaggregated.  Weight labels also read the torch dtype names and AIConfigurator's quant modes
   (``fp8_block``, ``int4_wo``, ``w4a16_mxfp4``).  A model id reads in any case, with a revision or as the
   repository's address (``catalogue.hf_id_parts``; two revisions, ``org/name@a@b``, or an empty one is an error of
-  the file); a GPU in the spellings ``resolve_hardware_name`` reads.
+  the file), and a row keeps the catalogue's id (``catalogue.canonical_hf_id``), not the cell; a GPU in the
+  spellings ``resolve_hardware_name`` reads.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import InputError
-from ..inputs.catalogue import catalogue, hf_id_problem, lookup_hf_id
+from ..inputs.catalogue import canonical_hf_id, catalogue, hf_id_problem, lookup_hf_id
 from ..inputs.hardware import Hardware, load_hardware, resolve_hardware_name, unknown_hardware_reason
 from ..inputs.loading import check_regular_file
 from ..inputs.modelspec import ModelSpec, load_model
@@ -141,7 +142,7 @@ class SiliconRow:
     id: str
     engine: str
     mode: str
-    hf_model_id: str
+    hf_model_id: str  # the catalogue's id of the model (catalogue.canonical_hf_id), whatever the cell's spelling
     model: ModelSpec
     gpu: str  # bundled profile name
     hardware: Hardware
@@ -460,8 +461,10 @@ def _parse(row: dict, rid: str, engine: str, mode: str, skip: Callable[[str], Sk
     if isinstance(counted, str):
         return skip(counted)
     C = counted
-    return SiliconRow(id=rid, engine=engine, mode=mode, hf_model_id=hf_id, model=model, gpu=gpu, hardware=hw,
-                      prefill=prefill, decode=decode, formats=formats, kv=kv, input_len=int(I), output_len=int(O),
+    # one spelling per model (the catalogue's id, not the cell: a URL, @main or another case), so that
+    # leave-one-model-out, the rounded-copy check and the report see one model, not one per spelling
+    return SiliconRow(id=rid, engine=engine, mode=mode, hf_model_id=canonical_hf_id(hf_id), model=model, gpu=gpu,
+                      hardware=hw, prefill=prefill, decode=decode, formats=formats, kv=kv, input_len=int(I), output_len=int(O),
                       concurrency=float(C), measured_ttft_ms=float(ttft), measured_tpot_ms=float(tpot),
                       layout_note=note)
 
