@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_bad_input import SMALL, invoke
+from tests.test_bad_input import SMALL, assert_user_error, invoke
 
 HERE = Path(__file__).resolve().parent
 SMALL_SPACE = HERE / "bench_scripts" / "space_small.yaml"
@@ -63,3 +63,19 @@ def test_a_finite_peak_memory_is_still_a_measurement(tmp_path):
                            study="ok"))
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.stdout)["best"]["measured"]["peak_memory_gib"] == 30
+
+
+# --- 2. the cost objective needs a price -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["search", *SMALL, "--objective", "cost", "--price", "0"],
+    ["search", *SMALL, "--objective", "throughput,cost", "--price", "0"],
+    ["search", *SMALL[:4], "--gpus", "8..16", *SMALL[6:], "--tokens", "1e9", "--objective", "cost", "--price", "0"],
+], ids=["one-cluster", "pareto", "capacity"])
+def test_the_cost_objective_at_a_price_of_zero_is_refused(args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_user_error(invoke(*args), "field '--price'", "price > 0 must hold", "--objective cost", "(--price=0)")
+    assert list(tmp_path.iterdir()) == []
+    # a price of 0 ranks nothing by cost elsewhere: it is still taken, as is the cost objective at a price
+    assert invoke("search", *SMALL, "--price", "0").exit_code == 0
+    assert invoke("search", *SMALL, "--objective", "cost", "--price", "0.5").exit_code == 0

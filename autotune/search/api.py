@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from ..training.estimate import add_training_totals
 from ..training.plan import PRECISION, PlanBatch, parse_plan_fields
 from ..training.problem import (
     DEFAULT_MEMORY_HEADROOM,
+    Objective,
     TrainingProblem,
     parse_objectives,
 )
@@ -235,6 +236,15 @@ def training_space(settings: SearchSettings) -> Space:
     return space.with_precisions(wanted).fixed(settings.fixes)
 
 
+def check_cost_priced(objectives: Sequence[Objective], price: float | None) -> None:
+    """The cost objective ranks plans by USD per million tokens: at a price of 0 (``--price 0``; a profile's own
+    price must be > 0) every plan costs 0, and the ranking would be arbitrary while looking like an answer."""
+    if price is not None and price <= 0 and any(o.name == "cost" for o in objectives):
+        raise InputError(f"price > 0 must hold to rank by --objective cost (USD per million tokens, 0 for every plan "
+                         f"at a price of 0), but got (--price={price:g}); give the price per GPU-hour, e.g. --price "
+                         "2.5, or leave --price out for the profile's", field="--price")
+
+
 def training_problem(inputs: TrainingInputs, settings: SearchSettings) -> TrainingProblem:
     space = training_space(settings)
     check_precisions_run_on(space, inputs.cluster.hardware, settings)
@@ -249,6 +259,7 @@ def search_training(request: TrainingSearch, progress: Progress | None = None) -
         objectives = parse_objectives(settings.objective, tokens=inputs.workload.tokens)
     except ValueError as exc:
         raise InputError(str(exc), field="--objective") from None
+    check_cost_priced(objectives, inputs.cluster.hardware.price_usd_per_gpu_hour)
     problem = training_problem(inputs, settings)
     if request.express is not None:
         problem = dataclasses.replace(problem, express=request.express)
@@ -323,6 +334,7 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
     if len(objectives) > 1:
         raise InputError("capacity planning ranks by one objective (cost, time, throughput or memory); "
                          "drop the comma-separated list", field="--objective")
+    check_cost_priced(objectives, given.price)
     search_space = training_space(settings)
     profiles = [priced_hardware(name, None) for name in names]
     wanted = tuple(search_space.axes["precision"])
