@@ -79,3 +79,71 @@ def test_the_cost_objective_at_a_price_of_zero_is_refused(args, tmp_path, monkey
     # a price of 0 ranks nothing by cost elsewhere: it is still taken, as is the cost objective at a price
     assert invoke("search", *SMALL, "--price", "0").exit_code == 0
     assert invoke("search", *SMALL, "--objective", "cost", "--price", "0.5").exit_code == 0
+
+
+# --- 3. a study re-run that has nothing to run, or other settings than the study's ----------------------------------
+
+def _stored(tmp_path: Path, study: str = "t") -> tuple[int, dict]:
+    import optuna
+
+    loaded = optuna.load_study(study_name=study, storage=f"sqlite:///{tmp_path}/t.db")
+    return loaded.user_attrs["autotune.target_trials"], loaded.user_attrs["autotune.settings"]
+
+
+OK_LINE = '{"tokens_per_s_per_gpu": 1000, "peak_memory_gib": 30}'
+
+
+def test_a_tune_rerun_with_no_more_trials_says_nothing_is_run_and_keeps_the_target(tmp_path):
+    run = bench(tmp_path, OK_LINE)
+    assert invoke(*tune_args(tmp_path, run, "--trials", "2", "--prior-top", "2")).exit_code == 0
+    for trials in ("2", "1"):
+        again = invoke(*tune_args(tmp_path, run, "--trials", trials, "--prior-top", "2"))
+        assert again.exit_code == 0, again.output
+        assert (f"the study 't' in sqlite:///{tmp_path}/t.db already holds 2 trials (--trials {trials}): nothing to "
+                "run; raise --trials to run more") in again.stderr
+        assert "trial " not in again.stderr.replace("trials", "")  # no benchmark ran
+        assert _stored(tmp_path)[0] == 2  # the study's target, which its workers run up to, is not lowered
+    assert "the study's target for its workers stays 2" in again.stderr
+    more = invoke(*tune_args(tmp_path, run, "--trials", "3", "--prior-top", "2"))
+    assert more.exit_code == 0 and "continuing study 't': 2 trials so far, up to 3 in total" in more.stderr
+    assert _stored(tmp_path)[0] == 3
+
+
+def test_a_search_rerun_with_no_more_trials_says_nothing_is_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["search", *SMALL, "--space", SMALL_SPACE, "--fix", "tp=1", "--fix", "pp=1", "--sampler", "random",
+            "--storage", "sqlite:///s.db", "--study", "s", "--heartbeat", "0"]
+    assert invoke(*args, "--trials", "4").exit_code == 0
+    again = invoke(*args, "--trials", "3")
+    assert again.exit_code == 0, again.output
+    said = " ".join(again.stdout.split())
+    assert ("the study 's' in sqlite:///s.db already holds 4 trials (--trials 3): nothing to run; raise --trials to "
+            "run more") in said
+
+
+@pytest.mark.parametrize("changed, given", [
+    (["--margin", "0.3"], "--margin 0.3"),
+    (["--no-prior"], "--no-prior"),
+])
+def test_a_tune_rerun_with_another_margin_is_refused_naming_both(changed, given, tmp_path):
+    run = bench(tmp_path, OK_LINE)
+    assert invoke(*tune_args(tmp_path, run, "--trials", "1", "--prior-top", "1")).exit_code == 0
+    before = _stored(tmp_path)
+    assert_user_error(invoke(*tune_args(tmp_path, run, "--trials", "2", "--prior-top", "1", *changed)),
+                      "field '--margin'", f"({given}; study 't': --margin 0.1)", "give --margin 0.1", "--new")
+    assert _stored(tmp_path) == before  # nothing ran and nothing stored was changed
+
+
+def test_a_tune_rerun_says_which_other_settings_it_takes(tmp_path):
+    run = bench(tmp_path, OK_LINE)
+    assert invoke(*tune_args(tmp_path, run, "--trials", "1", "--prior-top", "1")).exit_code == 0
+    again = invoke(*tune_args(tmp_path, run, "--trials", "2", "--prior-top", "2", "--sampler", "random",
+                              "--trial-timeout", "60"))
+    assert again.exit_code == 0, again.output
+    said = " ".join(again.stderr.split())
+    assert "study 't' was sampled with tpe: this run, and workers that join from now on, sample with random" in said
+    assert "--trial-timeout: 60 s from now on" in said and "(study 't' had none)" in said
+    assert "--prior-top 2 changes nothing: study 't' queued its prior (1 plans) when it began" in said
+    target, settings = _stored(tmp_path)
+    assert target == 2 and settings["sampler"] == "random" and settings["trial_timeout"] == 60
+    assert settings["prior_top"] == 1  # what the study queued, not what this run asked for

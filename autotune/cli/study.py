@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import InputError
@@ -277,14 +278,15 @@ def tune(
         store = make_storage(storage, heartbeat_s=heartbeat or None)
         settings = {"mode": "tune", "sampler": sampler, "margin": None if no_prior else margin,
                     "trial_timeout": trial_timeout, "prior_top": 0 if no_prior else prior_top}
-        opened, note = open_study(store, name, problem, objectives, new=new, target=trials, settings=settings)
-        notes = [note]
+        opened, note = open_study(store, name, problem, objectives, new=new, target=trials, settings=settings,
+                                  url=storage)
+        notes = note.splitlines()
         if not no_prior:
             queued = enqueue_plans(opened, problem, prior)
             if queued:
                 notes.append(f"queued the cost model's {queued} best plans predicted to fit to run first")
         for line in notes:
-            stderr.print(f"[dim]{line}[/]", highlight=False)
+            stderr.print(f"[dim]{escape(line)}[/]", highlight=False, soft_wrap=True)
         measure = measure_with(command, shell, trial_timeout, inputs_json(inputs, space))
         try:
             with sigterm_as_interrupt():

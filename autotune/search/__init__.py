@@ -119,8 +119,8 @@ def run_search(
         )
 
         opened, note = open_study(store, study, problem, objectives, new=new,
-                                  target=trials, settings={"mode": "search", "sampler": chosen})
-        notes.append(note)
+                                  target=trials, settings={"mode": "search", "sampler": chosen}, url=storage)
+        notes.extend(note.splitlines())
         run = run_study(opened, problem, objectives, sampler_name=chosen, seed=seed, target=trials,
                         report=lambda event: report(count_trials(opened, False), trials))
         notes.extend(run.notes)

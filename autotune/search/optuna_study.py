@@ -400,9 +400,47 @@ def _heartbeat_on(storage) -> bool:
     return bool(is_heartbeat_enabled(storage))
 
 
+def _margin_flag(margin: _Any) -> str:
+    return "--no-prior" if margin is None else f"--margin {margin:g}"
+
+
+def _continued_settings(study: optuna.Study, name: str, given: _Mapping[str, _Any]) -> tuple[dict, list[str]]:
+    """The settings a continued study keeps (stored for its workers), and what to say about those given that differ
+    from the stored ones.  As with Optuna's ``load_if_exists``, what only steers the coming trials may change on a
+    re-run (the sampler, a benchmark's timeout), said in a note; what decided the trials already recorded may not:
+    ``--margin`` (or ``--no-prior``) chose which plans were skipped unmeasured, so a study measured under one margin
+    and continued under another would hold trials of two rules, and it is refused naming both.  The cost model's
+    prior was queued when the study began: a changed ``--prior-top`` queues nothing, and the note says so."""
+    stored = dict(study.user_attrs.get(SETTINGS_ATTR) or {})
+    kept, notes = dict(given), []
+    if given.get("mode") == "tune" and "margin" in stored and stored["margin"] != given.get("margin"):
+        raise InputError(f"must be the study's to continue it, but got ({_margin_flag(given.get('margin'))}; study "
+                         f"{name!r}: {_margin_flag(stored['margin'])}): its recorded trials were skipped or measured "
+                         f"by that margin; give {_margin_flag(stored['margin'])} to continue it, --new to start it "
+                         "over, or another --study", field="--margin")
+    if stored.get("sampler") not in (None, given.get("sampler")) and given.get("sampler") != "exact":
+        notes.append(f"study {name!r} was sampled with {stored['sampler']}: this run, and workers that join from now "
+                     f"on, sample with {given.get('sampler')}")
+    if "trial_timeout" in stored and stored["trial_timeout"] != given.get("trial_timeout"):
+        def shown(value):
+            return "none" if value is None else f"{value:g} s"
+        notes.append(f"--trial-timeout: {shown(given.get('trial_timeout'))} from now on, for this run and workers "
+                     f"that join (study {name!r} had {shown(stored['trial_timeout'])})")
+    if ("prior_top" in stored and stored["prior_top"] != given.get("prior_top")
+            and study.user_attrs.get("autotune.prior_enqueued") is not None):
+        notes.append(f"--prior-top {given.get('prior_top')} changes nothing: study {name!r} queued its prior "
+                     f"({stored['prior_top']} plans) when it began")
+        kept["prior_top"] = stored["prior_top"]
+    return kept, notes
+
+
 def open_study(storage, name: str, problem: TrainingProblem, objectives: Sequence[Objective], *, new: bool,
-               target: int, settings: _Mapping[str, _Any]) -> tuple[optuna.Study, str]:
-    """Create the study, or continue it after checking that it was made for the same problem."""
+               target: int, settings: _Mapping[str, _Any], url: str | None = None) -> tuple[optuna.Study, str]:
+    """Create the study, or continue it after checking that it was made for the same problem and settings.
+
+    On a re-run, ``target`` (``--trials``) is what this run continues up to; the study's stored target (what its
+    workers run up to) is never lowered by it.  A study that already holds ``target`` finished trials has nothing
+    to run, and the note says so (``url``, the storage's URL, names where)."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     fp = fingerprint(problem, objectives)
     note = ""
@@ -418,9 +456,22 @@ def open_study(storage, name: str, problem: TrainingProblem, objectives: Sequenc
             if mode and mode != settings.get("mode"):
                 raise InputError(f"study {name!r} holds {mode} trials; use `autotune {mode}` to continue it, "
                                  "or choose another --study name", field="--study")
-            study.set_user_attr(TARGET_ATTR, int(target))
-            study.set_user_attr(SETTINGS_ATTR, dict(settings))
-            return study, f"continuing study {name!r}: {len(study.trials)} trials so far, up to {target} in total"
+            kept, notes = _continued_settings(study, name, settings)
+            stored_target = study.user_attrs.get(TARGET_ATTR)
+            stored_target = stored_target if isinstance(stored_target, int) and not isinstance(stored_target, bool) \
+                else 0
+            study.set_user_attr(TARGET_ATTR, max(int(target), stored_target))
+            study.set_user_attr(SETTINGS_ATTR, kept)
+            held = count_finished(study, settings.get("mode") == "tune")
+            where = f" in {redact(url)}" if url else ""
+            if held >= target:
+                said = (f"the study {name!r}{where} already holds {held} trials (--trials {target}): nothing to run; "
+                        "raise --trials to run more")
+            else:
+                said = f"continuing study {name!r}: {held} trials so far, up to {target} in total"
+            if stored_target > target:
+                said += f" (the study's target for its workers stays {stored_target})"
+            return study, "\n".join([said, *notes])
     study = optuna.create_study(storage=storage, study_name=name, directions=[o.direction for o in objectives],
                                 load_if_exists=True)
     if PROBLEM_ATTR in study.user_attrs:  # another process created it a moment ago
