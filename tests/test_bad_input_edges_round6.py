@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_bad_input import SMALL, assert_user_error, invoke
+from tests.test_bad_input import SERVE, SMALL, assert_user_error, invoke
 
 HERE = Path(__file__).resolve().parent
 SMALL_SPACE = HERE / "bench_scripts" / "space_small.yaml"
@@ -147,3 +147,49 @@ def test_a_tune_rerun_says_which_other_settings_it_takes(tmp_path):
     target, settings = _stored(tmp_path)
     assert target == 2 and settings["sampler"] == "random" and settings["trial_timeout"] == 60
     assert settings["prior_top"] == 1  # what the study queued, not what this run asked for
+
+
+# --- 4. a hand-edited plans.json's search block is refused where the file is read -----------------------------------
+
+@pytest.fixture(scope="module")
+def written_plans(tmp_path_factory):
+    """A training and a serving plans.json, as `autotune search --out` writes them."""
+    base = tmp_path_factory.mktemp("plans")
+    for kind, args in (("train", SMALL), ("serve", SERVE)):
+        result = invoke("search", *args, "--out", base / kind)
+        assert result.exit_code == 0, result.output
+    return {kind: json.loads((base / kind / "plans.json").read_text()) for kind in ("train", "serve")}
+
+
+@pytest.mark.parametrize("kind, field, value", [
+    ("train", "evaluations", None),
+    ("train", "space_size", None),
+    ("train", "feasible", None),
+    ("train", "objectives", 3),
+    ("train", "objectives", "throughput"),
+    ("train", "evaluations", 10**30),
+    ("train", "sampler", 5),
+    ("serve", "evaluations", 10**30),
+    ("serve", "space_size", None),
+    ("serve", "meeting_targets", 10**30),
+])
+def test_a_hand_edited_search_block_is_refused_naming_the_field(kind, field, value, written_plans, tmp_path):
+    document = json.loads(json.dumps(written_plans[kind]))
+    document["search"][field] = value
+    path = tmp_path / "plans.json"
+    path.write_text(json.dumps(document))
+    extra = ["--trials", "0"] if kind == "train" else []
+    result = invoke("report", path, "--out", tmp_path / "report", *extra)
+    assert_user_error(result, str(path), f"field 'search.{field}'", f"{field}={value!r}", "rerun `autotune search")
+    assert not (tmp_path / "report").exists()
+
+
+def test_a_search_block_that_is_not_an_object_is_refused_by_every_reader(written_plans, tmp_path):
+    document = dict(written_plans["train"], search=[1, 2])
+    path = tmp_path / "plans.json"
+    path.write_text(json.dumps(document))
+    assert_user_error(invoke("report", path, "--out", tmp_path / "r", "--trials", "0"), "field 'search'")
+    assert_user_error(invoke("explain", path), "field 'search'")
+    # the file as written still reads
+    path.write_text(json.dumps(written_plans["train"]))
+    assert invoke("explain", path).exit_code == 0

@@ -272,6 +272,7 @@ def read_plans(path: Path) -> dict[str, Any]:
     if kind not in ("train", "serve"):
         raise InputError(f"must be 'train' or 'serve' (the search that wrote the file), but got {kind!r}; rerun "
                          "`autotune search --out DIR`", source=str(path), field="inputs.workload")
+    check_search_block(doc, str(path))
     return doc
 
 
@@ -301,17 +302,48 @@ def ranked_entries(document: Mapping[str, Any], source: str) -> list[dict[str, A
     return sorted(entries, key=lambda entry: entry["rank"])
 
 
-def check_search_counts(document: Mapping[str, Any], source: str) -> None:
-    """The counts a report quotes from a plans.json's ``search`` (plans evaluated, the space, those that fit) are
-    whole numbers >= 0 (a hand edit to -5 would be printed as "-5 plans evaluated")."""
-    search = document.get("search")
-    if not isinstance(search, dict):
+# The largest count a plans.json's search block may hold: more plans than any search evaluates (a hand edit to
+# 10**30 is a typo, which the report's number formatting would not survive).
+MAX_SEARCH_COUNT = 10**15
+
+
+def check_search_block(document: Mapping[str, Any], source: str) -> None:
+    """The ``search`` block of a plans.json, as the commands that read it quote it (the report's summary: plans
+    evaluated, the space, those that fit, the sampler, the objective ranked by): absent, or an object whose counts
+    are whole numbers 0..MAX_SEARCH_COUNT, whose sampler is a name and whose objectives are a list of names.  A hand
+    edit (null, -5, 1e30, an objective that is a number) is refused here, naming the field, where the file is read."""
+    if "search" not in document:
         return
-    for key in ("evaluations", "space_size", "feasible", "meeting_targets"):
-        value = search.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise InputError(f"must be a whole number >= 0, but got ({key}={value!r}); restore it or rerun `autotune "
-                             "search --out DIR`", source=source, field=f"search.{key}")
+    search = document["search"]
+    fix = "restore it or rerun `autotune search --out DIR`"
+    if not isinstance(search, dict):
+        raise InputError(f"must be an object, but got (search={search!r}); {fix}", source=source, field="search")
+    for key in ("evaluations", "space_size", "feasible", "meeting_targets", "recorded"):
+        if key not in search:
+            continue
+        value = search[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEARCH_COUNT:
+            raise InputError(f"0 <= {key} <= {MAX_SEARCH_COUNT:,} must hold (a whole number of plans), but got "
+                             f"({key}={value!r}); {fix}", source=source, field=f"search.{key}")
+    if "sampler" in search and not (isinstance(search["sampler"], str) and search["sampler"].strip()):
+        raise InputError(f"must be the sampler's name, but got (sampler={search['sampler']!r}); {fix}", source=source,
+                         field="search.sampler")
+    if "objectives" in search:
+        objectives = search["objectives"]
+        if not isinstance(objectives, list) or not objectives or not all(isinstance(o, str) for o in objectives):
+            raise InputError(f"must be a list of objective names such as [\"throughput\"], but got (objectives="
+                             f"{objectives!r}); {fix}", source=source, field="search.objectives")
+    if "elapsed_s" in search:
+        elapsed = search["elapsed_s"]
+        if isinstance(elapsed, bool) or not isinstance(elapsed, (int, float)) or not 0 <= elapsed <= MAX_SEARCH_COUNT:
+            raise InputError(f"must be a number of seconds >= 0, but got (elapsed_s={elapsed!r}); {fix}",
+                             source=source, field="search.elapsed_s")
+    if "rejected" in search:
+        rejected = search["rejected"]
+        if not isinstance(rejected, dict) or not all(
+                isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_SEARCH_COUNT for n in rejected.values()):
+            raise InputError(f"must map each reason to a whole number of plans, but got (rejected={rejected!r}); {fix}",
+                             source=source, field="search.rejected")
 
 
 def plan_entry(document: Mapping[str, Any], rank: int, source: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import numpy as np
 from ...errors import InputError
 from ...training.plan import ETP_AS_TP, PLAN_KEYS
 from ...training.problem import OBJECTIVES, TrainingProblem
-from ..files import check_search_counts, ranked_entries, read_plans
+from ..files import ranked_entries, read_plans
 
 CLOUD_LIMIT = 60_000  # plans drawn in the throughput/memory clouds, at most
 IMPORTANCE_SAMPLE = 1_500  # fitting plans given to Optuna's importance evaluator
@@ -141,7 +141,6 @@ def load_plans_json(path: Path) -> dict[str, Any]:
     doc = read_plans(path)
     source = str(path)
     doc["plans"] = ranked_entries(doc, source)  # by the ranks recorded: "best" is rank 1 wherever it stands
-    check_search_counts(doc, source)
     if not doc["plans"]:
         raise InputError("lists no plans (nothing fitted); rerun the search with more GPUs (its diagnosis says what binds)", source=source)
     for position, entry in enumerate(doc["plans"], start=1):

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InputError
-from ..files import check_search_counts, ranked_entries
+from ..files import ranked_entries
 
 TOP = 10
 
@@ -74,7 +74,6 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
 
     inputs = document["inputs"]
     entries = ranked_entries(document, source)  # by the ranks recorded, which the report keeps
-    check_search_counts(document, source)
     if not entries:
         raise InputError("lists no serving plans (none fitted); rerun the search with more GPUs or a lower weight "
                          "precision", source=source)
