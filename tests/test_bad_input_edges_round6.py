@@ -193,3 +193,33 @@ def test_a_search_block_that_is_not_an_object_is_refused_by_every_reader(written
     # the file as written still reads
     path.write_text(json.dumps(written_plans["train"]))
     assert invoke("explain", path).exit_code == 0
+
+
+# --- 5. a search space listing a choice twice -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("old, new, field, said", [
+    ("tp: [1, 2, 4, 8]", "tp: [2, 2, 4]", "axes.tp", "(tp=[2, 2, 4]: 2 twice)"),
+    ("sp: [false, true]", 'sp: [false, "true", true]', "axes.sp", "'true' and True, the same choice"),
+    ("mbs: [1, 2]", "mbs: [1, 2, 1]", "axes.mbs", "1 twice"),
+])
+@pytest.mark.parametrize("command", ["search", "tune"])
+def test_a_training_space_listing_a_choice_twice_is_refused(command, old, new, field, said, tmp_path):
+    text = SMALL_SPACE.read_text()
+    assert old in text
+    path = tmp_path / "space.yaml"
+    path.write_text(text.replace(old, new))
+    args = [command, *SMALL, "--space", path]
+    if command == "tune":
+        args += ["--run", "true", "--storage", f"sqlite:///{tmp_path}/t.db"]
+    assert_user_error(invoke(*args), "space.yaml", f"field '{field}'", said, "remove the repeat")
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_a_serving_space_listing_a_choice_twice_is_refused(tmp_path):
+    path = tmp_path / "serve-space.yaml"
+    path.write_text("axes:\n  tp: [1, 2, 4, 8]\n  pp: [1]\n  dp: [1]\n  weights: [bf16, BF16]\n  kv: [bf16]\n"
+                    "  max_batch: [64, 128]\n")
+    assert_user_error(invoke("search", *SERVE, "--space", path), "serve-space.yaml", "field 'axes.weights'",
+                      "'bf16' and 'BF16', the same choice")
+    path.write_text(path.read_text().replace("[bf16, BF16]", "[bf16]"))
+    assert invoke("search", *SERVE, "--space", path).exit_code == 0

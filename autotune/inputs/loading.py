@@ -271,3 +271,22 @@ def strict_json(value: Any) -> Any:
     if isinstance(value, float):  # numpy's float64 is a float too
         return value if math.isfinite(value) else None
     return value
+
+
+def distinct_choices(values: list, raw: list, *, source: str, field: str) -> tuple:
+    """The choices of a search-space axis, each listed once: ``values`` are the choices read from ``raw`` (the list
+    as written).  A choice listed twice (``tp: [2, 2, 4]``, or ``[2, "2"]``, which read the same) is refused, naming
+    it: a repeat is a slip for another value more often than a choice, and collapsing it would search a space other
+    than the one written."""
+    seen: dict[Any, Any] = {}
+    for value, written in zip(values, raw):
+        key = (type(value), value)
+        if key in seen:
+            key_name = field.rsplit(".", 1)[-1]
+            first, again = seen[key], written
+            same = f"{first!r} twice" if first == again and type(first) is type(again) else \
+                f"{first!r} and {again!r}, the same choice"
+            raise InputError(f"must list each choice once, but got ({key_name}={raw!r}: {same}); remove the repeat "
+                             "or write the value you meant", source=source, field=field)
+        seen[key] = written
+    return tuple(values)

@@ -140,7 +140,7 @@ def serve_space_from_mapping(data: dict, *, source: str) -> ServeSpace:
                 hint = " (or tp, all)" if key == "ep" else " (or fit)" if key == "max_batch" else ""
                 raise InputError(f"{exc}{hint}", source=source, field=f"axes.{key}") from None
             values.append(v)
-        axes[key] = tuple(dict.fromkeys(values))
+        axes[key] = loading.distinct_choices(values, raw, source=source, field=f"axes.{key}")
     return ServeSpace(loading.text(data, "name", source=source, default=Path(source).stem), axes, source)
 
 

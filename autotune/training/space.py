@@ -143,7 +143,7 @@ def space_from_mapping(data: dict, *, source: str) -> Space:
             values = [_choice(key, v) for v in raw]
         except ValueError as exc:
             raise InputError(str(exc), source=source, field=f"axes.{key}") from None
-        axes[key] = tuple(dict.fromkeys(values))
+        axes[key] = loading.distinct_choices(values, raw, source=source, field=f"axes.{key}")
     rules_raw = data.get("rules")
     rules_raw = {} if rules_raw is None else rules_raw
     if not isinstance(rules_raw, dict):
