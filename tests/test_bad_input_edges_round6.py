@@ -8,6 +8,7 @@ flag, the field and a fix, exit status 2, no traceback."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -223,3 +224,27 @@ def test_a_serving_space_listing_a_choice_twice_is_refused(tmp_path):
                       "'bf16' and 'BF16', the same choice")
     path.write_text(path.read_text().replace("[bf16, BF16]", "[bf16]"))
     assert invoke("search", *SERVE, "--space", path).exit_code == 0
+
+
+# --- 6. a database storage whose driver is not installed -----------------------------------------------------------
+
+@pytest.mark.parametrize("url, shown, module, package", [
+    ("mysql://me:secret@localhost/db", "mysql://me:***@localhost/db", "MySQLdb", "mysqlclient"),
+    ("mysql+pymysql://me:secret@localhost/db", "mysql+pymysql://me:***@localhost/db", "pymysql", "PyMySQL"),
+    ("postgresql+psycopg2://me:secret@localhost/db", "postgresql+psycopg2://me:***@localhost/db", "psycopg2",
+     "psycopg2-binary"),
+])
+@pytest.mark.parametrize("command", ["worker", "search", "report"])
+def test_a_storage_whose_driver_is_missing_names_the_url_and_the_package(command, url, shown, module, package,
+                                                                         tmp_path, monkeypatch):
+    if importlib.util.find_spec(module) is not None:
+        pytest.skip(f"{module} is installed here")
+    monkeypatch.chdir(tmp_path)
+    args = {"worker": ["worker", "--storage", url, "--study", "s"],
+            "search": ["search", *SMALL, "--storage", url, "--study", "s"],
+            "report": ["report", "--storage", url, "--study", "s", "--out", "r"]}[command]
+    result = invoke(*args)
+    assert_user_error(result, "field '--storage'", f"{shown} needs the database driver {module!r}",
+                      f"pip install {package}")
+    assert "secret" not in result.output and "Failed to import" not in result.output
+    assert list(tmp_path.iterdir()) == []

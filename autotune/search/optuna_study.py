@@ -351,6 +351,31 @@ def check_storage_file(url: str, *, existing: bool = False, reading: bool = Fals
         raise InputError(f"{target!r} {tail}", field="--storage")
 
 
+# The pip package of each database driver SQLAlchemy may import for a storage URL (by the module it imports).
+_DRIVER_PACKAGES = {
+    "psycopg2": "psycopg2-binary (or pip install 'autotune[postgres]')",
+    # SQLAlchemy 2.1 opens a plain postgresql:// URL with psycopg 3, which the autotune[postgres] extra is not
+    "psycopg": "'psycopg[binary]' (or, with pip install 'autotune[postgres]', write postgresql+psycopg2://...)",
+    "pg8000": "pg8000", "asyncpg": "asyncpg", "MySQLdb": "mysqlclient", "pymysql": "PyMySQL",
+    "mysql": "mysql-connector-python", "mariadb": "mariadb", "cymysql": "cymysql",
+}
+
+
+def _missing_driver(url: str, exc: ImportError) -> str:
+    """What to say when the database driver of ``url`` is not installed: the URL, the module and its package."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ModuleNotFoundError):
+        cause = cause.__cause__ or cause.__context__
+    module = (getattr(cause, "name", None) or "").split(".")[0]
+    if not module:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return (f"cannot open {redact(url)}: its database driver cannot be imported ({first}); install the driver "
+                "the URL names")
+    package = _DRIVER_PACKAGES.get(module, module)
+    return (f"{redact(url)} needs the database driver {module!r}, which is not installed; install it with pip "
+            f"install {package}, or use a storage that needs none (sqlite:///study.db or journal:./study.log)")
+
+
 def make_storage(url: str, *, heartbeat_s: int | None = None, retries: int = 1, existing: bool = False,
                  reading: bool = False):
     """An Optuna storage for ``url``; with ``heartbeat_s`` (RDB only), stale trials are failed and retried; with
@@ -380,9 +405,8 @@ def make_storage(url: str, *, heartbeat_s: int | None = None, retries: int = 1, 
                 if attempt == 4 or not any(text in str(exc) for text in racing):
                     raise
                 _time.sleep(0.2 * (attempt + 1))
-    except ModuleNotFoundError as exc:
-        raise InputError(f"{redact(url)} needs the Python driver {exc.name!r}: pip install 'autotune[postgres]' "
-                         "(psycopg2-binary)", field="--storage") from None
+    except ImportError as exc:  # Optuna wraps the driver's ModuleNotFoundError in its own ImportError
+        raise InputError(_missing_driver(url, exc), field="--storage") from None
     except InputError:
         raise
     except Exception as exc:  # sqlalchemy / OS errors: unreachable server, bad path, bad credentials
