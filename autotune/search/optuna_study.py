@@ -443,8 +443,9 @@ def _continued_settings(study: optuna.Study, name: str, given: _Mapping[str, _An
                          f"by that margin; give {_margin_flag(stored['margin'])} to continue it, --new to start it "
                          "over, or another --study", field="--margin")
     if stored.get("sampler") not in (None, given.get("sampler")) and given.get("sampler") != "exact":
-        notes.append(f"study {name!r} was sampled with {stored['sampler']}: this run, and workers that join from now "
-                     f"on, sample with {given.get('sampler')}")
+        before = "searched exactly" if stored["sampler"] == "exact" else f"sampled with {stored['sampler']}"
+        notes.append(f"study {name!r} was {before}: this run, and workers that join from now on, sample with "
+                     f"{given.get('sampler')}")
     if "trial_timeout" in stored and stored["trial_timeout"] != given.get("trial_timeout"):
         def shown(value):
             return "none" if value is None else f"{value:g} s"
