@@ -248,3 +248,15 @@ def test_a_storage_whose_driver_is_missing_names_the_url_and_the_package(command
                       f"pip install {package}")
     assert "secret" not in result.output and "Failed to import" not in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_search_rerun_with_json_says_nothing_is_run_on_stderr(tmp_path, monkeypatch):
+    """With --json the study's notes were printed nowhere: stdout holds the JSON only, so they go to stderr."""
+    monkeypatch.chdir(tmp_path)
+    args = ["search", *SMALL, "--space", SMALL_SPACE, "--fix", "tp=1", "--fix", "pp=1", "--sampler", "random",
+            "--storage", "sqlite:///s.db", "--study", "s", "--heartbeat", "0", "--json"]
+    assert invoke(*args, "--trials", "4").exit_code == 0
+    again = invoke(*args, "--trials", "3")
+    assert again.exit_code == 0, again.output
+    json.loads(again.stdout)
+    assert "nothing to run; raise --trials to run more" in " ".join(again.stderr.split())

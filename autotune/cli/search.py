@@ -314,6 +314,8 @@ def search(
             written = say_folder(write_search_folder(out, document, files, force))
         if json_out:
             print_json(document)
+            for note in result.notes:  # stdout holds the JSON only; the study's notes still reach the user
+                stderr.print(f"[dim]{escape(note)}[/]", highlight=False, soft_wrap=True)
         else:
             _print_training_search(result, inputs, outcome.problem)
             if written:
