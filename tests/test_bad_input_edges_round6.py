@@ -168,6 +168,7 @@ def written_plans(tmp_path_factory):
     ("train", "feasible", None),
     ("train", "objectives", 3),
     ("train", "objectives", "throughput"),
+    ("train", "objectives", ["speed"]),  # ranked by throughput under another name before
     ("train", "evaluations", 10**30),
     ("train", "sampler", 5),
     ("serve", "evaluations", 10**30),

@@ -275,8 +275,10 @@ def gather(source: Path | StudySource, *, trials: int = 100, seed: int = 0,
         inputs = {**inputs, "framework": inputs.get("framework") or framework}
     search = doc["search"]
     objective = (search.get("objectives") or ["throughput"])[0]
-    if objective not in OBJECTIVES:
-        objective = "throughput"
+    if objective not in OBJECTIVES:  # a hand edit: ranked silently by throughput, the report would mislabel it
+        raise InputError(f"the first objective must be one of {', '.join(OBJECTIVES)}, but got (objectives="
+                         f"{search.get('objectives')!r}); restore it or rerun `autotune search --out DIR`",
+                         source=str(path), field="search.objectives")
     title = (f"{inputs.get('model', 'model')} on {inputs.get('gpus', '?')} x {inputs.get('hardware', '?')}, "
              f"sequence {inputs.get('seq_len', '?')}, global batch {inputs.get('global_batch', '?')}")
     data = ReportData(title=title, inputs=inputs, plans=doc["plans"], search=search, capacity_gib=float("nan"),
