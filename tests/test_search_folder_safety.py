@@ -141,6 +141,17 @@ def test_a_damaged_hash_in_the_record_removes_nothing(tmp_path):
     assert (out / "deepspeed_launch.sh").exists() and (out / "ds_config.json").exists()
 
 
+def test_a_record_naming_a_file_too_long_for_the_file_system_stops_nothing(tmp_path):
+    """is_symlink() raised ENAMETOOLONG on a 5,000-character name and the search stopped with an error naming
+    neither plans.json nor launch_files."""
+    out = tmp_path / "run"
+    assert runner.invoke(app, ["search", *SMALL, "--out", str(out)]).exit_code == 0
+    _record(out, {"x" * 5000: "0" * 64, "a\u0000b": "0" * 64})
+    result = runner.invoke(app, ["search", *SMALL, "--out", str(out), "--force"])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert json.loads((out / "plans.json").read_text())["plans"]
+
+
 def _config_at(tmp_path: Path) -> Path:
     """The Llama-3-8B config.json in a local folder whose name holds an '@' (as a versioned checkout's might)."""
     path = tmp_path / "models" / "llama@v2" / "config.json"

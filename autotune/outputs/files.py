@@ -155,14 +155,14 @@ def _inside(out: Path, name: str) -> Path | None:
     """``out / name`` when it is a regular file reached without a symbolic link below ``out`` and resolves inside
     ``out``; None otherwise (a link, a folder, a file elsewhere: not what a search wrote there)."""
     path = out
-    for part in Path(name).parts:
-        path = path / part
-        if path.is_symlink():
-            return None
-    try:
+    try:  # a damaged record (a name too long for the file system, ...) removes nothing and stops nothing
+        for part in Path(name).parts:
+            path = path / part
+            if path.is_symlink():
+                return None
         if not path.is_file() or not path.resolve(strict=True).is_relative_to(out.resolve(strict=True)):
             return None
-    except (OSError, RuntimeError):  # unreadable, or a link loop further up
+    except (OSError, RuntimeError, ValueError):  # unreadable, a link loop further up, a NUL in the name
         return None
     return path
 
