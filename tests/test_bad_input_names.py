@@ -82,6 +82,13 @@ def test_a_file_url_of_a_model_the_catalogue_does_not_list_says_to_download_its_
                       "someone/unlisted-model is not in profiles/catalogue/hf_models.yaml")
 
 
+def test_a_local_file_url_is_told_to_give_the_path():
+    """file:///… was told to download the config.json, which the user already has."""
+    result = runner.invoke(app, ["models", "show", "file:///data/llama/config.json"])
+    assert_user_error(result, "field 'NAME'", "give the path without file:// (/data/llama/config.json)")
+    assert "download" not in result.stderr
+
+
 def test_a_file_url_given_as_model_is_refused_under_its_flag():
     url = "https://huggingface.co/moonshotai/Kimi-K2.5/blob/v2/config.json"
     result = runner.invoke(app, ["predict", "--workload", "serve", "-m", url, "-H", "b200", "--gpus", "8", "-p", "tp=8",

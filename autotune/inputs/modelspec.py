@@ -870,6 +870,10 @@ def _refuse_unreadable_address(text: str) -> None:
                    "profiles/catalogue/hf_models.yaml, so its id alone does not plan)")
         raise InputError(f"a model must be a bundled name, a Hugging Face id or a file on disk; file URLs are not "
                          f"fetched, but got (model={text.strip()!r}, a file of {repo}); {fix}", field="--model")
+    if text.strip().lower().startswith("file://"):  # a local file written as a URL: its path is what to give
+        raise InputError(f"a model must be a bundled name, a Hugging Face id or a file on disk given by its path, "
+                         f"but got (model={text.strip()!r}); give the path without file:// "
+                         f"({text.strip()[len('file://'):] or '/path/to/config.json'})", field="--model")
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text.strip()) and not is_hf_address(text):
         raise InputError(f"a model must be a bundled name, a Hugging Face id or a file on disk; URLs are not fetched, "
                          f"but got (model={text.strip()!r}); download the config.json and pass that file's path",
