@@ -550,11 +550,11 @@ def test_a_search_runs_the_weights_its_checkpoint_holds():
     assert "mxfp4" not in {p["plan"]["weights"] for p in json.loads(written.stdout)["plans"]}
 
 
-def _serve(engine: str, users: int, output_len: int) -> dict:
+def _serve(engine: str, users: int | None, output_len: int, input_len: int = 8192, rate: float | None = None) -> dict:
+    load = ["--concurrency", str(users)] if rate is None else ["--request-rate", str(rate)]
     result = runner.invoke(app, ["predict", "--workload", "serve", "--engine", engine, "-m", "llama3-70b", "-H",
-                                 "h100-sxm5-80gb", "--gpus", "8", "--input-len", "8192", "--output-len",
-                                 str(output_len), "--concurrency", str(users), "--plan",
-                                 "tp=8,weights=fp8,kv=fp8,max_batch=64", "--json"])
+                                 "h100-sxm5-80gb", "--gpus", "8", "--input-len", str(input_len), "--output-len",
+                                 str(output_len), *load, "--plan", "tp=8,weights=fp8,kv=fp8,max_batch=64", "--json"])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)["estimate"]
 
@@ -585,3 +585,31 @@ def test_sglang_prefills_its_queue_before_the_next_decode_step():
     # with many users the same token waits for several prompts, not one chunk.
     alone = _serve("sglang", 1, 2)
     assert _serve("sglang", 64, 2)["tpot_ms"] > 2.0 * alone["ttft_ms"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_a_deep_prompt_queue_holds_every_token_for_a_full_chunk(engine):
+    # With 32 users' 8k-token prompts queued (TTFT many seconds), every step of a chunked-prefill engine carries
+    # a full token budget: TPOT is that of 64 users. Scaling the whole wait by (C-1)/C read 16% less at 32.
+    deep, deeper = _serve(engine, 32, 2), _serve(engine, 64, 2)
+    assert deep["ttft_ms"] > 10 * deep["tpot_ms"]
+    assert deep["tpot_ms"] >= 0.95 * deeper["tpot_ms"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_a_request_rate_holds_a_token_for_one_chunk_at_most_as_a_closed_loop_does(engine):
+    # Near capacity an open loop's token waits for one budget of prompts too, about one prompt's prefill (it
+    # read t_dec/(1-rho): 549 ms at 99% of capacity on vLLM, twice the closed loop's 262 ms).
+    alone, busy = _serve(engine, 1, 2), _serve(engine, 64, 2)
+    rate = _serve(engine, None, 2, rate=0.99 * busy["requests_per_s"])
+    assert rate["tpot_ms"] <= 1.2 * (alone["ttft_ms"] + alone["tpot_ms"])
+    assert rate["tpot_ms"] <= 1.1 * busy["tpot_ms"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+@pytest.mark.parametrize("prompt", [4096, 8192])
+def test_one_more_prompt_token_does_not_cut_the_wait_for_a_chunk(engine, prompt):
+    # A step carries one token budget of prompts, split where it ends: the wait is continuous in the prompt
+    # length (it was floor(budget / I) whole prompts, and one token past 4,096 halved TPOT).
+    at, past = _serve(engine, 64, 4, input_len=prompt), _serve(engine, 64, 4, input_len=prompt + 1)
+    assert past["tpot_ms"] >= 0.9 * at["tpot_ms"]

@@ -21,8 +21,8 @@ Per engine, in steady state:
 * **Load.**  A closed loop of ``C`` clients (``--concurrency``), an open loop of ``λ`` requests/s
   (``--request-rate``), or the engine full (max-throughput).  Little's law on the decode phase gives
   the request rate; prefill work steals engine time from decode in an aggregated engine
-  (``TPOT = t_dec / (1 - ρ)``, the other users' prompts only, at most one chunk a token where prefill
-  chunks ride in decode steps); prefill waits in a G/D/c queue (Sakasegawa's approximation, M/D/1 of
+  (``TPOT = t_dec / (1 - ρ)``, with ρ the other users' share of a user's decoding time in a closed loop, and
+  at most one token budget's prefill a token where prefill chunks ride in decode steps); prefill waits in a G/D/c queue (Sakasegawa's approximation, M/D/1 of
   DistServe for one server) and the scheduler's pick-up delay; requests beyond the KV cache or the engine's
   batch limit wait for a slot.  A share of a closed loop runs in synchronised waves instead (clients of equal
   lengths finish and return together): a wave's prefill splits between its prompts' TTFT and their TPOT.
@@ -417,19 +417,26 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         wait = adp_balance_wait_s(lam, r.p_dp * ones, np.asarray(r.balance_iters, float) * t_iter)
         return np.where(bal, busy * wait, 0.0)
 
-    # A chunked-prefill engine (mixed) puts at most one token budget of prompts into each step, so the prefill
-    # a decoded token waits for is at most one full chunk's, however many prompts queue (vLLM's scheduler,
-    # TensorRT-LLM's max_num_tokens); an engine that prefills apart from decodes (SGLang) runs the queue first.
-    t_full = np.where(I >= chunk, S_busy / n_chunks, S_busy * np.floor(chunk / np.maximum(I, 1.0)))
-    cap_wait = np.where(mixed > 0, t_full, np.inf)
-    others = np.where(load == LOAD_CONCURRENCY, np.maximum(C - 1.0, 0.0) / np.maximum(C, 1.0), 1.0)
+    # A chunked-prefill engine (mixed) puts at most one token budget of prompts into each step (filling it,
+    # the last prompt split), so the prefill a decoded token waits for is at most one full budget's,
+    # S_busy * chunk / I, however many prompts queue (vLLM's scheduler, TensorRT-LLM's max_num_tokens); an
+    # engine that prefills apart from decodes (SGLang) runs the queue first.
+    cap_wait = np.where(mixed > 0, S_busy * chunk / np.maximum(I, 1.0), np.inf)
+    # A closed loop's users: a user's own next prompt waits for its reply, so its tokens wait for the others'
+    # prompts only. The others prefill a share rho (C-1)/(C-rho) of the time the user decodes (their share of
+    # the prefill, rho (C-1)/C, over the share of time the user is not prefilling, 1 - rho/C): 0 for one user,
+    # rho for many, 1 as the prefill saturates. The engine full (max-throughput) always has a prompt waiting.
+    C_loop = np.where(load == LOAD_CONCURRENCY, np.maximum(C, 1.0), np.inf)
 
     def closed(nd):
         t_dec = t_dec_of(nd)
-        # a step: the decode of the running batch plus the prefill it carries (b S_busy / Om1 per token
-        # by work conservation, at most one chunk's on a mixed engine); the prompts are the other users'
-        # ((C-1)/C of them: a user's own next prompt waits for its reply, so one user decodes uninterrupted)
-        wait = np.minimum(others * nd * S_busy / (servers * Om1), cap_wait)
+        # a step: the decode of the running batch plus the prefill it carries. Per decoded token the prompts'
+        # work is w = b S_busy / Om1 (work conservation: TPOT = t_dec + w, i.e. t_dec / (1 - rho)); with the
+        # others' share above, TPOT T solves T = t_dec + w (C-1) / (C - w/T), the root above w (rho < 1) of
+        # T^2 - (w + t_dec) T + t_dec w / C = 0; at most one budget's prefill a token on a mixed engine.
+        w = nd * S_busy / (servers * Om1)
+        disc = np.maximum((w + t_dec) ** 2 - 4.0 * t_dec * w / C_loop, 0.0)
+        wait = np.minimum(0.5 * (w + t_dec + np.sqrt(disc)) - t_dec, cap_wait)
         lam = np.where(dis, nd / (Om1 * t_dec), nd / (Om1 * (t_dec + wait)))
         rho = lam * S_busy / servers
         tpot = np.where(dis, t_dec, t_dec + wait)
@@ -502,7 +509,10 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     if rate.any():
         def tpot_open(nd):
             t_dec = t_dec_of(nd)
-            return np.where(dis, t_dec, t_dec / np.maximum(1.0 - rho_o, 1e-6) + held_s(nd, t_dec, rho_o)), t_dec
+            # an open loop's prompts are always others': the work-conserving wait, at most one budget's prefill
+            # a token on a mixed engine (as in the closed loop)
+            wait = np.minimum(t_dec * rho_o / np.maximum(1.0 - rho_o, 1e-6), cap_wait)
+            return np.where(dis, t_dec, t_dec + wait + held_s(nd, t_dec, rho_o)), t_dec
 
         lo, hi = np.zeros(n), cap.copy()
         for _ in range(n_iter):
