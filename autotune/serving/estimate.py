@@ -400,7 +400,9 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
             return np.zeros(n)
         x = np.maximum(nd / d_ranks, 0.0) * n_chunks / Om1
         h = 1.0 - np.power(1.0 / (1.0 + x), np.maximum(r.p_dp - 1.0, 0.0))
-        t_chunk = prefill_at(rho) / n_chunks  # one chunk at this load
+        # one step of the token budget at this load: a budget's share of a longer prompt (continuous in I; the
+        # prompt over ceil(I/budget) chunks halved it one token past the budget), a whole shorter prompt
+        t_chunk = prefill_at(rho) * np.minimum(chunk / np.maximum(I, 1.0), 1.0)
         return np.where(lock, h * np.maximum(t_chunk - t_own, 0.0), 0.0)
 
     # TensorRT-LLM's attention-DP balance holds a context until every rank has one (adp_balance_wait_s), but
@@ -421,12 +423,17 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     # the last prompt split), so the prefill a decoded token waits for is at most one full budget's,
     # S_busy * chunk / I, however many prompts queue (vLLM's scheduler, TensorRT-LLM's max_num_tokens); an
     # engine that prefills apart from decodes (SGLang) runs the queue first.
-    cap_wait = np.where(mixed > 0, S_busy * chunk / np.maximum(I, 1.0), np.inf)
+    # (shorter prompts than the budget: one prefill of budget/I of them, the weights streamed once)
+    S_budget = prefill_s(a, q, g, p, np.maximum(chunk, I), r.p_tp, r.p_pp, r.p_dp, r.p_ep, chunk,
+                         seqs=np.maximum(chunk / np.maximum(I, 1.0), 1.0), moe_share=r.p_dp)
+    cap_wait = np.where(mixed > 0, np.where(I >= chunk, S_busy * chunk / np.maximum(I, 1.0), S_budget), np.inf)
     # A closed loop's users: a user's own next prompt waits for its reply, so its tokens wait for the others'
     # prompts only. The others prefill a share rho (C-1)/(C-rho) of the time the user decodes (their share of
     # the prefill, rho (C-1)/C, over the share of time the user is not prefilling, 1 - rho/C): 0 for one user,
     # rho for many, 1 as the prefill saturates. The engine full (max-throughput) always has a prompt waiting.
-    C_loop = np.where(load == LOAD_CONCURRENCY, np.maximum(C, 1.0), np.inf)
+    # The users are those of one prefill queue: a DP rank's or a prefill worker's share (pipeline stages share
+    # their replica's), so two users on two DP ranks decode as uninterrupted as on two replicas.
+    C_loop = np.where(load == LOAD_CONCURRENCY, np.maximum(C / (r.p_workers * r.p_dp * ones), 1.0), np.inf)
 
     def closed(nd):
         t_dec = t_dec_of(nd)
@@ -472,7 +479,8 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     # decode count are time averages, TTFT and TPOT averages over the requests (each regime's weighted by the
     # requests it serves), so Little's law holds for the mixture as for each regime.
     k_wave = np.maximum(C_eff / servers, 1.0)
-    per_step = np.clip(np.floor(chunk / np.maximum(I, 1.0)), 1.0, k_wave)
+    # budget/I prompts a step, the last one split where the budget ends (continuous in I, as the engines fill it)
+    per_step = np.clip(chunk / np.maximum(I, 1.0), 1.0, k_wave)
     steps = k_wave / per_step
     S_step = prefill_s(a, q, g, p, per_step * I, r.p_tp, r.p_pp, r.p_dp, r.p_ep, chunk, seqs=per_step,
                        moe_share=r.p_dp)
