@@ -182,6 +182,17 @@ def load_json(text: str, *, source: str) -> Any:
                          source=source) from None
 
 
+def is_finite_number(value: Any) -> bool:
+    """A JSON number a float can hold, finite: not a bool, NaN, Infinity (Python's json reads both) or an integer
+    beyond float range (10**400, which float() overflows on and NumPy cannot test)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def check_finite(value: float, *, source: str | None = None, field: str | None = None,
                  limit: float = MAX_NUMBER) -> float:
     """``value`` when it is a finite number no larger than ``limit`` in size, else an error naming the field."""

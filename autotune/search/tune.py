@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import shlex
 import signal
@@ -36,6 +35,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..inputs.hardware import MEASURED_MEMORY_MARGIN
+from ..inputs.loading import is_finite_number
 from ..training.plan import PLAN_KEYS, canonical_fields
 from ..training.problem import TrainingProblem
 from .fingerprint import plan_env
@@ -109,17 +109,6 @@ def parse_command(run: str, shell: bool) -> list[str] | str:
     return argv
 
 
-def _finite(value: Any) -> bool:
-    """A JSON number that is a finite float: not a bool, NaN, Infinity (Python's json reads both) or an integer
-    too large for a float (10**400, which NumPy cannot test and float() overflows on)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
-
-
 def _result_from_json(data: Any) -> tuple[float | None, float | None, bool, str]:
     """(tokens/s/GPU, peak GiB, oom, problem) from a result object."""
     if not isinstance(data, dict):
@@ -127,10 +116,10 @@ def _result_from_json(data: Any) -> tuple[float | None, float | None, bool, str]
     if data.get("oom") is True:
         return None, None, True, ""
     value = data.get("tokens_per_s_per_gpu")
-    if not _finite(value) or value <= 0:
+    if not is_finite_number(value) or value <= 0:
         return None, None, False, f"tokens_per_s_per_gpu must be a finite positive number, but got {value!r}"
     peak = data.get("peak_memory_gib")
-    if peak is not None and (not _finite(peak) or peak < 0):
+    if peak is not None and (not is_finite_number(peak) or peak < 0):
         return None, None, False, f"peak_memory_gib must be a finite number >= 0, but got {peak!r}"
     return float(value), None if peak is None else float(peak), False, ""
 

@@ -16,7 +16,6 @@ measurement against the prediction.  The cloud figures re-evaluate the space as 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InputError
+from ...inputs.loading import is_finite_number
 from ...training.plan import ETP_AS_TP, PLAN_KEYS
 from ...training.problem import OBJECTIVES, TrainingProblem
 from ..files import ranked_entries, read_plans
@@ -88,32 +88,22 @@ _ESTIMATE_PARTS = ("time_breakdown_s", "memory_breakdown_gib")
 _TOTALS = ("training_days", "gpu_hours", "cost_usd", "energy_mwh", "co2e_t")
 
 
-def _is_number(value: Any) -> bool:
-    """A finite number a float can hold (an integer beyond float range is not one: the figures compute in floats)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
-
-
 def _check_estimate(estimate: Any, where: str, source: str) -> None:
     """A training estimate as the report reads it: the numbers and breakdowns present and numeric."""
     fix = "; rerun `autotune search --out DIR`"
     if not isinstance(estimate, dict):
         raise InputError(f"{where} has no 'estimate' object{fix}", source=source, field="plans.estimate")
     for key in _ESTIMATE_NUMBERS:
-        if not _is_number(estimate.get(key)):
+        if not is_finite_number(estimate.get(key)):
             raise InputError(f"{where}: estimate.{key} must be a number, but got {estimate.get(key)!r}{fix}",
                              source=source, field=f"estimate.{key}")
     for key in _ESTIMATE_PARTS:
         parts = estimate.get(key)
-        if not isinstance(parts, dict) or not all(isinstance(k, str) and _is_number(v) for k, v in parts.items()):
+        if not isinstance(parts, dict) or not all(isinstance(k, str) and is_finite_number(v) for k, v in parts.items()):
             raise InputError(f"{where}: estimate.{key} must map parts to numbers{fix}", source=source,
                              field=f"estimate.{key}")
     for key in _TOTALS:
-        if key in estimate and not _is_number(estimate[key]):
+        if key in estimate and not is_finite_number(estimate[key]):
             raise InputError(f"{where}: estimate.{key} must be a number, but got {estimate[key]!r}{fix}",
                              source=source, field=f"estimate.{key}")
 
@@ -124,14 +114,14 @@ def _check_capacity(capacity: Any, source: str) -> None:
         raise InputError(f"'capacity' must be an object with a 'candidates' list{fix}", source=source,
                          field="capacity")
     for key in ("pue", "grid_intensity_g_per_kwh"):
-        if not _is_number(capacity.get(key)):
+        if not is_finite_number(capacity.get(key)):
             raise InputError(f"capacity.{key} must be a number{fix}", source=source, field=f"capacity.{key}")
     chosen = capacity.get("chosen")
     for i, c in enumerate([*capacity.get("candidates", []), *([chosen] if chosen is not None else [])]):
-        if not isinstance(c, dict) or not isinstance(c.get("hardware"), str) or not _is_number(c.get("gpus")):
+        if not isinstance(c, dict) or not isinstance(c.get("hardware"), str) or not is_finite_number(c.get("gpus")):
             raise InputError(f"capacity candidate {i + 1} must name its hardware and GPUs{fix}", source=source,
                              field="capacity.candidates")
-        if c.get("plan") and not all(_is_number(c.get(k)) for k in _TOTALS):
+        if c.get("plan") and not all(is_finite_number(c.get(k)) for k in _TOTALS):
             raise InputError(f"capacity candidate {i + 1} lacks its totals ({', '.join(_TOTALS)}){fix}",
                              source=source, field="capacity.candidates")
 
@@ -144,7 +134,7 @@ def load_plans_json(path: Path) -> dict[str, Any]:
     if not doc["plans"]:
         raise InputError("lists no plans (nothing fitted); rerun the search with more GPUs (its diagnosis says what binds)", source=source)
     for position, entry in enumerate(doc["plans"], start=1):
-        if not isinstance(entry, dict) or not isinstance(entry.get("plan"), dict) or not _is_number(entry.get("rank")):
+        if not isinstance(entry, dict) or not isinstance(entry.get("plan"), dict) or not is_finite_number(entry.get("rank")):
             raise InputError(f"plan {position} needs a 'rank' and a 'plan' object; rerun `autotune search --out DIR`",
                              source=source, field="plans")
         _check_estimate(entry.get("estimate"), f"plan {position}", source)
