@@ -22,10 +22,11 @@ Per engine, in steady state:
   (``--request-rate``), or the engine full (max-throughput).  Little's law on the decode phase gives
   the request rate; prefill work steals engine time from decode in an aggregated engine
   (``TPOT = t_dec / (1 - ρ)``, with ρ the other users' share of a user's decoding time in a closed loop, and
-  at most one token budget's prefill a token where prefill chunks ride in decode steps); prefill waits in a G/D/c queue (Sakasegawa's approximation, M/D/1 of
-  DistServe for one server) and the scheduler's pick-up delay; requests beyond the KV cache or the engine's
-  batch limit wait for a slot.  A share of a closed loop runs in synchronised waves instead (clients of equal
-  lengths finish and return together): a wave's prefill splits between its prompts' TTFT and their TPOT.
+  at most one token budget's prefill a token where prefill chunks ride in decode steps); prefill waits in a
+  G/D/c queue (Sakasegawa's approximation, M/D/1 of DistServe for one server) and the scheduler's pick-up
+  delay; requests beyond the KV cache or the engine's batch limit wait for a slot.  A share of a closed loop
+  runs in synchronised waves instead (clients of equal lengths finish and return together): a wave's prefill
+  splits between its prompts' TTFT and their TPOT.
 * **Disaggregated** plans: prefill engines and decode engines, each with their own layout; TPOT is the
   decode pool's round; TTFT adds the KV hand-off over the link between them.
 
