@@ -50,7 +50,7 @@ def is_serving_schema(columns) -> bool:
 class ServingRun:
     id: str
     source_group: str
-    engine: str  # engine release key for the fitted parameters (the source group names it)
+    engine: str  # engine release key for the fitted parameters, from the engine and engine_version columns
     kind: str  # one of KINDS
     model: ModelSpec
     gpu: str
