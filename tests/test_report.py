@@ -126,6 +126,32 @@ def test_a_report_written_over_another_removes_the_figures_it_does_not_draw(tmp_
     second = runner.invoke(app, ["report", str(serve), "--out", str(rep), "--force"])
     assert second.exit_code == 0, second.output
     pngs = {p.name for p in rep.glob("*.png")}
-    drawn = set(re.search(r'autotune-figures content="([^"]*)"', (rep / "report.html").read_text()).group(1).split())
+    drawn = {e.rpartition(":")[0] for e in
+             re.search(r'autotune-figures content="([^"]*)"', (rep / "report.html").read_text()).group(1).split()}
     assert pngs == drawn | {"mine.png"} and "step_breakdown.png" not in pngs, pngs
     assert "removed the earlier report's figures" in " ".join(second.stderr.split())
+
+
+def test_a_report_written_over_another_keeps_a_figure_edited_since(tmp_path):
+    """report --force removes an earlier report's figure only while its bytes are the ones that report wrote
+    (sha256 in report.html): an edited one, or one a report.html without checksums names, stays, and is named."""
+    train, serve = tmp_path / "train", tmp_path / "serve"
+    assert runner.invoke(app, ["search", *SMALL, "--out", str(train)]).exit_code == 0
+    assert runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus",
+                               "8", "--input-len", "1024", "--output-len", "128", "--out", str(serve)]).exit_code == 0
+    rep = tmp_path / "rep"
+    assert runner.invoke(app, ["report", str(train), "--out", str(rep), "--trials", "0"]).exit_code == 0
+    meta = re.search(r'autotune-figures content="([^"]*)"', (rep / "report.html").read_text()).group(1).split()
+    assert meta and all(len(e.rpartition(":")[2]) == 64 for e in meta), meta
+    (rep / "step_breakdown.png").write_bytes(b"annotated by hand")
+    second = runner.invoke(app, ["report", str(serve), "--out", str(rep), "--force"])
+    assert second.exit_code == 0, second.output
+    assert (rep / "step_breakdown.png").read_bytes() == b"annotated by hand"
+    said = " ".join(second.stderr.split())
+    assert "kept the earlier report's step_breakdown.png (edited since" in said, said
+    # a report.html that names its figures without checksums (an earlier autotune): nothing it names is removed
+    (rep / "report.html").write_text('<meta charset=utf-8><meta name=autotune-figures content="old.png">')
+    (rep / "old.png").write_bytes(b"png")
+    third = runner.invoke(app, ["report", str(train), "--out", str(rep), "--trials", "0", "--force"])
+    assert third.exit_code == 0, third.output
+    assert (rep / "old.png").exists() and "kept the earlier report's old.png" in " ".join(third.stderr.split())

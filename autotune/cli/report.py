@@ -35,7 +35,7 @@ def report_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the convergence runs and samples.")] = 0,
     storage: Annotated[Optional[str], typer.Option("--storage", help="Optuna storage URL of a stored study (instead of RESULT).")] = None,
     study: Annotated[Optional[str], typer.Option("--study", help="Study name in --storage.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder: report.html and figures of the same name are overwritten, and an earlier report's figures that this one does not draw are removed.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Allow --out to be a non-empty folder: report.html and figures of the same name are overwritten, and an earlier report's figures that this one does not draw are removed unless edited since.")] = False,
     framework: FrameworkOpt = None,
 ) -> None:
     """Write an HTML report of a training or serving search, or of a stored study (self-contained, works offline),
@@ -75,3 +75,6 @@ def report_command(
         if files.removed:
             stderr.print("[yellow]note:[/] removed the earlier report's figures that this one does not draw: "
                          + escape(", ".join(p.name for p in files.removed)) + ".", highlight=False, soft_wrap=True)
+        for path, why in files.kept:
+            stderr.print(f"[yellow]note:[/] kept the earlier report's {escape(path.name)} ({escape(why)}); remove it "
+                         "yourself if it is no longer wanted.", highlight=False, soft_wrap=True)

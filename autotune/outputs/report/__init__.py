@@ -8,6 +8,7 @@ matplotlib is the optional extra ``autotune[report]``; without it the command sa
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from collections.abc import Callable
@@ -35,6 +36,7 @@ class ReportFiles:
     pngs: list[Path]
     figures: list[str]  # titles, in order
     removed: list[Path] = field(default_factory=list)  # an earlier report's figures this one does not draw
+    kept: list[tuple[Path, str]] = field(default_factory=list)  # ... that stayed, each with why (edited since)
 
 
 def build_report(source: Path | StudySource, out_dir: Path, *, trials: int | None = None, seed: int = 0,
@@ -69,44 +71,67 @@ def build_report(source: Path | StudySource, out_dir: Path, *, trials: int | Non
     return _write_report(out_dir, figures, render(data, figures))
 
 
-# report.html names its PNG files in this tag, so that a report written over it (--force) removes the figures it
-# does not draw again: a training report's convergence.png beside a serving report's report.html is another run's
+# report.html names its PNG files in this tag, each with the sha256 of the bytes it wrote (``name:sha256``), so
+# that a report written over it (--force) removes the figures it does not draw again (a training report's
+# convergence.png beside a serving report's report.html is another run's) and only those: a figure edited since,
+# or named without a digest (a report.html of an earlier autotune), is kept and said so.
 _FIGURES_META = re.compile(r'<meta name=autotune-figures content="([^"<>]*)">')
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def _earlier_figures(out_dir: Path) -> list[str]:
-    """The PNG names an earlier report.html in ``out_dir`` recorded (plain names in the folder only)."""
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _earlier_figures(out_dir: Path) -> dict[str, str | None]:
+    """The PNG names an earlier report.html in ``out_dir`` recorded (plain names in the folder only), each with the
+    sha256 it recorded (None where it recorded none)."""
     try:
         found = _FIGURES_META.search((out_dir / "report.html").read_text(encoding="utf-8", errors="replace"))
     except OSError:
-        return []
-    names = found.group(1).split() if found else []
-    return [n for n in names if n.endswith(".png") and "/" not in n and "\\" not in n and n not in (".png", "..png")]
+        return {}
+    out: dict[str, str | None] = {}
+    for entry in found.group(1).split() if found else []:
+        name, _, digest = entry.rpartition(":") if ":" in entry else (entry, "", "")
+        if name.endswith(".png") and "/" not in name and "\\" not in name and name not in (".png", "..png"):
+            out[name] = digest.lower() if _SHA256.fullmatch(digest.lower()) else None
+    return out
 
 
 def _write_report(out_dir: Path, figures: list, html: str) -> ReportFiles:
-    """Write one PNG per figure and report.html (which records them); remove the PNGs an earlier report there
-    recorded and this one does not draw."""
+    """Write one PNG per figure and report.html (which records them with their sha256); remove the PNGs an earlier
+    report there recorded, this one does not draw and nobody changed since."""
     earlier = _earlier_figures(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    pngs = []
+    pngs, digests = [], []
     for fig in figures:
         path = unlink_symlink(out_dir / f"{fig.name}.png")
         path.write_bytes(fig.png)
         pngs.append(path)
-    tag = f'<meta name=autotune-figures content="{" ".join(p.name for p in pngs)}">'
+        digests.append(_sha256(fig.png))
+    tag = f'<meta name=autotune-figures content="{" ".join(f"{p.name}:{d}" for p, d in zip(pngs, digests))}">'
     head = "<meta charset=utf-8>"
     html = html.replace(head, head + tag, 1) if head in html else tag + html
     html_path = unlink_symlink(out_dir / "report.html")
     html_path.write_text(html, encoding="utf-8")
     written = {p.name for p in pngs}
-    removed = []
-    for name in earlier:
+    removed: list[Path] = []
+    kept: list[tuple[Path, str]] = []
+    for name, digest in earlier.items():
         path = out_dir / name
-        if name not in written and path.is_file() and not path.is_symlink():
-            path.unlink()
-            removed.append(path)
-    return ReportFiles(html_path, pngs, [f.title for f in figures], removed)
+        if name in written or not path.is_file() or path.is_symlink():
+            continue
+        try:
+            if digest is None:
+                kept.append((path, "its report recorded no checksum, so autotune cannot tell it is unedited"))
+            elif _sha256(path.read_bytes()) != digest:
+                kept.append((path, "edited since the report wrote it"))
+            else:
+                path.unlink()
+                removed.append(path)
+        except OSError as exc:
+            kept.append((path, f"could not be checked or removed ({exc.strerror or exc})"))
+    return ReportFiles(html_path, pngs, [f.title for f in figures], removed, kept)
 
 
 __all__ = ["EXTRA_HINT", "ReportFiles", "StudySource", "build_report", "require_matplotlib"]
