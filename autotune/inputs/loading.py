@@ -22,6 +22,11 @@ MAX_SIZE = 10**8
 # refusing them at the edge keeps infinities and overflows out of the cost model.
 MAX_NUMBER = 1e15
 MAX_INTEGER = 10**9
+# Values a YAML file may hold once its aliases (*name) are expanded.  An alias shares its anchor's value, so nine
+# lines of nested aliases expand to 9**9 values (a "billion laughs"): cheap to parse, but every reader that walks
+# the mapping (checks, copies, JSON written into plans.json) then takes minutes and gigabytes.  A hand-written
+# profile, spec, space or overlay holds a few thousand at most.
+MAX_YAML_VALUES = 1_000_000
 
 
 class _Loader(yaml.SafeLoader):
@@ -69,6 +74,33 @@ def _duplicate_key(node: yaml.Node, path: tuple[str, ...] = (), seen_nodes: set 
     return None
 
 
+class _SelfReference(Exception):
+    def __init__(self, line: int) -> None:
+        self.line = line
+
+
+def _expanded_values(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """How many values ``node`` stands for once every alias under it is written out (a mapping counts its keys and
+    values).  Shared nodes are counted once per use but visited once (``sizes``), so a bomb is measured in linear
+    time; an alias inside the value it names raises :class:`_SelfReference` (it would expand forever)."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_nodes:
+        raise _SelfReference(node.start_mark.line + 1)
+    open_nodes.add(key)
+    if isinstance(node, yaml.MappingNode):
+        children = [child for pair in node.value for child in pair]
+    elif isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    else:
+        children = []
+    total = 1 + sum(_expanded_values(child, sizes, open_nodes) for child in children)
+    open_nodes.discard(key)
+    sizes[key] = total
+    return total
+
+
 def _load_yaml(text: str, *, source: str) -> Any:
     """YAML through :class:`_Loader`, refusing a key held twice (errors of the YAML itself pass through)."""
     loader = _Loader(text)
@@ -79,6 +111,16 @@ def _load_yaml(text: str, *, source: str) -> Any:
             key, line = found
             raise InputError(f"holds the key {key.rsplit('.', 1)[-1]!r} twice (line {line}), and YAML keeps only "
                              "the last; keep one", source=source, field=key)
+        if node is not None:
+            try:
+                values = _expanded_values(node, {}, set())
+            except _SelfReference as exc:
+                raise InputError(f"holds an alias (*name) inside the value its anchor (&name) names, at line "
+                                 f"{exc.line}, which would expand forever; write the value out", source=source) from None
+            if values > MAX_YAML_VALUES:
+                raise InputError(f"its aliases (*name) must expand to at most {MAX_YAML_VALUES:,} values, but got "
+                                 f"{values:,}; write the values out once, without nesting aliases of aliases",
+                                 source=source)
         return loader.construct_document(node) if node is not None else None
     finally:
         loader.dispose()
