@@ -7,6 +7,7 @@ the field and a fix, exit status 2, no traceback."""
 
 from __future__ import annotations
 
+import csv
 import time
 
 import pytest
@@ -49,3 +50,62 @@ def test_aliases_that_expand_modestly_still_load(tmp_path):
     path.write_text(PROFILE.replace("sources:\n", "sources:\n  shared: &s [x, x]\n  again: *s\n  more: *s\n", 1))
     result = invoke("hardware", "show", path)
     assert result.exit_code == 0, result.output
+
+
+# --- 2. serving-runs cells that were predicted without a word ---------------------------------------------------
+
+RUNS_HEADER = ("id,source_group,model_name,n_layers,hidden_size,ffn_hidden_size,n_heads,n_kv_heads,vocab_size,gpu,"
+               "n_gpus,tp,pp,weight_precision,kv_cache_dtype,input_len,output_len,scenario,"
+               "output_tokens_per_s_per_gpu,engine,engine_version,request_rate,concurrency_or_batch,"
+               "concurrency_kind").split(",")
+RUNS_ROW = ("bad,g,Llama 3.1 70B,80,8192,28672,64,8,128256,h100-sxm5-80gb,8,8,1,fp8,fp8,1024,128,offline,400,trtllm,"
+            "0.14.0,,,").split(",")
+CLOSED_LOOP = {"scenario": "online", "concurrency_kind": "closed-loop concurrency"}
+
+
+def runs_csv(tmp_path, changes: dict):
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=RUNS_HEADER)
+        writer.writeheader()
+        writer.writerow({**dict(zip(RUNS_HEADER, RUNS_ROW)), **changes})
+    return path
+
+
+@pytest.mark.parametrize("changes, field, shown", [
+    ({"engine_version": "abc"}, "engine_version", "(engine_version='abc')"),
+    ({"engine_version": "1..2"}, "engine_version", "(engine_version='1..2')"),
+    ({"engine_version": "-1.0"}, "engine_version", "(engine_version='-1.0')"),  # was read as release 1.0
+    ({"engine": "trtllm@abc", "engine_version": ""}, "engine", "(engine='trtllm@abc')"),
+], ids=["word", "two-dots", "negative", "in-the-engine-cell"])
+def test_a_serving_runs_release_that_names_no_release_is_refused(changes, field, shown, tmp_path):
+    """It was predicted with the family's current parameters, as if the cell were empty."""
+    path = runs_csv(tmp_path, changes)
+    for command in (["validate", path], ["calibrate", path, "--out", tmp_path / "c.yaml"]):
+        assert_user_error(invoke(*command), str(path), f"field '{field}'", "row 'bad'",
+                          "a release must begin with MAJOR.MINOR", shown, "leave it out where it is not known")
+    assert not (tmp_path / "c.yaml").exists()
+
+
+@pytest.mark.parametrize("version", ["0.14.0 (TensorRT engine, trtllm-bench)", "v0.14.1", "0.14"])
+def test_a_serving_runs_release_with_a_note_or_a_v_still_reads(version, tmp_path):
+    result = invoke("validate", runs_csv(tmp_path, {"engine_version": version}), "--json")
+    assert result.exit_code == 0, result.output
+    assert '"id": "bad"' in result.stdout
+
+
+@pytest.mark.parametrize("changes, field, needle", [
+    ({"request_rate": "-3"}, "request_rate", "request_rate > 0 must hold"),  # predicted -375 tokens/s per GPU
+    ({"request_rate": "0"}, "request_rate", "request_rate > 0 must hold"),  # predicted 0, an error of -100%
+    ({**CLOSED_LOOP, "concurrency_or_batch": "0"}, "concurrency_or_batch", "must be >= 1"),  # NaN warnings
+    ({**CLOSED_LOOP, "concurrency_or_batch": "-4"}, "concurrency_or_batch", "must be >= 1"),
+    ({"scenario": "static batch", "concurrency_or_batch": "-8"}, "concurrency_or_batch", "must be >= 1"),
+    ({"input_len": "1e12"}, "input_len", "input_len <= 10,000,000 must hold"),  # predicted 1e-13 tokens/s
+    ({**CLOSED_LOOP, "concurrency_or_batch": "1e15"}, "concurrency_or_batch", "<= 10,000,000 must hold"),
+], ids=["negative-rate", "zero-rate", "zero-users", "negative-users", "negative-batch", "huge-input",
+        "huge-users"])
+def test_a_serving_runs_load_or_length_that_cannot_be_is_refused(changes, field, needle, tmp_path):
+    path = runs_csv(tmp_path, changes)
+    result = invoke("validate", path)
+    assert_user_error(result, str(path), f"field '{field}'", "row 'bad'", needle)
+    assert "RuntimeWarning" not in result.output

@@ -24,6 +24,12 @@ from ..inputs.measured_runs import (
 )
 from ..inputs.modelspec import ModelSpec, MoESpec
 from .engines import DEFAULT_ENGINE, ENGINE_ALIASES, ENGINES, release_key_problem, split_engine_cell
+from .silicon import MAX_LENGTH
+
+# A release as the engine columns write it: MAJOR.MINOR first (v0.6.3, 0.14.0 (TensorRT engine, trtllm-bench)), any
+# note after it.  Searched anywhere, "abc" or "1..2" named no release and the row was predicted with the family's
+# current parameters, and "-1.0" read as release 1.0.
+RELEASE_CELL = re.compile(r"v?(\d+)\.(\d+)")
 
 # Columns that mark the serving schema (``autotune validate`` dispatches on them).
 SERVING_MARKER_COLUMNS = frozenset({"output_tokens_per_s_per_gpu", "input_len", "output_len", "weight_precision"})
@@ -132,7 +138,7 @@ def engine_key(engine: str, version: str, row_id: str = "") -> str:
     name = ENGINE_ALIASES.get(name, name)
     if name and name not in ENGINES:  # not guessed: its parameters would be another engine's under a new key
         raise InputError(unknown_engine_reason(engine), field="engine")
-    found = re.search(r"(\d+)\.(\d+)", version or "")
+    found = RELEASE_CELL.match((version or "").strip().lower())
     if name and found:
         key = f"{name}-{int(found.group(1))}.{int(found.group(2))}"
         if "triton" in (version or "").lower():
@@ -169,8 +175,13 @@ def _engine_cell(row: dict, rid: str) -> tuple[str, str]:
     except ValueError as exc:
         raise InputError(f"row {rid!r}: {exc}", field="engine") from None
     column = (row.get("engine_version") or "").strip()
+    for key, text in (("engine", version), ("engine_version", column)):
+        if text and not RELEASE_CELL.match(text.lower()):
+            raise InputError(f"row {rid!r}: a release must begin with MAJOR.MINOR (e.g. 0.14.0, v0.6.3; a note may "
+                             f"follow), but got ({key}={(raw.strip() if key == 'engine' else text)!r}); write the "
+                             "release, or leave it out where it is not known", field=key)
     if version and column:
-        ours, theirs = (re.search(r"(\d+)\.(\d+)", v) for v in (version, column))
+        ours, theirs = (RELEASE_CELL.match(v.lower()) for v in (version, column))
         if ours and theirs and (int(ours[1]), int(ours[2])) != (int(theirs[1]), int(theirs[2])):
             raise InputError(f"row {rid!r}: the engine cell and engine_version must name one release, but got "
                              f"(engine={raw.strip()!r}, engine_version={column!r}); keep the release in one of them",
@@ -243,10 +254,22 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         if value is not None and value < 1e-3:  # tokens/s or ms: a vanishing value is a unit slip or a typo
             raise InputError(f"row {rid!r}: a measurement must be at least 0.001, but got {value!r}; check the unit",
                              field=key)
-    for key in ("tp", "pp", "n_gpus", "input_len", "output_len"):
+    for key in ("tp", "pp", "n_gpus", "input_len", "output_len", "concurrency_or_batch"):
         value = _int(row, key)
-        if value is not None and value < 1:
+        if value is not None and value < 1:  # a batch or users in flight of 0 or fewer predicted NaN or a negative
             raise InputError(f"row {rid!r}: must be >= 1, but got {value!r}", field=key)
+    # bounded as the silicon reader bounds them: an input of 1e12 tokens was predicted at 1e-13 tokens/s
+    for key, what in (("input_len", "tokens per request"), ("output_len", "tokens per request"),
+                      ("concurrency_or_batch", "sequences or users in flight")):
+        value = _int(row, key)
+        if value is not None and value > MAX_LENGTH:
+            raise InputError(f"row {rid!r}: {key} <= {MAX_LENGTH:,} must hold ({what}), but got ({key}={value!r}); "
+                             "check the unit", field=key)
+    if kind == "rate":  # an open loop's arrivals: "inf" (or empty) is all requests queued at once, read as such above
+        offered = _float(row, "request_rate")
+        if offered is not None and offered <= 0:  # predicted 0 or negative tokens/s, compared as an error of -100%
+            raise InputError(f"row {rid!r}: request_rate > 0 must hold (requests per second; inf or empty: all "
+                             f"requests queued at once), but got (request_rate={offered!r})", field="request_rate")
     if kind not in ("prefill", "concurrency") and measured is None:
         return SkippedServingRow(rid, group, "no output tokens/s per GPU")
     if kind == "concurrency" and measured is None and ttft is None and itl is None:
