@@ -8,6 +8,8 @@ the field and a fix, exit status 2, no traceback."""
 from __future__ import annotations
 
 import csv
+import json
+import re
 import time
 
 import pytest
@@ -109,3 +111,31 @@ def test_a_serving_runs_load_or_length_that_cannot_be_is_refused(changes, field,
     result = invoke("validate", path)
     assert_user_error(result, str(path), f"field '{field}'", "row 'bad'", needle)
     assert "RuntimeWarning" not in result.output
+
+
+# --- 3. a RoPE scaling transformers does not name ---------------------------------------------------------------
+
+LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+                "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+                "num_hidden_layers": 32, "vocab_size": 128256, "max_position_embeddings": 8192, "hidden_act": "silu"}
+SERVE_LONG = ["--workload", "serve", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len", "20000",
+              "--output-len", "128", "-p", "tp=1"]
+
+
+@pytest.mark.parametrize("key, kind", [("rope_type", "weird"), ("rope_type", "yarm"), ("type", "ntk")])
+def test_a_rope_scaling_of_an_unknown_kind_is_refused_not_read_as_a_stretch(key, kind, tmp_path):
+    """A factor of 4 under an unknown kind stretched the 8,192-token window to 32,768, so a 20,000-token prompt
+    was predicted for a model that may not take it."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_CONFIG, "rope_scaling": {key: kind, "factor": 4.0}}))
+    assert_user_error(invoke("predict", "-m", path, *SERVE_LONG), str(path), f"field 'rope_scaling.{key}'",
+                      "must be one of yarn, linear, dynamic", f"({key}={kind!r})", "max_seq_len")
+
+
+@pytest.mark.parametrize("kind, window", [("yarn", 32768), ("linear", 32768), ("llama3", 8192), ("default", 8192)])
+def test_the_rope_scalings_transformers_names_still_read(kind, window, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_CONFIG, "rope_scaling": {"rope_type": kind, "factor": 4.0}}))
+    result = invoke("models", "show", path)
+    assert result.exit_code == 0, result.output
+    assert re.search(rf"max_seq_len\s+\S\s+{window}\s", result.stdout), result.stdout

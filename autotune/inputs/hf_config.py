@@ -73,6 +73,11 @@ _SIZE_KEYS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "voca
               "linear_num_value_heads", "linear_value_head_dim", "linear_conv_kernel_dim")
 # The longest context a config may state: ten times the longest published (Llama 4 Scout, 10M tokens).
 MAX_POSITIONS = 100_000_000
+# RoPE scalings as transformers names them (ROPE_INIT_FUNCTIONS; su and mrope are older spellings): those that
+# stretch max_position_embeddings by their factor, as vLLM derives its maximum model length, and those whose configs
+# already state the full window.  Another name is refused: it was read as a linear stretch by its factor.
+STRETCHING_ROPE = ("yarn", "linear", "dynamic")
+FULL_WINDOW_ROPE = ("default", "llama3", "longrope", "su", "mrope")
 
 
 def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
@@ -231,7 +236,12 @@ def _context_window(config: dict, source: str) -> int | None:
     if kind is not None and not isinstance(kind, str):
         raise InputError(f"must be a string (yarn, linear, dynamic, llama3, ...), but got {kind!r}", source=source,
                          field="rope_scaling.rope_type" if "rope_type" in rope else "rope_scaling.type")
-    if kind in ("yarn", "linear", "dynamic") and rope.get("factor") is None:  # transformers refuses it too
+    if kind is not None and kind not in STRETCHING_ROPE + FULL_WINDOW_ROPE:  # was read as a linear stretch
+        raise InputError(f"must be one of {', '.join(STRETCHING_ROPE + FULL_WINDOW_ROPE)}, as transformers names its "
+                         f"RoPE scalings, but got ({'rope_type' if 'rope_type' in rope else 'type'}={kind!r}); fix the "
+                         "name, or write a model spec YAML with the model's max_seq_len", source=source,
+                         field="rope_scaling.rope_type" if "rope_type" in rope else "rope_scaling.type")
+    if kind in STRETCHING_ROPE and rope.get("factor") is None:  # transformers refuses it too
         raise InputError(f"must be given for rope_type {kind!r} (the factor the context is stretched by, e.g. 4.0), "
                          "but got (factor=None)", source=source, field="rope_scaling.factor")
     original = rope.get("original_max_position_embeddings") if kind == "yarn" else None
@@ -244,7 +254,7 @@ def _context_window(config: dict, source: str) -> int | None:
                          field="rope_scaling.original_max_position_embeddings")
     if not isinstance(rope, dict) or rope.get("factor") is None or base is None:
         return base
-    if kind in ("su", "longrope", "llama3", "default", "mrope"):
+    if kind in FULL_WINDOW_ROPE:
         return base
     factor = loading.number(rope, "factor", source=source, section="rope_scaling", maximum=1e4)
     window = (original if original is not None else base) * factor
