@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.test_bad_input import PROFILE, SPEC, assert_user_error, invoke
+from tests.test_bad_input import PROFILE, ROOT, SERVE, SPEC, assert_user_error, invoke
 
 # --- 1. YAML aliases that expand without bound ------------------------------------------------------------------
 
@@ -139,3 +139,27 @@ def test_the_rope_scalings_transformers_names_still_read(kind, window, tmp_path)
     result = invoke("models", "show", path)
     assert result.exit_code == 0, result.output
     assert re.search(rf"max_seq_len\s+\S\s+{window}\s", result.stdout), result.stdout
+
+
+# --- 4. a serving space too large to enumerate --------------------------------------------------------------------
+
+SERVE_SPACE = (ROOT / "search_spaces" / "serve.yaml").read_text()
+
+
+def test_a_serving_space_too_large_to_enumerate_is_refused_before_any_plan_is_built(tmp_path):
+    """3,000 tp choices made 16.6 million plans on 8 GPUs; the exact search ran for minutes without a word."""
+    path = tmp_path / "space.yaml"
+    path.write_text(SERVE_SPACE.replace("tp: [1, 2, 4, 8]", "tp: [" + ", ".join(map(str, range(1, 3001))) + "]", 1))
+    started = time.monotonic()
+    result = invoke("search", *SERVE, "--space", path)
+    assert time.monotonic() - started < 30
+    assert_user_error(result, str(path), "field 'axes'", "must enumerate at most 2,000,000 plans",
+                      "16,582,240 plans on 8 GPUs", "tp 3,000", "list fewer choices")
+
+
+def test_a_serving_space_of_a_few_more_choices_still_searches(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "space.yaml"
+    path.write_text(SERVE_SPACE.replace("tp: [1, 2, 4, 8]", "tp: [1, 2, 3, 4, 5, 6, 7, 8]", 1))
+    result = invoke("search", *SERVE, "--space", path)
+    assert result.exit_code == 0, result.output
