@@ -8,6 +8,7 @@ the field and a fix, exit status 2, no traceback."""
 from __future__ import annotations
 
 import csv
+import os
 import json
 import re
 import time
@@ -163,3 +164,36 @@ def test_a_serving_space_of_a_few_more_choices_still_searches(tmp_path, monkeypa
     path.write_text(SERVE_SPACE.replace("tp: [1, 2, 4, 8]", "tp: [1, 2, 3, 4, 5, 6, 7, 8]", 1))
     result = invoke("search", *SERVE, "--space", path)
     assert result.exit_code == 0, result.output
+
+
+# --- 5. a calibration --out that is not a file ------------------------------------------------------------------
+
+SILICON_CSV = ROOT / "autotune" / "data" / "serving_silicon.csv"
+
+
+def small_silicon(tmp_path):
+    path = tmp_path / "silicon.csv"
+    path.write_text("".join(SILICON_CSV.read_text(encoding="utf-8-sig").splitlines(keepends=True)[:4]))
+    return path
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]], ids=["plain", "force"])
+def test_calibrate_refuses_a_named_pipe_as_out_rather_than_wait_on_it(force, tmp_path):
+    """With --force the overlay was opened for writing: a named pipe with no reader waited forever (and a device,
+    /dev/sda as root, would have been written through)."""
+    pipe = tmp_path / "calib.yaml"
+    os.mkfifo(pipe)
+    assert_user_error(invoke("calibrate", small_silicon(tmp_path), "--out", pipe, *force), str(pipe),
+                      "is not a regular file (a named pipe, socket or device)", "choose another --out")
+
+
+def test_calibrate_refuses_a_device_as_out():
+    assert_user_error(invoke("calibrate", SILICON_CSV, "--out", "/dev/null", "--force"), "/dev/null",
+                      "is not a regular file")
+
+
+def test_a_write_refused_after_the_checks_names_the_file_and_out(tmp_path):
+    if not os.access("/proc/version", os.W_OK):  # root: the checks pass and the write fails with EIO
+        pytest.skip("/proc/version is refused as unwritable before the fit here")
+    assert_user_error(invoke("calibrate", small_silicon(tmp_path), "--out", "/proc/version", "--force"),
+                      "/proc/version: field '--out': cannot be written", "choose another --out")

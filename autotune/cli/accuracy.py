@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 from rich.markup import escape
@@ -27,6 +27,17 @@ from .app import JsonOut, app, path_option, print_json, progress, stderr, stdout
 
 BUNDLED = {"training": "training_runs.csv", "moe-training": "moe_training_runs.csv", "serving": "serving_runs.csv",
            "serving-silicon": "serving_silicon.csv"}
+
+
+def _write_overlay(out: Path, write: Callable[[Path], object]) -> None:
+    """Write the overlay to ``out`` (a symbolic link replaced, not followed).  A refusal that comes only with the
+    write (/proc/version passes the checks, then fails with EIO) names the file and --out, which the OSError
+    raised by a write() does not."""
+    try:
+        write(unlink_symlink(out))
+    except OSError as exc:
+        raise InputError(f"cannot be written ({exc.strerror or exc}); choose another --out", source=str(out),
+                         field="--out") from None
 
 
 def _runs_csv(path: Path | None, bundled: str | None) -> Path:
@@ -251,7 +262,7 @@ def calibrate(
         with progress("calibrating: least squares per GPU type, then leave-one-source-group-out") as update:
             result = fit(runs, load_hardware, progress=update)
         out.parent.mkdir(parents=True, exist_ok=True)
-        result.write(unlink_symlink(out))
+        _write_overlay(out, result.write)
         if json_out:
             print_json(result.to_json())
             return
@@ -288,7 +299,8 @@ def _calibrate_serving(path: Path, out: Path, *, json_out: bool, silicon: bool, 
                        + (", then leave-one-model-out" if leave_one_out else "")):
         result = calibrate_serving_csv(path, silicon=silicon, leave_one_out=leave_one_out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    unlink_symlink(out).write_text(serving_calibration_text(result.table, source=str(path), fit=result.summary()))
+    text = serving_calibration_text(result.table, source=str(path), fit=result.summary())
+    _write_overlay(out, lambda target: target.write_text(text))
     n_params = fitted_parameter_count(sorted(result.table), silicon=silicon)
     if result.rows < n_params:
         # not an error: the fit pulls every parameter towards its default, so it still gives an overlay

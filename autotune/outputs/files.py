@@ -10,6 +10,7 @@ import csv
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -63,6 +64,11 @@ def check_out_file(path: Path, force: bool, flag: str = "--out") -> None:
     if path.is_dir():
         raise InputError(f"is a folder; give a file name for {flag}, e.g. {path / 'calib.yaml'}", source=str(path))
     if path.exists() or path.is_symlink():
+        if not path.is_symlink() and not stat.S_ISREG(path.stat().st_mode):
+            # opened for writing, a named pipe waits forever for a reader and a device (/dev/sda as root) is
+            # written through; --force is for replacing a file, not those (a symbolic link is replaced, not followed)
+            raise InputError(f"is not a regular file (a named pipe, socket or device), so it cannot be replaced; "
+                             f"choose another {flag}, a file name", source=str(path))
         if not force:
             raise InputError(f"exists; choose another {flag} or pass --force to overwrite it", source=str(path))
         if not os.access(path, os.W_OK):
