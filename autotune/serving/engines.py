@@ -47,6 +47,9 @@ RELEASES: Mapping[str, str] = {"vllm": "vLLM 0.33", "sglang": "SGLang 0.5.23", "
 RELEASE_SPAN: Mapping[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "vllm": ((0, 1), (0, 33)), "sglang": ((0, 1), (0, 5)), "trtllm": ((0, 5), (1, 3))}
 DEFAULT_ENGINE = "vllm"
+# The most tokens a request, or users in flight, a measured row may state (both serving readers): past any engine's
+# context and any benchmark's load, a larger number is a unit slip.
+MAX_LENGTH = 10_000_000
 
 
 @dataclass(frozen=True)

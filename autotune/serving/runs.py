@@ -23,8 +23,7 @@ from ..inputs.measured_runs import (
     read_table,
 )
 from ..inputs.modelspec import ModelSpec, MoESpec
-from .engines import DEFAULT_ENGINE, ENGINE_ALIASES, ENGINES, release_key_problem, split_engine_cell
-from .silicon import MAX_LENGTH
+from .engines import DEFAULT_ENGINE, ENGINE_ALIASES, ENGINES, MAX_LENGTH, release_key_problem, split_engine_cell
 
 # A release as the engine columns write it: MAJOR.MINOR first (v0.6.3, 0.14.0 (TensorRT engine, trtllm-bench)), any
 # note after it.  Searched anywhere, "abc" or "1..2" named no release and the row was predicted with the family's

@@ -70,7 +70,7 @@ from ..inputs.loading import check_regular_file
 from ..inputs.modelspec import ModelSpec, load_model
 from . import engines as E
 from .arch import KV_BYTES, gpu_scalars, model_scalars, precision_arrays
-from .engines import ENGINES
+from .engines import ENGINES, MAX_LENGTH
 
 SILICON_MARKER_COLUMNS = frozenset({"hf_model_id", "engine", "mode", "ttft_ms", "tpot_ms", "concurrency"})
 # Columns every row is read from (its model, GPU, engine, formats, lengths, load and measurements): a file without
@@ -96,7 +96,6 @@ NO_DEFAULT_BUDGET = ("under {engine}'s default memory budget the weights leave n
                      "{tokens:,} tokens on the {side} engine; the row does not record the memory fraction it ran with")
 
 # Physically generous bounds: a value beyond them is a typo or an overflow, not a measurement.
-MAX_LENGTH = 10_000_000  # tokens per request
 MAX_CONCURRENCY = 10_000_000  # requests in flight
 MIN_LATENCY_MS, MAX_LATENCY_MS = 0.001, 1e8  # 1 us to ~28 hours
 MAX_PARALLEL = 1_000_000  # GPUs, workers or ranks of one dimension
