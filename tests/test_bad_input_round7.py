@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+from pathlib import Path
 import json
 import re
 import time
@@ -192,8 +193,17 @@ def test_calibrate_refuses_a_device_as_out():
                       "is not a regular file")
 
 
-def test_a_write_refused_after_the_checks_names_the_file_and_out(tmp_path):
-    if not os.access("/proc/version", os.W_OK):  # root: the checks pass and the write fails with EIO
-        pytest.skip("/proc/version is refused as unwritable before the fit here")
-    assert_user_error(invoke("calibrate", small_silicon(tmp_path), "--out", "/proc/version", "--force"),
-                      "/proc/version: field '--out': cannot be written", "choose another --out")
+def test_a_write_refused_after_the_checks_names_the_file_and_out(tmp_path, monkeypatch):
+    """A file the checks pass but the write refuses (/proc/version as root fails with EIO): the write's OSError is
+    made to happen here for any user, so the test runs everywhere."""
+    out = tmp_path / "calib.yaml"
+    real = Path.write_text
+
+    def refuse(self, *args, **kwargs):
+        if self == out:
+            raise OSError(5, "Input/output error")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", refuse)
+    assert_user_error(invoke("calibrate", small_silicon(tmp_path), "--out", out),
+                      f"{out}: field '--out': cannot be written", "choose another --out")
