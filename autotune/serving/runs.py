@@ -23,6 +23,7 @@ from ..inputs.measured_runs import (
     read_table,
 )
 from ..inputs.modelspec import ModelSpec, MoESpec
+from ..inputs.request import MAX_GPUS
 from .engines import DEFAULT_ENGINE, ENGINE_ALIASES, ENGINES, MAX_LENGTH, release_key_problem, split_engine_cell
 
 # A release as the engine columns write it: MAJOR.MINOR first (v0.6.3, 0.14.0 (TensorRT engine, trtllm-bench)), any
@@ -114,6 +115,10 @@ UNREAD_MEASUREMENTS = ("output_tokens_per_s", "total_tokens_per_s", "request_thr
 def _float(row: dict, key: str) -> float | None:
     """A number, or None for an empty cell; anything else is the file's error, not a silent default."""
     return number(row, key)
+
+
+# the slowest open-loop arrival rate a row may state, requests per second (one request in about 17 minutes)
+MIN_REQUEST_RATE = 1e-3
 
 
 def _int(row: dict, key: str) -> int | None:
@@ -228,6 +233,10 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         experts, topk = _int(row, "moe_experts"), _int(row, "moe_topk")
         if experts and topk is None:  # the experts each token runs set the MoE's FLOPs: not guessed
             return SkippedServingRow(rid, group, f"architecture not stated: moe_topk (the row has moe_experts={experts})")
+        hidden, heads = shape["hidden_size"], shape["n_heads"]
+        if hidden and heads and hidden % heads:  # the head size is hidden_size / n_heads: not rounded down
+            return SkippedServingRow(rid, group, f"architecture invalid: hidden_size {hidden} is not divisible by n_heads "
+                                                 f"{heads} (the head size is hidden_size / n_heads)")
         try:
             moe = MoESpec(n_experts=experts, top_k=topk, expert_ffn_hidden_size=shape["ffn_hidden_size"]) if experts \
                 else None
@@ -264,11 +273,21 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         if value is not None and value > MAX_LENGTH:
             raise InputError(f"row {rid!r}: {key} <= {MAX_LENGTH:,} must hold ({what}), but got ({key}={value!r}); "
                              "check the unit", field=key)
+    for key in ("tp", "pp", "n_gpus", "ep", "replicas", "attention_dp"):
+        value = _int(row, key)
+        if value is not None and value > MAX_GPUS:  # 1e15 GPUs is a unit slip, not a cluster
+            raise InputError(f"row {rid!r}: {key} <= {MAX_GPUS:,} must hold (GPUs), but got ({key}={value!r})", field=key)
+        if value is not None and value < 1 and key in ("ep", "replicas", "attention_dp"):
+            raise InputError(f"row {rid!r}: {key} >= 1 must hold (or empty: 1), but got ({key}={value!r})", field=key)
     if kind == "rate":  # an open loop's arrivals: "inf" (or empty) is all requests queued at once, read as such above
         offered = _float(row, "request_rate")
         if offered is not None and offered <= 0:  # predicted 0 or negative tokens/s, compared as an error of -100%
             raise InputError(f"row {rid!r}: request_rate > 0 must hold (requests per second; inf or empty: all "
                              f"requests queued at once), but got (request_rate={offered!r})", field="request_rate")
+        if offered is not None and offered < MIN_REQUEST_RATE:
+            raise InputError(f"row {rid!r}: request_rate >= {MIN_REQUEST_RATE:g} must hold (requests per second: one "
+                             f"request in {1 / MIN_REQUEST_RATE:,.0f} s is no benchmark), but got (request_rate="
+                             f"{offered!r}); check the unit", field="request_rate")
     if kind not in ("prefill", "concurrency") and measured is None:
         return SkippedServingRow(rid, group, "no output tokens/s per GPU")
     if kind == "concurrency" and measured is None and ttft is None and itl is None:
@@ -280,6 +299,15 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         return SkippedServingRow(rid, group, "static-batch row without its batch size")
     rate = _float(row, "request_rate") if kind == "rate" else None
     tp, pp = _int(row, "tp") or 1, _int(row, "pp") or 1
+    # this validation predicts one engine of tp x pp GPUs (validation._legacy_batch): a row that states expert
+    # parallelism, attention DP or several replicas is one it cannot express, skipped with that reason rather
+    # than predicted as if the column were empty
+    for key, what in (("ep", "expert parallelism"), ("attention_dp", "attention data parallelism"),
+                      ("replicas", "several replicas")):
+        value = _int(row, key)
+        if value is not None and value > 1:
+            return SkippedServingRow(rid, group, f"{what} ({key}={value}) is not modelled for serving-runs rows; state "
+                                                 "one replica's layout, or use the silicon schema (docs/serving.md)")
     layout = layout_reason(_int(row, "n_gpus"), [("tp", tp), ("pp", pp)])
     if layout:
         return SkippedServingRow(rid, group, layout)

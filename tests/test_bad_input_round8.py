@@ -1,0 +1,68 @@
+"""Hostile inputs, round 8: serving-runs cells that were read and then ignored, or read as nonsense.
+
+Each case runs as a person would type it, through typer's CliRunner; each failed on the code before its fix:
+ep, attention_dp and replicas were never read (a row of ep=8 was predicted as one TP engine), a hidden size that
+the heads do not divide rounded the head size down, and 1e15 GPUs or one request in 1e300 s passed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from tests.test_bad_input import assert_user_error, invoke
+from tests.test_bad_input_round7 import RUNS_HEADER, RUNS_ROW
+
+HEADER = RUNS_HEADER + ["ep", "replicas", "attention_dp"]
+
+
+def runs_csv(tmp_path, changes: dict):
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=HEADER)
+        writer.writeheader()
+        writer.writerow({**dict(zip(RUNS_HEADER, RUNS_ROW)), "ep": "", "replicas": "1", "attention_dp": "", **changes})
+    return path
+
+
+def validated(path) -> dict:
+    result = invoke("validate", path, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_the_row_as_written_is_predicted(tmp_path):
+    report = validated(runs_csv(tmp_path, {}))
+    assert [row["id"] for row in report["rows"]] == ["bad"]
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"ep": "8"}, "expert parallelism (ep=8)"),
+    ({"attention_dp": "8"}, "attention data parallelism (attention_dp=8)"),
+    ({"replicas": "2", "n_gpus": "16"}, "several replicas (replicas=2)"),
+    ({"hidden_size": "8193"}, "hidden_size 8193 is not divisible by n_heads 64"),
+], ids=["ep", "attention-dp", "replicas", "head-size"])
+def test_a_layout_or_shape_the_runs_validation_cannot_express_is_skipped_with_its_reason(changes, needle, tmp_path):
+    report = validated(runs_csv(tmp_path, changes))
+    assert report["rows"] == []
+    assert [s["id"] for s in report["skipped"]] == ["bad"], report["skipped"]
+    assert needle in report["skipped"][0]["reason"], report["skipped"][0]
+
+
+@pytest.mark.parametrize("changes, field, needle", [
+    ({"n_gpus": "1e15"}, "n_gpus", "n_gpus <= 10,000,000 must hold"),
+    ({"tp": "1e9", "n_gpus": ""}, "tp", "tp <= 10,000,000 must hold"),
+    ({"ep": "0"}, "ep", "ep >= 1 must hold"),
+    ({"replicas": "-2"}, "replicas", "replicas >= 1 must hold"),
+    ({"request_rate": "1e-300"}, "request_rate", "request_rate >= 0.001 must hold"),
+], ids=["gpus", "tp", "zero-ep", "negative-replicas", "vanishing-rate"])
+def test_a_count_or_rate_that_is_a_unit_slip_is_refused(changes, field, needle, tmp_path):
+    path = runs_csv(tmp_path, changes)
+    assert_user_error(invoke("validate", path), str(path), f"field '{field}'", "row 'bad'", needle)
+
+
+def test_an_ep_or_replicas_of_one_is_the_layout_as_written(tmp_path):
+    report = validated(runs_csv(tmp_path, {"ep": "1", "attention_dp": "1", "replicas": "1"}))
+    assert [row["id"] for row in report["rows"]] == ["bad"]
