@@ -19,4 +19,4 @@ done
 su postgres -c "psql -p $PORT -h /var/run/postgresql -qc \"do \\\$\\\$ begin if not exists (select from pg_roles where rolname = 'autotune') then create role autotune login password 'autotune'; end if; end \\\$\\\$;\"" >&2
 su postgres -c "psql -p $PORT -h /var/run/postgresql -Atqc \"select 1 from pg_database where datname = 'autotune'\"" | grep -q 1 \
   || su postgres -c "createdb -p $PORT -h /var/run/postgresql -O autotune autotune" >&2
-echo "postgresql+psycopg2://autotune:autotune@127.0.0.1:${PORT}/autotune"
+echo "postgresql://autotune:autotune@127.0.0.1:${PORT}/autotune"

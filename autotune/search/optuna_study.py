@@ -353,9 +353,10 @@ def check_storage_file(url: str, *, existing: bool = False, reading: bool = Fals
 
 # The pip package of each database driver SQLAlchemy may import for a storage URL (by the module it imports).
 _DRIVER_PACKAGES = {
+    # SQLAlchemy 2.1 opens a plain postgresql:// URL with psycopg 3, postgresql+psycopg2:// with psycopg2; the
+    # autotune[postgres] extra installs both
     "psycopg2": "psycopg2-binary (or pip install 'autotune[postgres]')",
-    # SQLAlchemy 2.1 opens a plain postgresql:// URL with psycopg 3, which the autotune[postgres] extra is not
-    "psycopg": "'psycopg[binary]' (or, with pip install 'autotune[postgres]', write postgresql+psycopg2://...)",
+    "psycopg": "'psycopg[binary]' (or pip install 'autotune[postgres]')",
     "pg8000": "pg8000", "asyncpg": "asyncpg", "MySQLdb": "mysqlclient", "pymysql": "PyMySQL",
     "mysql": "mysql-connector-python", "mariadb": "mariadb", "cymysql": "cymysql",
 }
