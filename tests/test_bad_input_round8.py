@@ -66,3 +66,18 @@ def test_a_count_or_rate_that_is_a_unit_slip_is_refused(changes, field, needle, 
 def test_an_ep_or_replicas_of_one_is_the_layout_as_written(tmp_path):
     report = validated(runs_csv(tmp_path, {"ep": "1", "attention_dp": "1", "replicas": "1"}))
     assert [row["id"] for row in report["rows"]] == ["bad"]
+
+
+# --- a search-space value is shown as YAML writes it, not as Python's repr ------------------------------------
+
+@pytest.mark.parametrize("axis, shown", [
+    ("tp: {a: 1}", "must be a non-empty list, but got {a: 1}"),  # was {'a': 1}
+    ("tp: [null]", "(tp='null')"),  # was (tp='None')
+    ("tp: [.nan]", "(tp='.nan')"),  # was (tp='nan')
+])
+def test_a_space_error_shows_the_value_as_yaml_writes_it(axis, shown, tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text(f"axes:\n  {axis}\n")
+    result = invoke("search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "8192", "-b", "64",
+                    "--space", space)
+    assert_user_error(result, str(space), "field 'axes.tp'", shown)

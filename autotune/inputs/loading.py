@@ -326,6 +326,16 @@ def strict_json(value: Any) -> Any:
     return value
 
 
+def as_written(value: Any) -> str:
+    """``value`` as YAML writes it (``null``, ``{a: 1}``, ``.nan``, ``[1, 2]``), for an error about a value read from
+    YAML: Python's repr (``None``, ``{'a': 1}``) is not what the user wrote."""
+    try:
+        shown = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    except yaml.YAMLError:
+        return repr(value)
+    return shown[:-4].rstrip() if shown.endswith("\n...") else shown
+
+
 def distinct_choices(values: list, raw: list, *, source: str, field: str) -> tuple:
     """The choices of a search-space axis, each listed once: ``values`` are the choices read from ``raw`` (the list
     as written).  A choice listed twice (``tp: [2, 2, 4]``, or ``[2, "2"]``, which read the same) is refused, naming
@@ -337,9 +347,10 @@ def distinct_choices(values: list, raw: list, *, source: str, field: str) -> tup
         if key in seen:
             key_name = field.rsplit(".", 1)[-1]
             first, again = seen[key], written
-            same = f"{first!r} twice" if first == again and type(first) is type(again) else \
-                f"{first!r} and {again!r}, the same choice"
-            raise InputError(f"must list each choice once, but got ({key_name}={raw!r}: {same}); remove the repeat "
+            same = f"{as_written(first)} twice" if first == again and type(first) is type(again) else \
+                f"{as_written(first)} and {as_written(again)}, the same choice"
+            raise InputError(f"must list each choice once, but got ({key_name}={as_written(raw)}: {same}); remove the "
+                             "repeat "
                              "or write the value you meant", source=source, field=field)
         seen[key] = written
     return tuple(values)

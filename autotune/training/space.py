@@ -138,7 +138,8 @@ def space_from_mapping(data: dict, *, source: str) -> Space:
             axes[key] = "auto"
             continue
         if not isinstance(raw, list) or not raw:
-            raise InputError(f"must be a non-empty list, but got {raw!r}", source=source, field=f"axes.{key}")
+            raise InputError(f"must be a non-empty list, but got {loading.as_written(raw)}", source=source,
+                             field=f"axes.{key}")
         try:
             values = [_choice(key, v) for v in raw]
         except ValueError as exc:
@@ -157,10 +158,10 @@ def space_from_mapping(data: dict, *, source: str) -> Space:
 def _choice(key: str, value: Any) -> Any:
     """One choice of axis ``key``, read as ``--fix key=value`` reads it; a choice holding ',' or '=' (``8,pp=2``)
     would be read as other keys, so it is refused."""
-    text = str(value).lower() if isinstance(value, bool) else str(value)
+    text = loading.as_written(value) if value is None or isinstance(value, (bool, float)) else str(value)
     if "," in text or "=" in text:
-        raise ValueError(f"each choice is one value, but got {value!r}; give each choice as its own item of the "
-                         "list")
+        raise ValueError(f"each choice is one value, but got {loading.as_written(value)}; give each choice as its own "
+                         "item of the list")
     return parse_plan_fields(f"{key}={text}")[key]
 
 
