@@ -81,3 +81,38 @@ def test_a_space_error_shows_the_value_as_yaml_writes_it(axis, shown, tmp_path):
     result = invoke("search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "8192", "-b", "64",
                     "--space", space)
     assert_user_error(result, str(space), "field 'axes.tp'", shown)
+
+
+# --- config.json fields autotune does not read must still be what transformers writes ---------------------------
+
+from tests.test_bad_input_hf_config import LLAMA, DEEPSEEK, mutated, refused  # noqa: E402
+
+from autotune.inputs.modelspec import load_model  # noqa: E402
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"torch_dtype": "float128"}, "torch_dtype"),
+    ({"torch_dtype": 16}, "torch_dtype"),
+    ({"dtype": "bf16x"}, "dtype"),
+    ({"architectures": "LlamaForCausalLM"}, "architectures"),
+    ({"architectures": [3]}, "architectures"),
+    ({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 0}}, "quantization_config.group_size"),
+    ({"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": "128"}},
+     "quantization_config.group_size"),
+], ids=["float128", "dtype-number", "new-key", "architectures-string", "architectures-number", "group-zero",
+        "group-text"])
+def test_a_config_field_the_engine_would_refuse_is_refused(changes, field, tmp_path):
+    refused(tmp_path, LLAMA, f"field '{field}'", **changes)
+
+
+@pytest.mark.parametrize("changes", [
+    {"torch_dtype": "torch.bfloat16"}, {"dtype": "float16"}, {"torch_dtype": "auto"}, {"architectures": []},
+    {"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": -1}},
+    {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}},
+], ids=["torch-prefix", "dtype", "auto", "no-architectures", "per-channel", "group-128"])
+def test_the_values_transformers_writes_still_load(changes, tmp_path):
+    assert load_model(str(mutated(tmp_path, LLAMA, **changes))).n_layers == 32
+
+
+def test_the_deepseek_config_as_published_still_loads(tmp_path):
+    assert load_model(str(mutated(tmp_path, DEEPSEEK))).is_moe

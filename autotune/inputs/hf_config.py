@@ -17,8 +17,9 @@ Anything else, or a key whose value the spec cannot express (a shared DSA indexe
 lightning attention, an activation other than SiLU-gated), is refused with an error naming the
 field, rather than guessed: a wrong shape gives wrong plans silently.  Keys that do not change
 shapes or cost (router scoring, token ids, the quantization_config block) are not interpreted, but
-a block that is not a mapping (``rope_scaling: "big"``) is refused, as are sizes beyond the spec's
-bounds, checked before anything loops over the layers;
+a block that is not a mapping (``rope_scaling: "big"``) is refused, as are a dtype torch does not have, an
+``architectures`` that is not a list of names and a quantization ``group_size`` of 0, and sizes beyond the
+spec's bounds, checked before anything loops over the layers;
 biases, QK-norm weights and router bias vectors are not counted (well under 0.1% of any model).
 Vision towers of multimodal wrappers (``vision_config``) are not counted either.
 """
@@ -106,6 +107,7 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
     require_keys(config, set(_REQUIRED) | set(_REQUIRED_BY_TYPE.get(model_type, ())), source=source)
     _check_sizes(config, source)  # first: a billion layers must not be looped over
     _check_blocks(config, source)
+    _check_unread_fields(config, source)
     if model_type not in DENSE_TYPES + ("mixtral", "qwen2_moe", "qwen3_moe"):
         _check_gated_activation(config, source)
     else:
@@ -199,6 +201,36 @@ def _check_blocks(config: dict, source: str) -> None:
         value = config.get(key)
         if value is not None and not isinstance(value, dict):
             raise InputError(f"must be a mapping ({what}) or null, but got {value!r}", source=source, field=key)
+
+
+# the dtype names a config.json's torch_dtype / dtype holds (torch's, as transformers writes them; "auto" defers to
+# the weights): autotune plans the serving or training precision itself, so the value is checked, not used
+_TORCH_DTYPES = frozenset({"auto", "float32", "float", "float16", "half", "bfloat16", "float64", "double",
+                           "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8", "uint8"})
+
+
+def _check_unread_fields(config: dict, source: str) -> None:
+    """Fields autotune does not read must still be what transformers writes: a hand edit there (a dtype torch does
+    not have, an architectures string, a group size of 0) would make the engine refuse the checkpoint, so the
+    config is refused here, naming the field, rather than planned as if it loaded."""
+    for key in ("torch_dtype", "dtype"):
+        value = config.get(key)
+        if value is not None and (not isinstance(value, str) or value.removeprefix("torch.") not in _TORCH_DTYPES):
+            raise InputError(f"must be a torch dtype name (e.g. bfloat16, float16, float32) or auto, but got "
+                             f"({key}={value!r})", source=source, field=key)
+    archs = config.get("architectures")
+    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) and a for a in archs)):
+        raise InputError(f"must be a list of class names (e.g. [\"LlamaForCausalLM\"]), but got (architectures="
+                         f"{archs!r})", source=source, field="architectures")
+    for where, block in (("quantization_config", config.get("quantization_config")),
+                         ("text_config.quantization_config", (config.get("text_config") or {}).get("quantization_config")
+                          if isinstance(config.get("text_config"), dict) else None)):
+        if not isinstance(block, dict) or "group_size" not in block:
+            continue
+        size = block["group_size"]  # GPTQ / AWQ: weights per scale; -1 is per channel
+        if isinstance(size, bool) or not isinstance(size, int) or not (size == -1 or 1 <= size <= 1 << 20):
+            raise InputError(f"must be a whole number of weights per scale, -1 (per channel) or 1 to {1 << 20:,}, but "
+                             f"got (group_size={size!r})", source=source, field=f"{where}.group_size")
 
 
 def _check_gated_activation(config: dict, source: str) -> None:
