@@ -640,3 +640,17 @@ def test_users_on_dense_dp_ranks_wait_as_on_replicas(engine):
     dp = _predict(*common, "-p", "tp=4,dp=2,weights=fp8,kv=fp8,max_batch=256")
     replicas = _predict(*common, "-p", "tp=4,replicas=2,weights=fp8,kv=fp8,max_batch=256")
     assert dp["tpot_ms"] == pytest.approx(replicas["tpot_ms"], rel=0.02)
+
+
+def test_a_serving_search_without_targets_does_not_say_they_are_met():
+    """With no --ttft-ms or --tpot-ms there is nothing to meet: the table shows '-' and the best line says no
+    target was set (it read "meets the targets" beside a 139 ms TPOT)."""
+    base = ["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+            "--input-len", "1024", "--output-len", "256", "--top", "2"]
+    result = CliRunner().invoke(app, base)
+    assert result.exit_code == 0, result.output
+    assert "no latency target set (--ttft-ms, --tpot-ms)" in result.output
+    assert "meets the targets" not in result.output
+    targeted = CliRunner().invoke(app, base + ["--tpot-ms", "500"])
+    assert targeted.exit_code == 0, targeted.output
+    assert "meets the targets" in targeted.output

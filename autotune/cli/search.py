@@ -503,10 +503,13 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
     stdout.print(f"[dim]engine {request.engine}: {outcome.parameters_note}; checkpoint {outcome.checkpoint}[/]",
                  highlight=False, soft_wrap=True)
     if result.ranked:
-        stdout.print(tables.serving_plans_table(result, hw.memory_gib))
+        no_targets = not (workload.ttft_ms or workload.tpot_ms)
+        stdout.print(tables.serving_plans_table(result, hw.memory_gib, targets_set=not no_targets))
         best = result.ranked[0]
         e = best.estimate
-        verdict = "meets the targets" if e["meets_targets"] else f"misses: {e.get('misses', '')}"
+        # with no target there is nothing to meet: "meets the targets" read as if a latency had been checked
+        verdict = ("no latency target set (--ttft-ms, --tpot-ms)" if no_targets else
+                   "meets the targets" if e["meets_targets"] else f"misses: {e.get('misses', '')}")
         needs = f" It {e['needs_checkpoint']}." if e.get("needs_checkpoint") else ""
         num = tables.number_text
         stdout.print(f"Best: {best.plan.layout()} ({best.plan.as_string()}): {num(e['output_tokens_per_s'], ',.0f')} "

@@ -131,7 +131,7 @@ def _missed(estimate: dict) -> str:
     return "miss " + ", ".join(names) if names else "miss"
 
 
-def serving_plans_table(result, capacity_gib: float) -> Table:
+def serving_plans_table(result, capacity_gib: float, *, targets_set: bool = True) -> Table:
     table = Table(title=f"Top {len(result.ranked)} serving plans", header_style="bold",
                   caption="tok/s: output tokens/s of the deployment (/GPU, /user: per GPU, per user); "
                           "w/kv: weight and KV-cache precision; from: ckpt = read from the checkpoint, online = "
@@ -154,7 +154,7 @@ def serving_plans_table(result, capacity_gib: float) -> Table:
                       number_text(e["output_tokens_per_s_per_gpu"], ",.0f"),
                       f"{e['tokens_per_s_per_user']:,.1f}", ms_text(e["ttft_ms"]), ms_text(e["tpot_ms"], 1),
                       str(e["max_batch_fit"]), f"{e['memory_gib_per_gpu']:.1f} ({e.get('memory_budget_gib', capacity_gib):.0f})",
-                      "met" if e["meets_targets"] else _missed(e))
+                      ("met" if e["meets_targets"] else _missed(e)) if targets_set else "-")
     return table
 
 
