@@ -499,6 +499,11 @@ def unknown_hardware_reason(name: str) -> str:
 def load_hardware(name_or_path: str) -> Hardware:
     """Load a bundled profile by name or alias, or a profile YAML by path."""
     require_name(name_or_path, kind="hardware", what="hardware profile", field="--hardware")
+    if "," in name_or_path and not Path(name_or_path).exists():
+        # a list read as one name was refused as unknown while the names it lists are bundled ones
+        raise InputError(f"takes one hardware profile here, but got {name_or_path!r}; give one of them (a "
+                         "comma-separated list is for capacity planning only: a training `autotune search -H A,B "
+                         "--tokens N`)", field="--hardware")
     if not Path(name_or_path).exists() and name_or_path not in hardware_names():
         alias = resolve_hardware_name(name_or_path)
         if alias is not None:
