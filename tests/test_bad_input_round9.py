@@ -16,10 +16,12 @@ the field and a fix, exit status 2, no traceback."""
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.test_bad_input import ROOT, SERVE, SMALL, assert_user_error, invoke
+from tests.test_bad_input import PROFILE, ROOT, SERVE, SMALL, assert_user_error, invoke
 
 SERVE_ANY_HW = [a if a != "h100-sxm5-80gb" else "{hw}" for a in SERVE]
 RUNS = ROOT / "examples" / "data" / "my_runs.csv"  # h100-sxm5-80gb rows
@@ -45,3 +47,38 @@ def test_a_list_of_profiles_still_plans_capacity_and_one_profile_still_serves():
     assert capacity.exit_code == 0, capacity.output
     one = invoke("predict", *[a.format(hw="h100-sxm5-80gb") for a in SERVE_ANY_HW], "--plan", "tp=1")
     assert one.exit_code == 0, one.output
+
+
+# --- 3. hardware profiles: numbers in the datasheet's larger unit ----------------------------------------------
+
+def profile(tmp_path: Path, field: str, value) -> Path:
+    data = yaml.safe_load(PROFILE)
+    *sections, key = field.split(".")
+    target = data
+    for section in sections:
+        target = target[section]
+    target[key] = value
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("field, value, unit", [
+    ("memory_bandwidth_gb_per_s", 3.35, "TB/s"),  # H100: 3.35 TB/s
+    ("peak_tflops.bf16", 2.25, "PFLOP/s"),  # B200: 2.25 PFLOP/s dense bf16
+    ("peak_tflops.fp8", 4.5, "PFLOP/s"),  # B200: 4.5 PFLOP/s dense fp8
+    ("memory_bandwidth_gb_per_s", 8, "TB/s"),  # B300: 8 TB/s
+], ids=["bandwidth", "bf16", "fp8", "b300-bandwidth"])
+def test_a_profile_number_in_the_datasheet_unit_is_refused(field, value, unit, tmp_path):
+    """It was planned on: a memory bandwidth of 3.35 GB/s made every decode step a thousand times too slow."""
+    path = profile(tmp_path, field, value)
+    assert_user_error(invoke("hardware", "show", path), "gpu.yaml", f"field '{field}'", unit, "a floor")
+    predict = invoke("predict", *[a.format(hw=path) for a in SERVE_ANY_HW], "--plan", "tp=1")
+    assert_user_error(predict, "gpu.yaml", f"field '{field}'")
+
+
+@pytest.mark.parametrize("field, value", [("memory_bandwidth_gb_per_s", 50), ("peak_tflops.bf16", 20),
+                                          ("peak_tflops.tf32", 20)])
+def test_a_profile_at_the_floor_still_loads(field, value, tmp_path):
+    result = invoke("hardware", "show", profile(tmp_path, field, value))
+    assert result.exit_code == 0, result.output

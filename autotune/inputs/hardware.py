@@ -100,6 +100,17 @@ PHYSICAL_LIMITS: Mapping[str, tuple[float, str, str]] = MappingProxyType(
     }
 )
 
+# Floors of the numbers vendors quote in a larger unit (HBM bandwidth in TB/s, Blackwell peaks in PFLOP/s): copied
+# as they are printed, 3.35 for 3,350 GB/s or 2.25 for 2,250 TFLOP/s plan a GPU a thousand times too slow.  Every
+# accelerator an LLM is trained or served on is well above them (an L40S: 864 GB/s, 90 TFLOP/s tf32; a Jetson
+# AGX Orin: 204 GB/s), and the largest datasheet numbers (B300: 8 TB/s, 15 PFLOP/s fp4) fall below them.
+PHYSICAL_FLOORS: Mapping[str, tuple[float, str, str]] = MappingProxyType(
+    {  # (floor, unit, the larger unit a datasheet prints)
+        "peak_tflops": (20.0, "TFLOP/s", "PFLOP/s"),
+        "memory_bandwidth_gb_per_s": (50.0, "GB/s", "TB/s"),
+    }
+)
+
 
 def _physical(data: dict, key: str, *, source: str, section: str = "", limit_key: str | None = None,
               integer: bool = False, **kwargs) -> float:
@@ -112,6 +123,11 @@ def _physical(data: dict, key: str, *, source: str, section: str = "", limit_key
         shown = f"{int(limit):,}" if limit < 1e9 else f"{limit:g}"
         raise InputError(f"must be <= {shown} {unit} (a physical ceiling on {what}; check the value and its unit), "
                          f"but got {value!r}", source=source, field=field)
+    floor, unit, printed = PHYSICAL_FLOORS.get(limit_key or key, (None, "", ""))
+    if value is not None and floor is not None and value < floor:
+        field = f"{section}.{key}" if section else key
+        raise InputError(f"must be >= {floor:g} {unit} (a floor below any accelerator's; give {unit}, not the "
+                         f"{printed} a datasheet may print), but got {value!r}", source=source, field=field)
     return value
 
 
