@@ -49,6 +49,42 @@ def test_a_list_of_profiles_still_plans_capacity_and_one_profile_still_serves():
     assert one.exit_code == 0, one.output
 
 
+# --- 2. paths a launch script passes on as arguments ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def serve_plans(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("serve") / "plans"
+    result = invoke("search", *SERVE, "--top", "1", "--out", out)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.parametrize("flag, value, needle", [
+    ("--model-path", "--trust-remote-code", "would pass on as an option"),
+    ("--model-path", " -x", "would pass on as an option"),
+    ("--model-path", "meta-llama\nrm -rf x", "control character"),
+    ("--model-path", "a\tb", "control character"),
+], ids=["option", "spaced-option", "line-break", "tab"])
+def test_a_serving_model_path_that_is_not_one_argument_is_refused(flag, value, needle, serve_plans, tmp_path):
+    """The script read MODEL='--trust-remote-code' and ran `vllm serve "$MODEL"`: an engine option, not weights."""
+    out = tmp_path / "launch"
+    assert_user_error(invoke("emit", serve_plans, "-f", "vllm", flag, value, "--out", out), flag, needle)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flag", ["--data-path", "--tokenizer"])
+def test_a_training_data_path_or_tokenizer_starting_with_a_dash_is_refused(flag):
+    args = ["emit", "-f", "megatron", "--plan", "tp=1", *SMALL, flag]
+    assert_user_error(invoke(*args, "-x"), flag, "would pass on as an option", "./-x")
+    assert_user_error(invoke(*args, "data\nmore"), flag, "control character")
+
+
+def test_a_model_path_of_a_folder_named_with_a_dash_is_written_as_given(serve_plans):
+    result = invoke("emit", serve_plans, "-f", "vllm", "--model-path", "./--x")
+    assert result.exit_code == 0, result.output
+    assert "MODEL=./--x" in result.stdout
+
+
 # --- 3. hardware profiles: numbers in the datasheet's larger unit ----------------------------------------------
 
 def profile(tmp_path: Path, field: str, value) -> Path:

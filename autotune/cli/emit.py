@@ -140,6 +140,15 @@ def emit(
             if value is not None and not value.strip():  # a script would pass '' on: the run fails at launch
                 raise InputError(f"must name a path or a Hugging Face name, but got {value!r}; leave {flag} out "
                                  "for the default", field=flag)
+            # the script passes it on as an argument: a leading '-' is read as an option of the engine or the
+            # trainer (--model-path --trust-remote-code), a line break or other control character splits the line
+            if value is not None and value.lstrip().startswith("-"):
+                raise InputError(f"must name a path or a Hugging Face name, but got {value!r}, which the script "
+                                 f"would pass on as an option; write ./{value.strip()} for a folder of that name",
+                                 field=flag)
+            if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
+                raise InputError(f"must name a path or a Hugging Face name without a control character (a line "
+                                 f"break, a tab), but got {value!r}", field=flag)
         if out is not None:  # before any work: a file, an unwritable place
             check_out_dir(out, force, must_be_empty=False)
         if format in SERVING_FORMATS:
