@@ -118,3 +118,25 @@ def test_a_profile_number_in_the_datasheet_unit_is_refused(field, value, unit, t
 def test_a_profile_at_the_floor_still_loads(field, value, tmp_path):
     result = invoke("hardware", "show", profile(tmp_path, field, value))
     assert result.exit_code == 0, result.output
+
+
+# --- 4. validate: a training overlay for none of the rows' GPUs -------------------------------------------------
+
+def overlay(tmp_path: Path, gpu: str) -> Path:
+    path = tmp_path / "calib.yaml"
+    path.write_text(yaml.safe_dump({"hardware": {gpu: {"efficiency": {"gemm": 0.5}}}}))
+    return path
+
+
+def test_a_training_overlay_of_other_gpus_is_refused_by_validate(tmp_path):
+    """The report came out, named the overlay, and held the uncalibrated numbers: nothing in it was applied."""
+    result = invoke("validate", RUNS, "--calibration", overlay(tmp_path, "a100-sxm4-80gb"))
+    assert_user_error(result, "my_runs.csv", "field '--calibration'", "calibrates a100-sxm4-80gb",
+                      "rows run on h100-sxm5-80gb")
+
+
+def test_a_training_overlay_of_the_rows_gpu_is_applied_by_validate(tmp_path):
+    plain = invoke("validate", RUNS, "--json")
+    calibrated = invoke("validate", RUNS, "--json", "--calibration", overlay(tmp_path, "h100-sxm5-80gb"))
+    assert plain.exit_code == 0 and calibrated.exit_code == 0, calibrated.output
+    assert plain.stdout != calibrated.stdout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Callable, Mapping, Optional
 
 import typer
 from rich.markup import escape
@@ -90,6 +90,8 @@ def validate(
             return
         runs = read_runs(runs_csv)
         overlay = load_calibration(calibration) if calibration is not None else None
+        if overlay is not None:
+            _check_overlay_hardware(overlay.efficiency, runs, runs_csv, calibration)
         report = validate_runs(runs, load_hardware, overlay)
         if not report.rows:
             reasons = "; ".join(f"{s.id}: {s.reason}" for s in report.skipped[:3])
@@ -127,6 +129,22 @@ def validate(
                      + ".", highlight=False, soft_wrap=True)
         for skipped in report.skipped:
             stderr.print(f"[dim]skipped {skipped.id}: {skipped.reason}[/]", highlight=False, soft_wrap=True)
+
+
+def _check_overlay_hardware(calibrated: Mapping[str, object], runs: list, path: Path, calibration: str) -> None:
+    """A training --calibration overlay must calibrate the GPU of at least one row (as a serving overlay must name
+    one of the rows' engines): one that names none would change nothing, and the report would read as calibrated."""
+    gpus = set()
+    for run in runs:
+        if isinstance(run, MeasuredRun):
+            try:
+                gpus.add(load_hardware(run.gpu).name)
+            except (InputError, OSError, ValueError):  # the row is skipped with its reason
+                continue
+    if gpus and not gpus & set(calibrated):
+        raise InputError(f"the calibration overlay {calibration} calibrates {', '.join(sorted(calibrated))}, but the "
+                         f"rows run on {', '.join(sorted(gpus))}; calibrate on runs of these GPUs (autotune "
+                         "calibrate) or drop --calibration", source=str(path), field="--calibration")
 
 
 def _validate_silicon(path: Path, *, json_out: bool, worst: int, calibration: str | None) -> None:
