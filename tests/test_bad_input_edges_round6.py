@@ -129,7 +129,8 @@ def test_a_tune_rerun_with_another_margin_is_refused_naming_both(changed, given,
     run = bench(tmp_path, OK_LINE)
     assert invoke(*tune_args(tmp_path, run, "--trials", "1", "--prior-top", "1")).exit_code == 0
     before = _stored(tmp_path)
-    assert_user_error(invoke(*tune_args(tmp_path, run, "--trials", "2", "--prior-top", "1", *changed)),
+    prior = [] if "--no-prior" in changed else ["--prior-top", "1"]  # --prior-top with --no-prior: refused (round 9)
+    assert_user_error(invoke(*tune_args(tmp_path, run, "--trials", "2", *prior, *changed)),
                       "field '--margin'", f"({given}; study 't': --margin 0.1)", "give --margin 0.1", "--new")
     assert _stored(tmp_path) == before  # nothing ran and nothing stored was changed
 

@@ -140,3 +140,43 @@ def test_a_training_overlay_of_the_rows_gpu_is_applied_by_validate(tmp_path):
     calibrated = invoke("validate", RUNS, "--json", "--calibration", overlay(tmp_path, "h100-sxm5-80gb"))
     assert plain.exit_code == 0 and calibrated.exit_code == 0, calibrated.output
     assert plain.stdout != calibrated.stdout
+
+
+# --- 5. tune and worker: settings with nothing to act on ------------------------------------------------------
+
+TUNE = ["tune", *SMALL, "--run", "true", "--trials", "1"]
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--no-prior", "--prior-top", "5"], "--prior-top"),
+    (["--no-prior", "--margin", "0.2"], "--margin"),
+    (["--no-prior", "--margin", "0.1"], "--margin"),  # the default value, given: still dropped
+], ids=["prior-top", "margin", "margin-default"])
+def test_a_prior_setting_with_no_prior_is_refused(extra, flag, tmp_path, monkeypatch):
+    """--no-prior queues and skips nothing, so --prior-top and --margin were ignored without a word."""
+    monkeypatch.chdir(tmp_path)
+    assert_user_error(invoke(*TUNE, "--storage", "sqlite:///s.db", *extra), flag, "--no-prior")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [
+    [*TUNE, "--storage", "journal:./s.log", "--heartbeat", "10"],
+    ["search", *SMALL, "--storage", "journal:./s.log", "--study", "s", "--heartbeat", "60"],
+    ["worker", "--storage", "journal:./s.log", "--study", "s", "--run", "true", "--heartbeat", "5"],
+], ids=["tune", "search", "worker"])
+def test_a_heartbeat_with_a_journal_storage_is_refused(args, tmp_path, monkeypatch):
+    """Optuna's journal storage keeps no heartbeats: the interval asked for was dropped, stale trials never failed."""
+    monkeypatch.chdir(tmp_path)
+    assert_user_error(invoke(*args), "--heartbeat", "journal", "sqlite:///")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_journal_storage_without_a_heartbeat_and_a_heartbeat_on_sqlite_still_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    journal = invoke("search", *SMALL, "--storage", "journal:./s.log", "--study", "s", "--sampler", "random",
+                     "--trials", "3", "--heartbeat", "0")
+    assert "--heartbeat" not in journal.output, journal.output
+    sqlite = invoke("search", *SMALL, "--storage", "sqlite:///s.db", "--study", "s", "--sampler", "random",
+                    "--trials", "3", "--heartbeat", "10")
+    assert "--heartbeat" not in sqlite.output, sqlite.output
+    assert (tmp_path / "s.log").exists() and (tmp_path / "s.db").exists()

@@ -277,6 +277,16 @@ def check_study_flags(*, required: tuple[str, ...] = (), **given: str | None) ->
             raise InputError(f"must not be empty: {STUDY_HINTS[flag]}{rest}", field=flag)
 
 
+def check_heartbeat_storage(heartbeat: int, storage: str | None) -> None:
+    """``--heartbeat N`` with a ``journal:`` storage is refused: Optuna's journal file keeps no heartbeats, so the
+    setting would be dropped without a word (and a stale trial never failed and retried on its account)."""
+    if (heartbeat and storage and storage.strip().startswith("journal:")
+            and given_on_command_line("heartbeat", heartbeat, 30)):
+        raise InputError(f"needs an SQLite or PostgreSQL storage (a journal: file keeps no heartbeats), but got "
+                         f"(--heartbeat={heartbeat}, --storage={storage.strip()!r}); drop --heartbeat, or use "
+                         "--storage sqlite:///study.db", field="--heartbeat")
+
+
 WORKLOADS = ("train", "serve")
 
 

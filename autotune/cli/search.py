@@ -114,6 +114,7 @@ from .app import (
     WorkloadKind,
     app,
     path_option,
+    check_heartbeat_storage,
     check_study_flags,
     check_workload,
     given_on_command_line,
@@ -290,6 +291,7 @@ def search(
         if new and not storage:
             raise InputError("--new replaces a stored study: add --storage sqlite:///study.db (or drop --new)",
                              field="--new")
+        check_heartbeat_storage(heartbeat, storage)
         if not storage and given_on_command_line("heartbeat", heartbeat, 30):
             raise InputError("sets how often a stored study's running trials report in: add --storage "
                              "sqlite:///study.db (or drop --heartbeat)", field="--heartbeat")

@@ -55,7 +55,9 @@ from .app import (
     Tokens,
     app,
     path_option,
+    check_heartbeat_storage,
     check_study_flags,
+    given_on_command_line,
     print_json,
     say_diagnosis,
     say_note,
@@ -240,6 +242,13 @@ def tune(
         if heartbeat < 0:
             raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
         check_study_flags(storage=storage, study=study, required=("--storage",))
+        check_heartbeat_storage(heartbeat, storage)
+        if no_prior:  # nothing is queued and nothing skipped: a prior setting would be dropped without a word
+            for flag, name, value, default in (("--prior-top", "prior_top", prior_top, 10),
+                                               ("--margin", "margin", margin, 0.10)):
+                if given_on_command_line(name, value, default):
+                    raise InputError(f"sets the cost-model prior, which --no-prior turns off, but got ({flag}="
+                                     f"{value:g} with --no-prior); drop one of them", field=flag)
         if top < 1:
             raise InputError(f"must be >= 1 plans, but got {top}", field="--top")
         if prior_top < 0:
@@ -344,6 +353,7 @@ def worker(
         if heartbeat < 0:
             raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
         check_study_flags(storage=storage, study=study, required=("--storage", "--study"))
+        check_heartbeat_storage(heartbeat, storage)
         # a worker joins a study that search or tune started: without --wait it must not create the storage file
         store = make_storage(storage, heartbeat_s=heartbeat or None, existing=not wait)
         opened, problem, objectives, settings, target = load_for_worker(store, study, wait)
