@@ -180,3 +180,26 @@ def test_a_journal_storage_without_a_heartbeat_and_a_heartbeat_on_sqlite_still_r
                     "--trials", "3", "--heartbeat", "10")
     assert "--heartbeat" not in sqlite.output, sqlite.output
     assert (tmp_path / "s.log").exists() and (tmp_path / "s.db").exists()
+
+
+# --- 6. a serving space an aggregated-only engine release cannot search ----------------------------------------
+
+@pytest.fixture()
+def disagg_space(tmp_path) -> Path:
+    text = (ROOT / "search_spaces" / "serve.yaml").read_text()
+    path = tmp_path / "disagg.yaml"
+    path.write_text(text.replace("mode: [agg, disagg]", "mode: [disagg]", 1))
+    return path
+
+
+def test_a_disagg_only_space_for_an_aggregated_only_release_is_refused(disagg_space):
+    """It ranked mode=agg plans (the release is planned aggregated only) for a space that lists no agg mode."""
+    result = invoke("search", *SERVE, "--engine", "trtllm@0.14", "--space", disagg_space)
+    assert_user_error(result, "disagg.yaml", "field 'axes.mode'", "trtllm@0.14", "aggregated only", "add agg")
+
+
+@pytest.mark.parametrize("extra", [["--engine", "trtllm"], ["--engine", "trtllm@0.14", "--fix", "mode=agg"]],
+                         ids=["current-release", "agg-fixed"])
+def test_a_disagg_only_space_still_searches_where_it_can(extra, disagg_space):
+    result = invoke("search", *SERVE, "--top", "1", "--space", disagg_space, *extra)
+    assert result.exit_code == 0, result.output

@@ -609,6 +609,7 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
     if pool_keys and fixed.get("mode") == "agg":
         raise InputError(f"{pool_keys[0]} sets a pool of a disaggregated plan, but mode=agg is fixed too; drop one",
                          field="--fix")
+    mode_fixed = "mode" in fixed  # by the user: mode=agg, which needs no agg in the space
     if aggregated_only(release):
         pools = [k for k in fixed if k.partition("_")[0] in ("prefill", "decode")]
         if fixed.get("mode", "agg") != "agg" or pools:
@@ -617,6 +618,11 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
                              "release", field="--fix")
         fixed["mode"] = "agg"
     search_space = load_serve_space(request.space)
+    if aggregated_only(release) and "agg" not in search_space.axes["mode"] and not mode_fixed:
+        # the pin to agg above would replace the space's modes: agg plans ranked for a space that lists none
+        raise InputError(f"{release_name(release)} is planned aggregated only (its parameters come from aggregated "
+                         f"tables), but the space's modes are ({', '.join(search_space.axes['mode'])}); add agg to "
+                         "axes.mode or name a 1.x release", source=search_space.source or None, field="axes.mode")
     try:
         search_space = search_space.fixed(fixed)
     except ValueError as exc:
