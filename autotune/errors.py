@@ -26,11 +26,29 @@ class InputError(ValueError):
         super().__init__(where + message)
 
 
+# The top-level keys that mark each kind of file autotune reads, to name a file given where another kind goes
+# (a hardware profile passed to --model listed all of its keys as unknown): (keys, what it is, where it goes).
+_FILE_KINDS = (
+    (frozenset({"peak_tflops", "memory_gib"}), "a hardware profile", "--hardware, or `autotune hardware show FILE`"),
+    (frozenset({"n_layers", "hidden_size"}), "a model spec", "--model, or `autotune models show FILE`"),
+    (frozenset({"num_hidden_layers", "model_type"}), "a Hugging Face config.json", "--model"),
+    (frozenset({"axes"}), "a search space", "--space"),
+    (frozenset({"traits"}), "a framework profile", "--framework"),
+)
+
+
 def check_keys(data: dict, allowed: set[str] | frozenset[str], *, source: str, section: str = "") -> None:
-    """Reject unknown keys, listing them and the allowed ones (typos must not pass silently)."""
+    """Reject unknown keys, listing them and the allowed ones (typos must not pass silently); a whole file of
+    another kind is named as such."""
     unknown = sorted(set(data) - set(allowed))
     if unknown:
         where = f"{section}." if section else ""
+        kind = next(((what, goes) for keys, what, goes in _FILE_KINDS
+                     if not section and keys <= set(unknown)), None)
+        if kind is not None:
+            raise InputError(f"is {kind[0]}, not the file this option reads (its keys {', '.join(unknown[:4])}"
+                             f"{', ...' if len(unknown) > 4 else ''} are not among the allowed ones); give it to "
+                             f"{kind[1]}", source=source)
         raise InputError(
             f"unknown key(s) {', '.join(where + k for k in unknown)}; "
             f"allowed: {', '.join(sorted(allowed))}",

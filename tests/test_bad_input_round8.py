@@ -116,3 +116,28 @@ def test_the_values_transformers_writes_still_load(changes, tmp_path):
 
 def test_the_deepseek_config_as_published_still_loads(tmp_path):
     assert load_model(str(mutated(tmp_path, DEEPSEEK))).is_moe
+
+
+# --- a whole file of another kind is named as such, not listed key by key -----------------------------------------
+
+@pytest.mark.parametrize("args, given, kind, goes", [
+    (["models", "show", "profiles/hardware/h100-sxm5-80gb.yaml"], "h100-sxm5-80gb.yaml", "is a hardware profile",
+     "--hardware"),
+    (["hardware", "show", "profiles/models/deepseek-v3.yaml"], "deepseek-v3.yaml", "is a model spec", "--model"),
+    (["models", "show", "search_spaces/train.yaml"], "train.yaml", "is a search space", "--space"),
+    (["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "8192", "-b", "64", "--space",
+      "profiles/models/deepseek-v3.yaml"], "deepseek-v3.yaml", "is a model spec", "--model"),
+], ids=["hardware-as-model", "model-as-hardware", "space-as-model", "model-as-space"])
+def test_a_file_of_another_kind_is_named_as_such(args, given, kind, goes):
+    from tests.test_bad_input import ROOT
+
+    args = [str(ROOT / a) if a.endswith(".yaml") else a for a in args]
+    assert_user_error(invoke(*args), given, kind, f"give it to {goes}")
+
+
+def test_a_typo_in_a_spec_is_still_listed_with_the_allowed_keys(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    from tests.test_bad_input import ROOT
+
+    spec.write_text((ROOT / "profiles/models/deepseek-v3.yaml").read_text() + "n_layerz: 3\n")
+    assert_user_error(invoke("models", "show", spec), "unknown key(s) n_layerz", "allowed:")
