@@ -108,15 +108,32 @@ def profile(tmp_path: Path, field: str, value) -> Path:
 def test_a_profile_number_in_the_datasheet_unit_is_refused(field, value, unit, tmp_path):
     """It was planned on: a memory bandwidth of 3.35 GB/s made every decode step a thousand times too slow."""
     path = profile(tmp_path, field, value)
-    assert_user_error(invoke("hardware", "show", path), "gpu.yaml", f"field '{field}'", unit, "a floor")
+    assert_user_error(invoke("hardware", "show", path), "gpu.yaml", f"field '{field}'", unit)
     predict = invoke("predict", *[a.format(hw=path) for a in SERVE_ANY_HW], "--plan", "tp=1")
     assert_user_error(predict, "gpu.yaml", f"field '{field}'")
 
 
-@pytest.mark.parametrize("field, value", [("memory_bandwidth_gb_per_s", 50), ("peak_tflops.bf16", 20),
-                                          ("peak_tflops.tf32", 20)])
+@pytest.mark.parametrize("field, value", [("memory_bandwidth_gb_per_s", 20), ("peak_tflops.bf16", 3),
+                                          ("peak_tflops.tf32", 10)])
 def test_a_profile_at_the_floor_still_loads(field, value, tmp_path):
     result = invoke("hardware", "show", profile(tmp_path, field, value))
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("changes", [
+    {"memory_bandwidth_gb_per_s": 34, "peak_tflops": {"tf32": 9, "bf16": 18, "fp16": 18, "int8": 36}},  # A2-like
+    {"memory_bandwidth_gb_per_s": 272, "peak_tflops": {"tf32": 15.1, "bf16": 30.2, "fp8": 60.4}},  # RTX 4060-like
+    {"peak_tflops": {"bf16": 2250, "fp8": 4500, "int8": 153.5, "fp4": 13500}},  # B300: int8 at 0.07 of bf16
+], ids=["a2", "rtx-4060", "b300-int8"])
+def test_small_and_odd_real_gpus_still_load(changes, tmp_path):
+    """A review found the first floors (20 TFLOP/s on every precision, 50 GB/s) refused an A2, an RTX 4060 and a
+    Jetson Orin Nano, which loaded before."""
+    data = yaml.safe_load(PROFILE)
+    data.update(changes)
+    data.pop("reference_efficiency", None)
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = invoke("hardware", "show", path)
     assert result.exit_code == 0, result.output
 
 
@@ -173,11 +190,15 @@ def test_a_heartbeat_with_a_journal_storage_is_refused(args, tmp_path, monkeypat
 
 def test_a_journal_storage_without_a_heartbeat_and_a_heartbeat_on_sqlite_still_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    journal = invoke("search", *SMALL, "--storage", "journal:./s.log", "--study", "s", "--sampler", "random",
-                     "--trials", "3", "--heartbeat", "0")
-    assert "--heartbeat" not in journal.output, journal.output
+    # --heartbeat left out (its default, 30 s) and --heartbeat 0 (off): nothing asked for is dropped
+    for extra in ([], ["--heartbeat", "0"]):
+        journal = invoke("search", *SMALL, "--storage", "journal:./s.log", "--study", "s", "--sampler", "random",
+                         "--trials", "3", *extra)
+        assert journal.exit_code != 2, journal.output  # not refused (3 random trials may find no plan: 1)
+        assert "--heartbeat" not in journal.output, journal.output
     sqlite = invoke("search", *SMALL, "--storage", "sqlite:///s.db", "--study", "s", "--sampler", "random",
                     "--trials", "3", "--heartbeat", "10")
+    assert sqlite.exit_code != 2, sqlite.output
     assert "--heartbeat" not in sqlite.output, sqlite.output
     assert (tmp_path / "s.log").exists() and (tmp_path / "s.db").exists()
 

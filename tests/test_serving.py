@@ -642,15 +642,20 @@ def test_users_on_dense_dp_ranks_wait_as_on_replicas(engine):
     assert dp["tpot_ms"] == pytest.approx(replicas["tpot_ms"], rel=0.02)
 
 
-def test_a_serving_search_without_targets_does_not_say_they_are_met():
-    """With no --ttft-ms or --tpot-ms there is nothing to meet: the table shows '-' and the best line says no
-    target was set (it read "meets the targets" beside a 139 ms TPOT)."""
+def test_a_serving_search_without_targets_does_not_say_they_are_met(tmp_path):
+    """With no --ttft-ms, --tpot-ms or --request-rate there is nothing to meet: the table shows '-', the best line
+    says no target was set (it read "meets the targets" beside a 139 ms TPOT), the summary counts no plans meeting
+    them, and explain's one-step table says a step runs."""
     base = ["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
             "--input-len", "1024", "--output-len", "256", "--top", "2"]
-    result = CliRunner().invoke(app, base)
+    result = CliRunner().invoke(app, base + ["--out", str(tmp_path / "s")])
     assert result.exit_code == 0, result.output
     assert "no latency target set (--ttft-ms, --tpot-ms)" in result.output
-    assert "meets the targets" not in result.output
+    assert "meet the targets" not in result.output and "meets the targets" not in result.output
+    explained = CliRunner().invoke(app, ["explain", str(tmp_path / "s")])
+    assert explained.exit_code == 0, explained.output
+    assert "targets" not in explained.output.split("One step along each axis")[1].split("output tokens/s and")[0]
+    assert "within the targets" not in explained.output and "runs" in explained.output
     targeted = CliRunner().invoke(app, base + ["--tpot-ms", "500"])
     assert targeted.exit_code == 0, targeted.output
     assert "meets the targets" in targeted.output

@@ -505,7 +505,7 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
     stdout.print(f"[dim]engine {request.engine}: {outcome.parameters_note}; checkpoint {outcome.checkpoint}[/]",
                  highlight=False, soft_wrap=True)
     if result.ranked:
-        no_targets = not (workload.ttft_ms or workload.tpot_ms)
+        no_targets = not workload.has_targets
         stdout.print(tables.serving_plans_table(result, hw.memory_gib, targets_set=not no_targets))
         best = result.ranked[0]
         e = best.estimate
@@ -524,7 +524,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
         stdout.print(cost_text(e), highlight=False, soft_wrap=True)
     rejected = ", ".join(f"{k}: {v:,}" for k, v in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
     stdout.print(f"[dim]exact: {result.evaluations:,} plans evaluated of a space of {result.space_size:,} in "
-                 f"{result.elapsed_s:.2f} s; {result.feasible:,} fit, {result.meeting:,} meet the targets. "
+                 f"{result.elapsed_s:.2f} s; {result.feasible:,} fit"
+                 f"{f', {result.meeting:,} meet the targets' if workload.has_targets else ''}. "
                  f"Rejected: {rejected or 'none'}.[/]", highlight=False, soft_wrap=True)
     stdout.print("[dim]Estimates come from an analytic serving model; see `autotune validate` on serving runs for "
                  "its measured error.[/]")
@@ -952,4 +953,4 @@ def _explain_serving(source: str, inputs: dict, fields: Any, *, rank: int, model
     stdout.print(numbers)
     stdout.print(memory)
     stdout.print(f"[bold]What binds:[/] {escape(found.binding)}.", highlight=False, soft_wrap=True)
-    stdout.print(tables.serving_sensitivity_table(found))
+    stdout.print(tables.serving_sensitivity_table(found, targets_set=workload.has_targets))

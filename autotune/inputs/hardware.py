@@ -101,15 +101,20 @@ PHYSICAL_LIMITS: Mapping[str, tuple[float, str, str]] = MappingProxyType(
 )
 
 # Floors of the numbers vendors quote in a larger unit (HBM bandwidth in TB/s, Blackwell peaks in PFLOP/s): copied
-# as they are printed, 3.35 for 3,350 GB/s or 2.25 for 2,250 TFLOP/s plan a GPU a thousand times too slow.  Every
-# accelerator an LLM is trained or served on is well above them (an L40S: 864 GB/s, 90 TFLOP/s tf32; a Jetson
-# AGX Orin: 204 GB/s), and the largest datasheet numbers (B300: 8 TB/s, 15 PFLOP/s fp4) fall below them.
+# as they are printed, 3.35 for 3,350 GB/s or 2.25 for 2,250 TFLOP/s plan a GPU a thousand times too slow.  The
+# floors sit below the smallest accelerators someone may profile (a Jetson Orin Nano's 34 GB/s, an A2's 18 TFLOP/s
+# bf16) and above every datasheet number in the larger unit (B300: 8 TB/s; GB300: 2.5 PFLOP/s bf16).  Only the
+# bf16 peak has a floor (tf32 is 9 TFLOP/s on an A2); another precision is checked against it instead
+# (PEAK_RATIO_FLOOR).
 PHYSICAL_FLOORS: Mapping[str, tuple[float, str, str]] = MappingProxyType(
     {  # (floor, unit, the larger unit a datasheet prints)
-        "peak_tflops": (20.0, "TFLOP/s", "PFLOP/s"),
-        "memory_bandwidth_gb_per_s": (50.0, "GB/s", "TB/s"),
+        "peak_tflops.bf16": (3.0, "TFLOP/s", "PFLOP/s"),
+        "memory_bandwidth_gb_per_s": (20.0, "GB/s", "TB/s"),
     }
 )
+# A peak of another precision below this share of the bf16 peak is a unit slip (4.5 for a B200's 4,500 TFLOP/s
+# fp8 beside 2,250 bf16): the slowest real ratio is tf32 at half of bf16, or a B300's int8 at 0.07 of it.
+PEAK_RATIO_FLOOR = 0.01
 
 
 def _physical(data: dict, key: str, *, source: str, section: str = "", limit_key: str | None = None,
@@ -123,11 +128,11 @@ def _physical(data: dict, key: str, *, source: str, section: str = "", limit_key
         shown = f"{int(limit):,}" if limit < 1e9 else f"{limit:g}"
         raise InputError(f"must be <= {shown} {unit} (a physical ceiling on {what}; check the value and its unit), "
                          f"but got {value!r}", source=source, field=field)
-    floor, unit, printed = PHYSICAL_FLOORS.get(limit_key or key, (None, "", ""))
+    field = f"{section}.{key}" if section else key
+    floor, unit, printed = PHYSICAL_FLOORS.get(field, (None, "", ""))
     if value is not None and floor is not None and value < floor:
-        field = f"{section}.{key}" if section else key
-        raise InputError(f"must be >= {floor:g} {unit} (a floor below any accelerator's; give {unit}, not the "
-                         f"{printed} a datasheet may print), but got {value!r}", source=source, field=field)
+        raise InputError(f"must be >= {floor:g} {unit} (below any accelerator's; give {unit}, not the {printed} a "
+                         f"datasheet may print), but got {value!r}", source=source, field=field)
     return value
 
 
@@ -361,6 +366,11 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
              for p in PRECISIONS if p in peaks_raw}
     if "bf16" not in peaks:
         raise InputError("must list bf16 (the reference precision for MFU)", source=source, field="peak_tflops.bf16")
+    for name, peak in peaks.items():
+        if peak < PEAK_RATIO_FLOOR * peaks["bf16"]:
+            raise InputError(f"must be at least {PEAK_RATIO_FLOOR:g} of the bf16 peak ({peaks['bf16']:g} TFLOP/s), "
+                             f"but got {peak:g}; give TFLOP/s, not the PFLOP/s a datasheet may print",
+                             source=source, field=f"peak_tflops.{name}")
     peaks.setdefault("fp16", peaks["bf16"])
     for block, base in BLOCK_SCALED_BASE.items():
         if block in peaks and base not in peaks:
@@ -515,7 +525,9 @@ def unknown_hardware_reason(name: str) -> str:
 def load_hardware(name_or_path: str) -> Hardware:
     """Load a bundled profile by name or alias, or a profile YAML by path."""
     require_name(name_or_path, kind="hardware", what="hardware profile", field="--hardware")
-    if "," in name_or_path and not Path(name_or_path).exists():
+    if ("," in name_or_path and not Path(name_or_path).exists()
+            and all(part.strip() in hardware_names() or resolve_hardware_name(part.strip()) is not None
+                    for part in name_or_path.split(","))):
         # a list read as one name was refused as unknown while the names it lists are bundled ones
         raise InputError(f"takes one hardware profile here, but got {name_or_path!r}; give one of them (a "
                          "comma-separated list is for capacity planning only: a training `autotune search -H A,B "

@@ -203,10 +203,13 @@ def _check_blocks(config: dict, source: str) -> None:
             raise InputError(f"must be a mapping ({what}) or null, but got {value!r}", source=source, field=key)
 
 
-# the dtype names a config.json's torch_dtype / dtype holds (torch's, as transformers writes them; "auto" defers to
-# the weights): autotune plans the serving or training precision itself, so the value is checked, not used
-_TORCH_DTYPES = frozenset({"auto", "float32", "float", "float16", "half", "bfloat16", "float64", "double",
-                           "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8", "uint8"})
+# torch's dtype names (torch.* attributes, as transformers writes torch_dtype / dtype; "auto" defers to the
+# weights): autotune plans the serving or training precision itself, so the value is checked, not used
+_TORCH_DTYPES = frozenset({
+    "auto", "float32", "float", "float64", "double", "float16", "half", "bfloat16", "complex32", "chalf",
+    "complex64", "cfloat", "complex128", "cdouble", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "short",
+    "int32", "int", "int64", "long", "bool", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+    "float8_e8m0fnu", "float4_e2m1fn_x2", "quint8", "qint8", "qint32", "quint4x2", "quint2x4"})
 
 
 def _check_unread_fields(config: dict, source: str) -> None:

@@ -133,5 +133,10 @@ class ServeWorkload:
         return "max-throughput"
 
     @property
+    def has_targets(self) -> bool:
+        """Whether a plan has anything to meet: a TTFT or TPOT target, or a request rate to keep up with."""
+        return bool(self.ttft_ms or self.tpot_ms or self.request_rate is not None)
+
+    @property
     def max_len(self) -> int:
         return self.input_len + self.output_len

@@ -315,12 +315,13 @@ def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params, 
         fits = bool(_get(est, "fits")) and not reason
         rows.append(ServingNeighbour(axis, label, changed.as_dict(), est, change, fits,
                                      fits and bool(_get(est, "meets_targets")), reason or str(_get(est, "infeasible_reason") or "")))
-    kind, text = _serving_binding(base, base_reason, cluster.hardware.memory_gib, rows)
+    kind, text = _serving_binding(base, base_reason, cluster.hardware.memory_gib, rows,
+                                  within=" within the targets" if workload.has_targets else "")
     return ServingExplanation(plan, base, cluster.hardware.memory_gib, kind, text, rows)
 
 
 def _serving_binding(base: Mapping[str, Any], base_reason: str, capacity: float,
-                     rows: list[ServingNeighbour]) -> tuple[str, str]:
+                     rows: list[ServingNeighbour], within: str = " within the targets") -> tuple[str, str]:
     if base_reason:
         return "rule", f"this plan cannot run: {base_reason}"
     memory = _num(base, "memory_gib_per_gpu")
@@ -339,9 +340,9 @@ def _serving_binding(base: Mapping[str, Any], base_reason: str, capacity: float,
     bound = _get(base, "decode_bound")
     decode = f"; decode is {bound}-bound" if isinstance(bound, str) and bound else ""
     if not better:
-        return "optimum", f"no one-step change gives more output tokens/s within the targets{decode}"
+        return "optimum", f"no one-step change gives more output tokens/s{within}{decode}"
     best = better[0]
-    return "none", f"nothing binds: {best.change} gives {best.throughput_change:+.1%} output tokens/s within the targets"
+    return "none", f"nothing binds: {best.change} gives {best.throughput_change:+.1%} output tokens/s{within}"
 
 
 __all__ += ["SERVING_AXES", "ServingExplanation", "ServingNeighbour", "explain_serving"]
