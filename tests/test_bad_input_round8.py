@@ -141,3 +141,16 @@ def test_a_typo_in_a_spec_is_still_listed_with_the_allowed_keys(tmp_path):
 
     spec.write_text((ROOT / "profiles/models/deepseek-v3.yaml").read_text() + "n_layerz: 3\n")
     assert_user_error(invoke("models", "show", spec), "unknown key(s) n_layerz", "allowed:")
+
+
+def test_every_torch_dtype_name_still_loads(tmp_path):
+    """A review found the first list refused real torch dtypes (int32, float8_e8m0fnu)."""
+    for dtype in ("int32", "float8_e8m0fnu", "float4_e2m1fn_x2", "half"):
+        assert load_model(str(mutated(tmp_path, LLAMA, torch_dtype=dtype))).n_layers == 32
+
+
+def test_a_missing_profile_path_with_a_comma_is_not_found_not_a_list(tmp_path):
+    """A comma in a path is not a list of profiles: the list message is kept for bundled names."""
+    missing = tmp_path / "my,gpu.yaml"
+    assert_user_error(invoke("hardware", "show", missing), "file not found")
+    assert_user_error(invoke("hardware", "show", "h100-sxm5-80gb,a100-sxm4-80gb"), "takes one hardware profile")
