@@ -87,16 +87,7 @@ def test_a_model_path_of_a_folder_named_with_a_dash_is_written_as_given(serve_pl
 
 # --- 3. hardware profiles: numbers in the datasheet's larger unit ----------------------------------------------
 
-def profile(tmp_path: Path, field: str, value) -> Path:
-    data = yaml.safe_load(PROFILE)
-    *sections, key = field.split(".")
-    target = data
-    for section in sections:
-        target = target[section]
-    target[key] = value
-    path = tmp_path / "gpu.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+from tests.test_bad_input_hf_config import profile  # noqa: E402  (the bundled H100 profile with one field set)
 
 
 @pytest.mark.parametrize("field, value, unit", [
