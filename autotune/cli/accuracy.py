@@ -135,12 +135,11 @@ def _check_overlay_hardware(calibrated: Mapping[str, object], runs: list, path: 
     """A training --calibration overlay must calibrate the GPU of at least one row (as a serving overlay must name
     one of the rows' engines): one that names none would change nothing, and the report would read as calibrated."""
     gpus = set()
-    for run in runs:
-        if isinstance(run, MeasuredRun):
-            try:
-                gpus.add(load_hardware(run.gpu).name)
-            except (InputError, OSError, ValueError):  # the row is skipped with its reason
-                continue
+    for name in {run.gpu for run in runs if isinstance(run, MeasuredRun)}:  # each profile loaded once
+        try:
+            gpus.add(load_hardware(name).name)
+        except (InputError, OSError, ValueError):  # its rows are skipped with the reason
+            continue
     if gpus and not gpus & set(calibrated):
         raise InputError(f"the calibration overlay {calibration} calibrates {', '.join(sorted(calibrated))}, but the "
                          f"rows run on {', '.join(sorted(gpus))}; calibrate on runs of these GPUs (autotune "

@@ -350,7 +350,6 @@ def distinct_choices(values: list, raw: list, *, source: str, field: str) -> tup
             same = f"{as_written(first)} twice" if first == again and type(first) is type(again) else \
                 f"{as_written(first)} and {as_written(again)}, the same choice"
             raise InputError(f"must list each choice once, but got ({key_name}={as_written(raw)}: {same}); remove the "
-                             "repeat "
-                             "or write the value you meant", source=source, field=field)
+                             "repeat or write the value you meant", source=source, field=field)
         seen[key] = written
     return tuple(values)

@@ -273,8 +273,8 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         if value is not None and value > MAX_LENGTH:
             raise InputError(f"row {rid!r}: {key} <= {MAX_LENGTH:,} must hold ({what}), but got ({key}={value!r}); "
                              "check the unit", field=key)
-    for key in ("tp", "pp", "n_gpus", "ep", "replicas", "attention_dp"):
-        value = _int(row, key)
+    counts = {key: _int(row, key) for key in ("tp", "pp", "n_gpus", "ep", "replicas", "attention_dp")}
+    for key, value in counts.items():
         if value is not None and value > MAX_GPUS:  # 1e15 GPUs is a unit slip, not a cluster
             raise InputError(f"row {rid!r}: {key} <= {MAX_GPUS:,} must hold (GPUs), but got ({key}={value!r})", field=key)
         if value is not None and value < 1 and key in ("ep", "replicas", "attention_dp"):
@@ -298,17 +298,17 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
     if kind == "static" and not batch:
         return SkippedServingRow(rid, group, "static-batch row without its batch size")
     rate = _float(row, "request_rate") if kind == "rate" else None
-    tp, pp = _int(row, "tp") or 1, _int(row, "pp") or 1
+    tp, pp = counts["tp"] or 1, counts["pp"] or 1
     # this validation predicts one engine of tp x pp GPUs (validation._legacy_batch): a row that states expert
     # parallelism, attention DP or several replicas is one it cannot express, skipped with that reason rather
     # than predicted as if the column were empty
     for key, what in (("ep", "expert parallelism"), ("attention_dp", "attention data parallelism"),
                       ("replicas", "several replicas")):
-        value = _int(row, key)
+        value = counts[key]
         if value is not None and value > 1:
             return SkippedServingRow(rid, group, f"{what} ({key}={value}) is not modelled for serving-runs rows; state "
                                                  "one replica's layout, or use the silicon schema (docs/serving.md)")
-    layout = layout_reason(_int(row, "n_gpus"), [("tp", tp), ("pp", pp)])
+    layout = layout_reason(counts["n_gpus"], [("tp", tp), ("pp", pp)])
     if layout:
         return SkippedServingRow(rid, group, layout)
     input_len, output_len = _int(row, "input_len"), _int(row, "output_len")
@@ -324,7 +324,7 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
         return SkippedServingRow(rid, group, outside.split(", but got")[0])
     return ServingRun(
         id=rid, source_group=group, engine=engine, kind=kind, model=model, gpu=gpu,
-        n_gpus=_int(row, "n_gpus") or tp * pp, tp=tp, pp=pp, weights=weights, kv=kv,
+        n_gpus=counts["n_gpus"] or tp * pp, tp=tp, pp=pp, weights=weights, kv=kv,
         input_len=input_len, output_len=max(output_len, 1), batch=batch,
         request_rate=rate, measured_tokens_per_s_per_gpu=measured, measured_ttft_ms=ttft, measured_itl_ms=itl,
     )
