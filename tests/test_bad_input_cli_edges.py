@@ -431,14 +431,22 @@ def _predict_at(rate: str) -> str:
     return " ".join(result.output.split())
 
 
-def test_predict_at_a_tiny_request_rate_prints_a_readable_cost_and_batch():
-    text = _predict_at("1e-8")
-    # 1e-8 requests/s x 200 tokens; the batch is the rate times a request's 2.4 s (not the solver's resolution);
-    # $23.92 an hour over 0.0072 tokens an hour
-    assert "2e-06 output tokens/s" in text
-    assert re.search(r"batch 2\.4\de-08 per replica", text)  # the digit after moves with the fitted parameters
-    assert "$3,322,222,222.222 per million output tokens" in text
-    assert "$3.32e+31 per million output tokens" in _predict_at("1e-30")  # 33 digits before
+def test_predict_at_the_slowest_request_rate_prints_a_readable_cost_and_batch():
+    text = _predict_at("0.001")
+    # 0.001 requests/s x 200 tokens; the batch is the rate times a request's 2.4 s (not the solver's resolution);
+    # $23.92 an hour over 720 tokens an hour
+    assert "0.2 output tokens/s" in text
+    assert re.search(r"batch 0\.0024\d per replica", text)  # the digit after moves with the fitted parameters
+    assert "$33,222.222 per million output tokens" in text
+
+
+@pytest.mark.parametrize("rate", ["1e-8", "1e-30", "0.0009"])
+def test_a_request_rate_below_one_in_17_minutes_is_refused_as_a_unit_slip(rate):
+    """1e-8 requests/s was planned (one request in three years, $3.3 billion per million tokens); the measured-runs
+    CSV already refused a rate under 0.001/s, so the flag now agrees with it."""
+    result = invoke("predict", "-p", "tp=8", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb",
+                    "--gpus", "8", "--input-len", "1000", "--output-len", "200", "--request-rate", rate)
+    assert_user_error(result, "--request-rate", "at least 0.001", "per second")
 
 
 @pytest.mark.parametrize("command", [

@@ -93,6 +93,11 @@ class TrainWorkload:
         return self.moe_capacity_factor is None
 
 
+# The slowest open-loop arrival rate a serving workload may state, requests per second (one request in about 17
+# minutes): slower is no load to plan for, and a rate in requests per hour or per day typed as per second is a unit slip.
+MIN_REQUEST_RATE = 1e-3
+
+
 @dataclass(frozen=True)
 class ServeWorkload:
     """Request shape and load: fixed input and output lengths; targets and load are optional.
@@ -118,6 +123,10 @@ class ServeWorkload:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise InputError(f"must be > 0, but got {value!r}", field=flag)
+        if self.request_rate is not None and self.request_rate < MIN_REQUEST_RATE:
+            raise InputError(f"must be at least {MIN_REQUEST_RATE:g} requests per second (one in about 17 minutes), but "
+                             f"got {self.request_rate!r}; give the rate per second (e.g. 2 requests per minute is "
+                             "--request-rate 0.033)", field="--request-rate")
         if self.concurrency is not None and self.concurrency < 1:
             raise InputError(f"must be >= 1, but got {self.concurrency}", field="--concurrency")
         if self.concurrency is not None and self.request_rate is not None:

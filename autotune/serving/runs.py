@@ -24,6 +24,7 @@ from ..inputs.measured_runs import (
 )
 from ..inputs.modelspec import ModelSpec, MoESpec
 from ..inputs.request import MAX_GPUS
+from ..inputs.workload import MIN_REQUEST_RATE
 from .engines import DEFAULT_ENGINE, ENGINE_ALIASES, ENGINES, MAX_LENGTH, release_key_problem, split_engine_cell
 
 # A release as the engine columns write it: MAJOR.MINOR first (v0.6.3, 0.14.0 (TensorRT engine, trtllm-bench)), any
@@ -115,10 +116,6 @@ UNREAD_MEASUREMENTS = ("output_tokens_per_s", "total_tokens_per_s", "request_thr
 def _float(row: dict, key: str) -> float | None:
     """A number, or None for an empty cell; anything else is the file's error, not a silent default."""
     return number(row, key)
-
-
-# the slowest open-loop arrival rate a row may state, requests per second (one request in about 17 minutes)
-MIN_REQUEST_RATE = 1e-3
 
 
 def _int(row: dict, key: str) -> int | None:
