@@ -5,6 +5,7 @@ Each case is run as a person would type it, through typer's CliRunner.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,16 @@ SPEC = (ROOT / "profiles" / "models" / "llama3-8b.yaml").read_text()
 
 def invoke(*args: str):
     return runner.invoke(app, [str(a) for a in args])
+
+
+def predicted(result) -> dict:
+    """The JSON `predict --json` printed, after checking that its exit status agrees with it: 0 when the plan runs,
+    1 when it does not (out of memory, past the engine's budget, a rule it breaks) -- its numbers printed either way."""
+    assert "Traceback" not in result.output, result.output
+    document = json.loads(result.stdout)
+    estimate = document.get("estimate")
+    assert result.exit_code == (0 if estimate and estimate["fits"] else 1), (result.exit_code, result.output)
+    return document
 
 
 def assert_user_error(result, *needles: str) -> None:

@@ -181,7 +181,7 @@ def test_plans_without_an_embedded_spec_take_the_searched_model_only(serving_pla
 
 SERVE_PREDICT_8B = ["predict", "--workload", "serve", *SERVE_STRING, "--input-len", "512", "--output-len", "128",
                     "-p", "tp=1"]
-TRAIN_PREDICT_8B = ["predict", *SERVE_STRING, "-s", "4096", "-b", "16", "-p", "tp=1"]
+TRAIN_PREDICT_8B = ["predict", *SERVE_STRING, "-s", "4096", "-b", "16", "-p", "tp=2"]  # a plan that fits: exit 0
 
 
 @pytest.mark.parametrize("value", ["6e-1", "6.0e-1", "60e-2", ".6e0"])

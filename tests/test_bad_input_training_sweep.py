@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.test_bad_input import ROOT, SMALL, assert_user_error, invoke
+from tests.test_bad_input import ROOT, SMALL, assert_user_error, invoke, predicted
 
 TPE = ["--sampler", "tpe", "--trials", "3"]
 
@@ -132,8 +132,7 @@ MOE = ["predict", "-m", "qwen3-30b-a3b", "-H", "h100-sxm5-80gb", "--gpus", "16",
 
 def _tokens(*args):
     result = invoke(*MOE, *args)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)["estimate"]["tokens_per_s_per_gpu"], result.stderr
+    return predicted(result)["estimate"]["tokens_per_s_per_gpu"], result.stderr  # numbers, fitting or not
 
 
 def test_moe_imbalance_has_no_effect_with_ep_1_and_says_so():

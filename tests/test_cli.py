@@ -133,7 +133,7 @@ def test_predict_fills_documented_defaults():
     assert plan == {"tp": 2, "pp": 1, "cp": 1, "ep": 1, "vp": 1, "sp": True, "zero": 1, "mbs": 1,
                     "recompute": "none", "precision": "bf16", "offload": "none", "etp": 2, "schedule": "1f1b", "dp": 4}
     assert ok_json("predict", *SMALL, "--plan", "pp=2", "--json")["plan"]["sp"] is False  # sp defaults to tp > 1
-    assert ok_json("predict", *SMALL, "--plan", "tp=1", "--json")["plan"]["dp"] == 8  # dp fills the GPUs
+    assert ok_json("predict", *SMALL, "--plan", "tp=1,recompute=full", "--json")["plan"]["dp"] == 8  # dp fills the GPUs
 
 
 def test_predict_accepts_a_consistent_dp():
@@ -150,9 +150,13 @@ def test_predict_marks_unrunnable_and_oom_plans():
     text = invoke("predict", "-m", "mixtral-8x7b", "-H", "h100-sxm5-80gb", "--gpus", "16", "-s", "4096", "-b", "16",
                   "--plan", "ep=16")
     assert text.exit_code == 1 and "experts not divisible by ep" in text.stderr and "tokens/s" not in text.stdout
-    oom = ok_json("predict", "-m", "llama3-70b", "-H", "a100-sxm4-40gb", "--gpus", "8", "-s", "4096", "-b", "16",
-                  "--plan", "zero=0", "--json")["estimate"]
+    # A plan that does not fit still prints its numbers, and exits 1 so that `predict ... && launch` does not launch.
+    result = invoke("predict", "-m", "llama3-70b", "-H", "a100-sxm4-40gb", "--gpus", "8", "-s", "4096", "-b", "16",
+                    "--plan", "zero=0", "--json")
+    assert result.exit_code == 1, result.output
+    oom = json.loads(result.stdout)["estimate"]
     assert oom["fits"] is False and oom["infeasible_reason"] == "out of memory"
+    assert oom["step_time_s"] > 0
 
 
 def test_predict_human_output():

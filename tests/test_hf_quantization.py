@@ -51,7 +51,7 @@ def test_predict_on_an_fp8_config_plans_fp8_weights_unless_told(tmp_path):
         assert fp8.exit_code == 0, fp8.output
         assert json.loads(fp8.stdout)["plan"]["weights"] == "fp8"
     told = CliRunner().invoke(app, [*base, "--checkpoint", "bf16"])
-    assert told.exit_code == 0, told.output
+    assert told.exit_code == 1, told.output  # a plan that does not fit: exit 1, its JSON printed
     assert json.loads(told.stdout)["plan"]["weights"] == "bf16"  # the user's word wins (and does not fit: 1.3 TB)
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.test_bad_input import assert_user_error, invoke
+from tests.test_bad_input import assert_user_error, invoke, predicted
 
 GIB = 2**30
 SERVE = ["--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "-n", "8", "--input-len", "1024",
@@ -18,9 +18,7 @@ def _predict(engine: str, fraction: float | None, plan: str = "tp=4,weights=fp8"
     args = ["predict", *SERVE, "--plan", plan, "--engine", engine, "--json"]
     if fraction is not None:
         args += ["--memory-fraction", str(fraction)]
-    result = invoke(*args)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)["estimate"]
+    return predicted(invoke(*args))["estimate"]  # exit 1 where it does not fit, its numbers printed
 
 
 def _pool_gib(estimate: dict) -> float:

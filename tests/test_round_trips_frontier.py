@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
+from tests.test_bad_input import predicted
 from autotune.serving.checkpoint import check_checkpoint, how
 
 runner = CliRunner()
@@ -178,8 +179,8 @@ def test_vllm_plans_keep_expert_parallelism_whole_or_off():
     """vLLM spreads the experts over the whole engine or not at all, so TP2 DP8 EP2 is not a vLLM plan."""
     args = ["predict", "--workload", "serve", "-m", "deepseek-v3", "-H", "gb200", "--gpus", "16", "--checkpoint",
             "fp8", "--input-len", "2048", "--output-len", "256", "--json", "-p"]
-    partial = json.loads(ok(*args, "tp=2,dp=8,ep=2,weights=fp8,kv=fp8,max_batch=256").stdout)["estimate"]
-    whole = json.loads(ok(*args, "tp=2,dp=8,ep=16,weights=fp8,kv=fp8,max_batch=256").stdout)["estimate"]
+    partial = predicted(invoke(*args, "tp=2,dp=8,ep=2,weights=fp8,kv=fp8,max_batch=256"))["estimate"]
+    whole = predicted(invoke(*args, "tp=2,dp=8,ep=16,weights=fp8,kv=fp8,max_batch=256"))["estimate"]
     assert not partial["fits"] and "vLLM's expert parallelism" in partial["infeasible_reason"]
     assert whole["fits"]
     sglang = json.loads(ok(*args, "tp=2,dp=8,ep=2,weights=fp8,kv=fp8,max_batch=256", "--engine", "sglang").stdout)

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
+from tests.test_bad_input import predicted
 from autotune.errors import InputError
 from autotune.inputs.hardware import Cluster, load_hardware
 from autotune.inputs.modelspec import load_model
@@ -135,7 +136,7 @@ def test_predict_json_shape():
 def test_unsupported_precision_and_bad_plan():
     result = runner.invoke(app, ["predict", "--workload", "serve", "-m", "llama3-8b", "-H", "a100-sxm4-80gb", "--gpus", "1",
                                  "--input-len", "128", "--output-len", "128", "--plan", "weights=fp8", "--json"])
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # cannot run: exit 1, with the reason in the JSON
     assert json.loads(result.stdout)["estimate"]["infeasible_reason"] == "weight precision not supported by the GPU"
     with pytest.raises(ValueError, match="replicas is derived"):
         parse_serve_plan("tp=4,replicas=3", 8)
@@ -555,8 +556,7 @@ def _serve(engine: str, users: int | None, output_len: int, input_len: int = 819
     result = runner.invoke(app, ["predict", "--workload", "serve", "--engine", engine, "-m", "llama3-70b", "-H",
                                  "h100-sxm5-80gb", "--gpus", "8", "--input-len", str(input_len), "--output-len",
                                  str(output_len), *load, "--plan", "tp=8,weights=fp8,kv=fp8,max_batch=64", "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)["estimate"]
+    return predicted(result)["estimate"]  # latency numbers, also where 8,192 + output tokens pass the context
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
@@ -617,9 +617,7 @@ def test_one_more_prompt_token_does_not_cut_the_wait_for_a_chunk(engine, prompt)
 
 
 def _predict(*args: str) -> dict:
-    result = runner.invoke(app, ["predict", "--workload", "serve", *args, "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)["estimate"]
+    return predicted(runner.invoke(app, ["predict", "--workload", "serve", *args, "--json"]))["estimate"]
 
 
 def test_a_lockstep_moe_engine_holds_a_token_for_one_budget_step_of_a_longer_prompt():

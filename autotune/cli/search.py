@@ -609,7 +609,9 @@ def _no_fit_hint(result, request) -> str:
         "-p tp=4,weights=fp8,kv=fp8,max_batch=128 --input-len 2048 --output-len 256\n\n"
         "Plan keys left out take these defaults: "
         + ", ".join(f"{k}={v}" for k, v in PLAN_DEFAULTS.items())
-        + ", sp=true when tp > 1. dp is derived: GPUs / (tp·pp·cp)."
+        + ", sp=true when tp > 1. dp is derived: GPUs / (tp·pp·cp).\n\n"
+        "Exit status: 0 when the plan runs (whether or not it meets --ttft-ms/--tpot-ms), 1 when it cannot (a rule "
+        "it breaks, or it does not fit in memory; its numbers are still printed), 2 for an input error."
     )
 )
 def predict(
@@ -694,6 +696,7 @@ def predict(
                                       ("moe_capacity_factor", inputs.workload.moe_capacity_factor))
                    if v is not None and (k != "moe_imbalance" or v != 1.0)}
             print_json({"plan": chosen.as_dict(), "framework": inputs.framework.label, **moe, "estimate": estimate})
+            _exit_unless_fits(estimate)
             return
         stdout.print(f"[bold]{inputs.model.name}[/] on {inputs.cluster.n_gpus} x {hw.name}: {chosen.layout()} with "
                      f"{tables.settings_text(chosen)}", highlight=False)
@@ -711,6 +714,7 @@ def predict(
         if "training_days" in estimate:
             stdout.print(f"Training {tokens:.3g} tokens: {estimate['training_days']:,.1f} days, "
                          f"{estimate['gpu_hours']:,.0f} GPU-hours, ${estimate['cost_usd']:,.0f}.", highlight=False)
+        _exit_unless_fits(estimate)
 
 
 def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_node: int | None, nodes: int | None,
@@ -760,6 +764,7 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
                     else None, "parameters": note, "estimate": estimate}
         checkpoint_note = serving_checkpoint_note(model, checkpoint)
         print_json({**document, "checkpoint_note": checkpoint_note} if checkpoint_note else document)
+        _exit_unless_fits(estimate)
         return
     e = estimate
     stdout.print(f"[bold]{spec.name}[/] on {cluster.n_gpus} x {hw.name}: {chosen.layout()} ({chosen.as_string()})",
@@ -783,6 +788,15 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
         stdout.print(f"[bold red]does not fit[/]: {e.get('infeasible_reason')}", highlight=False)
     elif e.get("misses"):
         stdout.print(f"[bold yellow]misses[/]: {e['misses']}", highlight=False)
+    _exit_unless_fits(e)
+
+
+def _exit_unless_fits(estimate: dict) -> None:
+    """A predicted plan that cannot run (out of memory, or past the engine's budget) exits 1 after its numbers are
+    printed, as a search where nothing fits does: a script that launches what predict accepts (``autotune predict
+    ... && launch``) must not launch it.  Missing a latency target is an answer, not a failure: status 0."""
+    if not estimate["fits"]:
+        raise typer.Exit(code=1)
 
 
 # --- explain -------------------------------------------------------------------------------------------
