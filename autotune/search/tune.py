@@ -38,6 +38,7 @@ from ..inputs.hardware import MEASURED_MEMORY_MARGIN
 from ..inputs.loading import is_finite_number
 from ..training.plan import PLAN_KEYS, canonical_fields
 from ..training.problem import TrainingProblem
+from ..training.validation import throughput_ceiling
 from .fingerprint import plan_env
 
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda error: out of memory", "cublas_status_alloc_failed",
@@ -232,26 +233,16 @@ def run_benchmark(command: list[str] | str, plan: Mapping[str, Any], *, estimate
 
 
 # A measurement beyond these is a benchmark bug (wrong units, all GPUs summed, a counter overflow), not a result:
-# its model FLOP/s cannot exceed the GPU's highest dense peak (any precision) by more than this factor -- room for
-# 2:4 sparsity and FLOP-counting conventions -- nor its peak memory the GPU's memory by more than a small margin
-# (Hardware.plausible_memory_gib: decimal GB counted as GiB).
-PLAUSIBLE_PEAK_FACTOR = 5.0
-
-
+# its throughput past training.validation's ceiling (a multiple of the GPU's peak), or its peak memory past the GPU's
+# memory by more than a small margin (Hardware.plausible_memory_gib: decimal GB counted as GiB).
 def implausibility(problem: TrainingProblem, measurement: Measurement) -> str:
     """Why a benchmark's result cannot be real on the study's GPU and model (``""`` when it can)."""
-    from ..costmodel.flops import training_flops_per_token
-
     hw, model = problem.cluster.hardware, problem.model
     value, peak_gib = measurement.tokens_per_s_per_gpu, measurement.peak_memory_gib
-    peak = max(hw.peak_tflops.values()) * 1e12
-    flops = training_flops_per_token(model, problem.workload.seq_len, "none")
-    ceiling = PLAUSIBLE_PEAK_FACTOR * peak / flops
+    ceiling, why = throughput_ceiling(hw, model, problem.workload.seq_len)
     if value is not None and value > ceiling:
-        return (f"tokens_per_s_per_gpu <= {ceiling:,.0f} must hold ({PLAUSIBLE_PEAK_FACTOR:g}x what the "
-                f"{hw.name}'s peak of {peak / 1e12:,.0f} TFLOP/s gives at {flops / 1e9:,.1f} GFLOP per token of "
-                f"{model.name}), but got (tokens_per_s_per_gpu={value:g}); check the benchmark's units: tokens per "
-                "second per GPU")
+        return (f"tokens_per_s_per_gpu <= {ceiling:,.0f} must hold ({why}), but got (tokens_per_s_per_gpu={value:g}); "
+                "check the benchmark's units: tokens per second per GPU")
     limit = hw.plausible_memory_gib
     if peak_gib is not None and peak_gib > limit:
         return (f"peak_memory_gib <= {limit:,.1f} must hold (the {hw.name}'s {hw.memory_gib:g} GiB and "

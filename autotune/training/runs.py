@@ -255,7 +255,7 @@ def parse_row(row: dict, profiles: dict | None = None) -> MeasuredRun | SkippedR
         ("tp", "tp", _int), ("pp", "pp", _int), ("cp", "cp", _int), ("ep", "ep", _int), ("vp", "vp", _int),
         ("sp", "sequence_parallel", _bool), ("zero", "zero", _int), ("mbs", "micro_batch", _int),
         ("recompute", "recompute", lambda r, k: _choice(r, k, CATEGORIES["recompute"])),
-        ("precision", "precision", lambda r, k: (r.get(k) or "").strip() or None),
+        ("precision", "precision", lambda r, k: _choice(r, k, CATEGORIES["precision"])),
         ("etp", "etp", _int),
         ("schedule", "schedule", lambda r, k: _choice(r, k, CATEGORIES["schedule"])),
     ):

@@ -49,6 +49,22 @@ from .space import PERMISSIVE_RULES, REASONS, rejection_reasons
 
 HardwareLoader = Callable[[str], Hardware]
 
+# A measured throughput beyond this is a units slip (tokens per second summed over GPUs, per minute, a counter
+# overflow), not a result: its model FLOP/s cannot exceed the GPU's highest dense peak (any precision) by more than
+# this factor -- room for 2:4 sparsity and FLOP-counting conventions.  Shared with `autotune tune`'s measurements.
+PLAUSIBLE_PEAK_FACTOR = 5.0
+
+
+def throughput_ceiling(hardware: Hardware, model, seq_len: int) -> tuple[float, str]:
+    """The most tokens/s per GPU a measurement of ``model`` on ``hardware`` can show, and why (one phrase)."""
+    from ..costmodel.flops import training_flops_per_token
+
+    peak_flops = max(hardware.peak_tflops.values()) * 1e12
+    flops = training_flops_per_token(model, seq_len, "none")
+    why = (f"{PLAUSIBLE_PEAK_FACTOR:g}x what the {hardware.name}'s peak of {peak_flops / 1e12:,.0f} TFLOP/s gives at "
+           f"{flops / 1e9:,.1f} GFLOP per token of {model.name}")
+    return PLAUSIBLE_PEAK_FACTOR * peak_flops / flops, why
+
 
 # ---------------------------------------------------------------------------------------------
 # Engine: prepared rows, grouped for vectorised evaluation (shared with autotune.training.calibration)
@@ -143,6 +159,12 @@ def prepare(runs: Iterable[MeasuredRun | SkippedRow], hardware_loader: HardwareL
                              f"{MEASURED_MEMORY_MARGIN:.0%}: more cannot be resident on one GPU), but got "
                              f"(measured_memory_gib_per_gpu={measured:g}); give the peak of one GPU in GiB",
                              source=run.source or None, field="measured_memory_gib_per_gpu")
+        ceiling, why = throughput_ceiling(hardware, run.model, run.workload.seq_len)
+        if run.measured_tokens_per_s_per_gpu > ceiling:
+            raise InputError(f"row {run.id!r}: measured_tokens_per_s_per_gpu <= {ceiling:,.0f} must hold ({why}), but "
+                             f"got (measured_tokens_per_s_per_gpu={run.measured_tokens_per_s_per_gpu:g}); give tokens "
+                             "per second per GPU, not summed over the cluster",
+                             source=run.source or None, field="measured_tokens_per_s_per_gpu")
         precision = run.known.get("precision")
         if precision and precision != "fp16" and not hardware.supports(precision):
             skipped.append(SkippedRow(run.id, f"cannot be expressed: {run.gpu} has no {precision} tensor cores"))
