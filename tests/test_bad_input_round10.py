@@ -1,9 +1,13 @@
-"""Training runs CSVs a hostile-input sweep found accepted: a throughput no GPU can reach (a value summed over the
-cluster, or per minute) and a precision cell that names no precision.  Both are errors of the file -- one line naming
-the file, the row and the column, exit 2, no traceback -- in `validate` and in `calibrate`, not a row that is
-predicted (and fitted to) or silently skipped."""
+"""What a hostile-input sweep (round 10) found accepted or unsaid.
+
+Training runs CSVs with a throughput no GPU can reach (a value summed over the cluster, or per minute) or a precision
+cell that names no precision: errors of the file -- one line naming the file, the row and the column, exit 2, no
+traceback -- in `validate` and in `calibrate`, not a row that is predicted (and fitted to) or silently skipped.
+`tune` with a benchmark program that cannot start, and `calibrate` that did not count the rows it skipped."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -60,3 +64,29 @@ def test_a_precision_cell_that_names_no_training_precision_is_an_error_of_the_fi
     args = [command, path] + (["--out", str(tmp_path / "c.yaml")] if command == "calibrate" else [])
     result = invoke(*args)
     assert_user_error(result, "runs.csv", "field 'precision'", f"row {rid!r}", "bf16, fp16, fp8", repr(value))
+
+
+# --- tune: a benchmark program that cannot start ------------------------------------------------------------------
+
+TUNE = ["tune", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "16", "--trials", "2"]
+
+
+@pytest.mark.parametrize("run, where", [("no-such-benchmark --steps 3", "is not on PATH"),
+                                        ("./bench.sh", "is not an executable file")])
+def test_tune_refuses_a_program_that_cannot_start_before_creating_the_study(tmp_path, monkeypatch, run, where):
+    """It failed every trial with 'cannot start the command' after creating the storage file; now nothing is made."""
+    monkeypatch.chdir(tmp_path)
+    result = invoke(*TUNE, "--run", run, "--storage", "sqlite:///t.db")
+    assert_user_error(result, "field '--run'", repr(run.split()[0]), where, "--shell")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tune_runs_a_script_given_by_its_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "bench.sh"
+    script.write_text('#!/bin/sh\necho \'{"tokens_per_s_per_gpu": 1000}\'\n')
+    script.chmod(0o755)
+    result = invoke(*TUNE, "--run", "./bench.sh", "--storage", "sqlite:///t.db", "--json")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "t.db").exists()
+

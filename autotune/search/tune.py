@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -107,6 +108,11 @@ def parse_command(run: str, shell: bool) -> list[str] | str:
         raise InputError(f"cannot be split like a shell would ({exc}); fix the quoting or pass --shell", field="--run") from None
     if not argv:
         raise InputError("is empty after splitting", field="--run")
+    # A program that cannot start fails every trial the same way; say so before a study is created or opened.
+    if shutil.which(argv[0]) is None:
+        where = "is not an executable file" if os.sep in argv[0] else "is not on PATH"
+        raise InputError(f"names the program {argv[0]!r}, which {where}; give its path (e.g. --run 'python "
+                         "bench.py'), make it executable, or pass --shell for a shell command", field="--run")
     return argv
 
 
