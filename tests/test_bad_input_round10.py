@@ -90,3 +90,18 @@ def test_tune_runs_a_script_given_by_its_path(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert (tmp_path / "t.db").exists()
 
+
+def test_training_calibrate_counts_the_rows_it_skipped(tmp_path):
+    """The fit said '(N rows)' only, so rows it could not use vanished without a word; validate lists them."""
+    rows = csv_rows(TRAINING_CSV)
+    rows[1]["usable"] = "false"
+    path = write_csv(tmp_path / "runs.csv", rows, list(rows[0]) + (["usable"] if "usable" not in rows[0] else []))
+    validated = invoke("validate", path, "--json")
+    n_skipped = len(json.loads(validated.stdout)["skipped"])
+    assert n_skipped >= 1
+    result = invoke("calibrate", path, "--out", tmp_path / "c.yaml", "--json")
+    assert result.exit_code == 0, result.output
+    fit = json.loads(result.stdout)
+    assert fit["n_skipped"] == n_skipped and fit["n_rows"] + n_skipped == len(rows)
+    text = invoke("calibrate", path, "--out", tmp_path / "c.yaml", "--force")
+    assert f"{n_skipped} skipped" in " ".join(text.stdout.split())

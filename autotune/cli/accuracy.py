@@ -280,8 +280,10 @@ def calibrate(
             result = fit(runs, load_hardware, progress=update)
         out.parent.mkdir(parents=True, exist_ok=True)
         _write_overlay(out, result.write)
+        # every row read is fitted or skipped (its reason: `autotune validate` on the same file)
+        n_skipped = len(runs) - result.n_rows
         if json_out:
-            print_json(result.to_json())
+            print_json({**result.to_json(), "n_skipped": n_skipped})
             return
         table = Table(title="Fitted efficiency parameters", header_style="bold")
         table.add_column("profile")
@@ -294,7 +296,8 @@ def calibrate(
         stdout.print(table)
         logo = "-" if result.logo_mape_pct is None else f"{result.logo_mape_pct:.1f}%"
         stdout.print(f"MAPE before {result.before.mape_pct:.1f}%, after {result.after.mape_pct:.1f}% "
-                     f"({result.n_rows} rows); leave-one-source-group-out {logo}.", highlight=False)
+                     f"({result.n_rows} rows; {n_skipped} skipped, `autotune validate {runs_csv}` says why); "
+                     f"leave-one-source-group-out {logo}.", highlight=False, soft_wrap=True)
         for group, summary in result.logo.items():
             stdout.print(f"  held out {group}: {summary.n} rows, MAPE {summary.mape_pct:.1f}%", highlight=False)
         stdout.print(f"Wrote {out}; apply it with --calibration {out}.", highlight=False)
