@@ -105,3 +105,26 @@ def test_training_calibrate_counts_the_rows_it_skipped(tmp_path):
     assert fit["n_skipped"] == n_skipped and fit["n_rows"] + n_skipped == len(rows)
     text = invoke("calibrate", path, "--out", tmp_path / "c.yaml", "--force")
     assert f"{n_skipped} skipped" in " ".join(text.stdout.split())
+
+
+# --- --price: a price per GPU-hour, not per node or month ---------------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "16"],
+    ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb,a100-sxm4-80gb", "--gpus", "8..16", "-s", "4096", "-b", "16",
+     "--tokens", "1e9"],
+    ["predict", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "1", "-p", "tp=1",
+     "--input-len", "100", "--output-len", "100"],
+])
+@pytest.mark.parametrize("price", ["1e17", "1000.5"])
+def test_a_price_beyond_any_gpu_hour_is_refused(args, price):
+    """$1e17 per GPU-hour was accepted and ranked plans by it: a price per node-month or in cents is a slip."""
+    assert_user_error(invoke(*args, "--price", price), "field '--price'", "<= 1,000 USD per GPU-hour must hold",
+                      f"--price={float(price):g}")
+
+
+def test_the_dearest_plausible_price_is_accepted():
+    result = invoke("search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "16",
+                    "--price", "1000", "--tokens", "1e9", "--json", "--top", "1")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["plans"][0]["estimate"]["cost_usd"] > 0

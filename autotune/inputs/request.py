@@ -67,12 +67,24 @@ def single_gpu_count(text: str | int | None) -> int | None:
     return count
 
 
+# The most --price may state, USD per GPU-hour: the dearest GPUs rent for about $10 an hour (hardware.md's
+# sources), so more is a price per node, per month or in cents, which would rank plans by a wrong cost.
+MAX_PRICE_USD_PER_GPU_HOUR = 1000.0
+
+
+def check_price(price: float) -> None:
+    """``--price`` is a finite USD amount per GPU-hour from 0 to MAX_PRICE_USD_PER_GPU_HOUR."""
+    if not 0 <= price <= MAX_PRICE_USD_PER_GPU_HOUR:
+        raise InputError(f"0 <= --price <= {MAX_PRICE_USD_PER_GPU_HOUR:,.0f} USD per GPU-hour must hold, but got "
+                         f"(--price={price:g}); give the price of one GPU for one hour, not of a node or a month",
+                         field="--price")
+
+
 def priced_hardware(name: str, price: float | None) -> Hardware:
     """The profile ``name`` (bundled or a YAML path), with ``--price`` laid over it."""
     hw = load_hardware(name)
     if price is not None:
-        if not price >= 0:
-            raise InputError(f"must be >= 0 USD per GPU-hour, but got {price}", field="--price")
+        check_price(price)
         hw = hw.with_price(price)
     return hw
 
@@ -194,8 +206,7 @@ class TrainingRequest:
         if self.calibration is not None:
             hw = calibrated_hardware(hw, self.calibration)
         if self.price is not None:
-            if not self.price >= 0:
-                raise InputError(f"must be >= 0 USD per GPU-hour, but got {self.price}", field="--price")
+            check_price(self.price)
             hw = hw.with_price(self.price)
         cluster = cluster_from_options(hw, self.gpus, self.gpus_per_node, self.nodes)
         if self.seq_len < 1:
