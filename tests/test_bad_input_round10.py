@@ -15,7 +15,7 @@ from autotune.costmodel.flops import training_flops_per_token
 from autotune.inputs.hardware import load_hardware
 from autotune.training.runs import parse_row
 from autotune.training.validation import PLAUSIBLE_PEAK_FACTOR, throughput_ceiling
-from tests.test_bad_input import TRAINING_CSV, assert_user_error, csv_rows, invoke, write_csv
+from tests.test_bad_input import TRAINING_CSV, assert_user_error, csv_rows, invoke, predicted, write_csv
 
 
 def _runs_with(tmp_path, column: str, value: str):
@@ -128,3 +128,37 @@ def test_the_dearest_plausible_price_is_accepted():
                     "--price", "1000", "--tokens", "1e9", "--json", "--top", "1")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["plans"][0]["estimate"]["cost_usd"] > 0
+
+
+# --- predict's exit status: 1 only for a plan that cannot run -------------------------------------------------------
+
+SERVE_70B = ["predict", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+             "--input-len", "2048", "--output-len", "256", "-p", "tp=8,weights=fp8,kv=fp8", "--json"]
+
+
+@pytest.mark.parametrize("load, key", [
+    (["--ttft-ms", "1", "--tpot-ms", "1"], "misses"),  # targets no plan meets: an answer, not a failure
+    (["--request-rate", "1000"], None),  # past the plan's capacity: TTFT without bound, still an answer
+    ([], None),  # max throughput
+])
+def test_a_serving_plan_that_runs_exits_0_whatever_its_latency(load, key):
+    result = invoke(*SERVE_70B, *load)
+    estimate = predicted(result)["estimate"]
+    assert result.exit_code == 0 and estimate["fits"]
+    if key:
+        assert estimate[key]
+
+
+def test_tensor_parallelism_over_nodes_runs_with_a_warning_not_a_failure():
+    """tp=8 on 4-GPU nodes: the engines launch it multi-node and the model prices its all-reduce over the network;
+    search does not plan it, which predict says, exit 0 (it was 'does not fit', exit 1)."""
+    args = ["predict", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "16",
+            "--gpus-per-node", "4", "--input-len", "2048", "--output-len", "256", "-p", "tp=8,weights=fp8,kv=fp8"]
+    result = invoke(*args, "--json")
+    estimate = predicted(result)["estimate"]
+    assert result.exit_code == 0 and estimate["fits"]
+    assert estimate["warning"].startswith("tp spans more than one NVLink domain")
+    inside = predicted(invoke(*args[:10], "8", *args[11:], "--json"))["estimate"]  # 8-GPU nodes: NVLink
+    assert "warning" not in inside and estimate["tpot_ms"] > inside["tpot_ms"]  # the network costs time
+    text = invoke(*args)
+    assert text.exit_code == 0 and "warning: tp spans more than one NVLink domain" in " ".join(text.stdout.split())

@@ -72,6 +72,7 @@ from ..serving.checkpoint import with_held_weights
 from ..serving.estimate import add_serving_cost, estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
 from ..serving.space import IMPOSSIBLE as SERVE_IMPOSSIBLE
+from ..serving.space import PREFERENCES as SERVE_PREFERENCES
 from ..serving.space import REASONS as SERVE_REASONS
 from ..serving.space import rejection_reasons as serve_rejection_reasons
 from ..training.confidence import sentence as confidence_sentence
@@ -611,7 +612,9 @@ def _no_fit_hint(result, request) -> str:
         + ", ".join(f"{k}={v}" for k, v in PLAN_DEFAULTS.items())
         + ", sp=true when tp > 1. dp is derived: GPUs / (tp·pp·cp).\n\n"
         "Exit status: 0 when the plan runs (whether or not it meets --ttft-ms/--tpot-ms), 1 when it cannot (a rule "
-        "it breaks, or it does not fit in memory; its numbers are still printed), 2 for an input error."
+        "it breaks: no numbers; it does not fit in memory or the engine's budget: its numbers are still printed), 2 "
+        "for an input error. Unlike search, which exits 1 when no plan meets the targets, a predicted plan that "
+        "misses them is an answer."
     )
 )
 def predict(
@@ -755,7 +758,10 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
                                                     memory_fraction=fraction).row(0),
                                    chosen, ckpt, engine, spec.is_moe, fp4_cores=hw.supports("fp4"))
     estimate = add_serving_cost(estimate, cluster.n_gpus, hw.price_usd_per_gpu_hour)
-    if reason:
+    if reason and SERVE_REASONS[reason] in SERVE_PREFERENCES:
+        estimate["warning"] = (f"{SERVE_REASONS[reason]}: the engine runs it multi-node, its all-reduce over the "
+                               "network as priced here, but search does not plan it")
+    elif reason:
         estimate["fits"] = False
         estimate["meets_targets"] = False
         estimate["infeasible_reason"] = SERVE_REASONS[reason]
@@ -784,6 +790,8 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
         stdout.print(cost_text(e), highlight=False, soft_wrap=True)
     if e.get("needs_checkpoint"):
         stdout.print(f"[bold yellow]checkpoint[/]: this plan {e['needs_checkpoint']}.", highlight=False, soft_wrap=True)
+    if e.get("warning"):
+        stdout.print(f"[bold yellow]warning[/]: {e['warning']}.", highlight=False, soft_wrap=True)
     if not e["fits"]:
         stdout.print(f"[bold red]does not fit[/]: {e.get('infeasible_reason')}", highlight=False)
     elif e.get("misses"):
@@ -792,9 +800,10 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
 
 
 def _exit_unless_fits(estimate: dict) -> None:
-    """A predicted plan that cannot run (out of memory, or past the engine's budget) exits 1 after its numbers are
-    printed, as a search where nothing fits does: a script that launches what predict accepts (``autotune predict
-    ... && launch``) must not launch it.  Missing a latency target is an answer, not a failure: status 0."""
+    """A predicted plan that cannot run (out of memory, past the engine's budget, a precision the GPU lacks) exits 1
+    after its numbers are printed, as a search where nothing fits does: a script that launches what predict accepts
+    (``autotune predict ... && launch``) must not launch it.  Missing a latency target is an answer, not a failure,
+    and so is a layout search would not choose (tp over nodes): status 0."""
     if not estimate["fits"]:
         raise typer.Exit(code=1)
 

@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..inputs.hardware import Hardware
+from ..inputs.hardware import Cluster, Hardware
 from ..inputs.modelspec import ModelSpec
 
 ARCH_FIELDS = ("L", "h", "V", "n_heads", "n_kv_heads", "head_dim", "n_full", "n_swa", "n_lin", "window", "mla",
@@ -130,6 +130,13 @@ def gpu_scalars(hw: Hardware) -> dict[str, float]:
         "net_lat": hw.inter_node.latency_us * 1e-6,
         "blackwell": float(hw.name.startswith(BLACKWELL_PREFIXES) or "fp4" in peaks),
     }
+
+
+def cluster_scalars(cluster: Cluster) -> dict[str, float]:
+    """:func:`gpu_scalars` with the cluster's own node and NVLink domain (``--gpus-per-node`` 4 of an 8-GPU profile:
+    tensor parallelism over 8 GPUs crosses the network, which the profile's node size would price as NVLink)."""
+    return {**gpu_scalars(cluster.hardware), "domain": float(cluster.gpus_per_scale_up_domain),
+            "node": float(cluster.gpus_per_node)}
 
 
 def gpu_arrays(hws: Sequence[Hardware]) -> dict[str, np.ndarray]:

@@ -50,7 +50,7 @@ from .arch import (
     KV_BYTES,
     WEIGHT_BYTES,
     class_formats,
-    gpu_scalars,
+    cluster_scalars,
     model_scalars,
     precision_arrays,
 )
@@ -638,7 +638,7 @@ def _finite(value: float) -> float | None:
 
 
 def plan_precisions(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch) -> dict[str, np.ndarray]:
-    g = gpu_scalars(cluster.hardware)
+    g = cluster_scalars(cluster)
     formats = [class_formats(model.is_moe, WEIGHTS[int(w)]) for w in plans.weights]
     return precision_arrays(formats, [g] * len(plans), [KV_DTYPES[int(k)] for k in plans.kv])
 
@@ -646,7 +646,7 @@ def plan_precisions(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch) -
 def engine_memory(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, engine: str, *, side: str = "d",
                   fraction=None, max_len=None) -> E.MemoryBudget:
     """The engine's memory budget on one GPU of each plan's decode (``d``) or prefill (``p``) engines."""
-    a, g = model_scalars(model), gpu_scalars(cluster.hardware)
+    a, g = model_scalars(model), cluster_scalars(cluster)
     q = plan_precisions(model, cluster, plans)
     cols = {k: getattr(plans, f"{side}_{k}").astype(np.float64) for k in ("tp", "pp", "dp", "ep")}
     per_rank = plans.max_batch / cols["dp"]
@@ -683,7 +683,7 @@ def max_batch_fit(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, max
 
 def plan_rows(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans: ServePlanBatch, engine: str,
               mem: E.MemoryBudget) -> Rows:
-    a, g = model_scalars(model), gpu_scalars(cluster.hardware)
+    a, g = model_scalars(model), cluster_scalars(cluster)
     q = plan_precisions(model, cluster, plans)
     replicas = plans.replicas.astype(np.float64)
     load = {"concurrency": LOAD_CONCURRENCY, "rate": LOAD_RATE}.get(workload.mode, LOAD_FULL)

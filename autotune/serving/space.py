@@ -68,6 +68,14 @@ IMPOSSIBLE: frozenset[str] = frozenset({"heads not divisible by tp", "pipeline s
                                         "(tp*dp/ep)"})
 
 
+# The search space's preferences among the rules: a plan that breaks one runs (tensor parallelism over nodes: vLLM
+# and SGLang launch it multi-node) and is priced (its all-reduce over the network, estimate._link_bw), but search
+# does not plan it.  `predict` flags it and still says the plan runs.
+PREFERENCES: frozenset[str] = frozenset({"tp spans more than one NVLink domain",
+                                         "engine spans more nodes than the pipeline and data-parallel ranks can "
+                                         "split"})
+
+
 @dataclass(frozen=True)
 class ServeSpace:
     name: str
