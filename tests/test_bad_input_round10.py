@@ -72,21 +72,43 @@ TUNE = ["tune", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", 
 
 
 @pytest.mark.parametrize("run, where", [("no-such-benchmark --steps 3", "is not on PATH"),
-                                        ("./bench.sh", "is not an executable file")])
+                                        ("./bench.sh", "does not exist"),
+                                        ("./plain.sh", "is not executable; run chmod +x ./plain.sh")])
 def test_tune_refuses_a_program_that_cannot_start_before_creating_the_study(tmp_path, monkeypatch, run, where):
     """It failed every trial with 'cannot start the command' after creating the storage file; now nothing is made."""
-    monkeypatch.chdir(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "plain.sh").write_text("#!/bin/sh\necho '{\"tokens_per_s_per_gpu\": 1000}'\n")  # not executable
+    monkeypatch.chdir(work)
     result = invoke(*TUNE, "--run", run, "--storage", "sqlite:///t.db")
-    assert_user_error(result, "field '--run'", repr(run.split()[0]), where, "--shell")
+    assert_user_error(result, "field '--run'", repr(run.split()[0]), where)
+    assert sorted(p.name for p in work.iterdir()) == ["plain.sh"]
+
+
+def test_worker_refuses_a_program_that_cannot_start_before_opening_the_storage(tmp_path, monkeypatch):
+    """With --wait it would create the storage and wait for the study before the program was ever tried."""
+    monkeypatch.chdir(tmp_path)
+    result = invoke("worker", "--storage", "sqlite:///w.db", "--study", "s", "--run", "no-such-benchmark",
+                    "--wait", "600")
+    assert_user_error(result, "field '--run'", "'no-such-benchmark'", "is not on PATH")
     assert list(tmp_path.iterdir()) == []
 
 
-def test_tune_runs_a_script_given_by_its_path(tmp_path, monkeypatch):
+def test_a_shell_command_is_not_checked_as_a_program(tmp_path, monkeypatch):
+    """--shell runs the text through /bin/sh: its first word may be a builtin or a variable, so it is not checked."""
+    monkeypatch.chdir(tmp_path)
+    result = invoke(*TUNE, "--shell", "--run", "cd . && echo '{\"tokens_per_s_per_gpu\": 1000}'",
+                    "--storage", "sqlite:///t.db", "--json")
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+def test_tune_runs_a_script_given_by_its_path(tmp_path, monkeypatch, absolute):
     monkeypatch.chdir(tmp_path)
     script = tmp_path / "bench.sh"
     script.write_text('#!/bin/sh\necho \'{"tokens_per_s_per_gpu": 1000}\'\n')
     script.chmod(0o755)
-    result = invoke(*TUNE, "--run", "./bench.sh", "--storage", "sqlite:///t.db", "--json")
+    result = invoke(*TUNE, "--run", str(script) if absolute else "./bench.sh", "--storage", "sqlite:///t.db", "--json")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "t.db").exists()
 

@@ -354,6 +354,8 @@ def worker(
             raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
         check_study_flags(storage=storage, study=study, required=("--storage", "--study"))
         check_heartbeat_storage(heartbeat, storage)
+        # a program that cannot start is said before the storage is opened or the study waited for
+        command = parse_command(run, shell) if run is not None else None
         # a worker joins a study that search or tune started: without --wait it must not create the storage file
         store = make_storage(storage, heartbeat_s=heartbeat or None, existing=not wait)
         opened, problem, objectives, settings, target = load_for_worker(store, study, wait)
@@ -365,7 +367,7 @@ def worker(
                 raise InputError(f"study {study!r} holds measured trials: give the benchmark command with --run",
                                  field="--run")
             timeout = trial_timeout if trial_timeout is not None else settings.get("trial_timeout")
-            measure = measure_with(parse_command(run, shell), shell, timeout, {"study": study})
+            measure = measure_with(command, shell, timeout, {"study": study})
         elif run is not None:
             raise InputError(f"study {study!r} is a cost-model search; it runs no command", field="--run")
         if settings.get("sampler") == "exact":

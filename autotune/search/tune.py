@@ -109,10 +109,15 @@ def parse_command(run: str, shell: bool) -> list[str] | str:
     if not argv:
         raise InputError("is empty after splitting", field="--run")
     # A program that cannot start fails every trial the same way; say so before a study is created or opened.
-    if shutil.which(argv[0]) is None:
-        where = "is not an executable file" if os.sep in argv[0] else "is not on PATH"
-        raise InputError(f"names the program {argv[0]!r}, which {where}; give its path (e.g. --run 'python "
-                         "bench.py'), make it executable, or pass --shell for a shell command", field="--run")
+    program = argv[0]
+    if shutil.which(program) is None:
+        if os.sep not in program:
+            why = "is not on PATH; give its path (--run './bench.sh') or its interpreter (--run 'python bench.py')"
+        elif os.path.isfile(program):
+            why = f"is not executable; run chmod +x {shlex.quote(program)}, or give its interpreter (--run 'sh ...')"
+        else:
+            why = "does not exist; check the path (relative paths start from the folder autotune runs in)"
+        raise InputError(f"names the program {program!r}, which {why}", field="--run")
     return argv
 
 
