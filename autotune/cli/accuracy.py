@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Annotated, Callable, Mapping, Optional
 
@@ -295,9 +296,11 @@ def calibrate(
                 table.add_row(profile, name, f"{result.start[profile][name]:.4g}", f"{value:.4g}")
         stdout.print(table)
         logo = "-" if result.logo_mape_pct is None else f"{result.logo_mape_pct:.1f}%"
+        skipped = (f"; {n_skipped} skipped, `autotune validate {shlex.quote(str(runs_csv))}` says why"
+                   if n_skipped else "")
         stdout.print(f"MAPE before {result.before.mape_pct:.1f}%, after {result.after.mape_pct:.1f}% "
-                     f"({result.n_rows} rows; {n_skipped} skipped, `autotune validate {runs_csv}` says why); "
-                     f"leave-one-source-group-out {logo}.", highlight=False, soft_wrap=True)
+                     f"({result.n_rows} rows{skipped}); leave-one-source-group-out {logo}.", highlight=False,
+                     soft_wrap=True)
         for group, summary in result.logo.items():
             stdout.print(f"  held out {group}: {summary.n} rows, MAPE {summary.mape_pct:.1f}%", highlight=False)
         stdout.print(f"Wrote {out}; apply it with --calibration {out}.", highlight=False)
