@@ -43,15 +43,16 @@ from ..inputs.calibration import (
 )
 from ..inputs.hardware import MEASURED_MEMORY_MARGIN, Hardware
 from .estimate import estimate_training
-from .plan import Plan, PlanBatch
+from .plan import PRECISION, Plan, PlanBatch
 from .runs import MeasuredRun, SkippedRow, candidate_plans, preferred_candidates
 from .space import PERMISSIVE_RULES, REASONS, rejection_reasons
 
 HardwareLoader = Callable[[str], Hardware]
 
 # A measured throughput beyond this is a units slip (tokens per second summed over GPUs, per minute, a counter
-# overflow), not a result: its model FLOP/s cannot exceed the GPU's highest dense peak (any precision) by more than
-# this factor -- room for 2:4 sparsity and FLOP-counting conventions.  Shared with `autotune tune`'s measurements.
+# overflow), not a result: its model FLOP/s cannot exceed the GPU's highest dense peak of a training precision
+# (bf16, fp16, fp8; not int8 or fp4, which train nothing here) by more than this factor -- room for 2:4 sparsity
+# and FLOP-counting conventions (the bundled runs reach at most an eighth of it).  Shared with `autotune tune`.
 PLAUSIBLE_PEAK_FACTOR = 5.0
 
 
@@ -59,7 +60,8 @@ def throughput_ceiling(hardware: Hardware, model, seq_len: int) -> tuple[float, 
     """The most tokens/s per GPU a measurement of ``model`` on ``hardware`` can show, and why (one phrase)."""
     from ..costmodel.flops import training_flops_per_token
 
-    peak_flops = max(hardware.peak_tflops.values()) * 1e12
+    peaks = [v for k, v in hardware.peak_tflops.items() if k in PRECISION] or list(hardware.peak_tflops.values())
+    peak_flops = max(peaks) * 1e12
     flops = training_flops_per_token(model, seq_len, "none")
     why = (f"{PLAUSIBLE_PEAK_FACTOR:g}x what the {hardware.name}'s peak of {peak_flops / 1e12:,.0f} TFLOP/s gives at "
            f"{flops / 1e9:,.1f} GFLOP per token of {model.name}")
