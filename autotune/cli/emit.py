@@ -37,6 +37,7 @@ from ..outputs.files import (
     plan_entry,
     plans_path,
     read_plans,
+    refuse_overwrite,
     write_files,
 )
 from ..search.api import predict_serve_plan, serving_checkpoint, serving_checkpoint_note, serving_memory_fraction
@@ -151,40 +152,47 @@ def emit(
                                  f"break, a tab), but got {value!r}", field=flag)
         if out is not None:  # before any work: a file, an unwritable place
             check_out_dir(out, force, must_be_empty=False)
-        if format in SERVING_FORMATS:
-            for flag, value in (("--moe-imbalance", moe_imbalance), ("--moe-capacity-factor", moe_capacity_factor)):
-                if value is not None:
-                    raise InputError(f"is a training setting; a {format} plan does not take it", field=flag)
-            # Refused, not ignored: a training option on a serving emit would otherwise vanish without a word.
-            reject_flags({"--global-batch": global_batch, "--tokens": tokens,
-                          "--framework": framework, "--data-path": data_path, "--tokenizer": tokenizer},
-                         f"a serving emit (--format {format}: training only)")
-            if calibration is not None:
-                raise InputError(f"does not apply to a serving emit (--format {format}): the script quotes the "
-                                 "engine's shipped parameters, or those a serving plans.json records; leave it out",
-                                 field="--calibration")
-            if seq_len is not None and input_len is not None and output_len is not None:
-                reject_flags({"--seq-len": seq_len}, "a serving emit given --input-len and --output-len (the request "
-                                                     "is their sum)")
-            files, estimate = _serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len,
-                                       input_len=input_len, output_len=output_len, gpus_per_node=gpus_per_node,
-                                       nodes=nodes, checkpoint=checkpoint, model_path=model_path,
-                                       memory_fraction=serving_memory_fraction(memory_fraction))
-        else:
-            if format not in EMITTERS:
-                raise InputError(f"unknown format {format!r}; choose from {', '.join(FORMATS + SERVING_FORMATS)}",
-                                 field="--format")
-            reject_flags({"--input-len": input_len, "--output-len": output_len, "--checkpoint": checkpoint,
-                          "--model-path": model_path, "--memory-fraction": memory_fraction},
-                         f"a training launch config (--format {format}; serving: --format vllm or sglang)")
-            given = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
-                                    seq_len=seq_len, global_batch=global_batch, tokens=tokens, calibration=calibration,
-                                    moe_imbalance=moe_imbalance, moe_capacity_factor=moe_capacity_factor)
-            software, runs = _software(framework, format)
-            given = dataclasses.replace(given, framework=software)
-            options = dict(data_path=data_path, tokenizer=tokenizer, framework=runs)
-            context = _context(plan_source, plan, rank, given, options, framework_given=framework is not None)
-            files, estimate = render(format, context), context.estimate
+        # The notes of the plan wait until its files can be written: a refusal (--out would be overwritten, a
+        # bad plan) is one line on stderr, not notes about files that were never written and then the error.
+        with stderr.capture() as notes:
+            if format in SERVING_FORMATS:
+                for flag, value in (("--moe-imbalance", moe_imbalance), ("--moe-capacity-factor", moe_capacity_factor)):
+                    if value is not None:
+                        raise InputError(f"is a training setting; a {format} plan does not take it", field=flag)
+                # Refused, not ignored: a training option on a serving emit would otherwise vanish without a word.
+                reject_flags({"--global-batch": global_batch, "--tokens": tokens,
+                              "--framework": framework, "--data-path": data_path, "--tokenizer": tokenizer},
+                             f"a serving emit (--format {format}: training only)")
+                if calibration is not None:
+                    raise InputError(f"does not apply to a serving emit (--format {format}): the script quotes the "
+                                     "engine's shipped parameters, or those a serving plans.json records; leave it out",
+                                     field="--calibration")
+                if seq_len is not None and input_len is not None and output_len is not None:
+                    reject_flags({"--seq-len": seq_len}, "a serving emit given --input-len and --output-len (the request "
+                                                         "is their sum)")
+                files, estimate = _serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len,
+                                           input_len=input_len, output_len=output_len, gpus_per_node=gpus_per_node,
+                                           nodes=nodes, checkpoint=checkpoint, model_path=model_path,
+                                           memory_fraction=serving_memory_fraction(memory_fraction))
+            else:
+                if format not in EMITTERS:
+                    raise InputError(f"unknown format {format!r}; choose from {', '.join(FORMATS + SERVING_FORMATS)}",
+                                     field="--format")
+                reject_flags({"--input-len": input_len, "--output-len": output_len, "--checkpoint": checkpoint,
+                              "--model-path": model_path, "--memory-fraction": memory_fraction},
+                             f"a training launch config (--format {format}; serving: --format vllm or sglang)")
+                given = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
+                                        seq_len=seq_len, global_batch=global_batch, tokens=tokens, calibration=calibration,
+                                        moe_imbalance=moe_imbalance, moe_capacity_factor=moe_capacity_factor)
+                software, runs = _software(framework, format)
+                given = dataclasses.replace(given, framework=software)
+                options = dict(data_path=data_path, tokenizer=tokenizer, framework=runs)
+                context = _context(plan_source, plan, rank, given, options, framework_given=framework is not None)
+                files, estimate = render(format, context), context.estimate
+            if out is not None:
+                refuse_overwrite(out, files, force)
+        if notes.get():
+            stderr.file.write(notes.get())
         if out is not None:
             written = write_files(out, files, force)
             if json_out:

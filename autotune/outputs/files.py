@@ -13,7 +13,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..errors import InputError
 from ..inputs.loading import check_regular_file, load_json, strict_json
@@ -113,14 +113,20 @@ def write_plans(path: Path, document: Mapping[str, Any]) -> list[Path]:
     return [json_path, csv_path]
 
 
-def write_files(out: Path, files: Mapping[str, str], force: bool) -> list[Path]:
-    """Write ``files`` (name -> text) into folder ``out``; refuse to overwrite an existing file unless ``force``."""
+def refuse_overwrite(out: Path, names: Iterable[str], force: bool) -> None:
+    """Refuse (InputError) to write files of these names into folder ``out`` when one exists there, unless ``force``,
+    or when ``out`` is not a folder; writes nothing."""
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a folder; choose another --out", source=str(out))
-    paths = [out / name for name in files]
-    existing = [p.name for p in paths if p.exists() or p.is_symlink()]
+    existing = [name for name in names if (out / name).exists() or (out / name).is_symlink()]
     if existing and not force:
         raise InputError(f"would overwrite {', '.join(existing)}; pass --force, or choose another --out", source=str(out))
+
+
+def write_files(out: Path, files: Mapping[str, str], force: bool) -> list[Path]:
+    """Write ``files`` (name -> text) into folder ``out``; refuse to overwrite an existing file unless ``force``."""
+    refuse_overwrite(out, files, force)
+    paths = [out / name for name in files]
     out.mkdir(parents=True, exist_ok=True)
     for path, text in zip(paths, files.values()):
         unlink_symlink(path).write_text(text, encoding="utf-8")  # as its sha256 in plans.json is taken

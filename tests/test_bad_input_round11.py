@@ -1,0 +1,52 @@
+"""What a hostile-input and round-trip sweep (round 11) found.
+
+`emit` into a folder whose files it would overwrite printed its notes about the plan (searched for another engine or
+framework, re-checked against another memory budget, missing the search's targets) and then refused: two or three
+lines on stderr about files that were never written.  Now the refusal is one line, and the notes come only with files
+that are written."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_bad_input import SERVE, SMALL, assert_user_error, invoke
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """A serving search (for vllm, with latency targets) and a training search (for megatron-lm), each in --out."""
+    root = tmp_path_factory.mktemp("searched")
+    serve, train = root / "serve", root / "train"
+    for args, out in (([*SERVE, "--ttft-ms", "500", "--tpot-ms", "50"], serve), (SMALL, train)):
+        result = invoke("search", *args, "--out", out)
+        assert result.exit_code == 0, result.output
+    return serve, train
+
+
+@pytest.mark.parametrize("which, format, files", [
+    ("serve", "sglang", "serve_sglang.sh"),
+    ("train", "deepspeed", "ds_config.json, deepspeed_launch.sh"),
+    ("train", "torchtitan", "autotune_torchtitan.py, torchtitan_launch.sh"),
+])
+def test_emit_refusing_to_overwrite_says_one_line_without_the_plans_notes(searched, tmp_path, which, format, files):
+    plans = searched[0 if which == "serve" else 1] / "plans.json"
+    out = tmp_path / "launch"
+    first = invoke("emit", plans, "--format", format, "--out", out)
+    assert first.exit_code == 0, first.output
+    assert "note:" in first.stderr  # the notes come with the files written
+    written = {p.name: p.read_text() for p in out.iterdir()}
+    (out / files.split(", ")[0]).write_text("# my edits\n")
+    again = invoke("emit", plans, "--format", format, "--out", out)
+    assert_user_error(again, str(out), f"would overwrite {files}", "--force")
+    assert (out / files.split(", ")[0]).read_text() == "# my edits\n"
+    assert sorted(p.name for p in out.iterdir()) == sorted(written)
+
+
+def test_emit_with_force_still_prints_its_notes(searched, tmp_path):
+    plans = searched[0] / "plans.json"
+    out = tmp_path / "launch"
+    assert invoke("emit", plans, "--format", "sglang", "--out", out).exit_code == 0
+    forced = invoke("emit", plans, "--format", "sglang", "--out", out, "--force")
+    assert forced.exit_code == 0, forced.output
+    assert "searched for vllm" in forced.stderr and "error" not in forced.stderr
+    assert "Wrote" in forced.stdout
