@@ -7,9 +7,11 @@ that are written."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from tests.test_bad_input import SERVE, SMALL, assert_user_error, invoke
+from tests.test_bad_input import SERVE, SMALL, assert_user_error, invoke, predicted
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +52,31 @@ def test_emit_with_force_still_prints_its_notes(searched, tmp_path):
     assert forced.exit_code == 0, forced.output
     assert "searched for vllm" in forced.stderr and "error" not in forced.stderr
     assert "Wrote" in forced.stdout
+
+
+# --- a missed target written so that it reads as missed -----------------------------------------------------------
+
+PLAN = "tp=1,max_batch=512,weights=fp8,kv=fp8"  # TPOT 41.07 ms, TTFT 258.35 ms
+
+
+def _estimate(args=()):
+    return predicted(invoke("predict", *SERVE, "--plan", PLAN, *args, "--json"))["estimate"]
+
+
+@pytest.mark.parametrize("metric, decimals", [("TPOT", 0), ("TTFT", 1)])
+def test_a_missed_latency_target_is_written_above_the_target(metric, decimals):
+    """A TPOT of 41.07 ms over a 41 ms target read "TPOT 41 > 41 ms", a TTFT of 258.35 over 258.3 read
+    "TTFT 258 > 258.3 ms": misses that looked like none."""
+    value = _estimate()[f"{metric.lower()}_ms"]
+    target = math.floor(value * 10**decimals) / 10**decimals  # just under the plan's latency, as a user writes it
+    estimate = _estimate([f"--{metric.lower()}-ms", f"{target:g}"])
+    assert not estimate["meets_targets"]
+    shown, _, limit = estimate["misses"].removeprefix(f"{metric} ").partition(" > ")
+    assert limit == f"{target:g} ms", estimate["misses"]
+    assert float(shown.replace(",", "")) > target, estimate["misses"]
+    assert len(shown.partition(".")[2]) >= decimals  # at least the target's decimals
+
+
+def test_a_missed_target_far_above_is_still_whole_ms():
+    estimate = _estimate(["--tpot-ms", "1", "--ttft-ms", "0.5"])
+    assert estimate["misses"] == f"TTFT {estimate['ttft_ms']:,.1f} > 0.5 ms; TPOT {estimate['tpot_ms']:,.0f} > 1 ms"

@@ -818,6 +818,18 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
     )
 
 
+def _miss_text(value: float, target: float) -> str:
+    """``value`` with the target's decimals (whole ms for a whole target), or more where fewer would not show it
+    above the target: 50.3 over a 50 ms target reads "50.3 > 50", not "50 > 50"; 21.702 over 21.7, "21.702"."""
+    written = f"{target:g}"
+    start = len(written.split(".")[1]) if "." in written and "e" not in written else 0
+    for digits in range(start, start + 4):
+        text = f"{value:,.{digits}f}"
+        if float(text.replace(",", "")) > float(written):
+            return text
+    return f"{value:,.6g}"
+
+
 def _fmt_miss(name: str, value: np.ndarray, target: float) -> np.ndarray:
-    return np.array([f"{name} {v:,.0f} > {target:g} ms; " if np.isfinite(v) else f"{name} unbounded (overloaded); "
-                     for v in value], dtype=object)
+    return np.array([f"{name} {_miss_text(v, target)} > {target:g} ms; " if np.isfinite(v)
+                     else f"{name} unbounded (overloaded); " for v in value], dtype=object)
