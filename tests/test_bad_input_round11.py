@@ -7,11 +7,12 @@ that are written."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
-from tests.test_bad_input import SERVE, SMALL, assert_user_error, invoke, predicted
+from tests.test_bad_input import PROFILE, SERVE, SMALL, assert_user_error, invoke, predicted
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +81,44 @@ def test_a_missed_latency_target_is_written_above_the_target(metric, decimals):
 def test_a_missed_target_far_above_is_still_whole_ms():
     estimate = _estimate(["--tpot-ms", "1", "--ttft-ms", "0.5"])
     assert estimate["misses"] == f"TTFT {estimate['ttft_ms']:,.1f} > 0.5 ms; TPOT {estimate['tpot_ms']:,.0f} > 1 ms"
+
+
+# --- a search at --price 0 reads back ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workload, formats", [(SMALL, ("megatron", "slurm")), (SERVE, ("vllm", "sglang"))],
+                         ids=["train", "serve"])
+def test_a_search_at_price_zero_round_trips_through_explain_emit_and_report(tmp_path, workload, formats):
+    """search --price 0 (GPUs already paid for) is taken, and wrote a plans.json whose embedded profile explain, emit
+    and report refused: "inputs.hardware_profile: field 'price_usd_per_gpu_hour': must be > 0, but got 0.0"."""
+    out = tmp_path / "run"
+    searched = invoke("search", *workload, "--price", "0", "--out", out)
+    assert searched.exit_code == 0, searched.output
+    explained = invoke("explain", out, "--json")
+    assert explained.exit_code == 0, explained.output
+    if workload is SMALL:  # the price read back is the search's, not the profile's
+        assert json.loads(explained.stdout)["estimate"]["cost_usd_per_million_tokens"] == 0
+    for format in formats:
+        emitted = invoke("emit", out, "--format", format, "--out", tmp_path / format)
+        assert emitted.exit_code == 0, emitted.output
+    reported = invoke("report", out, "--out", tmp_path / "report", "--trials", "0")
+    assert reported.exit_code == 0, reported.output
+    assert (tmp_path / "report" / "report.html").is_file()
+
+
+def test_a_study_at_price_zero_is_joined_and_reported(tmp_path):
+    """Its stored problem could not be read: worker and report --study said "start a new study"."""
+    storage = f"sqlite:///{tmp_path}/s.db"
+    searched = invoke("search", *SMALL, "--sampler", "tpe", "--trials", "20", "--storage", storage, "--study", "p",
+                      "--price", "0")
+    assert searched.exit_code in (0, 1), searched.output
+    joined = invoke("worker", "--storage", storage, "--study", "p", "--trials", "22", "--wait", "0")
+    assert joined.exit_code == 0, joined.output
+    reported = invoke("report", "--storage", storage, "--study", "p", "--out", tmp_path / "report", "--trials", "0")
+    assert reported.exit_code == 0, reported.output
+
+
+def test_a_profile_yaml_still_states_a_price_above_zero(tmp_path):
+    path = tmp_path / "gpu.yaml"
+    path.write_text(PROFILE.replace("price_usd_per_gpu_hour: 2.99", "price_usd_per_gpu_hour: 0", 1))
+    assert "price_usd_per_gpu_hour: 0\n" in path.read_text()
+    assert_user_error(invoke("hardware", "show", path), "gpu.yaml", "price_usd_per_gpu_hour", "> 0")

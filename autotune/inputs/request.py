@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 from ..errors import InputError
 from .calibration import calibrated_hardware
 from .framework import Framework, load_framework
-from .hardware import Cluster, Hardware, load_hardware
+from .hardware import Cluster, Hardware, hardware_from_mapping, load_hardware
 from .modelspec import ModelSpec, load_model
 from .workload import ServeWorkload, TrainWorkload, capacity_factor_problem, tokens_problem
 
@@ -87,6 +87,17 @@ def priced_hardware(name: str, price: float | None) -> Hardware:
         check_price(price)
         hw = hw.with_price(price)
     return hw
+
+
+def recorded_hardware(data: Mapping[str, Any], *, source: str) -> Hardware:
+    """A profile as a plans.json or a study records it (``hardware_to_mapping``), at the price its search applied.
+
+    --price takes 0 (GPUs already paid for, check_price), which a profile YAML may not state: a recorded price of 0
+    is read as a price, not refused as a profile's, so that the search's result reads back where it was written."""
+    price = data.get("price_usd_per_gpu_hour")
+    if isinstance(price, (int, float)) and not isinstance(price, bool) and price == 0:
+        return hardware_from_mapping({**data, "price_usd_per_gpu_hour": 1.0}, source=source).with_price(0.0)
+    return hardware_from_mapping(dict(data), source=source)
 
 
 def cluster_from_options(hardware: Hardware, gpus: int | None, gpus_per_node: int | None, nodes: int | None) -> Cluster:

@@ -17,8 +17,9 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import InputError
 from ..inputs.framework import Framework, load_framework
-from ..inputs.hardware import Cluster, hardware_from_mapping, hardware_to_mapping
+from ..inputs.hardware import Cluster, hardware_to_mapping
 from ..inputs.modelspec import model_from_mapping, model_to_mapping
+from ..inputs.request import recorded_hardware
 from ..inputs.workload import TrainWorkload
 from ..training.problem import OBJECTIVES, Objective, TrainingProblem
 from ..training.space import OPTIONAL_AXES, Rules, Space
@@ -128,7 +129,7 @@ def problem_from_fingerprint(data: Mapping[str, Any], *, study: str = "") -> tup
                          field="--study")
     try:
         model = model_from_mapping(dict(data["model"]), source=where)
-        hw = hardware_from_mapping(dict(data["hardware"]), source=where)
+        hw = recorded_hardware(dict(data["hardware"]), source=where)
         cluster = Cluster(hardware=hw, **data["cluster"])
         workload = TrainWorkload(**data["workload"])
         rules = Rules(**data["space"]["rules"])

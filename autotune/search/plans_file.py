@@ -25,7 +25,6 @@ from ..inputs.framework import load_framework
 from ..inputs.hardware import (
     Cluster,
     Hardware,
-    hardware_from_mapping,
     hardware_to_mapping,
     load_hardware,
 )
@@ -35,7 +34,8 @@ from ..inputs.modelspec import (
     model_from_mapping,
     model_to_mapping,
 )
-from ..inputs.request import TrainingInputs, cluster_from_options, max_moe_imbalance, moe_workload_problem
+from ..inputs.request import (TrainingInputs, cluster_from_options, max_moe_imbalance, moe_workload_problem,
+                              recorded_hardware)
 from ..inputs.workload import (MAX_CAPACITY_FACTOR, MIN_CAPACITY_FACTOR, ServeWorkload, TrainWorkload,
                                 tokens_problem)
 from ..serving.calibrated import aggregated_only, params_for, release_name
@@ -193,7 +193,7 @@ def hardware_from_plans(inputs: Mapping[str, Any], source: str, override: str | 
                                positive=False, minimum=0)
     embedded = _mapping(inputs, "hardware_profile", source)
     if embedded is not None:  # it holds the price the search applied; an edited price_usd_per_gpu_hour wins
-        hw = hardware_from_mapping(embedded, source=f"{source}: inputs.hardware_profile")
+        hw = recorded_hardware(embedded, source=f"{source}: inputs.hardware_profile")
         _same_name(inputs, "hardware", hw.name, "hardware_profile", source)
         return hw if price is None else hw.with_price(price)
     name = _name(inputs, "hardware", source)
