@@ -12,7 +12,8 @@ import math
 
 import pytest
 
-from tests.test_bad_input import PROFILE, SERVE, SMALL, assert_user_error, invoke, predicted
+from tests.test_bad_input import (PROFILE, ROOT, SERVE, SMALL, assert_user_error, csv_rows, invoke, predicted,
+                                   write_csv)
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +123,35 @@ def test_a_profile_yaml_still_states_a_price_above_zero(tmp_path):
     path.write_text(PROFILE.replace("price_usd_per_gpu_hour: 2.99", "price_usd_per_gpu_hour: 0", 1))
     assert "price_usd_per_gpu_hour: 0\n" in path.read_text()
     assert_user_error(invoke("hardware", "show", path), "gpu.yaml", "price_usd_per_gpu_hour", "> 0")
+
+
+# --- a silicon CSV's concurrency is a whole number of requests ----------------------------------------------------
+
+SILICON = ROOT / "autotune" / "data" / "serving_silicon.csv"
+
+
+def _silicon_with(tmp_path, column: str, value: str):
+    rows = csv_rows(SILICON)[:5]
+    rows[2][column] = value
+    if column == "concurrency":
+        rows[2]["concurrency_per_replica"] = ""
+    return rows[2]["id"], write_csv(tmp_path / "silicon.csv", rows, list(rows[0]))
+
+
+@pytest.mark.parametrize("column", ["concurrency", "concurrency_per_replica"])
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_a_fractional_concurrency_in_a_silicon_csv_is_an_error_of_the_file(tmp_path, command, column):
+    """concurrency 2.5 was read as 2.5 clients and predicted (and fitted to), where the serving-runs reader refuses
+    a fractional concurrency_or_batch."""
+    rid, path = _silicon_with(tmp_path, column, "2.5")
+    args = [command, path] + (["--out", str(tmp_path / "c.yaml")] if command == "calibrate" else [])
+    assert_user_error(invoke(*args), "silicon.csv", f"field '{column}'", f"row {rid!r}", "whole number", "'2.5'")
+    assert not (tmp_path / "c.yaml").exists()
+
+
+def test_a_whole_concurrency_written_as_a_float_is_still_read(tmp_path):
+    rows = csv_rows(SILICON)[:5]
+    rows[2]["concurrency"] = f"{float(rows[2]['concurrency']):.1f}"  # 32.0
+    rows[2]["concurrency_per_replica"] = ""
+    result = invoke("validate", write_csv(tmp_path / "silicon.csv", rows, list(rows[0])), "--json")
+    assert result.exit_code == 0, result.output

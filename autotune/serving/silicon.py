@@ -25,8 +25,8 @@ Reading rules (each one is stated where it acts):
   or exceeds a node is AIC's lossy encoding of attention DP + expert parallelism (DEP; e.g. ``tp 72`` on GB200 for DeepSeek): read
   as ``dp = tp, tp = 1, ep = GPUs``.
 * A non-empty cell that cannot be what its column says (a width of 0 where 0 does not mean "not set", a
-  negative or fractional width, a word, NaN, ``1,234.5``, a width beyond 1 million, a length or concurrency
-  beyond 10 million, a latency outside 0.001 ms to 1e8 ms) is an error of the file (:class:`InputError`, exit
+  negative or fractional width or concurrency, a word, NaN, ``1,234.5``, a width beyond 1 million, a length or
+  concurrency beyond 10 million, a latency outside 0.001 ms to 1e8 ms) is an error of the file (:class:`InputError`, exit
   2) naming the file, the row (id and line), the column and the value, as the training and serving-runs
   readers refuse theirs; it is never read as a default, truncated or skipped.  Every number cell of the schema
   is checked in every row, whatever else would skip the row.  "Not recorded" (a skip) is said of empty cells
@@ -207,13 +207,11 @@ def _length(row: dict, key: str) -> int | None:
 
 
 def _concurrency(row: dict, key: str) -> float | None:
-    text = _cell(row, key)
-    if not text:
-        return None
-    value = _float(text)
-    if not (math.isfinite(value) and 1 <= value <= MAX_CONCURRENCY):
-        raise _BadCell(key, text, f"a number of requests in flight from 1 to {MAX_CONCURRENCY:,}{OR_EMPTY}")
-    return value
+    # whole, as the benchmark's clients are (and the serving-runs reader's concurrency_or_batch): 2.5 is a typo or
+    # an average, not a load the model can be checked at
+    value = _whole(row, key, 1, MAX_CONCURRENCY,
+                   f"a whole number of requests in flight from 1 to {MAX_CONCURRENCY:,}{OR_EMPTY}")
+    return None if value is None else float(value)
 
 
 def _latency(row: dict, key: str) -> float | None:
