@@ -249,7 +249,7 @@ def _validate_serving(path: Path, *, json_out: bool, worst: int, calibration: st
 )
 def calibrate(
     runs_csv: Annotated[Path, typer.Argument(help="CSV of measured runs, training or serving (schema: docs/validation.md, docs/serving.md).", parser=path_option, metavar="<path>")],
-    out: Annotated[Path, typer.Option("--out", help="Where to write the calibration overlay YAML (parent folders are created).", parser=path_option, metavar="<path>")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the calibration overlay: YAML, or JSON for a path ending in .json (parent folders are created).", parser=path_option, metavar="<path>")],
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out file.")] = False,
     json_out: JsonOut = False,
     leave_one_out: Annotated[bool, typer.Option("--leave-one-out", help="Serving, silicon schema: also refit once per model with its rows held out and report their error (minutes).")] = False,
@@ -322,7 +322,8 @@ def _calibrate_serving(path: Path, out: Path, *, json_out: bool, silicon: bool, 
                        + (", then leave-one-model-out" if leave_one_out else "")):
         result = calibrate_serving_csv(path, silicon=silicon, leave_one_out=leave_one_out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    text = serving_calibration_text(result.table, source=str(path), fit=result.summary())
+    text = serving_calibration_text(result.table, source=str(path), fit=result.summary(),
+                                    as_json=out.suffix.lower() == ".json")
     _write_overlay(out, lambda target: target.write_text(text))
     n_params = fitted_parameter_count(sorted(result.table), silicon=silicon)
     if result.rows < n_params:

@@ -14,6 +14,8 @@ written by hand is read in the current meaning.
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from typing import Mapping
 
@@ -89,11 +91,25 @@ def load_serving_calibration(path: str | Path) -> dict[str, ServingParams]:
     return out
 
 
-def serving_calibration_text(table: Mapping[str, ServingParams], *, source: str, fit: Mapping | None = None) -> str:
+def _finite_or_none(value):
+    """JSON has no NaN: a metric a fit could not compute (a group without finite rows) is written as null."""
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def serving_calibration_text(table: Mapping[str, ServingParams], *, source: str, fit: Mapping | None = None,
+                             as_json: bool = False) -> str:
+    """The overlay file: YAML with a comment header, or JSON (``as_json``, for an ``--out`` ending in .json, which
+    ``--calibration`` then reads as JSON)."""
     doc = {"schema": "serving", "serving_model": SERVING_MODEL_VERSION, "source": source,
            "engines": {e: {k: round(v, 5) for k, v in p.as_dict().items()} for e, p in sorted(table.items())}}
     if fit:
         doc["fit"] = dict(fit)
+    if as_json:
+        return json.dumps(_finite_or_none(doc), indent=2) + "\n"
     header = ("# Serving parameters fitted by `autotune calibrate` (scipy least squares, soft-L1 on relative errors).\n"
               "# Apply with --calibration FILE (search/predict --workload serve, validate).\n")
     return header + yaml.safe_dump(doc, sort_keys=False)

@@ -44,6 +44,7 @@ docs/accuracy.md explains the default parameter set.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -171,7 +172,12 @@ class CalibrationResult:
         return self.calibration().to_mapping()
 
     def write(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump(self.overlay(), sort_keys=False))
+        """YAML, or JSON where the path ends in .json (``--calibration`` reads a .json file as JSON)."""
+        path = Path(path)
+        if path.suffix.lower() == ".json":
+            path.write_text(json.dumps(self.overlay(), indent=2) + "\n")
+        else:
+            path.write_text(yaml.safe_dump(self.overlay(), sort_keys=False))
 
     def to_json(self) -> dict:
         def summary(s: FitSummary) -> dict:
