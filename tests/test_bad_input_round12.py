@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
@@ -46,3 +47,37 @@ def test_training_calibrate_out_json_writes_json_that_calibration_reads(tmp_path
     assert used.exit_code in (0, 1), used.output  # 1: the plan does not fit; either way the overlay was read
     assert "malformed" not in used.output and "Traceback" not in used.output
     assert json.loads(used.stdout)["estimate"]["step_time_s"] > 0
+
+
+def _one_silicon_row(tmp_path: Path, **cells) -> Path:
+    from tests.test_bad_input import csv_rows, write_csv
+
+    rows = csv_rows(DATA / "serving_silicon.csv")
+    row = next(r for r in rows if r["id"].startswith("2026_04_06_llama_3_1_70b_h200_sxm_trtllm_fp8_agg_8192x1024"))
+    return write_csv(tmp_path / "one.csv", [{**row, **cells}], list(rows[0]))
+
+
+@pytest.mark.parametrize("cells, column", [
+    ({"ttft_ms": "0.25"}, "ttft_ms"),   # 250 ms typed in seconds
+    ({"tpot_ms": "0.012"}, "tpot_ms"),  # 12 ms typed in seconds
+])
+def test_a_silicon_latency_beyond_the_hardware_is_refused(tmp_path, cells, column):
+    """An 8,192-token prompt of Llama-3.1-70B cannot be prefilled in 0.25 ms on 4 H200s (its floor at the fp8 peak is
+    155 ms); it was accepted and scored as a 99.8% miss."""
+    path = _one_silicon_row(tmp_path, **cells)
+    for command in (["validate", str(path)], ["calibrate", str(path), "--out", str(tmp_path / "c.yaml")]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert column in result.output and "milliseconds" in result.output and "one.csv" in result.output
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "c.yaml").exists()
+
+
+def test_the_bundled_silicon_rows_sit_well_above_their_latency_floors():
+    from autotune.serving.silicon import PLAUSIBLE_FLOOR_FACTOR, SiliconRow, latency_floors_ms, read_silicon_rows
+
+    rows = [r for r in read_silicon_rows(DATA / "serving_silicon.csv", primary_only=False) if isinstance(r, SiliconRow)]
+    assert len(rows) > 1000
+    ratios = [(r.measured_ttft_ms / f[0], r.measured_tpot_ms / f[1]) for r in rows for f in [latency_floors_ms(r)]]
+    assert min(t for t, _ in ratios) > 1.5 and min(s for _, s in ratios) > 2.5  # physically possible: above the floor
+    assert min(min(t, s) for t, s in ratios) > 5 / PLAUSIBLE_FLOOR_FACTOR
