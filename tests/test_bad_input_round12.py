@@ -81,3 +81,41 @@ def test_the_bundled_silicon_rows_sit_well_above_their_latency_floors():
     ratios = [(r.measured_ttft_ms / f[0], r.measured_tpot_ms / f[1]) for r in rows for f in [latency_floors_ms(r)]]
     assert min(t for t, _ in ratios) > 1.5 and min(s for _, s in ratios) > 2.5  # physically possible: above the floor
     assert min(min(t, s) for t, s in ratios) > 5 / PLAUSIBLE_FLOOR_FACTOR
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    from tests.test_bad_input import SERVE, SMALL, invoke
+
+    root = tmp_path_factory.mktemp("searched12")
+    serve, train = root / "serve", root / "train"
+    for args, out in ((SERVE, serve), (SMALL, train)):
+        result = invoke("search", *args, "--out", out)
+        assert result.exit_code == 0, result.output
+    return serve, train
+
+
+@pytest.mark.parametrize("which, key, commands", [
+    ("train", "zero", [["explain"], ["emit", "--framework", "megatron-lm"]]),
+    ("train", "precision", [["explain"]]),
+    ("serve", "tp", [["explain"], ["emit", "--format", "vllm"]]),
+    ("serve", "kv", [["emit", "--format", "sglang"]]),
+    ("serve", "mode", [["explain"]]),
+])
+def test_a_key_deleted_from_a_plans_json_plan_is_named_not_defaulted(searched, tmp_path, which, key, commands):
+    """A plan key deleted by hand was read as its default (zero=0, tp=1, kv=bf16): explain and emit then spoke for a
+    plan nobody searched."""
+    from tests.test_bad_input import invoke
+
+    folder = tmp_path / which
+    folder.mkdir()
+    doc = json.loads(((searched[0] if which == "serve" else searched[1]) / "plans.json").read_text())
+    del doc["plans"][0]["plan"][key]
+    (folder / "plans.json").write_text(json.dumps(doc))
+    for command in commands:
+        out = ["--out", str(tmp_path / "emitted")] if command[0] == "emit" else []
+        result = invoke(command[0], folder, *command[1:], *out)
+        assert result.exit_code == 2, result.output
+        assert f"lacks {key}" in result.output and f"plans.plan.{key}" in result.output
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "emitted").exists()

@@ -374,4 +374,24 @@ def plan_entry(document: Mapping[str, Any], rank: int, source: str) -> dict[str,
     if not isinstance(entry.get("plan"), dict):
         raise InputError(f"plan of rank {rank} is malformed (no 'plan' object); rerun `autotune search --out DIR`",
                          source=source, field="plans")
+    missing = missing_plan_keys(entry["plan"], serve=(document.get("inputs") or {}).get("workload") == "serve")
+    if missing:
+        raise InputError(f"plan of rank {rank} lacks {', '.join(missing)}; a plans.json records every key of its plans, "
+                         "and a deleted one would be read as its default: restore it, or rerun `autotune search --out "
+                         "DIR`", source=source, field=f"plans.plan.{missing[0]}")
     return entry
+
+
+def missing_plan_keys(plan: Mapping[str, Any], *, serve: bool) -> list[str]:
+    """The keys ``autotune search`` writes for every plan (training: all of training.plan.PLAN_KEYS; serving: the mode,
+    its layout and the common keys) that ``plan`` lacks."""
+    if not serve:
+        from ..training.plan import PLAN_KEYS
+
+        return [k for k in PLAN_KEYS if k not in plan]
+    from ..serving.plan import AGG_KEYS, COMMON_KEYS, DISAGG_KEYS
+
+    if "mode" not in plan:
+        return ["mode"]
+    layout = DISAGG_KEYS if plan["mode"] == "disagg" else AGG_KEYS
+    return [k for k in (*layout, *COMMON_KEYS) if k not in plan]
