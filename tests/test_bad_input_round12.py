@@ -119,3 +119,31 @@ def test_a_key_deleted_from_a_plans_json_plan_is_named_not_defaulted(searched, t
         assert f"lacks {key}" in result.output and f"plans.plan.{key}" in result.output
         assert "Traceback" not in result.output
     assert not (tmp_path / "emitted").exists()
+
+
+@pytest.mark.parametrize("typed, refused", [
+    ("llama3-70b", True),                          # another bundled spec
+    ("meta-llama/Llama-3.1-70B", True),            # a catalogue id of another spec
+    ("meta-llama/Meta-Llama-3-8B", False),         # an id of the same spec: what a user may serve it as
+    ("/models/my-llama-8b", False),                # a local checkpoint: no spec to compare with
+])
+def test_an_edited_model_name_in_a_serving_plans_json_is_checked_against_its_spec(searched, tmp_path, typed, refused):
+    """A serving plans.json records the --model the user typed (emit serves it by that name) beside the spec it embeds.
+    An edit to another bundled model was ignored: explain spoke for the embedded spec and emit served the new name
+    with the old plan's layout and memory."""
+    from tests.test_bad_input import invoke
+
+    folder = tmp_path / "serve"
+    folder.mkdir()
+    doc = json.loads((searched[0] / "plans.json").read_text())
+    assert doc["inputs"]["model_spec"]["name"] == "llama3-8b"
+    doc["inputs"]["model"] = typed
+    (folder / "plans.json").write_text(json.dumps(doc))
+    for command in (["explain"], ["emit", "--format", "vllm", "--out", str(tmp_path / "emitted")]):
+        result = invoke(command[0], folder, *command[1:])
+        assert "Traceback" not in result.output
+        if refused:
+            assert result.exit_code == 2, result.output
+            assert "inputs.model" in result.output and "rerun the search" in result.output
+        else:
+            assert result.exit_code == 0, result.output

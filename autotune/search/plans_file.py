@@ -160,6 +160,37 @@ def _same_name(inputs: Mapping[str, Any], key: str, embedded_name: str, embedded
                          f"plan another {key}, rerun the search with it", source=source, field=f"inputs.{key}")
 
 
+def _bundled_spec_of(typed: str) -> str | None:
+    """The bundled spec a typed --model names without reading any file: a bundled name, or a Hugging Face id of the
+    catalogue; None for a path (its file may be gone) or a name autotune does not bundle."""
+    from ..inputs.catalogue import resolve_hf_id
+    from ..inputs.resources import bundled_dir
+
+    if (bundled_dir("models") / f"{typed}.yaml").is_file():
+        return typed
+    if "/" in typed and not typed.endswith((".json", ".yaml", ".yml")):
+        try:
+            entry = resolve_hf_id(typed)
+        except (InputError, ValueError):
+            return None
+        return entry.spec if entry is not None and entry.spec else None
+    return None
+
+
+def _same_typed_model(inputs: Mapping[str, Any], spec: ModelSpec, source: str) -> None:
+    """A serving plans.json records the --model the user typed beside the spec it embeds: an edit of the typed name to
+    another bundled model would be ignored (the embedded spec is what the plans were estimated for)."""
+    typed = inputs.get("model")
+    if not isinstance(typed, str) or not typed or typed == spec.name:
+        return
+    named = _bundled_spec_of(typed)
+    if named is not None and named != spec.name:
+        also = "" if named == typed else f" (the bundled {named})"
+        raise InputError(f"names {typed!r}{also}, but the plans were searched for the embedded "
+                         f"inputs.model_spec ({spec.name!r}); to plan another model, rerun the search with it",
+                         source=source, field="inputs.model")
+
+
 def model_from_plans(inputs: Mapping[str, Any], source: str, override: str | ModelSpec | None = None) -> ModelSpec:
     """The model a plans.json was searched for: ``--model`` when given, else the embedded spec, else the bundled name."""
     if isinstance(override, ModelSpec):
@@ -172,6 +203,8 @@ def model_from_plans(inputs: Mapping[str, Any], source: str, override: str | Mod
         # a training search records the spec's own name (a serving one what the user typed, e.g. a Hugging Face id)
         if inputs.get("workload") != "serve":
             _same_name(inputs, "model", spec.name, "model_spec", source)
+        else:
+            _same_typed_model(inputs, spec, source)
         return spec
     name = _name(inputs, "model", source)
     try:
