@@ -147,3 +147,31 @@ def test_an_edited_model_name_in_a_serving_plans_json_is_checked_against_its_spe
             assert "inputs.model" in result.output and "rerun the search" in result.output
         else:
             assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("cells, column", [
+    ({"ttft_ms_mean": "0.05"}, "ttft_ms_mean"),
+    ({"itl_ms_mean": "0.0015"}, "itl_ms_mean"),
+    ({"output_tokens_per_s_per_gpu": "9e7"}, "output_tokens_per_s_per_gpu"),
+])
+def test_a_serving_run_beyond_the_hardware_is_refused(tmp_path, cells, column):
+    """The serving-runs schema, by the silicon rows' rule: a TTFT, ITL or throughput the GPU cannot reach was scored."""
+    from tests.test_bad_input import csv_rows, write_csv
+
+    rows = csv_rows(DATA / "serving_runs.csv")
+    row = next(r for r in rows if r["ttft_ms_mean"] and r["itl_ms_mean"] and r["output_tokens_per_s_per_gpu"])
+    path = write_csv(tmp_path / "runs.csv", [{**row, **cells}], list(rows[0]))
+    for command in (["validate", str(path)], ["calibrate", str(path), "--out", str(tmp_path / "c.yaml")]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert column in result.output and row["id"] in result.output and "runs.csv" in result.output
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "c.yaml").exists()
+
+
+def test_the_bundled_serving_runs_are_read():
+    from autotune.serving.runs import ServingRun
+    from autotune.serving.validation import read_runs_csv
+
+    parsed, _, _ = read_runs_csv(DATA / "serving_runs.csv")  # no row is refused by the plausibility bounds
+    assert sum(isinstance(r, ServingRun) for r in parsed) > 600

@@ -25,6 +25,7 @@ from ..inputs.measured_runs import (
 from ..inputs.modelspec import ModelSpec, MoESpec
 from ..inputs.request import MAX_GPUS
 from ..inputs.workload import MIN_REQUEST_RATE
+from ..inputs.hardware import Hardware
 from .engines import DEFAULT_ENGINE, ENGINE_ALIASES, ENGINES, MAX_LENGTH, release_key_problem, split_engine_cell
 
 # A release as the engine columns write it: MAJOR.MINOR first (v0.6.3, 0.14.0 (TensorRT engine, trtllm-bench)), any
@@ -346,3 +347,37 @@ def parse_serving_rows(table: CsvTable, supported_gpus: set[str],
     return parse_rows(table, lambda row: parse_row(row, supported_gpus, fp8_gpus),
                       lambda row, reason: SkippedServingRow(str(row.get("id", "")), str(row.get("source_group", "")),
                                                             reason))
+
+
+def implausible_run(run: ServingRun, hardware: Hardware) -> tuple[str, str] | None:
+    """(column, why) where a measured figure is beyond what the hardware can do, by the silicon rows' rule
+    (silicon.PLAUSIBLE_FLOOR_FACTOR; floors as silicon.latency_floors_ms, on one replica's tp*pp GPUs), and an output
+    throughput above that factor times what the GPU's highest dense peak gives at two FLOPs per active parameter per
+    token; None when every figure is plausible.  The bundled rows sit at least 2x, 5.8x and 3.2x inside these bounds."""
+    from ..costmodel.flops import forward_flops_per_token
+    from .silicon import MIN_BYTES_PER_PARAM, PLAUSIBLE_FLOOR_FACTOR as F
+
+    peak = max(hardware.peak_tflops.values()) * 1e12
+    gpus = run.tp * run.pp
+    active = run.model.n_active_params
+    ttft_floor_ms = run.input_len * forward_flops_per_token(run.model, run.input_len, mtp=False) / (gpus * peak) * 1e3
+    itl_floor_ms = active * MIN_BYTES_PER_PARAM / (gpus * hardware.memory_bandwidth_gb_per_s * 1e9) * 1e3
+    ceiling = F * peak / (2.0 * active)
+    if run.measured_ttft_ms is not None and run.measured_ttft_ms < ttft_floor_ms / F:
+        return "ttft_ms_mean", (f"TTFT must be at least 1/{F:g} of the time prefilling {run.input_len:,} tokens of "
+                           f"{run.model.name} takes at the {hardware.name}'s peak on {gpus} GPU(s) ({ttft_floor_ms:.3g} "
+                           f"ms), but got (ttft_ms_mean={run.measured_ttft_ms:g}); write the mean time to first token in "
+                           "milliseconds")
+    if run.measured_itl_ms is not None and run.measured_itl_ms < itl_floor_ms / F:
+        return "itl_ms_mean", (f"ITL must be at least 1/{F:g} of the time streaming {run.model.name}'s active weights "
+                          f"once takes on {gpus} GPU(s) ({itl_floor_ms:.3g} ms), but got "
+                          f"(itl_ms_mean={run.measured_itl_ms:g}); write the mean time per output token in "
+                          "milliseconds")
+    value = run.measured_tokens_per_s_per_gpu
+    if value is not None and value > ceiling:
+        return "output_tokens_per_s_per_gpu", (
+            f"output_tokens_per_s_per_gpu must be at most {F:g}x what the {hardware.name}'s peak gives at two FLOPs "
+            f"per active parameter of {run.model.name} ({ceiling:,.0f}), but got ({value:g}); write the output "
+            "tokens per second of one GPU, not of the whole deployment")
+    return None
+

@@ -426,14 +426,16 @@ def implausible_latency(row: SiliconRow) -> tuple[str, str] | None:
     """(column, why) where a measured latency is beyond what the hardware can do (PLAUSIBLE_FLOOR_FACTOR); None when
     both are plausible."""
     ttft_floor, tpot_floor = latency_floors_ms(row)
-    for column, value, floor, what in (("ttft_ms", row.measured_ttft_ms, ttft_floor,
-                                        f"prefilling {row.input_len:,} tokens of {row.model.name}"),
-                                       ("tpot_ms", row.measured_tpot_ms, tpot_floor,
-                                        f"streaming {row.model.name}'s active weights once")):
+    for column, value, floor, what, mean in (("ttft_ms", row.measured_ttft_ms, ttft_floor,
+                                              f"prefilling {row.input_len:,} tokens of {row.model.name}",
+                                              "time to first token"),
+                                             ("tpot_ms", row.measured_tpot_ms, tpot_floor,
+                                              f"streaming {row.model.name}'s active weights once",
+                                              "time per output token")):
         if value < floor / PLAUSIBLE_FLOOR_FACTOR:
             return column, (f"{column} must be at least 1/{PLAUSIBLE_FLOOR_FACTOR:g} of the time {what} takes at the "
                             f"{row.hardware.name}'s peak on the row's GPUs ({floor:.3g} ms), but got "
-                            f"({column}={value:g}); write the mean latency per request in milliseconds")
+                            f"({column}={value:g}); write the mean {mean} in milliseconds")
     return None
 
 

@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..errors import InputError
 from ..inputs.hardware import Hardware, hardware_names, load_hardware
 from ..inputs.loading import strict_json
 from . import engines as E
@@ -40,7 +41,7 @@ from .estimate import (
     prefill_s,
     solve,
 )
-from .runs import ServingRun, SkippedServingRow, parse_serving_rows, read_serving_table
+from .runs import ServingRun, SkippedServingRow, implausible_run, parse_serving_rows, read_serving_table
 from .silicon import SiliconRow, SkippedRow, default_pools, read_silicon_rows, stack_scalars
 
 # --- parameters of many rows ------------------------------------------------------------------------
@@ -443,6 +444,10 @@ def read_runs_csv(path: Path):
     profiles = {n: load_hardware(n) for n in hardware_names()}
     table = read_serving_table(path)
     parsed = parse_serving_rows(table, set(profiles), {n for n, h in profiles.items() if h.supports("fp8")})
+    for run in parsed:
+        slip = implausible_run(run, profiles[run.gpu]) if isinstance(run, ServingRun) else None
+        if slip is not None:
+            raise InputError(f"row {run.id!r}: {slip[1]}", source=str(path), field=slip[0])
     # from the table the rows were parsed from: its header is stripped (" id" is id), a second csv read's is not
     datasets = {row["id"]: row.get("dataset", "") for row in table.rows}
     return parsed, profiles, datasets
