@@ -180,7 +180,7 @@ def _same_run_predictions(fitted: dict) -> None:
 
 def test_calibrate_reproduces_the_bundled_serving_parameters(tmp_path):
     """`autotune calibrate` on the bundled data gives the parameters autotune ships (calibrated.py): the same
-    predictions from the silicon rows (_same_predictions), the same digits from the engines' tables; and
+    predictions of the silicon rows (_same_predictions) and of the engines' tables (_same_run_predictions); and
     `--calibration` applies a fit."""
     fitted = _calibrate(SILICON, tmp_path / "silicon.yaml")
     assert set(fitted) == set(calibrated.CURRENT)

@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 from ..errors import InputError
 from ..inputs.catalogue import hf_id_problem
+from ..inputs.hardware import Hardware
 from ..inputs.measured_runs import (
     CsvTable,
     layout_reason,
@@ -25,8 +27,9 @@ from ..inputs.measured_runs import (
 from ..inputs.modelspec import ModelSpec, MoESpec
 from ..inputs.request import MAX_GPUS
 from ..inputs.workload import MIN_REQUEST_RATE
-from ..inputs.hardware import Hardware
 from .engines import DEFAULT_ENGINE, ENGINE_ALIASES, ENGINES, MAX_LENGTH, release_key_problem, split_engine_cell
+from .plausibility import (PLAUSIBLE_FLOOR_FACTOR, below_floor, output_ceiling_tokens_per_s_per_gpu, tpot_floor_ms,
+                           ttft_floor_ms)
 
 # A release as the engine columns write it: MAJOR.MINOR first (v0.6.3, 0.14.0 (TensorRT engine, trtllm-bench)), any
 # note after it.  Searched anywhere, "abc" or "1..2" named no release and the row was predicted with the family's
@@ -247,16 +250,15 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
             return SkippedServingRow(rid, group, f"architecture invalid: {exc}")
     kind = _kind(row)
     measured = _float(row, "output_tokens_per_s_per_gpu")
-    # means where the row has them, else medians (the columns name their statistic)
-    ttft = _float(row, "ttft_ms_mean") or _float(row, "ttft_ms_median")
-    itl = (_float(row, "itl_ms_mean") or _float(row, "tpot_ms_mean") or _float(row, "itl_ms_median")
-           or _float(row, "tpot_ms_median"))
+    ttft = next((v for v in map(lambda c: _float(row, c), TTFT_COLUMNS) if v), None)
+    itl = next((v for v in map(lambda c: _float(row, c), ITL_COLUMNS) if v), None)
     for key in UNREAD_MEASUREMENTS:  # not predicted, but a NaN, inf or a negative there says the row is damaged
         value = _float(row, key)
         if value is not None and value <= 0:
             raise InputError(f"row {rid!r}: a measurement must be > 0 (or empty: not recorded), but got ({key}="
                              f"{value!r})", field=key)
-    for key, value in (("output_tokens_per_s_per_gpu", measured), ("ttft_ms_mean", ttft), ("itl_ms_mean", itl)):
+    for key, value in (("output_tokens_per_s_per_gpu", measured), (measured_column(row, TTFT_COLUMNS), ttft),
+                       (measured_column(row, ITL_COLUMNS), itl)):
         if value is not None and value < 1e-3:  # tokens/s or ms: a vanishing value is a unit slip or a typo
             raise InputError(f"row {rid!r}: a measurement must be at least 0.001, but got {value!r}; check the unit",
                              field=key)
@@ -349,35 +351,39 @@ def parse_serving_rows(table: CsvTable, supported_gpus: set[str],
                                                             reason))
 
 
-def implausible_run(run: ServingRun, hardware: Hardware) -> tuple[str, str] | None:
-    """(column, why) where a measured figure is beyond what the hardware can do, by the silicon rows' rule
-    (silicon.PLAUSIBLE_FLOOR_FACTOR; floors as silicon.latency_floors_ms, on one replica's tp*pp GPUs), and an output
-    throughput above that factor times what the GPU's highest dense peak gives at two FLOPs per active parameter per
-    token; None when every figure is plausible.  The bundled rows sit at least 2x, 5.8x and 3.2x inside these bounds."""
-    from ..costmodel.flops import forward_flops_per_token
-    from .silicon import MIN_BYTES_PER_PARAM, PLAUSIBLE_FLOOR_FACTOR as F
+# Where a row's TTFT and ITL are read from, in order: means where the row has them, else medians (the columns name
+# their statistic).
+TTFT_COLUMNS = ("ttft_ms_mean", "ttft_ms_median")
+ITL_COLUMNS = ("itl_ms_mean", "tpot_ms_mean", "itl_ms_median", "tpot_ms_median")
 
-    peak = max(hardware.peak_tflops.values()) * 1e12
+
+def measured_column(row: Mapping[str, Any], columns: Sequence[str]) -> str:
+    """The column of ``columns`` a measurement was read from (the first non-empty one; the first when all are)."""
+    return next((c for c in columns if str(row.get(c) or "").strip()), columns[0])
+
+
+def implausible_run(run: ServingRun, hardware: Hardware, row: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(column, why) where a measured figure of ``run`` (read from its CSV ``row``) is beyond what the hardware can
+    do (plausibility.py, on one replica's tp*pp GPUs); None when every figure is plausible.  The bundled rows sit at
+    least 2x (TTFT), 5.8x (ITL) and 3.2x (throughput) inside the bounds."""
     gpus = run.tp * run.pp
-    active = run.model.n_active_params
-    ttft_floor_ms = run.input_len * forward_flops_per_token(run.model, run.input_len, mtp=False) / (gpus * peak) * 1e3
-    itl_floor_ms = active * MIN_BYTES_PER_PARAM / (gpus * hardware.memory_bandwidth_gb_per_s * 1e9) * 1e3
-    ceiling = F * peak / (2.0 * active)
-    if run.measured_ttft_ms is not None and run.measured_ttft_ms < ttft_floor_ms / F:
-        return "ttft_ms_mean", (f"TTFT must be at least 1/{F:g} of the time prefilling {run.input_len:,} tokens of "
-                           f"{run.model.name} takes at the {hardware.name}'s peak on {gpus} GPU(s) ({ttft_floor_ms:.3g} "
-                           f"ms), but got (ttft_ms_mean={run.measured_ttft_ms:g}); write the mean time to first token in "
-                           "milliseconds")
-    if run.measured_itl_ms is not None and run.measured_itl_ms < itl_floor_ms / F:
-        return "itl_ms_mean", (f"ITL must be at least 1/{F:g} of the time streaming {run.model.name}'s active weights "
-                          f"once takes on {gpus} GPU(s) ({itl_floor_ms:.3g} ms), but got "
-                          f"(itl_ms_mean={run.measured_itl_ms:g}); write the mean time per output token in "
-                          "milliseconds")
+    on = f"at the {hardware.name}'s peak on {gpus} GPU(s)"
+    checks = ((TTFT_COLUMNS, run.measured_ttft_ms, ttft_floor_ms(run.model, hardware, run.input_len, gpus),
+               f"prefilling {run.input_len:,} tokens of {run.model.name} {on}", "time to first token"),
+              (ITL_COLUMNS, run.measured_itl_ms, tpot_floor_ms(run.model, hardware, gpus),
+               f"streaming {run.model.name}'s active weights once {on}", "time per output token"))
+    for columns, value_ms, floor_ms, what, mean in checks:
+        column = measured_column(row, columns)
+        why = None if value_ms is None else below_floor(column, value_ms, floor_ms, what, mean)
+        if why is not None:
+            return column, why
     value = run.measured_tokens_per_s_per_gpu
+    ceiling = output_ceiling_tokens_per_s_per_gpu(run.model, hardware)
     if value is not None and value > ceiling:
         return "output_tokens_per_s_per_gpu", (
-            f"output_tokens_per_s_per_gpu must be at most {F:g}x what the {hardware.name}'s peak gives at two FLOPs "
-            f"per active parameter of {run.model.name} ({ceiling:,.0f}), but got ({value:g}); write the output "
-            "tokens per second of one GPU, not of the whole deployment")
+            f"output_tokens_per_s_per_gpu must be at most {PLAUSIBLE_FLOOR_FACTOR:g}x what the {hardware.name}'s peak "
+            f"gives at two FLOPs per active parameter of {run.model.name} ({ceiling:,.0f}), but got "
+            f"(output_tokens_per_s_per_gpu={value:g}); write the output tokens per second of one GPU, not of the "
+            "whole deployment")
     return None
 

@@ -71,6 +71,7 @@ from ..inputs.modelspec import ModelSpec, load_model
 from . import engines as E
 from .arch import KV_BYTES, gpu_scalars, model_scalars, precision_arrays
 from .engines import ENGINES, MAX_LENGTH
+from .plausibility import below_floor, tpot_floor_ms, ttft_floor_ms
 
 SILICON_MARKER_COLUMNS = frozenset({"hf_model_id", "engine", "mode", "ttft_ms", "tpot_ms", "concurrency"})
 # Columns every row is read from (its model, GPU, engine, formats, lengths, load and measurements): a file without
@@ -398,44 +399,27 @@ def parse_silicon_row(row: dict, hardware_loader: Callable[[str], Hardware] = lo
     return parsed
 
 
-# A measured latency below this share of its physical floor is a units slip (seconds typed as milliseconds, a value
-# per token of the whole batch), not a result: the training runs' ceiling (training.validation.PLAUSIBLE_PEAK_FACTOR),
-# the same room for sparsity and counting conventions.  The bundled rows sit at least 1.8x (TTFT) and 2.7x (TPOT)
-# above their floors, 9x and 13x above the refusal (tests/test_bad_input_round12.py).
-PLAUSIBLE_FLOOR_FACTOR = 5.0
-MIN_BYTES_PER_PARAM = 0.5  # 4-bit weights: no format autotune plans streams fewer
-
-
 def latency_floors_ms(row: SiliconRow) -> tuple[float, float]:
-    """(TTFT, TPOT) no deployment of ``row`` can beat, in ms: one prompt's forward FLOPs (costmodel.flops) at the
-    highest dense peak of the GPU, spread over every GPU of the prefill side; one decode step streaming the active
-    weights once, at 4 bits each, over every decode GPU's HBM bandwidth."""
-    from ..costmodel.flops import forward_flops_per_token
-
-    hw, model = row.hardware, row.model
-    peak = max(hw.peak_tflops.values()) * 1e12
+    """(TTFT, TPOT) no deployment of ``row`` can beat, in ms (plausibility.py): on every GPU of the prefill side, and
+    of the decode side (looser than one prompt's rank or one decode engine, never tighter)."""
     p, d = row.prefill, row.decode
-    gpus_prefill = p.workers * p.tp * p.pp * p.dp
-    gpus_decode = d.workers * d.tp * d.pp * d.dp
-    ttft_s = row.input_len * forward_flops_per_token(model, row.input_len, mtp=False) / (gpus_prefill * peak)
-    tpot_s = model.n_active_params * MIN_BYTES_PER_PARAM / (gpus_decode * hw.memory_bandwidth_gb_per_s * 1e9)
-    return ttft_s * 1e3, tpot_s * 1e3
+    return (ttft_floor_ms(row.model, row.hardware, row.input_len, p.workers * p.tp * p.pp * p.dp),
+            tpot_floor_ms(row.model, row.hardware, d.workers * d.tp * d.pp * d.dp))
 
 
 def implausible_latency(row: SiliconRow) -> tuple[str, str] | None:
-    """(column, why) where a measured latency is beyond what the hardware can do (PLAUSIBLE_FLOOR_FACTOR); None when
-    both are plausible."""
-    ttft_floor, tpot_floor = latency_floors_ms(row)
-    for column, value, floor, what, mean in (("ttft_ms", row.measured_ttft_ms, ttft_floor,
-                                              f"prefilling {row.input_len:,} tokens of {row.model.name}",
-                                              "time to first token"),
-                                             ("tpot_ms", row.measured_tpot_ms, tpot_floor,
-                                              f"streaming {row.model.name}'s active weights once",
-                                              "time per output token")):
-        if value < floor / PLAUSIBLE_FLOOR_FACTOR:
-            return column, (f"{column} must be at least 1/{PLAUSIBLE_FLOOR_FACTOR:g} of the time {what} takes at the "
-                            f"{row.hardware.name}'s peak on the row's GPUs ({floor:.3g} ms), but got "
-                            f"({column}={value:g}); write the mean {mean} in milliseconds")
+    """(column, why) where a measured latency is beyond what the hardware can do; None when both are plausible.  The
+    bundled rows sit at least 1.8x (TTFT) and 2.7x (TPOT) above their floors (tests/test_bad_input_round12.py)."""
+    floor_ttft_ms, floor_tpot_ms = latency_floors_ms(row)
+    on = f"at the {row.hardware.name}'s peak on the row's GPUs"
+    for column, value, floor_ms, what, mean in (
+            ("ttft_ms", row.measured_ttft_ms, floor_ttft_ms, f"prefilling {row.input_len:,} tokens of {row.model.name} {on}",
+             "time to first token"),
+            ("tpot_ms", row.measured_tpot_ms, floor_tpot_ms, f"streaming {row.model.name}'s active weights once {on}",
+             "time per output token")):
+        why = below_floor(column, value, floor_ms, what, mean)
+        if why is not None:
+            return column, why
     return None
 
 

@@ -444,8 +444,9 @@ def read_runs_csv(path: Path):
     profiles = {n: load_hardware(n) for n in hardware_names()}
     table = read_serving_table(path)
     parsed = parse_serving_rows(table, set(profiles), {n for n, h in profiles.items() if h.supports("fp8")})
+    raw = {row["id"]: row for row in table.rows}
     for run in parsed:
-        slip = implausible_run(run, profiles[run.gpu]) if isinstance(run, ServingRun) else None
+        slip = implausible_run(run, profiles[run.gpu], raw.get(run.id, {})) if isinstance(run, ServingRun) else None
         if slip is not None:
             raise InputError(f"row {run.id!r}: {slip[1]}", source=str(path), field=slip[0])
     # from the table the rows were parsed from: its header is stripped (" id" is id), a second csv read's is not
