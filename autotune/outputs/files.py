@@ -374,24 +374,28 @@ def plan_entry(document: Mapping[str, Any], rank: int, source: str) -> dict[str,
     if not isinstance(entry.get("plan"), dict):
         raise InputError(f"plan of rank {rank} is malformed (no 'plan' object); rerun `autotune search --out DIR`",
                          source=source, field="plans")
-    missing = missing_plan_keys(entry["plan"], serve=(document.get("inputs") or {}).get("workload") == "serve")
-    if missing:
-        raise InputError(f"plan of rank {rank} lacks {', '.join(missing)}; a plans.json records every key of its plans, "
-                         "and a deleted one would be read as its default: restore it, or rerun `autotune search --out "
-                         "DIR`", source=source, field=f"plans.plan.{missing[0]}")
+    check_plan_keys(entry["plan"], (document.get("inputs") or {}).get("workload") == "serve", source, rank)
     return entry
 
 
+def check_plan_keys(plan: Mapping[str, Any], serve: bool, source: str, rank: Any) -> None:
+    """A plan that lacks a key its plans.json has always recorded (a hand-deleted one, which would be read as its
+    default) is refused, naming the key."""
+    missing = missing_plan_keys(plan, serve=serve)
+    if missing:
+        raise InputError(f"plan of rank {rank} must hold every key a search records, but lacks "
+                         f"({', '.join(missing)}); a deleted key would be read as its default: restore it, or rerun "
+                         "`autotune search --out DIR`", source=source, field=f"plans.plan.{missing[0]}")
+
+
 def missing_plan_keys(plan: Mapping[str, Any], *, serve: bool) -> list[str]:
-    """The keys ``autotune search`` writes for every plan (training: all of training.plan.PLAN_KEYS; serving: the mode,
-    its layout and the common keys) that ``plan`` lacks."""
+    """The keys every plans.json has recorded for each of its plans, since the first release, that ``plan`` lacks
+    (training.plan.RECORDED_PLAN_KEYS, serving.plan.recorded_serve_keys): the keys added since (a training plan's
+    etp and schedule, a serving plan's mode and dp) read as the defaults the older files meant."""
     if not serve:
-        from ..training.plan import PLAN_KEYS
+        from ..training.plan import RECORDED_PLAN_KEYS
 
-        return [k for k in PLAN_KEYS if k not in plan]
-    from ..serving.plan import AGG_KEYS, COMMON_KEYS, DISAGG_KEYS
+        return [k for k in RECORDED_PLAN_KEYS if k not in plan]
+    from ..serving.plan import recorded_serve_keys
 
-    if "mode" not in plan:
-        return ["mode"]
-    layout = DISAGG_KEYS if plan["mode"] == "disagg" else AGG_KEYS
-    return [k for k in (*layout, *COMMON_KEYS) if k not in plan]
+    return [k for k in recorded_serve_keys(plan) if k not in plan]

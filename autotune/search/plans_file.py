@@ -162,13 +162,20 @@ def _same_name(inputs: Mapping[str, Any], key: str, embedded_name: str, embedded
 
 def _bundled_spec_of(typed: str) -> str | None:
     """The bundled spec a typed --model names without reading any file: a bundled name, or a Hugging Face id of the
-    catalogue; None for a path (its file may be gone) or a name autotune does not bundle."""
+    catalogue; None for anything --model would read from disk first (an existing path: load_model's order), for a
+    path-like name, and for a name autotune does not bundle."""
     from ..inputs.catalogue import resolve_hf_id
     from ..inputs.resources import bundled_dir
 
-    if (bundled_dir("models") / f"{typed}.yaml").is_file():
+    try:
+        if Path(typed).exists():
+            return None
+        names = {p.stem for p in bundled_dir("models").glob("*.yaml")}
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return None
+    if typed in names:
         return typed
-    if "/" in typed and not typed.endswith((".json", ".yaml", ".yml")):
+    if typed.count("/") == 1 and not typed.endswith((".json", ".yaml", ".yml")):
         try:
             entry = resolve_hf_id(typed)
         except (InputError, ValueError):
@@ -178,16 +185,21 @@ def _bundled_spec_of(typed: str) -> str | None:
 
 
 def _same_typed_model(inputs: Mapping[str, Any], spec: ModelSpec, source: str) -> None:
-    """A serving plans.json records the --model the user typed beside the spec it embeds: an edit of the typed name to
-    another bundled model would be ignored (the embedded spec is what the plans were estimated for)."""
+    """A serving plans.json records the --model the user typed (emit serves that name) beside the spec it embeds. A
+    search of a bundled spec whose typed name was edited to another bundled model would be ignored (the embedded
+    spec is what the plans were estimated for); a spec from a config.json or YAML has no bundled name to compare."""
+    from ..inputs.resources import bundled_dir
+
     typed = inputs.get("model")
     if not isinstance(typed, str) or not typed or typed == spec.name:
+        return
+    if not (bundled_dir("models") / f"{spec.name}.yaml").is_file():
         return
     named = _bundled_spec_of(typed)
     if named is not None and named != spec.name:
         also = "" if named == typed else f" (the bundled {named})"
-        raise InputError(f"names {typed!r}{also}, but the plans were searched for the embedded "
-                         f"inputs.model_spec ({spec.name!r}); to plan another model, rerun the search with it",
+        raise InputError(f"must name the model the plans were searched for, the embedded inputs.model_spec "
+                         f"({spec.name!r}), but got ({typed!r}{also}); to plan another model, rerun the search with it",
                          source=source, field="inputs.model")
 
 

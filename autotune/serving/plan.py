@@ -50,6 +50,20 @@ DISAGG_KEYS = tuple(f"{side}_{k}" for side in SIDES for k in POOL_KEYS)
 COMMON_KEYS = ("weights", "kv", "max_batch")
 SERVE_KEYS = ("mode", *AGG_KEYS, *DISAGG_KEYS, *COMMON_KEYS)  # every key a plan string may carry
 SERVE_INT_KEYS = (*AGG_KEYS, *DISAGG_KEYS, "max_batch")
+
+
+def recorded_serve_keys(plan: Mapping[str, Any]) -> tuple[str, ...]:
+    """The keys a serving plans.json writes for ``plan``: its mode, its layout (one engine's, or each pool's) and the
+    common keys but weights, which a plan may leave to its checkpoint (checkpoint.with_held_weights: the engine loads
+    what the checkpoint holds).  A file of the first releases wrote no mode and no dp (every plan aggregated, one
+    attention rank); a plan without a mode is read as theirs, or as a disaggregated one where it names pools."""
+    common = tuple(k for k in COMMON_KEYS if k != "weights")
+    if "mode" in plan:
+        layout = DISAGG_KEYS if plan["mode"] == "disagg" else AGG_KEYS
+        return ("mode", *layout, *common)
+    if any(str(k).partition("_")[0] in SIDES for k in plan):
+        return ("mode", *DISAGG_KEYS, *common)
+    return ("tp", "pp", "ep", *common)
 SERVE_CATEGORIES: Mapping[str, tuple[str, ...]] = {"weights": WEIGHTS, "kv": KV_DTYPES, "mode": MODES}
 SERVE_DEFAULTS: Mapping[str, Any] = {"mode": "agg", "tp": 1, "pp": 1, "dp": 1, "ep": 1, "weights": "bf16", "kv": "bf16",
                                      "max_batch": 256}

@@ -35,6 +35,9 @@ SCHEDULE = ("1f1b", "dualpipe")
 INT_KEYS = ("tp", "pp", "cp", "ep", "vp", "zero", "mbs", "etp")
 PLAN_KEYS = ("tp", "pp", "cp", "ep", "vp", "sp", "zero", "mbs", "recompute", "precision", "offload", "etp",
              "schedule")
+# The keys every plans.json has written for each plan since the first release (etp and schedule came later; an
+# older file's plan reads them as their defaults, etp = tp and 1F1B, which is what that release planned).
+RECORDED_PLAN_KEYS = PLAN_KEYS[:PLAN_KEYS.index("etp")]
 # Categorical axes are stored in a PlanBatch as integer codes into these tuples.
 CATEGORIES: Mapping[str, tuple[str, ...]] = {"recompute": RECOMPUTE, "precision": PRECISION, "offload": OFFLOAD,
                                              "schedule": SCHEDULE}

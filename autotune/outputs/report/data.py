@@ -27,7 +27,7 @@ from ...errors import InputError
 from ...inputs.loading import is_finite_number
 from ...training.plan import ETP_AS_TP, PLAN_KEYS
 from ...training.problem import OBJECTIVES, TrainingProblem
-from ..files import ranked_entries, read_plans
+from ..files import check_plan_keys, ranked_entries, read_plans
 
 CLOUD_LIMIT = 60_000  # plans drawn in the throughput/memory clouds, at most
 IMPORTANCE_SAMPLE = 1_500  # fitting plans given to Optuna's importance evaluator
@@ -137,6 +137,7 @@ def load_plans_json(path: Path) -> dict[str, Any]:
         if not isinstance(entry, dict) or not isinstance(entry.get("plan"), dict) or not is_finite_number(entry.get("rank")):
             raise InputError(f"plan {position} needs a 'rank' and a 'plan' object; rerun `autotune search --out DIR`",
                              source=source, field="plans")
+        check_plan_keys(entry["plan"], (doc.get("inputs") or {}).get("workload") == "serve", source, entry["rank"])
         _check_estimate(entry.get("estimate"), f"plan {position}", source)
     if not isinstance(doc.get("search"), dict):
         raise InputError("has no 'search' object; rerun `autotune search --out DIR`", source=source, field="search")

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InputError
-from ..files import ranked_entries
+from ..files import check_plan_keys, ranked_entries
 
 TOP = 10
 
@@ -89,6 +89,7 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
         if not isinstance(entry, dict) or not isinstance(entry.get("plan"), dict):
             raise InputError(f"plan {position} is malformed (no 'plan' object); rerun `autotune search --workload "
                              "serve --out DIR`", source=source, field="plans")
+        check_plan_keys(entry["plan"], True, source, entry.get("rank", position))
         try:
             chosen.append(serve_plan_from_fields(with_held_weights(entry["plan"], served.checkpoint), cluster.n_gpus))
         except (TypeError, ValueError) as exc:
