@@ -50,6 +50,14 @@ DISAGG_KEYS = tuple(f"{side}_{k}" for side in SIDES for k in POOL_KEYS)
 COMMON_KEYS = ("weights", "kv", "max_batch")
 SERVE_KEYS = ("mode", *AGG_KEYS, *DISAGG_KEYS, *COMMON_KEYS)  # every key a plan string may carry
 SERVE_INT_KEYS = (*AGG_KEYS, *DISAGG_KEYS, "max_batch")
+SERVE_CATEGORIES: Mapping[str, tuple[str, ...]] = {"weights": WEIGHTS, "kv": KV_DTYPES, "mode": MODES}
+SERVE_DEFAULTS: Mapping[str, Any] = {"mode": "agg", "tp": 1, "pp": 1, "dp": 1, "ep": 1, "weights": "bf16", "kv": "bf16",
+                                     "max_batch": 256}
+# The tensor-core peak each weight precision computes at (a hardware profile key); int4 is weight-only.
+COMPUTE_PRECISION: Mapping[str, str] = {"bf16": "bf16", "fp8": "fp8", "int8": "int8", "int4": "bf16", "fp4": "fp4",
+                                        "mxfp4": "fp4"}
+# Hardware peak a KV dtype needs (fp8 KV cache: the GPU must have fp8).
+KV_PRECISION: Mapping[str, str] = {"bf16": "bf16", "fp8": "fp8"}
 
 
 def recorded_serve_keys(plan: Mapping[str, Any]) -> tuple[str, ...]:
@@ -64,14 +72,6 @@ def recorded_serve_keys(plan: Mapping[str, Any]) -> tuple[str, ...]:
     if any(str(k).partition("_")[0] in SIDES for k in plan):
         return ("mode", *DISAGG_KEYS, *common)
     return ("tp", "pp", "ep", *common)
-SERVE_CATEGORIES: Mapping[str, tuple[str, ...]] = {"weights": WEIGHTS, "kv": KV_DTYPES, "mode": MODES}
-SERVE_DEFAULTS: Mapping[str, Any] = {"mode": "agg", "tp": 1, "pp": 1, "dp": 1, "ep": 1, "weights": "bf16", "kv": "bf16",
-                                     "max_batch": 256}
-# The tensor-core peak each weight precision computes at (a hardware profile key); int4 is weight-only.
-COMPUTE_PRECISION: Mapping[str, str] = {"bf16": "bf16", "fp8": "fp8", "int8": "int8", "int4": "bf16", "fp4": "fp4",
-                                        "mxfp4": "fp4"}
-# Hardware peak a KV dtype needs (fp8 KV cache: the GPU must have fp8).
-KV_PRECISION: Mapping[str, str] = {"bf16": "bf16", "fp8": "fp8"}
 
 
 @dataclass(frozen=True)
