@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -28,7 +29,7 @@ FILE_SUFFIXES = frozenset({".html", ".htm", ".json", ".csv", ".yaml", ".yml", ".
 
 def check_out_dir(path: Path, force: bool, *, must_be_empty: bool = True) -> None:
     """Refuse a destination that cannot take the files: a file, a non-empty folder (without ``force``, when
-    ``must_be_empty``), or a place that cannot be created or written.  Creates nothing."""
+    ``must_be_empty``), or a place that cannot be created or written.  Leaves nothing behind."""
     if path.exists() and not path.is_dir():
         raise InputError("exists and is not a folder; choose another --out", source=str(path))
     if path.is_dir():
@@ -37,6 +38,7 @@ def check_out_dir(path: Path, force: bool, *, must_be_empty: bool = True) -> Non
                              source=str(path))
         if not os.access(path, os.W_OK | os.X_OK):
             raise InputError("folder is not writable; choose another --out", source=str(path))
+        _probe(path, path, "--out")
         return
     if path.suffix.lower() in FILE_SUFFIXES or path.name.lower() in FILE_SUFFIXES:  # "report.html", ".json"
         # --out names a folder of several files: "--out report.html" would make a folder called report.html
@@ -56,11 +58,22 @@ def _check_creatable(path: Path, flag: str) -> None:
         raise InputError(f"cannot be created: {parent} is not a folder; choose another {flag}", source=str(path))
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"cannot be created: {parent} is not writable; choose another {flag}", source=str(path))
+    _probe(parent, path, flag)
+
+
+def _probe(folder: Path, path: Path, flag: str) -> None:
+    """Create and remove an empty folder in ``folder``: what os.access cannot tell (root passes it on /proc, a
+    kernel or FUSE file system may refuse anyway) is found before the work, not after it."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".autotune-probe-", dir=folder))
+    except OSError as error:
+        raise InputError(f"cannot be written: {folder} refuses new entries ({error.strerror or error}); "
+                         f"choose another {flag}", source=str(path)) from None
 
 
 def check_out_file(path: Path, force: bool, flag: str = "--out") -> None:
     """Refuse a file destination that cannot be written: a folder, an existing file (without ``force``), an
-    unwritable place.  Creates nothing; the caller creates missing parent folders when it writes."""
+    unwritable place.  Leaves nothing behind; the caller creates missing parent folders when it writes."""
     if path.is_dir():
         raise InputError(f"is a folder; give a file name for {flag}, e.g. {path / 'calib.yaml'}", source=str(path))
     if path.exists() or path.is_symlink():
