@@ -224,6 +224,26 @@ def test_disaggregated_launch_flags():
     assert sg.count("--disaggregation-transfer-backend nixl") == 3
 
 
+def test_vllm_disaggregated_servers_on_one_node_get_their_own_nixl_handshake_ports():
+    """vLLM's NIXL handshake listens on VLLM_NIXL_SIDE_CHANNEL_PORT (default 5600 for every server) plus a rank: two
+    servers on a node with the default would collide, and with the default host (localhost) a server on another node
+    could not connect.  Each server gets its own block of 2 ports per GPU and its node's address."""
+    def blocks(node_text):
+        found = re.findall(r"CUDA_VISIBLE_DEVICES=(\S+) \\\n\s+VLLM_NIXL_SIDE_CHANNEL_HOST=(\S+) \\\n"
+                           r"\s+VLLM_NIXL_SIDE_CHANNEL_PORT=(\d+)", node_text)
+        return [(int(port), int(port) + 2 * len(devices.split(",")), host) for devices, host, port in found]
+
+    one = blocks(_node(_script("vllm", DISAGG, 8), 0))
+    assert len(one) == 3
+    spans = sorted((lo, hi) for lo, hi, _ in one)
+    assert all(a_hi <= b_lo for (_, a_hi), (b_lo, _) in zip(spans, spans[1:])), spans  # no shared port
+    assert {host for *_, host in one} == {'"${ADDR[0]}"'}
+    two = _script("vllm", "prefill_workers=2,prefill_tp=4,decode_workers=1,decode_tp=8,weights=fp8,kv=fp8,"
+                          "max_batch=128", 16)
+    assert {host for *_, host in blocks(_node(two, 1))} == {'"${ADDR[1]}"'}
+    assert "VLLM_NIXL" not in _script("vllm", "tp=4,weights=fp8,kv=fp8,max_batch=64", 8)  # aggregated: no connector
+
+
 def test_disaggregated_plans_are_searched_and_estimated():
     doc = json.loads(_run(["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
                            "--input-len", "4096", "--output-len", "256", "--fix", "mode=disagg", "--top", "5",

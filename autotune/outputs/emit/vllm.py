@@ -20,6 +20,10 @@ Mapping (checked by vLLM's own argument parser and config validation in CI, test
 * Disaggregated plans: ``--kv-transfer-config`` with the NIXL connector (kv_producer on prefill servers,
   kv_consumer on decode servers), and
   ``vllm-router --vllm-pd-disaggregation`` in front; replicas of an agg plan: ``vllm-router --worker-urls``.
+  Each server's NIXL handshake listens on ``VLLM_NIXL_SIDE_CHANNEL_PORT`` plus its rank (the DP index, or
+  dp_rank * tp + tp_rank in earlier releases; default base 5600 for every server), so servers sharing a node
+  get bases ``2 * GPUs`` apart (a server of w GPUs claims fewer than 2w ports in any of those schemes), and
+  ``VLLM_NIXL_SIDE_CHANNEL_HOST`` is the node's address, which the other side connects to (default localhost).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ RELEASE = "vLLM 0.33"
 SCRIPT = "serve_vllm.sh"
 MASTER_PORT = 29501
 DP_RPC_PORT = 13345
+NIXL_SIDE_CHANNEL_PORT = 5600  # vLLM's default base of the NIXL handshake ports
 # weights -> the online scheme that makes them from a bf16 checkpoint
 ONLINE: Mapping[str, str] = {"fp8": "fp8_per_tensor", "fp4": "nvfp4_per_token"}
 # the NIXL connector with a role per side (kv_both is deprecated for it in 0.33)
@@ -86,9 +91,18 @@ def quantization_flags(ctx: ServeContext) -> tuple[list[shell.Group], str]:
                 "point MODEL at one and vLLM detects its scheme")
 
 
+def nixl_side_channel(slot: EngineSlot, node: int) -> list[shell.Group]:
+    """The environment of a disaggregated server's NIXL handshake on ``node`` (module docstring): its own block of
+    ports on the node, from its first local GPU, and the node's address for the other side to connect to."""
+    base = NIXL_SIDE_CHANNEL_PORT + 2 * (slot.first_gpu % slot.gpus_per_node)
+    return [(shell.Raw(f"VLLM_NIXL_SIDE_CHANNEL_HOST={addr(node)}"),),
+            (shell.Raw(f"VLLM_NIXL_SIDE_CHANNEL_PORT={int(base)}"),)]
+
+
 def vllm_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[EngineSlot]) -> list[shell.Group]:
     p, pool = ctx.plan, slot.pool
-    groups: list[shell.Group] = [("vllm", "serve", shell.Raw('"$MODEL"'))]
+    groups: list[shell.Group] = nixl_side_channel(slot, slot.nodes[rank]) if p.disaggregated else []
+    groups.append(("vllm", "serve", shell.Raw('"$MODEL"')))
     groups.append(("--tensor-parallel-size", pool.tp))
     groups.append(("--pipeline-parallel-size", pool.pp))
     if pool.dp > 1:
