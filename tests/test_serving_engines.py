@@ -367,3 +367,22 @@ def test_moe_search_offers_attention_dp_and_expert_parallelism_on_an_nvl72_rack(
     layouts = {(p["plan"].get("dp") or p["plan"].get("decode_dp"), p["plan"].get("ep") or p["plan"].get("decode_ep"))
                for p in doc["plans"]}
     assert any(dp and dp >= 16 and ep and ep >= 16 for dp, ep in layouts)
+
+
+def test_when_no_plan_meets_the_targets_the_closest_are_shown():
+    """Impossible targets: the command exits 1 and shows the plans closest to the targets (the sum of log(value /
+    target) over the missed ones), not the fastest plans, which are the farthest from a latency target."""
+    from autotune.inputs.workload import ServeWorkload
+    from autotune.search.serving import miss_score
+
+    base = ["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+            "--input-len", "1000", "--output-len", "200", "--top", "5", "--json"]
+    result = runner.invoke(app, [*base, "--ttft-ms", "50", "--tpot-ms", "5"])
+    assert result.exit_code == 1, result.output
+    shown = json.loads(result.stdout)["plans"]
+    workload = ServeWorkload(1000, 200, ttft_ms=50.0, tpot_ms=5.0)
+    score = [float(miss_score(p["estimate"]["ttft_ms"], p["estimate"]["tpot_ms"], workload)) for p in shown]
+    assert score == sorted(score) and not any(p["estimate"]["meets_targets"] for p in shown)
+    fastest = json.loads(_run(base).stdout)["plans"][0]["estimate"]  # no targets: ranked by throughput
+    assert score[0] < float(miss_score(fastest["ttft_ms"], fastest["tpot_ms"], workload))
+    assert shown[0]["estimate"]["tpot_ms"] < fastest["tpot_ms"] / 3

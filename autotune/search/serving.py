@@ -101,6 +101,26 @@ def annotate_checkpoint(estimate: dict[str, Any], plan: ServePlan, checkpoint: s
     return out
 
 
+def _latency(value: Any) -> float:
+    """A row's latency as a number (a row may hold None for an unbounded one)."""
+    return float("inf") if value is None else float(value)
+
+
+def miss_score(ttft_ms: Any, tpot_ms: Any, workload: ServeWorkload) -> np.ndarray:
+    """How far plans are from the latency targets: the sum, over the stated targets, of log(value / target) where
+    the value is above it (0 for a plan that meets them; infinite for an unbounded latency), rounded to 1% so that
+    plans about as close rank by throughput.  Plans that miss rank by it: the closest first."""
+    score = np.zeros(np.shape(np.asarray(ttft_ms, float)))
+    for value, target in ((ttft_ms, workload.ttft_ms), (tpot_ms, workload.tpot_ms)):
+        if target is None:
+            continue
+        v = np.asarray(value, float)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            over = np.where(np.isfinite(v), np.log(np.maximum(v, 1e-300) / target), np.inf)
+        score = score + np.maximum(over, 0.0)
+    return np.round(score, 2)
+
+
 def _distinct_key(r: RankedServePlan) -> tuple:
     """A plan that differs from a better-ranked one only in a max_batch the load never reaches (same layout,
     precisions and estimates) is the same deployment: under a concurrency below both limits a larger limit only
@@ -141,7 +161,8 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
     throughput = np.round(est.output_tokens_per_s[fits], 6)
     memory = est.memory_gib_per_gpu[fits]
     width = plans.gpus_per_replica[fits]
-    order = np.lexsort((memory, width, -throughput, ~runnable, ~meets))
+    miss = miss_score(est.ttft_ms[fits], est.tpot_ms[fits], workload)  # 0 for the plans that meet the targets
+    order = np.lexsort((memory, width, -throughput, miss, ~runnable, ~meets))
     # walk the whole order: plans that differ only in an unreached max_batch fall out (_distinct), and --top counts
     # distinct ones
     ranked, seen = [], set()
@@ -156,6 +177,8 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
             break
     ranked.sort(key=lambda r: (not r.estimate["meets_targets"],
                                how(r.plan.weights, checkpoint, engine, moe, fp4_cores=fp4_cores) == "needs",
+                               float(miss_score(_latency(r.estimate["ttft_ms"]), _latency(r.estimate["tpot_ms"]),
+                                                workload)),
                                -round(r.estimate["output_tokens_per_s"], 6), r.plan.gpus_per_replica,
                                round(r.estimate["memory_gib_per_gpu"], 6), r.plan.as_string()))
     price = cluster.hardware.price_usd_per_gpu_hour
