@@ -188,14 +188,25 @@ def precision_arrays(formats: Sequence[tuple[str, str, str]], gpus: Sequence[Map
     """Per row: bytes per weight (``b_*``), GEMM ceiling (``pk_*``: the peak times the measured ceiling), whether
     the format is 4-bit on native FP4 tensor cores (``fp4_*``) or weight-only (``wo_*``) for classes attn / mlp /
     exp, and KV bytes (``kv_b``)."""
-    n = len(formats)
-    out = {f"{p}_{c}": np.zeros(n) for p in ("b", "pk", "fp4", "wo") for c in ("attn", "mlp", "exp")}
+    names = [f"{p}_{c}" for c in ("attn", "mlp", "exp") for p in ("b", "pk", "fp4", "wo")]
+    # a search's 10^5 plans hold a handful of (formats, GPU) pairs: each is worked out once, then indexed
+    code_of: dict[tuple, int] = {}
+    table: list[list[float]] = []
+    codes = np.empty(len(formats), dtype=np.int64)
     for i, (fmts, g) in enumerate(zip(formats, gpus)):
-        for cls, fmt in zip(("attn", "mlp", "exp"), fmts):
-            peak, native = _peak_and_native(fmt, g)
-            out[f"b_{cls}"][i] = WEIGHT_BYTES[fmt]
-            out[f"pk_{cls}"][i] = peak
-            out[f"fp4_{cls}"][i] = float(fmt in ("fp4", "mxfp4") and native > 0)
-            out[f"wo_{cls}"][i] = float(native == 0 and WEIGHT_BYTES[fmt] < 0.9)
-    out["kv_b"] = np.array([KV_BYTES[k] for k in kv], dtype=np.float64)
+        key = (fmts, id(g))  # the GPU mappings are alive (in ``gpus``) for the whole loop
+        code = code_of.get(key)
+        if code is None:
+            code = code_of[key] = len(table)
+            values = []
+            for fmt in fmts:
+                peak, native = _peak_and_native(fmt, g)
+                values += [WEIGHT_BYTES[fmt], peak, float(fmt in ("fp4", "mxfp4") and native > 0),
+                           float(native == 0 and WEIGHT_BYTES[fmt] < 0.9)]
+            table.append(values)
+        codes[i] = code
+    columns = np.array(table, dtype=np.float64).reshape(len(table), len(names))
+    out = {name: columns[codes, j] for j, name in enumerate(names)}
+    kv_bytes = {k: KV_BYTES[k] for k in set(kv)}
+    out["kv_b"] = np.array([kv_bytes[k] for k in kv], dtype=np.float64)
     return out

@@ -578,7 +578,7 @@ class ServeEstimate:
     fits: np.ndarray
     meets_targets: np.ndarray
     reason: np.ndarray  # object array: "" when fits
-    misses: np.ndarray  # object array: "" when every target is met
+    misses: "MissTexts"  # misses[i]: "" when plan i meets every target
     memory_capacity_gib: float
     engine: str
     # disaggregated plans: one GPU of a prefill engine (NaN for aggregated plans); memory_gib_per_gpu is the
@@ -639,8 +639,9 @@ def _finite(value: float) -> float | None:
 
 def plan_precisions(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch) -> dict[str, np.ndarray]:
     g = cluster_scalars(cluster)
-    formats = [class_formats(model.is_moe, WEIGHTS[int(w)]) for w in plans.weights]
-    return precision_arrays(formats, [g] * len(plans), [KV_DTYPES[int(k)] for k in plans.kv])
+    by_code = {int(w): class_formats(model.is_moe, WEIGHTS[int(w)]) for w in np.unique(plans.weights)}
+    formats = [by_code[w] for w in plans.weights.tolist()]
+    return precision_arrays(formats, [g] * len(plans), [KV_DTYPES[k] for k in plans.kv.tolist()])
 
 
 def engine_memory(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, engine: str, *, side: str = "d",
@@ -775,23 +776,14 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
     if prefill_used is not None:
         memory = np.where(plans.disagg, np.fmax(memory, prefill_used), memory)
     breakdown["kv_pool"] = gib(mem.kv_pool)
-    misses = np.full(n, "", dtype=object)
     stable = np.asarray(res["stable"], bool)
     meets = fits & stable
     ttft_ms, tpot_ms = ttft * 1e3, tpot * 1e3
     if workload.ttft_ms is not None:
-        miss = ttft_ms > workload.ttft_ms
-        misses = np.where(miss, misses + _fmt_miss("TTFT", ttft_ms, workload.ttft_ms), misses)
-        meets &= ~miss
+        meets &= ~(ttft_ms > workload.ttft_ms)
     if workload.tpot_ms is not None:
-        miss = tpot_ms > workload.tpot_ms
-        misses = np.where(miss, misses + _fmt_miss("TPOT", tpot_ms, workload.tpot_ms), misses)
-        meets &= ~miss
-    if workload.mode == "rate":
-        capacity = res["requests_per_s"] * replicas
-        misses = np.where(~stable, misses + np.array([f"rate {workload.request_rate:g}/s exceeds capacity "
-                                                      f"{c:.3g}/s; " for c in capacity], dtype=object), misses)
-    misses = np.array([m.rstrip("; ") for m in misses], dtype=object)
+        meets &= ~(tpot_ms > workload.tpot_ms)
+    misses = MissTexts(ttft_ms, tpot_ms, stable, res["requests_per_s"] * replicas, workload)
     budget = np.where(E.engine_family(engine) == "vllm", mem.budget, hw.memory_gib * GIB) * np.ones(n)
     return ServeEstimate(
         output_tokens_per_s=total,
@@ -830,6 +822,26 @@ def _miss_text(value: float, target: float) -> str:
     return f"{value:,.6g}"
 
 
-def _fmt_miss(name: str, value: np.ndarray, target: float) -> np.ndarray:
-    return np.array([f"{name} {_miss_text(v, target)} > {target:g} ms; " if np.isfinite(v)
-                     else f"{name} unbounded (overloaded); " for v in value], dtype=object)
+@dataclass(frozen=True)
+class MissTexts:
+    """What each plan misses of the targets ("" when it meets them), written when asked for: a search estimates
+    10^5 plans and shows ten, and writing the text of every one took longer than estimating them."""
+
+    ttft_ms: np.ndarray
+    tpot_ms: np.ndarray
+    stable: np.ndarray
+    capacity_per_s: np.ndarray
+    workload: ServeWorkload
+
+    def __len__(self) -> int:
+        return int(np.shape(self.ttft_ms)[0])
+
+    def __getitem__(self, i: int) -> str:
+        w, parts = self.workload, []
+        for name, value, target in (("TTFT", self.ttft_ms[i], w.ttft_ms), ("TPOT", self.tpot_ms[i], w.tpot_ms)):
+            if target is not None and value > target:  # NaN is no miss; infinity is an unbounded queue
+                parts.append(f"{name} {_miss_text(value, target)} > {target:g} ms" if np.isfinite(value)
+                             else f"{name} unbounded (overloaded)")
+        if w.mode == "rate" and not self.stable[i]:
+            parts.append(f"rate {w.request_rate:g}/s exceeds capacity {self.capacity_per_s[i]:.3g}/s")
+        return "; ".join(parts)
