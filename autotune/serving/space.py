@@ -13,7 +13,6 @@ router; the search plans replicas and keeps ``dp > 1`` only when it is pinned (`
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -268,25 +267,35 @@ def _check_space_size(space: ServeSpace, cluster: Cluster, layouts: list[tuple],
                          source=space.source or None, field="axes")
 
 
+def _product(*sizes: int) -> list[np.ndarray]:
+    """Index arrays over ``sizes`` in itertools.product order (the last index fastest)."""
+    grids = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in sizes], indexing="ij")
+    return [g.ravel() for g in grids]
+
+
 def enumerate_serve(model: ModelSpec, cluster: Cluster, space: ServeSpace, *, engine: str) -> ServeEnumeration:
     """Every valid plan of the space (``max_batch: fit`` is resolved later, per layout)."""
     axes = dict(space.axes)
     fit_batch = "fit" in axes["max_batch"]
     batches = tuple(v for v in axes["max_batch"] if v != "fit") or (1,)
-    columns: dict[str, list] = {k: [] for k in ("mode", "tp", "pp", "dp", "ep", "weights", "kv", "max_batch",
-                                                 *(f"{s}_{k}" for s in "pd" for k in ("workers", "tp", "pp", "dp", "ep")))}
     layouts = [(tp, pp, dp, ep) for tp in axes["tp"] for pp in axes["pp"] for dp in axes["dp"]
                for ep in _ep_values(axes["ep"], tp, dp)]
     _check_space_size(space, cluster, layouts, len(batches))
+    # the columns of every plan as arrays, in itertools.product order (layout, weights, kv, batch): a search of an
+    # NVL72 rack holds 3 * 10^5 plans, which took seconds to append one value at a time
+    codes = {k: np.array([SERVE_CATEGORIES[k].index(v) for v in axes[k]], dtype=np.int8) for k in ("weights", "kv")}
+    parts: list[dict[str, np.ndarray]] = []
     size = 0
-    if "agg" in axes["mode"]:
-        for (tp, pp, dp, ep), w, kv, b in itertools.product(layouts, axes["weights"], axes["kv"], batches):
-            for k, v in zip(("mode", "tp", "pp", "dp", "ep", "weights", "kv", "max_batch"), ("agg", tp, pp, dp, ep, w, kv, b)):
-                columns[k].append(v)
-            for s in "pd":
-                for k, v in zip(("workers", "tp", "pp", "dp", "ep"), (1, tp, pp, dp, ep)):
-                    columns[f"{s}_{k}"].append(v)
-        size += len(layouts) * len(axes["weights"]) * len(axes["kv"]) * len(batches)
+    if "agg" in axes["mode"] and layouts:
+        lay = np.array(layouts, dtype=np.int64)
+        li, wi, ki, bi = _product(len(layouts), len(axes["weights"]), len(axes["kv"]), len(batches))
+        part = {"mode": np.zeros(li.size, np.int8), "weights": codes["weights"][wi], "kv": codes["kv"][ki],
+                "max_batch": np.array(batches, dtype=np.int64)[bi]}
+        for j, k in enumerate(("tp", "pp", "dp", "ep")):
+            part[k] = part[f"p_{k}"] = part[f"d_{k}"] = lay[li, j]
+        part["p_workers"] = part["d_workers"] = np.ones(li.size, np.int64)
+        parts.append(part)
+        size += li.size
     if "disagg" in axes["mode"] and cluster.n_gpus >= 2:
         # pools: one pipeline stage each; a prefill engine needs no batch limit (the decode engines' is the plan's)
         single = [(tp, 1, dp, ep) for (tp, pp, dp, ep) in layouts if pp == 1]
@@ -303,18 +312,23 @@ def enumerate_serve(model: ModelSpec, cluster: Cluster, space: ServeSpace, *, en
                  if cluster.n_gpus % (p[0] * p[1] * p[3] + d[0] * d[1] * d[3]) == 0]
         # a decode pool's batch limit below 64 sequences gives away what disaggregation is for
         d_batches = tuple(b for b in batches if b >= 64) or (max(batches),)
-        for (p, d), w, kv, b in itertools.product(pairs, axes["weights"], axes["kv"], d_batches):
-            for k, v in zip(("mode", "tp", "pp", "dp", "ep", "weights", "kv", "max_batch"),
-                            ("disagg", d[1], d[2], d[3], d[4], w, kv, b)):
-                columns[k].append(v)
-            for s, pool in (("p", p), ("d", d)):
-                for k, v in zip(("workers", "tp", "pp", "dp", "ep"), pool):
-                    columns[f"{s}_{k}"].append(v)
-        size += len(pairs) * len(axes["weights"]) * len(axes["kv"]) * len(d_batches)
-    if not columns["tp"]:
+        if pairs:
+            pre = np.array([p for p, _ in pairs], dtype=np.int64)
+            dec = np.array([d for _, d in pairs], dtype=np.int64)
+            pi, wi, ki, bi = _product(len(pairs), len(axes["weights"]), len(axes["kv"]), len(d_batches))
+            part = {"mode": np.ones(pi.size, np.int8), "weights": codes["weights"][wi], "kv": codes["kv"][ki],
+                    "max_batch": np.array(d_batches, dtype=np.int64)[bi]}
+            for j, k in enumerate(("workers", "tp", "pp", "dp", "ep")):
+                part[f"p_{k}"], part[f"d_{k}"] = pre[pi, j], dec[pi, j]
+                if k != "workers":
+                    part[k] = dec[pi, j]
+            parts.append(part)
+            size += pi.size
+    if not sum(part["tp"].size for part in parts):
         empty = ServePlanBatch.from_columns(cluster.n_gpus, {k: np.zeros(0, np.int64) for k in ("tp", "pp", "dp", "ep", "max_batch")}
                                             | {"weights": np.zeros(0, np.int8), "kv": np.zeros(0, np.int8)})
         return ServeEnumeration(empty, size, {}, fit_batch)
+    columns = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
     batch = ServePlanBatch.from_columns(cluster.n_gpus, columns)
     for key, value in (space.pool_fixes or {}).items():
         side, _, name = key.partition("_")
