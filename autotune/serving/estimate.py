@@ -413,12 +413,15 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     bal = (~dis) & (np.asarray(r.balance_iters, float) * ones > 0) & (np.asarray(r.p_dp, float) * ones > 1) \
         & (np.asarray(a["n_moe"], float) * ones > 0)
 
+    bal_dp = (r.p_dp * ones)[bal]
+    bal_iters = (np.asarray(r.balance_iters, float) * ones)[bal]
+
     def balance_s(nd, lam, t_iter):
-        if not bal.any():
-            return np.zeros(n)
-        busy = np.clip(nd / d_ranks, 0.0, 1.0)
-        wait = adp_balance_wait_s(lam, r.p_dp * ones, np.asarray(r.balance_iters, float) * t_iter)
-        return np.where(bal, busy * wait, 0.0)
+        out = np.zeros(n)
+        if bal.any():  # the incomplete gamma functions on the rows it applies to only (a fit evaluates it 10^4 times)
+            busy = np.clip(nd[bal] / d_ranks[bal], 0.0, 1.0)
+            out[bal] = busy * adp_balance_wait_s((lam * ones)[bal], bal_dp, bal_iters * (t_iter * ones)[bal])
+        return out
 
     # A chunked-prefill engine (mixed) puts at most one token budget of prompts into each step (filling it,
     # the last prompt split), so the prefill a decoded token waits for is at most one full budget's,
