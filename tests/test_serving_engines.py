@@ -386,3 +386,22 @@ def test_when_no_plan_meets_the_targets_the_closest_are_shown():
     fastest = json.loads(_run(base).stdout)["plans"][0]["estimate"]  # no targets: ranked by throughput
     assert score[0] < float(miss_score(fastest["ttft_ms"], fastest["tpot_ms"], workload))
     assert shown[0]["estimate"]["tpot_ms"] < fastest["tpot_ms"] / 3
+
+
+def test_a_disaggregated_plan_shows_each_pools_memory_with_its_own_parts(tmp_path):
+    """The headline was the fuller pool's (a prefill GPU holding all the weights at TP1) over the decode GPU's parts,
+    which added up to a third of it: explain and emit name the decode GPU for its parts and give the prefill GPU's."""
+    out = tmp_path / "s"
+    _run(["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len",
+          "1000", "--output-len", "200", "--fix", "mode=disagg", "--fix", "prefill_tp=1", "--out", str(out)])
+    est = json.loads((out / "plans.json").read_text())["plans"][0]["estimate"]
+    decode, prefill = est["decode_memory_gib_per_gpu"], est["prefill_memory_gib_per_gpu"]
+    assert prefill > decode + 10 and est["memory_gib_per_gpu"] == pytest.approx(prefill)
+    parts = est["memory_breakdown_gib"]
+    assert decode == pytest.approx(sum(parts[k] for k in ("weights", "kv_cache", "activations", "cuda_graphs",
+                                                            "runtime")))
+    text = " ".join(_run(["explain", str(out), "--rank", "1"]).stdout.split())
+    assert f"Memory {decode:.1f} of 80 GiB per decode GPU" in text and f"prefill GPU, total │ {prefill:.2f}" in text
+    script = _run(["emit", str(out / "plans.json"), "--format", "vllm"]).stdout
+    assert f"({decode:.1f} GiB needed per decode GPU: weights {parts['weights']:.1f}," in script
+    assert f"({prefill:.1f} GiB needed per prefill GPU)" in script

@@ -276,8 +276,11 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
         prefill_knob = float(est.prefill_memory_knob[0])
     shown = dict(estimate) if estimate else mine
     shown = {**shown, "memory_gib_per_gpu": mine["memory_gib_per_gpu"]}
+    # a disaggregated plan's figure is the fuller pool's; this sentence is about the decode engines, whose parts follow
+    needed, per = mine.get("decode_memory_gib_per_gpu", mine["memory_gib_per_gpu"]), (
+        "decode GPU" if prefill_knob is not None else "GPU")
     note = (f"memory: {DEFAULTS[format].memory_knob} {knob:g} is the budget autotune checked this plan's batch "
-            f"against ({mine['memory_gib_per_gpu']:.1f} GiB needed per GPU: weights {mine['memory_breakdown_gib']['weights']:.1f}, "
+            f"against ({needed:.1f} GiB needed per {per}: weights {mine['memory_breakdown_gib']['weights']:.1f}, "
             f"KV {mine['memory_breakdown_gib']['kv_cache']:.1f} of a {mine['memory_breakdown_gib']['kv_pool']:.1f} GiB pool)")
     if prefill_knob is not None:
         note += (f"; the prefill engines' {DEFAULTS[format].memory_knob} {prefill_knob:g} is theirs "

@@ -238,6 +238,11 @@ def memory_breakdown(data: ServingReportData):
     if pool.any():
         ax.barh(y, pool, left=left, color="white", edgecolor="grey", hatch="//", height=0.7,
                 label="KV pool, not filled by the batch")
+    # a disaggregated plan's bars are a decode GPU's parts; its prefill GPU's total is marked (it may be the fuller)
+    prefill = np.array([_number(p.get("estimate") or {}, "prefill_memory_gib_per_gpu") for p in data.plans])
+    if np.isfinite(prefill).any():
+        ax.scatter(prefill, y, marker="D", color="black", s=22, zorder=3,
+                   label="prefill GPU, total (disaggregated: the bars are a decode GPU)")
     ax.axvline(data.capacity_gib, color="black", ls="--", lw=1.2, label=f"GPU memory {data.capacity_gib:g} GiB")
     ax.set_yticks(y, [f"#{p['rank']} {p['layout']}" for p in data.plans], fontsize=8)
     ax.set_xlabel("GiB per GPU")
