@@ -134,8 +134,10 @@ def test_predict_json_shape():
 
 
 def test_unsupported_precision_and_bad_plan():
+    # TensorRT-LLM has no FP8 before Ada (vLLM and SGLang run it weight-only on Ampere, through Marlin)
     result = runner.invoke(app, ["predict", "--workload", "serve", "-m", "llama3-8b", "-H", "a100-sxm4-80gb", "--gpus", "1",
-                                 "--input-len", "128", "--output-len", "128", "--plan", "weights=fp8", "--json"])
+                                 "--input-len", "128", "--output-len", "128", "--plan", "weights=fp8", "--engine",
+                                 "trtllm", "--json"])
     assert result.exit_code == 1  # cannot run: exit 1, with the reason in the JSON
     assert json.loads(result.stdout)["estimate"]["infeasible_reason"] == "weight precision not supported by the GPU"
     with pytest.raises(ValueError, match="replicas is derived"):
@@ -152,7 +154,8 @@ def test_no_fp8_on_a100_and_fp4_native_on_blackwell_weight_only_on_hopper(engine
     model = load_model("llama3-8b")
     space = load_serve_space(None)
     hopper = {"bf16", "fp8", "int8", "int4"} | ({"fp4"} if engine == "vllm" else set())  # vLLM's Marlin NVFP4
-    for gpu, allowed in (("a100-sxm4-80gb", {"bf16", "int8", "int4"}), ("h100-sxm5-80gb", hopper),
+    ampere = {"bf16", "int8", "int4"} | ({"fp8"} if engine == "vllm" else set())  # vLLM's FP8 Marlin, weight-only
+    for gpu, allowed in (("a100-sxm4-80gb", ampere), ("h100-sxm5-80gb", hopper),
                          ("b200-sxm-180gb", {"bf16", "fp8", "int8", "int4", "fp4"})):
         result = serve_search(model, Cluster(load_hardware(gpu), 1, 8), ServeWorkload(128, 128), space, ServingParams(),
                               top=5000, engine=engine)

@@ -405,3 +405,44 @@ def test_a_disaggregated_plan_shows_each_pools_memory_with_its_own_parts(tmp_pat
     script = _run(["emit", str(out / "plans.json"), "--format", "vllm"]).stdout
     assert f"({decode:.1f} GiB needed per decode GPU: weights {parts['weights']:.1f}," in script
     assert f"({prefill:.1f} GiB needed per prefill GPU)" in script
+
+
+@pytest.mark.parametrize("engine, model, weights, runs", [
+    ("vllm", "llama3-70b", "fp8", True),  # FP8 Marlin, weight-only (vllm-project/vllm#5975)
+    ("vllm", "mixtral-8x7b", "fp8", True),  # ... for the fused MoE too
+    ("vllm", "openai/gpt-oss-120b", "mxfp4", True),  # MXFP4 Marlin (vLLM's gpt-oss recipe lists A100)
+    ("sglang", "llama3-70b", "fp8", True),  # SGLang's FP8 linear layers fall back to Marlin
+    ("sglang", "mixtral-8x7b", "fp8", False),  # ... its FP8 MoE does not (sgl-project/sglang#12887)
+    ("trtllm", "llama3-70b", "fp8", False),  # TensorRT-LLM's FP8 needs Ada or later
+])
+def test_ampere_runs_the_weight_only_formats_the_engines_have_kernels_for(engine, model, weights, runs):
+    from autotune.serving.space import REASONS, rejection_reasons
+
+    hw = load_hardware("a100-sxm4-80gb")
+    spec = load_model(model)
+    plan = parse_serve_plan(f"tp=4,weights={weights},kv=bf16,max_batch=64", 8)
+    code = int(rejection_reasons(spec, Cluster(hw, 8, 8), ServePlanBatch.from_plans([plan]), engine=engine)[0])
+    assert (code == 0) == runs, REASONS[code]
+    if not runs:
+        assert REASONS[code] == "weight precision not supported by the GPU"
+        result = runner.invoke(app, ["predict", "--workload", "serve", "-m", model, "-H", "a100-sxm4-80gb", "--gpus",
+                                     "8", "--input-len", "1000", "--output-len", "200", "-p", f"tp=4,weights={weights}",
+                                     "--engine", engine])
+        assert result.exit_code == 1 and "cannot run: weight precision not supported" in result.stdout, result.output
+
+
+def test_a_dense_model_has_no_mxfp4_checkpoint():
+    """MXFP4 checkpoints quantize MoE experts (gpt-oss) and the engines' MXFP4 nothing else: a dense model with
+    --checkpoint mxfp4 was ranked and emitted as if every layer were 4-bit."""
+    from autotune.serving.space import REASONS, rejection_reasons
+
+    args = ["--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len", "1000",
+            "--output-len", "200"]
+    for command in (["search", *args], ["predict", *args, "-p", "tp=4"]):
+        result = runner.invoke(app, [*command, "--checkpoint", "mxfp4"])
+        assert result.exit_code == 2 and "field '--checkpoint'" in result.stderr and "is dense" in result.stderr
+    plan = ServePlanBatch.from_plans([parse_serve_plan("tp=4,weights=mxfp4,kv=bf16,max_batch=64", 8)])
+    code = rejection_reasons(load_model("llama3-70b"), Cluster(load_hardware("b200"), 8, 8), plan, engine="vllm")[0]
+    assert REASONS[int(code)].startswith("mxfp4 weights on a dense model")
+    moe = rejection_reasons(load_model("mixtral-8x7b"), Cluster(load_hardware("b200"), 8, 8), plan, engine="vllm")[0]
+    assert int(moe) == 0

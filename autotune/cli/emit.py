@@ -377,7 +377,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         spec, hw = served.model, served.cluster.hardware
         input_len, output_len = served.workload.input_len, served.workload.output_len
         gpn = gpus_per_node or served.cluster.gpus_per_node
-        ckpt = served.checkpoint if checkpoint is None else serving_checkpoint(spec.name, checkpoint)
+        ckpt = served.checkpoint if checkpoint is None else serving_checkpoint(spec.name, checkpoint, spec)
         try:
             chosen = serve_plan_from_fields(with_held_weights(entry["plan"], ckpt), served.cluster.n_gpus)
         except (KeyError, TypeError, ValueError) as exc:
@@ -420,7 +420,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         except ValueError as exc:
             raise InputError(str(exc), field="--plan") from None
         # as predict reads it: no max_batch is the engine's default limit, no weights the checkpoint's
-        ckpt = serving_checkpoint(model, checkpoint)
+        ckpt = serving_checkpoint(model, checkpoint, spec)
         note = serving_checkpoint_note(model, checkpoint)
         if note:
             stderr.print(f"[yellow]note:[/] {escape(note)}.", highlight=False, soft_wrap=True)

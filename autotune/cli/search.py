@@ -735,7 +735,7 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     family, release = serving_engine(engine)
     check_engine_runs_on(family, hw)
     params, note = serving_parameters(engine, calibration)
-    ckpt = serving_checkpoint(model, checkpoint)
+    ckpt = serving_checkpoint(model, checkpoint, spec)
     _say_checkpoint_note(model, checkpoint)
     chosen, engine_limit = predict_serve_plan(fields, cluster.n_gpus, family, hw.memory_gib, checkpoint=ckpt)
     if chosen.disaggregated and aggregated_only(release):
@@ -793,7 +793,9 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     if e.get("warning"):
         stdout.print(f"[bold yellow]warning[/]: {e['warning']}.", highlight=False, soft_wrap=True)
     if not e["fits"]:
-        stdout.print(f"[bold red]does not fit[/]: {e.get('infeasible_reason')}", highlight=False)
+        # a rule of the GPU or the engine (a precision it has no kernels for) is not a question of memory
+        verdict = "cannot run" if reason and SERVE_REASONS[reason] not in SERVE_PREFERENCES else "does not fit"
+        stdout.print(f"[bold red]{verdict}[/]: {e.get('infeasible_reason')}", highlight=False)
     elif e.get("misses"):
         stdout.print(f"[bold yellow]misses[/]: {e['misses']}", highlight=False)
     _exit_unless_fits(e)

@@ -30,6 +30,7 @@ from ..serving.checkpoint import (
     HOLDS,
     check_checkpoint,
     default_checkpoint,
+    held_weights,
     unplanned_checkpoint_note,
     with_held_weights,
 )
@@ -564,13 +565,20 @@ def check_serving_engine(engine: str) -> str:
     return serving_engine(engine)[0]
 
 
-def serving_checkpoint(model: str, checkpoint: str | None) -> str:
+def serving_checkpoint(model: str, checkpoint: str | None, spec: ModelSpec | None = None) -> str:
+    """The checkpoint a serving command plans for (``--checkpoint``, else the catalogue's or bf16); with ``spec``,
+    one an engine can load for that model."""
     if checkpoint is None:
         return default_checkpoint(model)
     try:
-        return check_checkpoint(checkpoint)
+        found = check_checkpoint(checkpoint)
     except ValueError as exc:
         raise InputError(str(exc), field="--checkpoint") from None
+    if spec is not None and not spec.is_moe and held_weights(found) == "mxfp4":
+        raise InputError(f"an MXFP4 checkpoint holds MXFP4 MoE experts (gpt-oss) and the engines' MXFP4 quantizes "
+                         f"nothing else, but {spec.name} is dense; name the checkpoint you have (bf16, fp8, nvfp4, awq, "
+                         f"gptq, compressed-tensors:SCHEME, modelopt:SCHEME)", field="--checkpoint")
+    return found
 
 
 def serving_checkpoint_note(model: str, checkpoint: str | None) -> str | None:
@@ -587,7 +595,7 @@ def search_serving(request: ServingSearch) -> ServingSearchOutcome:
     release = stated or request.engine_release
     request = dataclasses.replace(request, engine=engine, engine_release=release)
     params, note = serving_parameters(engine, request.calibration, release)
-    checkpoint = serving_checkpoint(request.model, request.checkpoint)
+    checkpoint = serving_checkpoint(request.model, request.checkpoint, spec)
     fraction = serving_memory_fraction(request.memory_fraction)
     request = dataclasses.replace(request, memory_fraction=fraction)  # as checked: what plans.json records
     fixed: dict[str, Any] = {}

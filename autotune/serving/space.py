@@ -57,6 +57,7 @@ REASONS: tuple[str, ...] = (
     "dense model: engine data parallelism equals replicas (pin dp to choose it)",
     "engine spans more nodes than the pipeline and data-parallel ranks can split",
     "expert FFN width not divisible by the GPUs each expert is split over (tp*dp/ep)",
+    "mxfp4 weights on a dense model (the engines' MXFP4 quantizes MoE experts only)",
 )
 # The rules no engine can launch against (a layout the model cannot split); the others are the GPU's precisions,
 # memory or the search space's preferences (tp within a node), which `predict` prices and flags.
@@ -64,7 +65,9 @@ IMPOSSIBLE: frozenset[str] = frozenset({"heads not divisible by tp", "pipeline s
                                         "ep > 1 on a dense model", "ep exceeds the model's experts",
                                         "ep does not divide tp*dp",
                                         "expert FFN width not divisible by the GPUs each expert is split over "
-                                        "(tp*dp/ep)"})
+                                        "(tp*dp/ep)",
+                                        "mxfp4 weights on a dense model (the engines' MXFP4 quantizes MoE experts "
+                                        "only)"})
 
 
 # The search space's preferences among the rules: a plan that breaks one runs (tensor parallelism over nodes: vLLM
@@ -199,6 +202,16 @@ FP4_WEIGHT_ONLY: Mapping[str, frozenset] = {"vllm": frozenset({"mxfp4", "fp4"}),
 FP4_WEIGHT_ONLY_ROCM = frozenset({"mxfp4"})
 
 
+# Ampere (compute capability 8.x, no FP8 tensor cores): vLLM runs FP8 checkpoints weight-only through its FP8 Marlin
+# kernel, dense and MoE (vllm-project/vllm#5975, "Your GPU does not have native support for FP8 computation ...
+# Weight-only FP8 compression will be used"), and MXFP4 through Marlin (its gpt-oss recipe lists A100); SGLang's FP8
+# linear layers fall back to the same Marlin kernel there, but its FP8 MoE path does not (sgl-project/sglang#12887,
+# #30681: "fp8e4nv not supported in this architecture"); TensorRT-LLM's FP8 needs Ada or later.
+AMPERE_WEIGHT_ONLY: Mapping[str, frozenset] = {"vllm": frozenset({"fp8", "mxfp4"}), "sglang": frozenset({"fp8"}),
+                                              "trtllm": frozenset()}
+AMPERE_DENSE_ONLY: Mapping[str, frozenset] = {"sglang": frozenset({"fp8"})}
+
+
 def fp4_weight_only(engine: str, hw) -> frozenset:
     """The 4-bit float weights ``engine`` runs weight-only on ``hw`` (none before Hopper / CDNA3: no fp8)."""
     if not hw.supports("fp8"):
@@ -207,11 +220,25 @@ def fp4_weight_only(engine: str, hw) -> frozenset:
     return formats & FP4_WEIGHT_ONLY_ROCM if hw.vendor == "amd" else formats
 
 
+def weight_only_formats(engine: str, hw, is_moe: bool) -> frozenset:
+    """The weight formats ``engine`` runs weight-only (dequantised to bf16 in the GEMM) on ``hw``, which has no tensor
+    cores for them: 4-bit floats from Hopper on, FP8 (and vLLM's MXFP4) on NVIDIA Ampere."""
+    formats = fp4_weight_only(engine, hw)
+    cc = hw.compute_capability
+    if hw.vendor == "nvidia" and not hw.supports("fp8") and cc is not None and cc >= 8.0:
+        family = engine_family(engine)
+        ampere = AMPERE_WEIGHT_ONLY[family]
+        if is_moe:
+            ampere = ampere - AMPERE_DENSE_ONLY.get(family, frozenset())
+        formats = formats | ampere
+    return formats
+
+
 def rejection_reasons(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch,
                       pinned: frozenset = frozenset({"dp"}), *, engine: str) -> np.ndarray:
     """Reason code per plan (index into REASONS); 0 for a runnable plan. The first failing rule wins."""
     hw = cluster.hardware
-    weight_only = fp4_weight_only(engine, hw)
+    weight_only = weight_only_formats(engine, hw, model.moe is not None)
     weights_ok = np.array([hw.supports(COMPUTE_PRECISION[w]) or w in weight_only for w in SERVE_CATEGORIES["weights"]])
     kv_ok = np.array([hw.supports(KV_PRECISION[k]) for k in SERVE_CATEGORIES["kv"]])
     checks: dict[int, np.ndarray] = {1: cluster.n_gpus % plans.gpus_per_replica != 0}
@@ -223,6 +250,10 @@ def rejection_reasons(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch,
     checks[8] = ~kv_ok[plans.kv]
     if "dp" not in pinned and model.moe is None:
         checks[10] = (plans.p_dp > 1) | (plans.d_dp > 1)
+    if model.moe is None:
+        # vLLM's and SGLang's Mxfp4Config hand every linear layer but the fused MoE experts to the unquantized method,
+        # and TensorRT-LLM's MXFP4 is a MoE backend: a dense model has nothing an MXFP4 checkpoint quantizes
+        checks[13] = plans.weights == SERVE_CATEGORIES["weights"].index("mxfp4")
     reasons = np.zeros(len(plans), dtype=np.int16)
     for code in sorted(checks, reverse=True):
         reasons[np.asarray(checks[code], dtype=bool)] = code
