@@ -517,8 +517,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
         num = tables.number_text
         stdout.print(f"Best: {best.plan.layout()} ({best.plan.as_string()}): {num(e['output_tokens_per_s'], ',.0f')} "
                      f"output tokens/s ({num(e['output_tokens_per_s_per_gpu'], ',.0f')} per GPU), "
-                     f"TTFT {tables.ms_text(e['ttft_ms'])} ms, "
-                     f"TPOT {tables.ms_text(e['tpot_ms'], 1)} ms; {verdict}; {e['memory_gib_per_gpu']:.1f} GiB per GPU "
+                     f"TTFT {tables.latency_text(e['ttft_ms'])}, "
+                     f"TPOT {tables.latency_text(e['tpot_ms'], 1)}; {verdict}; {e['memory_gib_per_gpu']:.1f} GiB per GPU "
                      f"within the {request.engine} budget of {e['memory_budget_gib']:.1f} GiB "
                      f"({', '.join(f'{k} {v:g}' for k, v in e['engine_memory_flag'].items())}).{needs}",
                      highlight=False, soft_wrap=True)
@@ -780,8 +780,8 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     flag = ", ".join(f"{k} {v:g}" for k, v in e["engine_memory_flag"].items())
     num = tables.number_text
     stdout.print(f"{num(e['output_tokens_per_s'], ',.0f')} output tokens/s ({num(e['output_tokens_per_s_per_gpu'], ',.0f')} "
-                 f"per GPU, {e['tokens_per_s_per_user']:,.1f} per user); TTFT {tables.ms_text(e['ttft_ms'])} ms, TPOT "
-                 f"{tables.ms_text(e['tpot_ms'], 1)} ms; batch {num(e['batch'], '.1f')} per replica (KV budget fits "
+                 f"per GPU, {e['tokens_per_s_per_user']:,.1f} per user); TTFT {tables.latency_text(e['ttft_ms'])}, TPOT "
+                 f"{tables.latency_text(e['tpot_ms'], 1)}; batch {num(e['batch'], '.1f')} per replica (KV budget fits "
                  f"{e['max_batch_fit']}); memory {e['memory_gib_per_gpu']:.1f} GiB per GPU of the engine's "
                  f"{e['memory_budget_gib']:.1f} ({flag}): weights {mem['weights']:.1f}, KV {mem['kv_cache']:.1f} "
                  f"(pool {mem['kv_pool']:.1f}), activations {mem['activations']:.1f}, CUDA graphs "

@@ -120,7 +120,13 @@ def breakdown_tables(estimate: dict[str, Any], capacity_gib: float) -> tuple[Tab
 
 
 def ms_text(value: float | None, digits: int = 0) -> str:
+    """A latency in ms for a table cell; none is an unbounded queue (the load exceeds what the plan serves)."""
     return "inf" if value is None else f"{value:,.{digits}f}"
+
+
+def latency_text(value: float | None, digits: int = 0) -> str:
+    """A latency in a sentence: "1,234 ms", or "unbounded" where the queue grows without end."""
+    return "unbounded (the load exceeds what the plan serves)" if value is None else f"{value:,.{digits}f} ms"
 
 
 def _missed(estimate: dict) -> str:
