@@ -210,6 +210,9 @@ def test_serving_result_survives_report(serving_run, monkeypatch):
     assert pngs == {"throughput_interactivity", "throughput_memory", "latency", "memory_breakdown"}
     html = (elsewhere / "rep" / "report.html").read_text()
     assert "serving report" in html and "TTFT" in html and "data:image/png;base64," in html
+    # the figures' plans are the search's: as many evaluated and fitting (the batch the KV budget holds included)
+    search = json.loads((run / "plans.json").read_text())["search"]
+    assert f"fits ({search['feasible']:,} of {search['evaluations']:,})" in html
 
 
 def test_serving_report_reads_estimate_fields_defensively(serving_run, tmp_path, monkeypatch):

@@ -66,7 +66,7 @@ class ServeSearchResult:
         }
 
 
-def _with_fit_batches(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, workload: ServeWorkload,
+def with_fit_batches(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, workload: ServeWorkload,
                       engine: str, memory_fraction: float | None = None) -> ServePlanBatch:
     """Add, per layout and precision, the plan whose max_batch is what the engine's KV budget holds."""
     fit = max_batch_fit(model, cluster, plans, workload.max_len, engine, fraction=memory_fraction)
@@ -144,7 +144,7 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
     if len(plans) and enumeration.fit_batch:
         # the choice ``max_batch: fit`` becomes one plan per valid layout: count those in the space too
         before = len(plans)
-        plans = _with_fit_batches(model, cluster, plans, workload, engine, memory_fraction)
+        plans = with_fit_batches(model, cluster, plans, workload, engine, memory_fraction)
         space_size += len(plans) - before
     if not len(plans):
         return ServeSearchResult([], 0, space_size, time.perf_counter() - started, rejected, 0, 0,

@@ -115,6 +115,10 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
         progress("evaluating the space", 0, 1)
     enumeration = enumerate_serve(model, cluster, served.space, engine=engine)
     every = enumeration.plans
+    if len(every) and enumeration.fit_batch:  # the plans the search evaluated: its batch-the-KV-budget-holds ones too
+        from ...search.serving import with_fit_batches
+
+        every = with_fit_batches(model, cluster, every, workload, engine, fraction)
     if len(every):
         cloud = estimate_serving(model, cluster, workload, every, params, engine=engine, memory_fraction=fraction)
         n = len(every)
