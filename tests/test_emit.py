@@ -100,7 +100,17 @@ def check_megatron(context: EmitContext) -> None:
     dp = world // (tp * pp * cp)
     mbs, gbs = int(_megatron_value(argv, "--micro-batch-size")), int(_megatron_value(argv, "--global-batch-size"))
     assert gbs % (mbs * dp) == 0 and gbs // (mbs * dp) == context.accumulation
-    assert int(_megatron_value(argv, "--num-virtual-stages-per-pipeline-rank", 1)) == plan.vp
+    layout = _megatron_value(argv, "--pipeline-model-parallel-layout")
+    if layout is None:
+        assert int(_megatron_value(argv, "--num-virtual-stages-per-pipeline-rank", 1)) == plan.vp
+    else:  # the layout sets the virtual stages, and every rank holds at most the blocks the cost model priced
+        stages = layout.split("|")
+        assert len(stages) == pp * plan.vp and layout.startswith("E") and layout.endswith("L")
+        blocks = context.model.n_layers + context.model.mtp_layers
+        assert layout.count("t") == context.model.n_layers and layout.count("m") == context.model.mtp_layers
+        per_rank = [sum(stages[c * pp + r].count("t") + stages[c * pp + r].count("m") for c in range(plan.vp))
+                    for r in range(pp)]
+        assert max(per_rank) == -(-blocks // pp), per_rank
     first = _megatron_value(argv, "--decoder-first-pipeline-num-layers")
     if first is not None:
         last = int(_megatron_value(argv, "--decoder-last-pipeline-num-layers"))
@@ -261,9 +271,11 @@ def test_megatron_refuses_alibi():
 
 
 # The last rank gets the lighter load (it also computes the logits and loss), as the cost model splits.
+# The flags give the cost model's split or none (the layout then does): 56 layers over 16 ranks were (7, 7) with
+# 3 on each middle rank, 126 over 16 with vp 3 (21, 21) with 6: peaks of 7 and 21 where 4 and 8 were priced.
 @pytest.mark.parametrize("layers, pp, vp, expected", [
     (96, 8, 4, False), (80, 8, 1, False), (126, 8, 1, (16, 14)), (126, 2, 1, False), (61, 4, 1, (16, 13)),
-    (32, 4, 3, None), (56, 16, 1, (7, 7)), (30, 4, 2, (8, 6)),
+    (32, 4, 3, None), (56, 16, 1, None), (30, 4, 2, (8, 6)), (126, 16, 3, None), (94, 8, 4, None),
 ])
 def test_megatron_uneven_pipeline_split(layers, pp, vp, expected):
     split = pipeline_split(layers, pp, vp)
@@ -273,6 +285,24 @@ def test_megatron_uneven_pipeline_split(layers, pp, vp, expected):
         middle = layers - first - last
         assert first % vp == 0 and last % vp == 0 and first > 0 and last > 0
         assert (pp == 2 and middle == 0) or (middle % (pp - 2) == 0 and (middle // (pp - 2)) % vp == 0)
+        assert first == -(-layers // pp)  # the fullest rank is the one the cost model priced
+
+
+@pytest.mark.parametrize("layers, pp, vp, per_rank", [
+    (126, 16, 3, [8] * 15 + [6]), (94, 8, 4, [12] * 7 + [10]), (56, 16, 1, [4] * 8 + [3] * 8), (32, 4, 3, [8] * 4),
+])
+def test_megatron_layout_splits_the_layers_as_priced(layers, pp, vp, per_rank):
+    """Hand-checked per-rank counts: ceil(L/pp) on every rank but the last (the rest), or ceil and floor when that
+    would leave the last rank less than nothing; each rank's layers over its vp virtual stages."""
+    import dataclasses
+
+    from autotune.outputs.emit.megatron import pipeline_layout
+
+    model = dataclasses.replace(load_model("llama3-8b"), n_layers=layers)
+    layout = pipeline_layout(model, pp, vp)
+    stages = layout.split("|")
+    assert len(stages) == pp * vp and layout.startswith("E") and layout.endswith("L")
+    assert [sum(stages[c * pp + r].count("t") for c in range(vp)) for r in range(pp)] == per_rank
 
 
 def test_context_rejects_a_batch_that_does_not_multiply_out():

@@ -44,54 +44,54 @@ RELEASE = "Megatron-LM core_r0.19 (megatron-core 0.19.2)"
 SCRIPT = "megatron_pretrain_gpt.sh"
 
 
+def pipeline_counts(blocks: int, pp: int) -> list[int]:
+    """Blocks per pipeline rank as the cost model prices them (training.geometry): every rank but the last holds
+    ceil(blocks/pp), the last the rest.  Where that would leave the last rank less than nothing (56 layers over 16
+    ranks: 15 x 4 = 60), the ranks hold ceil or floor of blocks/pp, the fuller first: the same fullest rank."""
+    per_rank = -(-blocks // pp)
+    last = blocks - (pp - 1) * per_rank
+    if last >= 0:
+        return [per_rank] * (pp - 1) + [last]
+    base, extra = divmod(blocks, pp)
+    return [base + 1] * extra + [base] * (pp - extra)
+
+
 def pipeline_split(n_layers: int, pp: int, vp: int) -> tuple[int, int] | None | bool:
     """Layers on the first and last pipeline ranks when they cannot be even.
 
-    ``False``: the layers split evenly (no flags needed).  ``(first, last)``: every
-    middle rank holds the same count and each count is a multiple of ``vp``, as
-    Megatron requires.  ``None``: no such split exists.
+    ``False``: the layers split evenly (no flags needed).  ``(first, last)``: Megatron's
+    --decoder-first/last-pipeline-num-layers give the cost model's split (pipeline_counts: the middle
+    ranks and the first hold ceil(L/pp), the last the rest; each count a multiple of ``vp``, as Megatron
+    requires).  ``None``: they cannot (pipeline_layout then writes the split as a layout).  Any other split
+    those flags allow would differ from the one estimated: 126 layers over pp 16, vp 3 put 21 layers on the
+    first and last ranks, 2.6 times the 8 the cost model priced (their time and memory with them).
     """
     if pp == 1 or n_layers % (pp * vp) == 0:
         return False
-    best: tuple[int, int, int] | None = None  # (largest rank load, first, last)
-    middle_ranks = pp - 2
-    for middle in range(vp, n_layers + 1, vp):
-        rest = n_layers - middle * middle_ranks
-        if middle_ranks == 0:
-            middle = 0
-        if rest < 2 * vp:
-            break
-        for first in range(vp, rest - vp + 1, vp):
-            last = rest - first
-            if last % vp:
-                continue
-            load = max(first, last, middle)
-            candidate = (load, first, last)
-            # Prefer the smallest peak load, then the lighter last rank (it computes the logits and loss,
-            # heavier than the first rank's embedding lookup; the cost model gives it the layers left over).
-            if best is None or (candidate[0], candidate[2]) < (best[0], best[2]):
-                best = candidate
-        if middle_ranks == 0:
-            break
-    return None if best is None else (best[1], best[2])
+    counts = pipeline_counts(n_layers, pp)
+    if len(set(counts[:-1])) > 1 or counts[-1] < vp or any(c % vp for c in (counts[0], counts[-1])):
+        return None
+    return counts[0], counts[-1]
 
 
 def pipeline_layout(model: ModelSpec, pp: int, vp: int) -> str | None:
-    """``--pipeline-model-parallel-layout`` for a model with MTP blocks on pp > 1 stages, or None.
+    """``--pipeline-model-parallel-layout`` for a model with MTP blocks on pp > 1 stages, or for layers the first
+    and last rank flags cannot split as the cost model does (pipeline_split is None); else None.
 
     As the cost model splits the blocks (training.geometry): every rank but the last holds
     ceil((L + mtp)/pp) blocks, the last the rest, its MTP block(s) and the loss in its last
     virtual stage (Megatron-Core: MTP in the last virtual stage, decoder layers before it).  Each
-    rank's decoder layers spread over its vp virtual stages, earlier stages first.
+    rank's decoder layers spread over its vp virtual stages, earlier stages first (a stage may be
+    empty: Megatron-Core's layout allows it).
     """
-    if pp == 1 or not model.mtp_layers:
+    if pp == 1:
         return None
-    blocks = model.n_layers + model.mtp_layers
-    per_rank = -(-blocks // pp)
-    last_decoders = blocks - (pp - 1) * per_rank - model.mtp_layers
-    if last_decoders < 0:
+    if not model.mtp_layers and pipeline_split(model.n_layers, pp, vp) is not None:
+        return None  # even, or the first/last rank flags express the split
+    counts = pipeline_counts(model.n_layers + model.mtp_layers, pp)
+    if counts[-1] < model.mtp_layers:
         return None
-    counts = [per_rank] * (pp - 1) + [last_decoders]
+    counts[-1] -= model.mtp_layers  # the last rank's decoder layers
     stages = [[""] * vp for _ in range(pp)]
     for rank, count in enumerate(counts):
         base, extra = divmod(count, vp)
@@ -106,10 +106,8 @@ def _uneven_unsplittable(plans: PlanBatch, model: ModelSpec) -> np.ndarray:
     out = np.zeros(len(plans), dtype=bool)
     pairs = np.stack([plans.pp, plans.vp], axis=1)
     for pp, vp in {tuple(int(x) for x in row) for row in pairs}:
-        if model.mtp_layers and pp > 1:
-            unsplittable = pipeline_layout(model, pp, vp) is None
-        else:
-            unsplittable = pipeline_split(model.n_layers, pp, vp) is None
+        unsplittable = pp > 1 and pipeline_layout(model, pp, vp) is None and (
+            bool(model.mtp_layers) or pipeline_split(model.n_layers, pp, vp) is None)
         if unsplittable:
             out |= (plans.pp == pp) & (plans.vp == vp)
     return out
@@ -125,9 +123,10 @@ LIMITS = (
     Limit(
         "pp",
         _uneven_unsplittable,
-        lambda plan, model: f"plan fields pp={plan.pp}, vp={plan.vp}: {model.n_layers} layers cannot be split so that "
-        f"the middle pipeline ranks hold equal layer counts and every count is a multiple of vp; "
-        f"choose pp and vp that divide {model.n_layers}",
+        lambda plan, model: f"plan fields pp={plan.pp}, vp={plan.vp}: {model.n_layers} layers"
+        f"{f' and {model.mtp_layers} MTP block(s)' if model.mtp_layers else ''} cannot be split as the cost model "
+        f"splits them (ceil(layers/pp) on every rank but the last) without leaving the last rank short; "
+        f"choose a pp that divides them more evenly",
     ),
 )
 
