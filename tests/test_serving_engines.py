@@ -446,3 +446,26 @@ def test_a_dense_model_has_no_mxfp4_checkpoint():
     assert REASONS[int(code)].startswith("mxfp4 weights on a dense model")
     moe = rejection_reasons(load_model("mixtral-8x7b"), Cluster(load_hardware("b200"), 8, 8), plan, engine="vllm")[0]
     assert int(moe) == 0
+
+
+def test_the_moe_dispatch_sends_a_token_once_per_rank_holding_its_experts():
+    """Hand-checked: DeepSeek's top-8 over 16 GPUs.  EP 16: 16 (1 - (15/16)^8) = 6.45 copies of a token (not 8: two
+    experts on one rank share a copy); expert TP over all 16 (ep 1): each token to every GPU, 16 copies; EP 256:
+    7.89, about k."""
+    from autotune.serving.estimate import dispatch_copies
+
+    a = {"topk": 8.0}
+    assert float(dispatch_copies(a, 16.0, 16.0)) == pytest.approx(16 * (1 - (15 / 16) ** 8)) == pytest.approx(6.452, abs=1e-3)
+    assert float(dispatch_copies(a, 16.0, 1.0)) == 16.0
+    assert float(dispatch_copies(a, 256.0, 256.0)) == pytest.approx(7.89, abs=0.01)
+
+
+def test_expert_parallelism_changes_the_estimate_of_attention_dp():
+    """Attention DP 16 with the experts split 16 ways (ep 1) gathers every token to every GPU; with EP 16 it sends
+    a token to the ranks of its experts: the same plans were estimated alike and ranked by memory alone."""
+    hw, model = load_hardware("h200-sxm-141gb"), load_model("deepseek-v3")
+    plans = ServePlanBatch.from_plans([parse_serve_plan(f"tp=1,dp=16,ep={ep},weights=fp8,kv=fp8,max_batch=2048", 16)
+                                       for ep in (1, 16)])
+    est = estimate_serving(model, Cluster(hw, 16, 8), ServeWorkload(2000, 500, concurrency=1024), plans,
+                           CURRENT["sglang"], engine="sglang")
+    assert est.tpot_ms[1] < est.tpot_ms[0] and est.output_tokens_per_s[1] > est.output_tokens_per_s[0]

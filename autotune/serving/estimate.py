@@ -150,6 +150,17 @@ def _alltoall_s(nbytes, group, g, p):
     return np.where(group > 1, t, 0.0)
 
 
+def dispatch_copies(a, G, ep):
+    """Copies of a token the MoE dispatch sends, over an engine of ``G`` GPUs whose experts lie on ``ep`` ranks of
+    ``G/ep`` GPUs each (expert tensor parallelism inside a rank).  The dispatch sends a token once to each rank that
+    holds one of its top-k experts (DeepEP and TensorRT-LLM's all-to-all deduplicate by rank), E[ranks] =
+    ep (1 - (1 - 1/ep)^k) for experts spread evenly, and every GPU of such a rank needs it: G (1 - (1 - 1/ep)^k)
+    copies.  ep = G sends about k (a little less: two experts on one rank share a copy); ep = 1 (each expert split
+    over all G GPUs) gathers every token to every GPU, G copies: twice the volume of EP 16 for DeepSeek's top-8."""
+    ep = np.maximum(np.asarray(ep, float), 1.0)
+    return G * (1.0 - np.power(1.0 - 1.0 / ep, np.maximum(a["topk"], 1.0)))
+
+
 def experts_touched(tokens, a):
     """Expected share of the E experts that at least one of ``tokens`` tokens (top-k each) routes to."""
     E_, k = a["E"], a["topk"]
@@ -220,7 +231,8 @@ def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep):
     # the DeepEP dispatch, sglang/srt/layers/communicator.py); TensorRT-LLM's attention DP has tp 1; vLLM's
     # DP x TP with expert parallelism is taken to split its tokens the same way (not checked against its code).
     t_ar = 2.0 * a["L"] / pp * _allreduce_s(bm * a["h"] * ACTIVATION_BYTES, tp, g, p)
-    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm / tp * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
+    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm / tp * dispatch_copies(a, G, ep) * a["h"] * 1.5,
+                                                                  G, g, p), 0.0)
     f = _overhead_factor(g, p)
     attn_layers = a["n_full"] + a["n_swa"] + a["n_lin"]
     stage = t_gemm + t_attn + t_ar + t_a2a + (p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]
@@ -253,7 +265,8 @@ def prefill_s(a, q, g, p, n, tp, pp, dp, ep, chunk, *, seqs=1.0, moe_share=1.0):
     t_w = chunks * w / (g["hbm"] * p.weight_bandwidth)
     t_comp = np.maximum(t_lin + t_exp, t_w) + t_att
     t_ar = 2.0 * a["L"] * _allreduce_s(n * a["h"] * ACTIVATION_BYTES, tp, g, p)
-    t_a2a = np.where(dp > 1, a["n_moe"] * 2.0 * _alltoall_s(n / tp * a["topk"] * a["h"] * 1.5, G, g, p), 0.0)
+    t_a2a = np.where(dp > 1, a["n_moe"] * 2.0 * _alltoall_s(n / tp * dispatch_copies(a, G, ep) * a["h"] * 1.5, G, g, p),
+                     0.0)
     send = np.where(pp > 1, (pp - 1.0) * (g["nvlink_lat"] + n * a["h"] * ACTIVATION_BYTES / g["nvlink"]), 0.0)
     t_fix = chunks * (p.step_us + p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]) * 1e-6 * _overhead_factor(g, p)
     return t_comp + t_ar + t_a2a + send + t_fix
