@@ -638,3 +638,73 @@ def test_a_plans_json_naming_an_unknown_framework_version_is_refused_by_its_key(
     result = invoke(cli_app, "emit", path, "--format", fmt)
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "core.json: field 'inputs.framework'" in result.output and "rerun the search" in result.output
+
+
+def _megatron_argv(model_name: str, plan_text: str, gpus: int = 64) -> list[str]:
+    from autotune.training.plan import parse_plan
+
+    model = load_model(model_name)
+    plan = parse_plan(plan_text, gpus)
+    context = EmitContext(plan=plan, model=model, hardware="h100-sxm5-80gb", gpus_per_node=8, seq_len=4096,
+                          global_batch=1024)
+    return [str(a) for a in megatron.launch(context).argv()[1:]]
+
+
+@pytest.mark.parametrize("name, plan, wanted, absent", [
+    # Llama 3.1: base 500000 and its frequency scaling (Megatron's defaults: 10000, none)
+    ("llama3.1-70b", "tp=8,zero=1", {"--rotary-base": "500000", "--use-rope-scaling": None}, ("--qk-layernorm",)),
+    ("llama3-70b", "tp=8,zero=1", {"--rotary-base": "500000"}, ("--use-rope-scaling",)),
+    ("qwen3-32b", "tp=8,zero=1", {"--rotary-base": "1000000", "--qk-layernorm": None}, ()),
+    # DeepSeek-V3: sigmoid scores, bias balancing with a small sequence-wise loss, top-k weights scaled by 2.5
+    ("deepseek-v3", "tp=8,pp=4,ep=8,zero=1", {"--rotary-base": "10000", "--moe-router-score-function": "sigmoid",
+                                              "--moe-router-enable-expert-bias": None,
+                                              "--moe-router-load-balancing-type": "seq_aux_loss",
+                                              "--moe-aux-loss-coeff": "1e-4",
+                                              "--moe-router-topk-scaling-factor": "2.5"}, ()),
+    ("mixtral-8x7b", "tp=2,ep=8,zero=1", {"--moe-router-load-balancing-type": "aux_loss", "--rotary-base": "1000000"},
+     ("--moe-router-enable-expert-bias", "--moe-router-score-function")),
+])
+def test_megatron_builds_the_model_the_spec_names(name, plan, wanted, absent):
+    """The launch file trained another model: Megatron's rotary base 10000 for Llama 3's 500000, no QK norm for Qwen3,
+    a softmax router with a 0.01 auxiliary loss for DeepSeek-V3's sigmoid and bias balancing."""
+    argv = _megatron_argv(name, plan, 256 if name == "deepseek-v3" else 64)
+    for flag, value in wanted.items():
+        assert flag in argv, flag
+        if value is not None:
+            assert argv[argv.index(flag) + 1] == value, (flag, argv[argv.index(flag) + 1])
+    for flag in absent:
+        assert flag not in argv, flag
+
+
+def test_a_spec_without_its_rope_base_says_so_in_the_launch_file():
+    import dataclasses
+
+    model = dataclasses.replace(load_model("llama3-70b"), rope_theta=None)
+    from autotune.training.plan import parse_plan
+
+    context = EmitContext(plan=parse_plan("tp=8,zero=1", 64), model=model, hardware="h100-sxm5-80gb",
+                          gpus_per_node=8, seq_len=4096, global_batch=1024)
+    launch = megatron.launch(context)
+    assert "--rotary-base" not in [str(a) for a in launch.argv()]
+    assert any("states no rope_theta" in note for note in launch.notes)
+
+
+def test_hugging_face_configs_bring_what_the_launch_files_need():
+    from autotune.inputs.hf_config import spec_mapping_from_hf
+
+    deepseek = spec_mapping_from_hf({"model_type": "deepseek_v3", "num_hidden_layers": 4, "hidden_size": 1024,
+                                     "intermediate_size": 2048, "num_attention_heads": 8, "vocab_size": 1000,
+                                     "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16,
+                                     "v_head_dim": 32, "q_lora_rank": 128, "n_routed_experts": 16,
+                                     "num_experts_per_tok": 4, "moe_intermediate_size": 256, "n_shared_experts": 1,
+                                     "first_k_dense_replace": 1, "moe_layer_freq": 1, "n_group": 4, "topk_group": 2,
+                                     "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+                                     "routed_scaling_factor": 2.5, "rope_theta": 10000,
+                                     "rope_scaling": {"type": "yarn", "factor": 40}}, source="cfg.json")
+    assert deepseek["rope_theta"] == 10000.0 and deepseek["rope_scaling"] == "yarn"
+    assert {k: deepseek["moe"][k] for k in ("router_score", "router_expert_bias", "router_topk_scaling")} == {
+        "router_score": "sigmoid", "router_expert_bias": True, "router_topk_scaling": 2.5}
+    with pytest.raises(InputError, match="rope_theta"):
+        spec_mapping_from_hf({"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 1024,
+                              "intermediate_size": 2048, "num_attention_heads": 8, "vocab_size": 1000,
+                              "rope_theta": float("nan")}, source="cfg.json")

@@ -181,3 +181,27 @@ def test_a_study_recorded_before_profiles_stated_their_compute_capability_goes_o
     other["hardware"]["memory_gib"] = 40.0
     with pytest.raises(InputError, match="hardware.memory_gib"):  # what an estimate reads still counts
         check_same_problem(other, record, study="s")
+
+
+def test_a_study_recorded_before_specs_stated_their_rope_and_router_goes_on():
+    """rope_theta, rope_scaling, qk_layernorm and the router's score function, bias and scaling are launch flags
+    only: a study whose record lacks them (made before the specs stated them) is the same problem."""
+    from autotune.inputs.workload import TrainWorkload
+    from autotune.search.fingerprint import check_same_problem, fingerprint
+    from autotune.training.problem import OBJECTIVES, TrainingProblem
+    from autotune.training.space import load_space
+
+    cluster = Cluster(load_hardware("h100-sxm5-80gb"), n_gpus=64, gpus_per_node=8)
+    problem = TrainingProblem.build(load_model("deepseek-v3"), cluster, TrainWorkload(4096, 512), load_space(None))
+    record = fingerprint(problem, (OBJECTIVES["throughput"],))
+    assert record["model"]["rope_theta"] == 10000.0 and record["model"]["moe"]["router_score"] == "sigmoid"
+    older = json.loads(json.dumps(record))  # as a release before the specs stated them stored it
+    for key in ("rope_theta", "rope_scaling"):
+        del older["model"][key]
+    for key in ("router_score", "router_expert_bias", "router_topk_scaling"):
+        del older["model"]["moe"][key]
+    check_same_problem(older, record, study="s")  # no error
+    other = json.loads(json.dumps(record))
+    other["model"]["moe"]["top_k"] = 6
+    with pytest.raises(InputError, match="model.moe.top_k"):  # what an estimate reads still counts
+        check_same_problem(other, record, study="s")

@@ -142,7 +142,7 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
     }
     if model_type in MLA_TYPES:
         spec.update(_mla_family(config, model_type, source))
-        return spec
+        return _with_launch_fields(spec, config, model_type, source)
     spec["n_kv_heads"] = _n_kv_heads(config, n_heads, source)
     spec["head_dim"] = _head_dim(config, hidden, n_heads, source)
     spec.update(_attention_layers(config, model_type, source))
@@ -156,6 +156,45 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
         moe = _moe(config, model_type, source)
         if moe is not None:
             spec["moe"] = moe
+    return _with_launch_fields(spec, config, model_type, source)
+
+
+# Qwen3's attention normalises each query and key head (Qwen3Attention.q_norm / k_norm); no config key says so.
+QK_NORM_TYPES = ("qwen3", "qwen3_moe")
+# transformers' older spellings of a RoPE scaling (su: longrope)
+_ROPE_ALIASES = {"su": "longrope"}
+
+
+def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) -> dict:
+    """What the launch files need to build the same network (modelspec.LAUNCH_ONLY_FIELDS): the RoPE base and
+    scaling, QK normalisation, and the router's score function, bias balancing and scaling (DeepSeek-V3's sigmoid,
+    noaux_tc and routed_scaling_factor).  A scaling these files cannot state is left unstated, not refused."""
+    from .modelspec import ROPE_SCALINGS, ROUTER_SCORES
+
+    rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
+    theta = loading.number(config, "rope_theta", source=source, default=None, maximum=1e12)
+    if theta is None and rope:
+        theta = loading.number(rope, "rope_theta", source=source, section="rope_parameters", default=None,
+                               maximum=1e12)
+    if theta is not None:
+        spec["rope_theta"] = float(theta)
+    scaling = config.get("rope_scaling") if isinstance(config.get("rope_scaling"), dict) else rope
+    kind = (scaling or {}).get("rope_type") or (scaling or {}).get("type")
+    kind = _ROPE_ALIASES.get(kind, kind) if isinstance(kind, str) else None
+    if kind in ROPE_SCALINGS:
+        spec["rope_scaling"] = kind
+    if model_type in QK_NORM_TYPES or config.get("use_qk_norm") is True:
+        spec["qk_layernorm"] = True
+    moe = spec.get("moe")
+    if isinstance(moe, dict):
+        score = config.get("scoring_func")
+        if score in ROUTER_SCORES:
+            moe["router_score"] = score
+        if config.get("topk_method") == "noaux_tc":
+            moe["router_expert_bias"] = True
+        scale = loading.number(config, "routed_scaling_factor", source=source, default=None, maximum=1e3)
+        if scale is not None and scale != 1.0:
+            moe["router_topk_scaling"] = float(scale)
     return spec
 
 

@@ -35,6 +35,9 @@ from .resources import bundled_dir, bundled_names, read_named, require_name
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "alibi", "none")
+ROUTER_SCORES = ("softmax", "sigmoid")
+# RoPE scalings a launch file can state (transformers' rope_type; Megatron-LM's --use-rope-scaling is Llama 3.1's)
+ROPE_SCALINGS = ("llama3", "yarn", "linear", "dynamic", "longrope", "mrope")
 
 LAYER_KINDS = ("full", "sliding", "linear")
 # Bytes of the attention kernel's fp32 log-sum-exp, per head (FlashAttention saves it for backward).
@@ -74,8 +77,17 @@ class MoESpec:
     # one node ("node-limited routing", M = 4 nodes for DeepSeek-V3) it bounds the nodes a token is sent to.
     routing_groups: int = 1
     routing_group_topk: int = 1
+    # The router as the model was trained (HF scoring_func, topk_method noaux_tc, routed_scaling_factor):
+    # DeepSeek-V3 scores experts with a sigmoid, balances them with a per-expert bias instead of a large auxiliary
+    # loss (§2.1.2) and scales the top-k weights by 2.5.  The launch files need them; no estimate reads them.
+    router_score: str = "softmax"  # ROUTER_SCORES
+    router_expert_bias: bool = False
+    router_topk_scaling: float | None = None
 
     def __post_init__(self) -> None:
+        if self.router_score not in ROUTER_SCORES:
+            raise ValueError(f"router_score must be one of {', '.join(ROUTER_SCORES)}, but got "
+                             f"(router_score={self.router_score!r})")
         if not 1 <= self.routing_group_topk <= self.routing_groups or self.n_experts % self.routing_groups:
             raise ValueError("routing_groups must divide n_experts and 1 <= routing_group_topk <= routing_groups, but got "
                              f"(routing_groups={self.routing_groups}, routing_group_topk={self.routing_group_topk}, "
@@ -360,6 +372,12 @@ class ModelSpec:
     # Multi-token-prediction modules (DeepSeek-V3 §2.2): each is a projection of [norm(h); norm(emb)]
     # (2h -> h), one transformer block like the last layer, and the shared embedding and output head.
     mtp_layers: int = 0
+    # What the launch files need to build the same network and no estimate reads (HF rope_theta, rope_scaling's
+    # rope_type, Qwen3's q_norm / k_norm): Megatron-LM's defaults (rotary base 10000, no scaling, no QK norm)
+    # would train another model.  None / False: not stated.
+    rope_theta: float | None = None
+    rope_scaling: str | None = None  # ROPE_SCALINGS
+    qk_layernorm: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "head_dim", "vocab_size"):
@@ -764,6 +782,12 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
                 first_dense_layers=mnum("first_dense_layers", minimum=0, default=0),
                 routing_groups=mnum("routing_groups", default=1),
                 routing_group_topk=mnum("routing_group_topk", default=1),
+                router_score=loading.text(moe_raw, "router_score", source=source, section="moe", default="softmax",
+                                          choices=ROUTER_SCORES),
+                router_expert_bias=loading.boolean(moe_raw, "router_expert_bias", source=source, section="moe",
+                                                   default=False),
+                router_topk_scaling=loading.number(moe_raw, "router_topk_scaling", source=source, section="moe",
+                                                   default=None, maximum=1e3),
             )
         except InputError:
             raise  # a field of the section: it names itself (moe.top_k)
@@ -815,6 +839,9 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
             attention_output_gate=loading.boolean(data, "attention_output_gate", source=source, default=False),
             attention_sinks=loading.boolean(data, "attention_sinks", source=source, default=False),
             mtp_layers=num("mtp_layers", minimum=0, default=0),
+            rope_theta=loading.number(data, "rope_theta", source=source, default=None, maximum=1e12),
+            rope_scaling=loading.text(data, "rope_scaling", source=source, default=None, choices=ROPE_SCALINGS),
+            qk_layernorm=loading.boolean(data, "qk_layernorm", source=source, default=False),
         )
     except ValueError as exc:  # the constructor's own checks (sizes in range, heads divide)
         if isinstance(exc, InputError):
@@ -824,9 +851,14 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
 
 # Fields added after the first plain-data form of a spec, written only when set, so that the record of a
 # model that does not use them (a study's problem, a plans.json) stays as it was.
-_OPTIONAL_MOE = {"routing_groups": 1, "routing_group_topk": 1}
+_OPTIONAL_MOE = {"routing_groups": 1, "routing_group_topk": 1, "router_score": "softmax", "router_expert_bias": False,
+                 "router_topk_scaling": None}
 _OPTIONAL_FIELDS = ("mla", "dsa", "linear_attention", "layer_types", "sliding_window", "attention_output_gate",
-                    "attention_sinks", "mtp_layers")
+                    "attention_sinks", "mtp_layers", "rope_theta", "rope_scaling", "qk_layernorm")
+# What only the launch files read (search.fingerprint leaves them out of a study's problem record, so a study made
+# before a spec stated them goes on).
+LAUNCH_ONLY_FIELDS = frozenset({"rope_theta", "rope_scaling", "qk_layernorm"})
+LAUNCH_ONLY_MOE_FIELDS = frozenset({"router_score", "router_expert_bias", "router_topk_scaling"})
 
 
 def model_to_mapping(model: ModelSpec) -> dict:

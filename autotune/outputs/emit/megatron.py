@@ -173,6 +173,14 @@ def model_args(model: ModelSpec, seq_len: int) -> list[Group]:
     groups.append(("--max-position-embeddings", max(seq_len, model.max_seq_len or 0)))
     position = {"rope": "rope", "learned": "learned_absolute", "none": "none"}[model.position_embedding]
     groups.append(("--position-embedding-type", position))
+    if model.position_embedding == "rope" and model.rope_theta is not None:
+        # Megatron's default base is 10000: Llama 3's 500000 must be stated, or another model is trained
+        theta = model.rope_theta
+        groups.append(("--rotary-base", int(theta) if float(theta).is_integer() else theta))
+    if model.rope_scaling == "llama3":
+        groups.append(("--use-rope-scaling",))  # Llama 3.1's frequency scaling (Megatron's factor 8 is Llama 3.1's)
+    if model.qk_layernorm:
+        groups.append(("--qk-layernorm",))  # Qwen3: an RMSNorm on each query and key head
     if model.mlp == "swiglu":
         groups += [("--swiglu",), ("--disable-bias-linear",)]
     if not model.tied_embeddings:
@@ -197,11 +205,18 @@ def model_args(model: ModelSpec, seq_len: int) -> list[Group]:
         if moe.routing_groups > 1:  # group-limited routing (DeepSeek-V3's node-limited routing)
             groups += [("--moe-router-num-groups", moe.routing_groups),
                        ("--moe-router-group-topk", moe.routing_group_topk)]
-        groups += [
-            ("--moe-router-load-balancing-type", "aux_loss"),
-            ("--moe-aux-loss-coeff", "0.01"),
-            ("--moe-grouped-gemm",),
-        ]
+        if moe.router_score != "softmax":
+            groups.append(("--moe-router-score-function", moe.router_score))
+        if moe.router_expert_bias:
+            # DeepSeek-V3's auxiliary-loss-free balancing (§2.1.2): a per-expert bias updated at gamma = 0.001, and a
+            # sequence-wise balance loss of alpha = 0.0001 beside it
+            groups += [("--moe-router-enable-expert-bias",), ("--moe-router-bias-update-rate", "1e-3"),
+                       ("--moe-router-load-balancing-type", "seq_aux_loss"), ("--moe-aux-loss-coeff", "1e-4")]
+        else:
+            groups += [("--moe-router-load-balancing-type", "aux_loss"), ("--moe-aux-loss-coeff", "0.01")]
+        if moe.router_topk_scaling is not None:
+            groups.append(("--moe-router-topk-scaling-factor", moe.router_topk_scaling))
+        groups.append(("--moe-grouped-gemm",))
     if model.mtp_layers:
         groups.append(("--mtp-num-layers", model.mtp_layers))
     return groups
@@ -349,6 +364,20 @@ def uses_fsdp(plan: Plan) -> bool:
     return plan.zero >= 2
 
 
+def model_notes(model: ModelSpec) -> tuple[str, ...]:
+    """What of the model the launch file does not set, said where the user reads it: a RoPE base the spec does not
+    state (Megatron's default, 10000, is used) and a RoPE scaling other than Llama 3.1's."""
+    notes = []
+    if model.position_embedding == "rope" and model.rope_theta is None:
+        notes.append(f"{model.name}'s spec states no rope_theta: Megatron's rotary base, 10000, is used; add "
+                     "--rotary-base from the model's config.json if it differs.")
+    if model.rope_scaling not in (None, "llama3"):
+        notes.append(f"{model.name} scales RoPE with {model.rope_scaling} (its config.json's rope_scaling), which "
+                     "this file does not set: add Megatron's --rope-type and its factors from that config to train "
+                     "at its context length.")
+    return tuple(notes)
+
+
 def launch(context: EmitContext) -> Launch:
     plan = context.plan
     exports: list[tuple[str, object]] = []
@@ -372,7 +401,7 @@ def launch(context: EmitContext) -> Launch:
         notes=(
             "TRAINING_ARGS are placeholders (run length, learning rate, logging): set your own.",
             "Without --data-path, Megatron trains on mock data with a NullTokenizer of the model's vocabulary.",
-        ) + ((f"fp8 recipe: delayed scaling, because the hardware profile ({context.hardware_spec.name}) states no "
+        ) + model_notes(context.model) + ((f"fp8 recipe: delayed scaling, because the hardware profile ({context.hardware_spec.name}) states no "
               "compute_capability; add it to the profile for MXFP8 (10.x) or the blockwise MoE recipe (9.0 and later).",)
              if plan.precision == "fp8" and context.hardware_spec.compute_capability is None else ()),
     )

@@ -7,6 +7,7 @@
 # predicted: step 21.980 s, 58.6 GiB per GPU, MFU 19.6%, 1,491 tokens/s/GPU (autotune's analytic cost model)
 # TRAINING_ARGS are placeholders (run length, learning rate, logging): set your own.
 # Without --data-path, Megatron trains on mock data with a NullTokenizer of the model's vocabulary.
+# deepseek-v3 scales RoPE with yarn (its config.json's rope_scaling), which this file does not set: add Megatron's --rope-type and its factors from that config to train at its context length.
 #
 # Run this script on each of the 128 node(s) with the same MASTER_ADDR (the first node) and MASTER_PORT;
 # extra arguments are passed on to the training program. Under Slurm use `autotune emit --format slurm`.
@@ -36,6 +37,7 @@ MODEL_ARGS=(
     --seq-length 4096
     --max-position-embeddings 163840
     --position-embedding-type rope
+    --rotary-base 10000
     --swiglu
     --disable-bias-linear
     --untie-embeddings-and-output-weights
@@ -49,8 +51,12 @@ MODEL_ARGS=(
     --moe-shared-expert-intermediate-size 2048
     --moe-router-num-groups 8
     --moe-router-group-topk 4
-    --moe-router-load-balancing-type aux_loss
-    --moe-aux-loss-coeff 0.01
+    --moe-router-score-function sigmoid
+    --moe-router-enable-expert-bias
+    --moe-router-bias-update-rate 1e-3
+    --moe-router-load-balancing-type seq_aux_loss
+    --moe-aux-loss-coeff 1e-4
+    --moe-router-topk-scaling-factor 2.5
     --moe-grouped-gemm
     --mtp-num-layers 1
 )

@@ -30,6 +30,7 @@ MODEL_ARGS=(
     --seq-length 131072
     --max-position-embeddings 131072
     --position-embedding-type rope
+    --rotary-base 500000
     --swiglu
     --disable-bias-linear
     --untie-embeddings-and-output-weights

@@ -30,6 +30,7 @@ MODEL_ARGS=(
     --seq-length 4096
     --max-position-embeddings 32768
     --position-embedding-type rope
+    --rotary-base 1000000
     --swiglu
     --disable-bias-linear
     --untie-embeddings-and-output-weights
