@@ -159,6 +159,10 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
     return _with_launch_fields(spec, config, model_type, source)
 
 
+# RoPE scalings a launch file can state (transformers' rope_type; Megatron-LM's --use-rope-scaling is Llama 3.1's)
+# and routers' score functions (scoring_func): the values a model spec takes (modelspec.ModelSpec, MoESpec).
+ROPE_SCALINGS = ("llama3", "yarn", "linear", "dynamic", "longrope", "mrope")
+ROUTER_SCORES = ("softmax", "sigmoid")
 # Qwen3's attention normalises each query and key head (Qwen3Attention.q_norm / k_norm); no config key says so.
 QK_NORM_TYPES = ("qwen3", "qwen3_moe")
 # transformers' older spellings of a RoPE scaling (su: longrope)
@@ -169,8 +173,6 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
     """What the launch files need to build the same network (modelspec.LAUNCH_ONLY_FIELDS): the RoPE base and
     scaling, QK normalisation, and the router's score function, bias balancing and scaling (DeepSeek-V3's sigmoid,
     noaux_tc and routed_scaling_factor).  A scaling these files cannot state is left unstated, not refused."""
-    from .modelspec import ROPE_SCALINGS, ROUTER_SCORES
-
     rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
     theta = loading.number(config, "rope_theta", source=source, default=None, maximum=1e12)
     if theta is None and rope:

@@ -29,15 +29,13 @@ from typing import Mapping
 
 from ..errors import InputError, check_keys
 from . import loading
+from .hf_config import ROPE_SCALINGS, ROUTER_SCORES
 from .loading import MAX_LAYERS, MAX_SIZE
 from .resources import bundled_dir, bundled_names, read_named, require_name
 
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("rope", "learned", "alibi", "none")
-ROUTER_SCORES = ("softmax", "sigmoid")
-# RoPE scalings a launch file can state (transformers' rope_type; Megatron-LM's --use-rope-scaling is Llama 3.1's)
-ROPE_SCALINGS = ("llama3", "yarn", "linear", "dynamic", "longrope", "mrope")
 
 LAYER_KINDS = ("full", "sliding", "linear")
 # Bytes of the attention kernel's fp32 log-sum-exp, per head (FlashAttention saves it for backward).
