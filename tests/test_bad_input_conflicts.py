@@ -363,6 +363,10 @@ def test_a_node_larger_than_the_profiles_nvlink_domain_is_noted():
     assert larger.exit_code == 0 and "8-GPU node: its node link" in " ".join(larger.output.split())
     within = runner.invoke(app, [*base, "-H", "gb200-nvl72", "--gpus-per-node", "8"])
     assert within.exit_code == 0 and "node link" not in within.output
+    # ... but not the 4-GPU compute tray a Slurm host is: a launch file would ask each host for 8 GPUs
+    assert "gb200-nvl72's nodes hold 4 GPUs" in " ".join(within.output.split())
+    tray = runner.invoke(app, [*base, "-H", "gb200-nvl72", "--gpus-per-node", "4"])
+    assert tray.exit_code == 0 and "note:" not in tray.output
 
 
 SPACES = Path(__file__).resolve().parent.parent / "search_spaces"

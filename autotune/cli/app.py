@@ -204,6 +204,13 @@ def note_node_size() -> None:
                          f"{hw.gpus_per_scale_up_domain}-GPU node: its node link ({hw.intra_node.bandwidth_gb_per_s:g} "
                          f"GB/s per GPU) is assumed between all {gpn}; give a profile of your system if its GPUs are "
                          "linked otherwise.", highlight=False, soft_wrap=True)
+        elif gpn > hw.gpus_per_node:
+            # an NVL72 rack is one NVLink domain of 4-GPU compute trays: the domain is modelled apart from the node,
+            # and launch files ask for --gpus-per-node GPUs on each host (Slurm, torchrun --nproc-per-node)
+            stderr.print(f"[yellow]note:[/] --gpus-per-node {gpn}: {hw.name}'s nodes hold {hw.gpus_per_node} GPUs, "
+                         f"inside a {hw.gpus_per_scale_up_domain}-GPU NVLink domain that is modelled apart from the "
+                         f"node; launch files would ask each host for {gpn} GPUs. Leave --gpus-per-node out for "
+                         f"{hw.gpus_per_node}-GPU hosts.", highlight=False, soft_wrap=True)
 
 
 @contextlib.contextmanager
