@@ -708,3 +708,70 @@ def test_hugging_face_configs_bring_what_the_launch_files_need():
         spec_mapping_from_hf({"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 1024,
                               "intermediate_size": 2048, "num_attention_heads": 8, "vocab_size": 1000,
                               "rope_theta": float("nan")}, source="cfg.json")
+
+
+def test_expert_bias_balancing_needs_sigmoid_scores():
+    """Megatron-Core refuses an expert bias on softmax scores; a spec (or config.json) asking for it is refused, and
+    a config with noaux_tc but no sigmoid scoring keeps the plain router."""
+    from autotune.inputs.hf_config import spec_mapping_from_hf
+    from autotune.inputs.modelspec import model_from_mapping, model_to_mapping
+
+    data = model_to_mapping(load_model("mixtral-8x7b"))
+    data["moe"]["router_expert_bias"] = True
+    with pytest.raises(InputError, match="router_expert_bias needs router_score sigmoid"):
+        model_from_mapping(data, source="spec.yaml")
+    config = {"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 2048,
+              "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 1000, "num_experts": 16,
+              "num_experts_per_tok": 4, "moe_intermediate_size": 256, "topk_method": "noaux_tc"}
+    assert "router_expert_bias" not in spec_mapping_from_hf(config, source="cfg.json")["moe"]
+
+
+def test_minimax_per_layer_qk_norm_is_not_megatrons_per_head_one():
+    from autotune.inputs.hf_config import spec_mapping_from_hf
+
+    base = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 2048,
+            "num_attention_heads": 8, "vocab_size": 1000, "use_qk_norm": True}
+    assert spec_mapping_from_hf({**base, "qk_norm_type": "per_layer"}, source="c.json").get("qk_layernorm") is None
+    assert spec_mapping_from_hf(base, source="c.json")["qk_layernorm"] is True
+    assert "--qk-layernorm" not in _megatron_argv("minimax-m2.5", "tp=4,pp=2,ep=8,zero=1", 256)
+    assert "--moe-router-enable-expert-bias" in _megatron_argv("minimax-m2.5", "tp=4,pp=2,ep=8,zero=1", 256)
+
+
+def test_rope_flags_follow_the_position_embedding_and_say_what_they_leave():
+    import dataclasses
+
+    from autotune.training.plan import parse_plan
+
+    def launch_of(model):
+        return megatron.launch(EmitContext(plan=parse_plan("tp=8,zero=1", 64), model=model, hardware="h100-sxm5-80gb",
+                                           gpus_per_node=8, seq_len=4096, global_batch=1024))
+
+    llama31 = load_model("llama3.1-70b")
+    learned = launch_of(dataclasses.replace(llama31, position_embedding="learned"))
+    assert "--use-rope-scaling" not in [str(a) for a in learned.argv()] and "--rotary-base" not in [
+        str(a) for a in learned.argv()]
+    assert any("factor 8" in n for n in launch_of(llama31).notes)
+    fractional = launch_of(dataclasses.replace(llama31, rope_theta=500000.5))
+    argv = [str(a) for a in fractional.argv()]
+    assert argv[argv.index("--rotary-base") + 1] == "500000" and any("integer" in n for n in fractional.notes)
+    gpt_oss = megatron.model_notes(load_model("gpt-oss-120b"))
+    assert any("--position-embedding-type yarn" in n for n in gpt_oss)
+    assert any("multi-latent attention uses yarn" in n for n in megatron.model_notes(load_model("deepseek-v3")))
+
+
+@pytest.mark.parametrize("layers, pp, vp", [(30, 2, 2), (31, 2, 3), (80, 32, 1), (62, 32, 2)])
+def test_megatron_pipeline_edge_cases_give_every_layer_once_and_the_priced_peak(layers, pp, vp):
+    """pp 2 with virtual stages, and more ranks than ceil(L/pp) fills (80 layers over 32: the last rank would hold
+    less than nothing as the cost model counts, so ceil and floor), each layer on exactly one stage."""
+    import dataclasses
+
+    from autotune.outputs.emit.megatron import pipeline_counts, pipeline_layout
+
+    model = dataclasses.replace(load_model("llama3-8b"), n_layers=layers)
+    counts = pipeline_counts(layers, pp)
+    assert sum(counts) == layers and max(counts) == -(-layers // pp) and min(counts) >= 0
+    split = pipeline_split(layers, pp, vp)
+    layout = pipeline_layout(model, pp, vp)
+    assert (split is False) or (split is not None) or (layout is not None)
+    if layout is not None:
+        assert layout.count("t") == layers and len(layout.split("|")) == pp * vp

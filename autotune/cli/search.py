@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import InputError, comma_items
-from ..inputs.modelspec import ModelSpec, load_model, model_to_mapping
+from ..inputs.modelspec import ModelSpec, load_model, model_to_mapping, without_launch_only
 from ..inputs.request import (
     TrainingRequest,
     cluster_from_options,
@@ -914,7 +914,8 @@ def explain_command(
 
 def _architecture(spec: ModelSpec) -> dict:
     """A spec's fields less its name: the same model given as a bundled name or its config.json compares equal."""
-    return {k: v for k, v in model_to_mapping(spec).items() if k != "name"}
+    # what the estimate reads: a plans.json written before a spec stated its RoPE or router settings is the same model
+    return {k: v for k, v in without_launch_only(model_to_mapping(spec)).items() if k != "name"}
 
 
 def _say_model_replaced(source: str, inputs: dict, model: str | None, explained: ModelSpec) -> None:

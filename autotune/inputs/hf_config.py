@@ -163,8 +163,9 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
 # and routers' score functions (scoring_func): the values a model spec takes (modelspec.ModelSpec, MoESpec).
 ROPE_SCALINGS = ("llama3", "yarn", "linear", "dynamic", "longrope", "mrope")
 ROUTER_SCORES = ("softmax", "sigmoid")
-# Qwen3's attention normalises each query and key head (Qwen3Attention.q_norm / k_norm); no config key says so.
-QK_NORM_TYPES = ("qwen3", "qwen3_moe")
+# Qwen3's attention normalises each query and key head (Qwen3Attention.q_norm / k_norm, as do Qwen3-Next's and
+# Qwen3.5's); no config key says so, the architecture does.
+QK_NORM_TYPES = ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text")
 # transformers' older spellings of a RoPE scaling (su: longrope)
 _ROPE_ALIASES = {"su": "longrope"}
 
@@ -185,14 +186,18 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
     kind = _ROPE_ALIASES.get(kind, kind) if isinstance(kind, str) else None
     if kind in ROPE_SCALINGS:
         spec["rope_scaling"] = kind
-    if model_type in QK_NORM_TYPES or config.get("use_qk_norm") is True:
+    # Megatron's --qk-layernorm normalises each head; MiniMax-M2's qk_norm_type "per_layer" normalises all heads
+    # together, which it cannot state (left out; the launch file does not claim it)
+    if model_type in QK_NORM_TYPES or (config.get("use_qk_norm") is True
+                                       and config.get("qk_norm_type", "per_head") == "per_head"):
         spec["qk_layernorm"] = True
     moe = spec.get("moe")
     if isinstance(moe, dict):
         score = config.get("scoring_func")
         if score in ROUTER_SCORES:
             moe["router_score"] = score
-        if config.get("topk_method") == "noaux_tc":
+        # DeepSeek's topk_method noaux_tc and MiniMax-M2's use_routing_bias: an expert bias on sigmoid scores
+        if score == "sigmoid" and (config.get("topk_method") == "noaux_tc" or config.get("use_routing_bias") is True):
             moe["router_expert_bias"] = True
         scale = loading.number(config, "routed_scaling_factor", source=source, default=None, maximum=1e3)
         if scale is not None and scale != 1.0:

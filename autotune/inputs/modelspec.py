@@ -25,7 +25,7 @@ import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..errors import InputError, check_keys
 from . import loading
@@ -86,6 +86,11 @@ class MoESpec:
         if self.router_score not in ROUTER_SCORES:
             raise ValueError(f"router_score must be one of {', '.join(ROUTER_SCORES)}, but got "
                              f"(router_score={self.router_score!r})")
+        if self.router_expert_bias and self.router_score != "sigmoid":
+            # the bias is added to sigmoid affinities (DeepSeek-V3 §2.1.2); Megatron-Core refuses it on softmax scores
+            raise ValueError("router_expert_bias needs router_score sigmoid (bias balancing adds to sigmoid "
+                             f"affinities), but got (router_expert_bias=True, router_score={self.router_score!r}); "
+                             "set router_score: sigmoid or drop router_expert_bias")
         if not 1 <= self.routing_group_topk <= self.routing_groups or self.n_experts % self.routing_groups:
             raise ValueError("routing_groups must divide n_experts and 1 <= routing_group_topk <= routing_groups, but got "
                              f"(routing_groups={self.routing_groups}, routing_group_topk={self.routing_group_topk}, "
@@ -857,6 +862,17 @@ _OPTIONAL_FIELDS = ("mla", "dsa", "linear_attention", "layer_types", "sliding_wi
 # before a spec stated them goes on).
 LAUNCH_ONLY_FIELDS = frozenset({"rope_theta", "rope_scaling", "qk_layernorm"})
 LAUNCH_ONLY_MOE_FIELDS = frozenset({"router_score", "router_expert_bias", "router_topk_scaling"})
+
+
+def without_launch_only(record: Any) -> Any:
+    """A spec's plain data (``model_to_mapping``) less what only the launch files read: what an estimate depends on,
+    so that a record written before a spec stated them compares equal."""
+    if not isinstance(record, Mapping):
+        return record
+    out = {k: v for k, v in record.items() if k not in LAUNCH_ONLY_FIELDS}
+    if isinstance(out.get("moe"), Mapping):
+        out["moe"] = {k: v for k, v in out["moe"].items() if k not in LAUNCH_ONLY_MOE_FIELDS}
+    return out
 
 
 def model_to_mapping(model: ModelSpec) -> dict:

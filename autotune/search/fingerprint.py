@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 from ..errors import InputError
 from ..inputs.framework import Framework, load_framework
 from ..inputs.hardware import Cluster, hardware_to_mapping
-from ..inputs.modelspec import LAUNCH_ONLY_FIELDS, LAUNCH_ONLY_MOE_FIELDS, model_from_mapping, model_to_mapping
+from ..inputs.modelspec import model_from_mapping, model_to_mapping, without_launch_only
 from ..inputs.request import recorded_hardware
 from ..inputs.workload import TrainWorkload
 from ..training.problem import OBJECTIVES, Objective, TrainingProblem
@@ -161,17 +161,6 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def _model_record(model: Any) -> Any:
-    """A spec's record less what only the launch files read (RoPE base and scaling, QK norm, the router's score
-    function): a study made before a spec stated them is the same problem (the record keeps them, for a worker)."""
-    if not isinstance(model, Mapping):
-        return model
-    out = {k: v for k, v in model.items() if k not in LAUNCH_ONLY_FIELDS}
-    if isinstance(out.get("moe"), Mapping):
-        out["moe"] = {k: v for k, v in out["moe"].items() if k not in LAUNCH_ONLY_MOE_FIELDS}
-    return out
-
-
 def _without_launch_only(record: Mapping[str, Any]) -> Mapping[str, Any]:
     """A problem record less the hardware and model fields no estimate reads, whichever release stored it (one
     stored compute_capability for a while)."""
@@ -182,7 +171,7 @@ def _without_launch_only(record: Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(hardware, Mapping) and _LAUNCH_ONLY_HARDWARE & set(hardware):
         out["hardware"] = {k: v for k, v in hardware.items() if k not in _LAUNCH_ONLY_HARDWARE}
     if "model" in record:
-        out["model"] = _model_record(record["model"])
+        out["model"] = without_launch_only(record["model"])
     return out
 
 

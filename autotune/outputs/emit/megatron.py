@@ -8,7 +8,12 @@ Mapping of the plan:
   ``zero=3`` Megatron-FSDP (``--use-megatron-fsdp`` with the sharding strategy
   ``optim_grads`` or ``optim_grads_params``, which needs ``--ckpt-format fsdp_dtensor``).
 * ``vp`` ``--num-virtual-stages-per-pipeline-rank``; a layer count that does not split
-  evenly over ``pp*vp`` stages uses ``--decoder-first/last-pipeline-num-layers``.
+  evenly over ``pp*vp`` stages is split as the cost model priced it (ceil(L/pp) on every rank
+  but the last): ``--decoder-first/last-pipeline-num-layers`` where they give that split, else
+  ``--pipeline-model-parallel-layout``.
+* The model as the spec states it: ``--rotary-base``, ``--use-rope-scaling`` (Llama 3.1),
+  ``--qk-layernorm`` (Qwen3), and a DeepSeek-V3-style router (sigmoid scores, expert-bias balancing,
+  top-k scaling); what is not set is said in the header (model_notes).
 * ``recompute=selective`` ``--recompute-granularity selective`` (core attention);
   ``full`` recomputes every layer (``uniform``, 1 layer per checkpoint).
 * ``precision=fp8`` bf16 plus ``--fp8-format hybrid`` with the ``delayed`` recipe
@@ -174,11 +179,11 @@ def model_args(model: ModelSpec, seq_len: int) -> list[Group]:
     position = {"rope": "rope", "learned": "learned_absolute", "none": "none"}[model.position_embedding]
     groups.append(("--position-embedding-type", position))
     if model.position_embedding == "rope" and model.rope_theta is not None:
-        # Megatron's default base is 10000: Llama 3's 500000 must be stated, or another model is trained
-        theta = model.rope_theta
-        groups.append(("--rotary-base", int(theta) if float(theta).is_integer() else theta))
-    if model.rope_scaling == "llama3":
-        groups.append(("--use-rope-scaling",))  # Llama 3.1's frequency scaling (Megatron's factor 8 is Llama 3.1's)
+        # Megatron's default base is 10000: Llama 3's 500000 must be stated, or another model is trained.  Its
+        # --rotary-base is an integer (a fractional base is rounded; model_notes says so)
+        groups.append(("--rotary-base", round(model.rope_theta)))
+    if model.position_embedding == "rope" and model.rope_scaling == "llama3":
+        groups.append(("--use-rope-scaling",))  # Llama 3.1's frequency scaling (factor 8, Megatron's default)
     if model.qk_layernorm:
         groups.append(("--qk-layernorm",))  # Qwen3: an RMSNorm on each query and key head
     if model.mlp == "swiglu":
@@ -368,13 +373,25 @@ def model_notes(model: ModelSpec) -> tuple[str, ...]:
     """What of the model the launch file does not set, said where the user reads it: a RoPE base the spec does not
     state (Megatron's default, 10000, is used) and a RoPE scaling other than Llama 3.1's."""
     notes = []
-    if model.position_embedding == "rope" and model.rope_theta is None:
+    if model.position_embedding != "rope":
+        return ()
+    if model.rope_theta is None:
         notes.append(f"{model.name}'s spec states no rope_theta: Megatron's rotary base, 10000, is used; add "
                      "--rotary-base from the model's config.json if it differs.")
-    if model.rope_scaling not in (None, "llama3"):
+    elif not float(model.rope_theta).is_integer():
+        notes.append(f"{model.name}'s rope_theta {model.rope_theta:g} is passed as --rotary-base "
+                     f"{round(model.rope_theta)} (Megatron reads an integer).")
+    if model.rope_scaling == "llama3":
+        notes.append("--use-rope-scaling applies Llama 3.1's scaling with Megatron's factor 8; add "
+                     "--rope-scaling-factor if the model's config.json gives another (Llama 3.2: 32).")
+    elif model.rope_scaling == "yarn" and model.mla is not None:
+        notes.append(f"{model.name} scales RoPE with yarn (its config.json's rope_scaling): Megatron's multi-latent "
+                     "attention uses yarn, but its factors (--rotary-scaling-factor and the yarn betas and mscale) "
+                     "are not set here; take them from that config to train at its context length.")
+    elif model.rope_scaling is not None:
         notes.append(f"{model.name} scales RoPE with {model.rope_scaling} (its config.json's rope_scaling), which "
-                     "this file does not set: add Megatron's --rope-type and its factors from that config to train "
-                     "at its context length.")
+                     f"this file does not set{' (Megatron: --position-embedding-type yarn and its factors)' if model.rope_scaling == 'yarn' else ''}; "
+                     "take it from that config to train at its context length.")
     return tuple(notes)
 
 

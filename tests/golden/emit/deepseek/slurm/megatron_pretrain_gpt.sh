@@ -7,7 +7,7 @@
 # predicted: step 21.980 s, 58.6 GiB per GPU, MFU 19.6%, 1,491 tokens/s/GPU (autotune's analytic cost model)
 # TRAINING_ARGS are placeholders (run length, learning rate, logging): set your own.
 # Without --data-path, Megatron trains on mock data with a NullTokenizer of the model's vocabulary.
-# deepseek-v3 scales RoPE with yarn (its config.json's rope_scaling), which this file does not set: add Megatron's --rope-type and its factors from that config to train at its context length.
+# deepseek-v3 scales RoPE with yarn (its config.json's rope_scaling): Megatron's multi-latent attention uses yarn, but its factors (--rotary-scaling-factor and the yarn betas and mscale) are not set here; take them from that config to train at its context length.
 #
 # Run this script on each of the 128 node(s) with the same MASTER_ADDR (the first node) and MASTER_PORT;
 # extra arguments are passed on to the training program. Under Slurm use `autotune emit --format slurm`.
