@@ -205,3 +205,23 @@ def test_a_study_recorded_before_specs_stated_their_rope_and_router_goes_on():
     other["model"]["moe"]["top_k"] = 6
     with pytest.raises(InputError, match="model.moe.top_k"):  # what an estimate reads still counts
         check_same_problem(other, record, study="s")
+
+
+def test_explain_model_of_a_plans_json_written_before_the_rope_fields_is_the_same_model(tmp_path):
+    """A plans.json whose embedded spec predates rope_theta, explained with --model of the same bundled model, is
+    not said to be another model (the launch-only fields are not what the plans were ranked by)."""
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "s"
+    made = runner.invoke(app, ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b",
+                               "16", "--out", str(out)])
+    assert made.exit_code == 0, made.output
+    doc = json.loads((out / "plans.json").read_text())
+    assert doc["inputs"]["model_spec"].pop("rope_theta") == 500000.0
+    (out / "plans.json").write_text(json.dumps(doc))
+    result = runner.invoke(app, ["explain", str(out), "--rank", "1", "--model", "llama3-8b"])
+    assert result.exit_code == 0, result.output
+    assert "did not rank" not in " ".join(result.output.split())
