@@ -31,7 +31,9 @@ VLLM_VENV="${AUTOTUNE_VLLM_VENV:-.venv-vllm}"
 SGLANG_VENV="${AUTOTUNE_SGLANG_VENV:-.venv-sglang}"
 TORCH_DIR="${AUTOTUNE_ENGINES_TORCH:-.venv-engines-torch}"
 FRAMEWORKS_VENV="${AUTOTUNE_FRAMEWORKS_VENV:-.venv-frameworks}"
-PIPQ=(--quiet --disable-pip-version-check)
+# --no-compile: pip would byte-compile every module of these trees (about a minute of CPU per environment,
+# 13,000 files in SGLang's); the tests import a small part of them, which Python compiles as it imports.
+PIPQ=(--quiet --disable-pip-version-check --no-compile)
 started=$SECONDS
 
 # --- torch, once ------------------------------------------------------------------------------------------
