@@ -274,8 +274,8 @@ def test_published_bridge_moe_runs_validate_at_the_documented_figure():
     assert len(report.rows) == 45 and not report.skipped
     errors = {r.id: r.error_pct for r in report.rows}
     dropless = [e for k, e in errors.items() if not k.endswith("-TD")]
-    assert len(dropless) == 37 and sum(map(abs, dropless)) / 37 == pytest.approx(21.3, abs=0.05)
-    assert sum(map(abs, errors.values())) / 45 == pytest.approx(21.5, abs=0.05)
+    assert len(dropless) == 37 and sum(map(abs, dropless)) / 37 == pytest.approx(21.5, abs=0.05)
+    assert sum(map(abs, errors.values())) / 45 == pytest.approx(21.6, abs=0.05)
     # The same layout with and without the host sync (25.09 token-drop, 25.11 dropless): faster without.
     assert errors["BR25.09-q30-B200-FP8-TD"] == pytest.approx(-0.4, abs=0.1)
     by_id = {r.id: r.predicted_tokens_per_s_per_gpu for r in report.rows}

@@ -353,3 +353,58 @@ def test_fixed_narrows_axes():
     assert space.axes["tp"] == (8,)
     assert space.axes["recompute"] == ("full",)
     assert space.axes["mbs"] == load_space(None).axes["mbs"]
+
+
+# The numbers each rule compared, worked by hand from the case's model, cluster and workload.
+NUMBERED = {
+    "heads": "heads=32, tp=3",
+    "kv-heads": "kv_heads=4, tp=8",
+    "tp-within-node": "tp=16, GPUs per NVLink domain=8",
+    "pp-exceeds-layers": "pp*vp=16, layers=8",
+    "uneven-pipeline": "layers=32, pp*vp=3",
+    "cp-vs-sequence": "seq_len=4100, 2*cp=8",
+    "experts-vs-ep": "experts=8, ep=3",
+    "ep-vs-dp-cp": "etp*ep=16, tp*cp*dp=8",  # etp = tp = 2
+    "etp-ffn": "expert_ffn_hidden_size=14336, etp=3",
+    "etp-within-node": "etp=16, GPUs per NVLink domain=8",
+    # 16 GPUs, tp 1: dp 16 against 24 sequences
+    "global-batch": "global_batch=24, dp*mbs=16*1=16",
+    "global-batch-mbs": "global_batch=32, dp*mbs=16*4=64",
+    # 24 sequences over dp = 16 / pp 4 = 4 at micro-batch 1: 6 micro-batches
+    "fw-interleave-microbatches": "micro-batches=6, pp=4",
+    "dualpipe-shape": "pp=1, vp=1, micro-batches=4",  # 64 sequences over dp 16
+    "mtp-last-stage": "blocks on the last stage=2, mtp_layers=3",  # 65 - 7 x 9
+}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] in NUMBERED], ids=lambda c: c[0])
+def test_a_broken_rule_names_the_numbers_it_compared(case):
+    """An invalid plan's message says what to change: the rule, then the values it compared."""
+    name, model, n, gpn, hw, workload, rules, bad, _, reason, _, *named = case
+    fw = load_framework(named[0] if named else None)
+    plan = batch(n, **bad).plan(0)
+    text = space_mod.reason_text(code(reason), plan, fw, model=model, cluster=Cluster(hw, n, gpn), workload=workload)
+    assert text == f"{reason} ({NUMBERED[name]})"
+    # without the inputs the rule alone is named (a plan string checked on its own)
+    assert space_mod.reason_text(code(reason), plan, fw).startswith(reason)
+
+
+def test_plan_violation_names_the_numbers():
+    from autotune.training.plan import Plan
+    from autotune.training.space import plan_violation
+
+    why = plan_violation(LLAMA8, Cluster(H100, 16, 8), TrainWorkload(8192, 24), Plan(16, mbs=1))
+    assert why == "global batch not divisible by dp*micro-batch (global_batch=24, dp*mbs=16*1=16)"
+
+
+@pytest.mark.parametrize("blocks", [8, 61, 62, 65, 80, 94, 126])
+def test_the_priced_last_stage_is_the_emitted_one(blocks):
+    """The cost model's last pipeline stage holds the blocks the Megatron launch file gives the last rank, also
+    where ceil(blocks/pp) on the others would leave it less than nothing (80 layers over pp 32: 31 x 3 = 93)."""
+    from autotune.outputs.emit.megatron import pipeline_counts
+    from autotune.training.geometry import last_stage_blocks
+
+    for pp in range(1, min(blocks, 64) + 1):
+        counts = pipeline_counts(blocks, pp)
+        assert sum(counts) == blocks and max(counts) == -(-blocks // pp)
+        assert float(last_stage_blocks(float(blocks), np.array([pp]))[0]) == counts[-1], pp

@@ -679,7 +679,8 @@ def predict(
                                        framework=inputs.framework)[0])
         if reason:
             # A plan that breaks a validity rule cannot run: no numbers for it (they would be invented).
-            why = reason_text(reason, chosen, inputs.framework)
+            why = reason_text(reason, chosen, inputs.framework, model=inputs.model, cluster=inputs.cluster,
+                              workload=inputs.workload)
             if json_out:
                 print_json({"plan": chosen.as_dict(), "estimate": None, "invalid": why})
             else:
@@ -896,7 +897,8 @@ def explain_command(
         # the exit status says so, as predict's does
         reason = int(rejection_reasons(t.model, t.cluster, t.workload, PlanBatch.from_plans([chosen]),
                                        PERMISSIVE_RULES, framework=t.framework)[0])
-        invalid = reason_text(reason, chosen, t.framework) if reason else ""
+        invalid = (reason_text(reason, chosen, t.framework, model=t.model, cluster=t.cluster, workload=t.workload)
+                   if reason else "")
         if json_out:
             print_json(found.to_json())
             _say_invalid_explained(invalid, chosen)

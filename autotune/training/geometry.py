@@ -75,6 +75,16 @@ def stage_blocks(model: ModelSpec) -> float:
     return float(model.n_layers + model.mtp_layers)
 
 
+def last_stage_blocks(blocks: float | np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Blocks on the last pipeline rank: what ceil(blocks/pp) on each of the others leaves.  Where that would
+    be less than nothing (80 layers over 32 ranks: 31 x 3 = 93), the ranks hold ceil or floor of blocks/pp,
+    the fuller first, and the last floor(blocks/pp) -- the split the Megatron emitter writes
+    (outputs/emit/megatron.pipeline_counts), so the last stage priced is the one launched."""
+    pp = np.asarray(pp, dtype=np.float64)
+    rest = blocks - (pp - 1.0) * np.ceil(blocks / pp)
+    return np.where(rest >= 0.0, rest, np.floor(blocks / pp))
+
+
 def moe_block_share(model: ModelSpec) -> float:
     """Share of the blocks (layers and MTP blocks) that are MoE blocks."""
     moe_blocks = model.n_moe_layers + (model.mtp_layers if model.mtp_block_is_moe else 0)
@@ -109,7 +119,7 @@ def plan_geometry(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, p
         microbatches=workload.global_batch / (dp * mbs),
         tokens=mbs * workload.seq_len / cp,
         layers_per_stage=np.ceil(blocks / pp),
-        last_stage_layers=np.maximum(blocks - (pp - 1.0) * np.ceil(blocks / pp), 0.0),
+        last_stage_layers=last_stage_blocks(blocks, pp),
         moe_fraction=moe_fraction,
         dense_params_per_layer=(dense + dense_mlp) / tp,
         expert_params_per_layer=moe_fraction * model.expert_params_per_moe_layer / (etp * ep),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
 from ..inputs.resources import bundled_dir
 from ..inputs.workload import TrainWorkload
+from .geometry import last_stage_blocks
 from .plan import CATEGORIES, ETP_AS_TP, PLAN_KEYS, Plan, PlanBatch, parse_plan_fields
 
 # Reason codes, in the order rules are checked; 0 means valid.
@@ -270,8 +271,7 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         # last the rest, which holds the MTP modules (Megatron-Core puts them on the last stage, and the Megatron
         # emitter writes that layout): MiniMax-M2.5's 62 layers + 3 MTP blocks on pp=8 leave it 2 blocks for 3.
         MTP_STAGE: (pp > 1) & (model.mtp_layers > 0)
-        & (model.n_layers + model.mtp_layers - (pp - 1) * np.ceil((model.n_layers + model.mtp_layers) / np.maximum(pp, 1))
-           < model.mtp_layers),
+        & (last_stage_blocks(float(model.n_layers + model.mtp_layers), np.maximum(pp, 1)) < model.mtp_layers),
     }
     if not layout_only:
         supported = [CATEGORIES["precision"].index(p) for p in cluster.hardware.peak_tflops if p in CATEGORIES["precision"]]
@@ -293,8 +293,48 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
     return checks
 
 
-def reason_text(reason: int, plan: Plan, framework: Framework | None = None) -> str:
-    """The rule a plan breaks, in words, naming the plan's values where the rule is the framework's."""
+def _rule_values(reason: int, plan: Plan, model: ModelSpec | None, cluster: Cluster | None,
+                 workload: TrainWorkload | None) -> str:
+    """The numbers a rule compared, as "name=value" pairs ("" where the rule needs inputs not given): a user
+    sees what to change, as in "global batch not divisible by dp*micro-batch (global_batch=1000, dp*mbs=8*2=16)"."""
+    p, m, c, w = plan, model, cluster, workload
+    n_gpus = c.n_gpus if c is not None else p.n_gpus
+    model_parallel = p.tp * p.pp * p.cp
+    dp = n_gpus // model_parallel if n_gpus % model_parallel == 0 else 0
+    values: dict[int, Callable[[], str]] = {
+        1: lambda: f"gpus={n_gpus}, tp*pp*cp={model_parallel}",
+        7: lambda: f"vp={p.vp}, pp={p.pp}",
+        11: lambda: f"etp*ep={p.etp * p.ep}, tp*cp*dp={n_gpus // p.pp}",
+        12: lambda: f"ep={p.ep}",
+    }
+    if m is not None:
+        values |= {2: lambda: f"heads={m.n_heads}, tp={p.tp}", 3: lambda: f"kv_heads={m.n_kv_heads}, tp={p.tp}",
+                   5: lambda: f"pp*vp={p.pp * p.vp}, layers={m.n_layers}",
+                   6: lambda: f"layers={m.n_layers}, pp*vp={p.pp * p.vp}"}
+        if m.mtp_layers:
+            last = int(last_stage_blocks(float(m.n_layers + m.mtp_layers), np.asarray(p.pp)))
+            values[MTP_STAGE] = lambda: f"blocks on the last stage={last}, mtp_layers={m.mtp_layers}"
+        if m.moe is not None:
+            values[10] = lambda: f"experts={m.moe.n_experts}, ep={p.ep}"
+            values[ETP_FFN] = lambda: f"expert_ffn_hidden_size={m.moe.expert_ffn_hidden_size}, etp={p.etp}"
+    if c is not None:
+        values |= {4: lambda: f"tp={p.tp}, GPUs per NVLink domain={c.gpus_per_scale_up_domain}",
+                   ETP_NODE: lambda: f"etp={p.etp}, GPUs per NVLink domain={c.gpus_per_scale_up_domain}",
+                   14: lambda: f"precision={p.precision}, {c.hardware.name} offers "
+                               f"{', '.join(sorted(c.hardware.peak_tflops))}"}
+    if w is not None:
+        micro = w.global_batch // max(dp * p.mbs, 1)
+        values |= {9: lambda: f"seq_len={w.seq_len}, 2*cp={2 * p.cp}",
+                   13: lambda: f"global_batch={w.global_batch}, dp*mbs={dp}*{p.mbs}={dp * p.mbs}",
+                   FW_INTERLEAVE_MICROBATCHES: lambda: f"micro-batches={micro}, pp={p.pp}",
+                   DUALPIPE_SHAPE: lambda: f"pp={p.pp}, vp={p.vp}, micro-batches={micro}"}
+    return values[reason]() if reason in values else ""
+
+
+def reason_text(reason: int, plan: Plan, framework: Framework | None = None, *, model: ModelSpec | None = None,
+                cluster: Cluster | None = None, workload: TrainWorkload | None = None) -> str:
+    """The rule a plan breaks, in words, naming the plan's values where the rule is the framework's, and the
+    numbers the rule compared where the model, cluster and workload are given."""
     text = REASONS[reason]
     fw = framework if framework is not None else load_framework()
     if reason == FW_PARALLELISM:
@@ -304,7 +344,8 @@ def reason_text(reason: int, plan: Plan, framework: Framework | None = None) -> 
                 f"{', '.join(fw.parallel_dims) or 'data parallelism only'})")
     elif reason == FW_ZERO:
         text = f"{fw.label} does not offer ZeRO-{plan.zero}" + (" with pipeline parallelism" if plan.pp > 1 else "")
-    return text
+    values = _rule_values(reason, plan, model, cluster, workload)
+    return f"{text} ({values})" if values else text
 
 
 def rejection_reasons(
@@ -335,7 +376,7 @@ def plan_violation(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, 
     fw = framework if framework is not None else load_framework()
     reason = int(rejection_reasons(model, cluster, workload, PlanBatch.from_plans([plan]), PERMISSIVE_RULES,
                                    framework=fw)[0])
-    return reason_text(reason, plan, fw) if reason else ""
+    return reason_text(reason, plan, fw, model=model, cluster=cluster, workload=workload) if reason else ""
 
 
 LAYOUT_KEYS = ("tp", "pp", "vp", "cp", "ep", "sp", "etp", "schedule")

@@ -483,16 +483,20 @@ def step_time_parts(
             return np.maximum(0.0, host - gpu)
         return host * np.minimum(1.0, host / np.maximum(gpu, 1e-12))
 
-    host_layer = sum(
-        share * (comm_repeat * host_exposed(layer.host_forward, layer.forward_compute + layer.tp_forward
-                                            + layer.cp_forward + layer.ep_forward)
-                 + host_exposed(layer.host_backward, layer.backward_compute + layer.tp_backward
-                                + layer.cp_backward + layer.ep_backward))
-        for share, layer in layers)
+    host_fwd = sum(share * host_exposed(layer.host_forward, layer.forward_compute + layer.tp_forward
+                                        + layer.cp_forward + layer.ep_forward) for share, layer in layers)
+    host_bwd = sum(share * host_exposed(layer.host_backward, layer.backward_compute + layer.tp_backward
+                                        + layer.cp_backward + layer.ep_backward) for share, layer in layers)
+    host_layer = comm_repeat * host_fwd + host_bwd
 
     n_layers = geo.layers_per_stage
-    stage_fwd = n_layers * fwd
-    stage_bwd = n_layers * bwd
+    # What the data-parallel collectives (ZeRO-3 prefetch, bucketed gradient reduction) hide behind: the
+    # stage's busy time on the other streams -- its compute, the TP, CP and EP collectives it waits on,
+    # and the host stalls of dropless MoE blocks, during which the GPU idles but collectives already
+    # issued run on.  Counting the stalls and the collectives keeps the step time monotonic: a heavier
+    # expert load lengthens the compute and shortens the stalls it hides, and the window is their sum.
+    stage_fwd = n_layers * (fwd + tp_f + cp_f + ep_f + host_fwd)
+    stage_bwd = n_layers * (bwd + tp_b + cp_b + ep_b + host_bwd)
 
     # ZeRO-3 (FSDP full shard) gathers the stage's weights forward and again backward and
     # reduce-scatters its gradients, every micro-batch; prefetching hides them behind compute up
@@ -591,8 +595,8 @@ def step_time_parts(
     # DualPipe (deepseek-ai/DualPipe README, DeepSeek-V3 Table 2): (p/2 - 1)(F&B + B - 3W), with F&B
     # the paired forward and backward chunks (their compute adds up; the communication hides) and W the
     # weight-gradient part of B, which the schedule defers into the bubbles.
-    chunk_f = stage_fwd
-    chunk_b = stage_bwd + n_layers * recompute_per_layer
+    chunk_f = n_layers * fwd
+    chunk_b = n_layers * bwd + n_layers * recompute_per_layer
     chunk_w = n_layers * mix("wgrad")
     dual_bubble = np.maximum(geo.pp / 2.0 - 1.0, 0.0) * np.maximum(chunk_f + 2.0 * chunk_b - 3.0 * chunk_w, 0.0)
     parts["pipeline_bubble"] = np.where(geo.dualpipe, dual_bubble, (pipeline_passes(m, geo.pp, geo.vp) - m) * body)
