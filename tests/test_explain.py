@@ -84,3 +84,31 @@ def test_a_tp_step_on_a_dense_model_moves_etp_with_tp(inputs):
         assert row.plan["etp"] == row.plan["tp"]
     eight = next(r for r in tp_rows if r.change.startswith("tp 4 -> 8"))
     assert eight.reason == "" and eight.step_time_s is not None
+
+
+def test_explain_and_report_count_as_fitting_only_what_the_search_ranked(tmp_path):
+    """A search with --memory-headroom 0.15 ranks plans within 68 of 80 GiB: explain's verdicts and the report's
+    figure count the same plans as fitting (they had counted every plan within 80 GiB)."""
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+    from autotune.outputs.report.data import evaluate_cloud, load_plans_json, rebuild_problem
+
+    runner = CliRunner()
+    out = tmp_path / "s"
+    args = ["search", "-m", "llama3-8b", "-H", "a100-sxm4-80gb", "--gpus", "8", "-s", "8192", "-b", "64",
+            "--memory-headroom", "0.15", "--top", "50", "--out", str(out), "--json"]
+    found = runner.invoke(app, args)
+    assert found.exit_code == 0, found.output
+    feasible = json.loads(found.stdout)["search"]["feasible"]
+    cloud = evaluate_cloud(rebuild_problem(load_plans_json(out / "plans.json")["inputs"], str(out)))
+    assert int(cloud.fits.sum()) == feasible
+    for rank in range(1, 8):
+        result = runner.invoke(app, ["explain", str(out), "--rank", str(rank), "--json"])
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        assert doc["memory_limit_gib"] == pytest.approx(80 * 0.85)
+        assert doc["estimate"]["fits"] and doc["estimate"]["memory_gib_per_gpu"] <= 68.0
+        for row in doc["sensitivity"]:
+            if row["memory_gib"] is not None and not row["reason"]:
+                assert row["fits"] == (row["memory_gib"] <= 68.0), row

@@ -165,6 +165,25 @@ def test_tune_finds_the_best_plan_and_records_failures(tmp_path):
           json.loads(r.stdout)["study"]["trials_to_best"])
 
 
+def test_a_worker_hands_its_benchmark_runs_the_inputs_tune_does(tmp_path):
+    """The plan file of a worker's run holds the same inputs (model, workload, cluster, ...) as tune's runs: a
+    benchmark that reads the sequence length or global batch from it measures the same workload either way (a
+    worker's runs had been handed only the study's name)."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    env = {**os.environ, "FAKE_BENCH_INPUTS_DIR": str(runs)}
+    url = f"sqlite:///{tmp_path}/t.db"
+    r = subprocess.run(tune_cmd(url, "inputs", 1, "--prior-top", "1"), capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run(autotune("worker", "--storage", url, "--study", "inputs", "--trials", "3", "--run",
+                                f"{sys.executable} {BENCH}"), capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    handed = [json.loads(p.read_text()) for p in runs.iterdir()]
+    assert len(handed) >= 2 and all(h == handed[0] for h in handed)
+    assert handed[0]["seq_len"] == 4096 and handed[0]["global_batch"] == 32 and handed[0]["model"] == "llama3-8b"
+
+
 def test_sigkill_loses_no_trial_and_the_stale_one_is_retried(tmp_path):
     table, _, _ = make_table(tmp_path)
     env = {**os.environ, "FAKE_BENCH_TABLE": str(table), "FAKE_BENCH_SLEEP": "0.4"}

@@ -65,7 +65,8 @@ from ..search.api import (
     serving_parameters,
     wants_capacity,
 )
-from ..search.plans_file import model_from_plans, serving_inputs_from_plans, training_inputs_from_plans
+from ..search.plans_file import (memory_headroom_of, model_from_plans, serving_inputs_from_plans,
+                                 training_inputs_from_plans)
 from ..serving.calibrated import aggregated_only, release_name
 from ..search.serving import annotate_checkpoint
 from ..serving.checkpoint import with_held_weights
@@ -85,6 +86,7 @@ from ..training.plan import (
     parse_plan,
     plan_from_fields,
 )
+from ..training.problem import DEFAULT_MEMORY_HEADROOM
 from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
 from .app import (
     Calibration,
@@ -865,6 +867,7 @@ def explain_command(
             t = training_inputs_from_plans(inputs, source, model=model, hardware=hardware, gpus=gpus,
                                            gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
                                            calibration=calibration, framework=framework)
+            headroom = memory_headroom_of(inputs, source)  # a plan fits as its search ranked it
         else:
             keys = {item.split("=", 1)[0].strip() for item in (plan or "").split(",")}
             if keys & {"weights", "kv", "max_batch", "mode"} or any(k.startswith(("prefill_", "decode_")) for k in keys):
@@ -877,6 +880,7 @@ def explain_command(
                 raise InputError(f"missing {', '.join('--' + m.replace('_', '-') for m in missing)}", field="--plan")
             t = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, seq_len=seq_len,
                                 global_batch=global_batch, calibration=calibration, framework=framework).build()
+            headroom = DEFAULT_MEMORY_HEADROOM  # as a search keeps by default
         try:
             chosen = parse_plan(plan, t.cluster.n_gpus) if plan is not None else plan_from_fields(fields, t.cluster.n_gpus)
         except (TypeError, ValueError) as exc:
@@ -892,7 +896,7 @@ def explain_command(
                              source=source, field="plans.plan") from None
         if plans is not None:
             _say_model_replaced(source, inputs, model, t.model)
-        found = explain(t.model, t.cluster, t.workload, chosen, framework=t.framework)
+        found = explain(t.model, t.cluster, t.workload, chosen, framework=t.framework, memory_headroom=headroom)
         # a plan the framework cannot run is explained (the one-step changes show what would), but it is no plan:
         # the exit status says so, as predict's does
         reason = int(rejection_reasons(t.model, t.cluster, t.workload, PlanBatch.from_plans([chosen]),

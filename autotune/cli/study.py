@@ -285,8 +285,12 @@ def tune(
             raise typer.Exit(code=1)
         name = study or f"tune-{inputs.model.name}-{inputs.cluster.n_gpus}x{inputs.cluster.hardware.name}"
         store = make_storage(storage, heartbeat_s=heartbeat or None)
+        benchmark_inputs = inputs_json(inputs, space)
+        # the inputs each benchmark run gets (AUTOTUNE_PLAN_JSON's "inputs") are kept with the study, so that a
+        # worker that joins hands its runs the same model, workload and cluster
         settings = {"mode": "tune", "sampler": sampler, "margin": None if no_prior else margin,
-                    "trial_timeout": trial_timeout, "prior_top": 0 if no_prior else prior_top}
+                    "trial_timeout": trial_timeout, "prior_top": 0 if no_prior else prior_top,
+                    "benchmark_inputs": benchmark_inputs}
         opened, note = open_study(store, name, problem, objectives, new=new, target=trials, settings=settings,
                                   url=storage)
         notes = note.splitlines()
@@ -296,7 +300,7 @@ def tune(
                 notes.append(f"queued the cost model's {queued} best plans predicted to fit to run first")
         for line in notes:
             stderr.print(f"[dim]{escape(line)}[/]", highlight=False, soft_wrap=True)
-        measure = measure_with(command, shell, trial_timeout, inputs_json(inputs, space))
+        measure = measure_with(command, shell, trial_timeout, benchmark_inputs)
         try:
             with sigterm_as_interrupt():
                 result = run_study(opened, problem, objectives, sampler_name=sampler, seed=seed, target=trials,
@@ -367,7 +371,10 @@ def worker(
                 raise InputError(f"study {study!r} holds measured trials: give the benchmark command with --run",
                                  field="--run")
             timeout = trial_timeout if trial_timeout is not None else settings.get("trial_timeout")
-            measure = measure_with(command, shell, timeout, {"study": study})
+            # what tune gave its own runs; a study tune made before it kept them gives only its name
+            stored_inputs = settings.get("benchmark_inputs")
+            measure = measure_with(command, shell, timeout,
+                                   dict(stored_inputs) if isinstance(stored_inputs, dict) else {"study": study})
         elif run is not None:
             raise InputError(f"study {study!r} is a cost-model search; it runs no command", field="--run")
         if settings.get("sampler") == "exact":

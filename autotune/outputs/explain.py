@@ -18,6 +18,7 @@ from ..inputs.modelspec import ModelSpec
 from ..inputs.workload import TrainWorkload
 from ..training.estimate import estimate_training
 from ..training.plan import PRECISION, RECOMPUTE, Plan, PlanBatch
+from ..training.problem import DEFAULT_MEMORY_HEADROOM
 from ..training.space import REASONS, Rules, rejection_reasons
 from .tables import largest_parts
 
@@ -50,10 +51,12 @@ class Explanation:
     binding_kind: str  # memory | rule | none | optimum
     binding: str  # one sentence
     sensitivity: list[Neighbour]
+    memory_limit_gib: float | None = None  # what a plan may use: the capacity less the search's headroom
 
     def to_json(self) -> dict[str, Any]:
         return {"plan": self.plan.as_dict(), "estimate": self.estimate, "binding": {"kind": self.binding_kind,
-                "text": self.binding}, "sensitivity": [n.to_json() for n in self.sensitivity]}
+                "text": self.binding}, "sensitivity": [n.to_json() for n in self.sensitivity],
+                "memory_limit_gib": self.memory_limit_gib}
 
 
 def _moves(plan: Plan) -> list[tuple[str, str, dict[str, Any]]]:
@@ -95,14 +98,18 @@ def _moves(plan: Plan) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def explain(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plan: Plan,
-            rules: Rules | None = None, framework: Framework | None = None) -> Explanation:
+            rules: Rules | None = None, framework: Framework | None = None,
+            memory_headroom: float = DEFAULT_MEMORY_HEADROOM) -> Explanation:
     """Breakdowns, the binding constraint and the one-step sensitivity of ``plan`` run by ``framework``
-    (rules: the default space's; framework: the default framework)."""
+    (rules: the default space's; framework: the default framework).  A plan fits as the search ranks it:
+    within the GPU's memory less ``memory_headroom`` of it (the search's --memory-headroom)."""
     rules = rules or Rules()
     fw = framework if framework is not None else load_framework()
     hw = cluster.hardware
+    limit_gib = hw.memory_gib * (1.0 - memory_headroom)
     base_batch = PlanBatch.from_plans([plan])
     base = estimate_training(model, cluster, workload, base_batch, fw).row(0)
+    base["fits"] = base["memory_gib_per_gpu"] <= limit_gib
     base_reason = int(rejection_reasons(model, cluster, workload, base_batch, rules, framework=fw)[0])
 
     candidates: list[tuple[str, str, Plan | None, str]] = []
@@ -130,18 +137,24 @@ def explain(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plan: P
         step = float(est.step_time_s[i])
         mem = float(est.memory_gib_per_gpu[i])
         rows.append(Neighbour(axis, label, changed.as_dict(), step, step / base["step_time_s"] - 1.0, mem,
-                              mem - base["memory_gib_per_gpu"], bool(est.fits[i]) and not reason, reason))
-    kind, text = _binding(base, hw.memory_gib, rows, REASONS[base_reason] if base_reason else "")
-    return Explanation(plan, base, hw.memory_gib, kind, text, rows)
+                              mem - base["memory_gib_per_gpu"], mem <= limit_gib and not reason, reason))
+    kind, text = _binding(base, hw.memory_gib, rows, REASONS[base_reason] if base_reason else "", memory_headroom)
+    return Explanation(plan, base, hw.memory_gib, kind, text, rows, limit_gib)
 
 
-def _binding(base: dict[str, Any], capacity: float, rows: list[Neighbour], base_reason: str) -> tuple[str, str]:
+def _binding(base: dict[str, Any], capacity: float, rows: list[Neighbour], base_reason: str,
+             memory_headroom: float = 0.0) -> tuple[str, str]:
     mem = base["memory_gib_per_gpu"]
+    limit = capacity * (1.0 - memory_headroom)
     if base_reason:
         return "rule", f"this plan breaks a validity rule: {base_reason}"
     if not base["fits"]:
         fixes = [r.change for r in rows if r.fits]
-        text = f"memory: this plan needs {mem:.1f} GiB per GPU but the GPU has {capacity:g} GiB"
+        if mem <= capacity:  # within the GPU, beyond what the headroom leaves
+            text = (f"memory: this plan needs {mem:.1f} GiB per GPU, over the {limit:.1f} of {capacity:g} GiB that "
+                    f"--memory-headroom {memory_headroom:g} leaves")
+        else:
+            text = f"memory: this plan needs {mem:.1f} GiB per GPU but the GPU has {capacity:g} GiB"
         return "memory", text + (f"; changes that fit: {', '.join(fixes)}" if fixes else "")
     faster = sorted((r for r in rows if r.step_time_change is not None and r.step_time_change < -1e-9),
                     key=lambda r: r.step_time_change)
@@ -155,10 +168,11 @@ def _binding(base: dict[str, Any], capacity: float, rows: list[Neighbour], base_
         return "none", f"nothing binds: {best.change} is {gain} and fits ({best.memory_gib:.1f} GiB)"
     if best.reason:
         return "rule", f"the rule '{best.reason}' binds: {best.change} would be {gain}"
-    if best.memory_gib is not None and best.memory_gib > capacity:
+    if best.memory_gib is not None and best.memory_gib > limit:
         tight = " (memory is tight)" if free < TIGHT_MEMORY * capacity else ""
+        kept = f", {memory_headroom:g} of it kept free" if best.memory_gib <= capacity else ""
         return "memory", (f"memory binds{tight}: {best.change} would be {gain} but needs {best.memory_gib:.1f} "
-                          f"of {capacity:g} GiB per GPU ({headroom} now)")
+                          f"of {capacity:g} GiB per GPU{kept} ({headroom} now)")
     return "rule", f"{best.change} would be {gain} but is not possible"
 
 

@@ -46,7 +46,7 @@ from ..serving.estimate import SERVING_MODEL_VERSION
 from ..serving.overlay import check_serving_model, serving_params_from_mapping
 from ..serving.space import ServeSpace, load_serve_space, serve_space_from_mapping
 from ..training.plan import PRECISION
-from ..training.problem import TrainingProblem
+from ..training.problem import DEFAULT_MEMORY_HEADROOM, TrainingProblem
 from ..training.space import Space, load_space, space_from_mapping
 
 TRAIN_SPACE = "search_spaces/train.yaml"
@@ -360,6 +360,12 @@ def space_from_plans(inputs: Mapping[str, Any], source: str) -> Space:
         return space_from_mapping(embedded, source=f"{source}: inputs.space_spec")
     path = inputs.get("space")
     return load_space(_named_space(path, TRAIN_SPACE, source))
+
+
+def memory_headroom_of(inputs: Mapping[str, Any], source: str) -> float:
+    """The memory headroom a training plans.json was searched with (the default where the file predates it)."""
+    headroom = _search_settings(inputs, source)[1]
+    return DEFAULT_MEMORY_HEADROOM if headroom is None else headroom
 
 
 def training_problem_from_plans(inputs: Mapping[str, Any], source: str) -> TrainingProblem:

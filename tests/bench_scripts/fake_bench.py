@@ -4,7 +4,7 @@ It reads the plan from AUTOTUNE_PLAN (never from its arguments) and looks it up 
 named by FAKE_BENCH_TABLE: {"plan string": {"tokens": x} | {"crash": true} | {"timeout": true} |
 {"oom": true}}.  Plans missing from the table measure 100 tokens/s/GPU.  FAKE_BENCH_SLEEP seconds
 of "training" come first.  It prints one JSON line (or, with FAKE_BENCH_RESULT_FILE=1, writes it
-to AUTOTUNE_RESULT_JSON).
+to AUTOTUNE_RESULT_JSON).  With FAKE_BENCH_INPUTS_DIR set it writes there the ``inputs`` its plan file held.
 """
 
 import json
@@ -14,7 +14,11 @@ import time
 
 plan_key = os.environ["AUTOTUNE_PLAN"]
 with open(os.environ["AUTOTUNE_PLAN_JSON"]) as handle:
-    assert json.load(handle)["plan"]["tp"] == int(os.environ["AUTOTUNE_TP"])
+    document = json.load(handle)
+    assert document["plan"]["tp"] == int(os.environ["AUTOTUNE_TP"])
+if os.environ.get("FAKE_BENCH_INPUTS_DIR"):  # keep the inputs this run was handed, one file a run
+    with open(os.path.join(os.environ["FAKE_BENCH_INPUTS_DIR"], f"{os.getpid()}.json"), "w") as handle:
+        json.dump(document.get("inputs"), handle)
 table = json.load(open(os.environ["FAKE_BENCH_TABLE"])) if os.environ.get("FAKE_BENCH_TABLE") else {}
 entry = table.get(plan_key, {"tokens": 100.0})
 time.sleep(float(os.environ.get("FAKE_BENCH_SLEEP", "0")))

@@ -163,7 +163,9 @@ def evaluate_cloud(problem: TrainingProblem, seed: int = 0) -> Cloud:
     if total > CLOUD_LIMIT:
         plans = plans.take(np.sort(np.random.default_rng(seed).choice(total, CLOUD_LIMIT, replace=False)))
     est = problem.evaluate(plans)
-    return Cloud(est.tokens_per_s_per_gpu, est.memory_gib_per_gpu, est.cost_usd_per_million_tokens, est.fits, total)
+    # what fits is what the search ranks: within the memory its --memory-headroom leaves
+    return Cloud(est.tokens_per_s_per_gpu, est.memory_gib_per_gpu, est.cost_usd_per_million_tokens, problem.fits(est),
+                 total)
 
 
 def sampler_history(problem: TrainingProblem, objective_name: str, budget: int, seed: int,
@@ -213,7 +215,7 @@ def importance(problem: TrainingProblem, objective_name: str, seed: int) -> tupl
     if len(plans) > 20 * IMPORTANCE_SAMPLE:
         plans = plans.take(np.sort(rng.choice(len(plans), 20 * IMPORTANCE_SAMPLE, replace=False)))
     est = problem.evaluate(plans)
-    fits = np.flatnonzero(est.fits)
+    fits = np.flatnonzero(problem.fits(est))
     if len(fits) < 10:
         return {}, ""
     pick = np.sort(rng.choice(fits, min(IMPORTANCE_SAMPLE, len(fits)), replace=False))
