@@ -325,8 +325,9 @@ def test_sigterm_stops_the_benchmark_group_and_fails_its_trial_as_ctrl_c_does(tm
             os.kill(helper, signal.SIGKILL)
     assert result.exit_code == 143, result.output
     assert "terminated." in result.stderr and "run the same command to continue" in result.stderr
-    (trial,) = load_records(url, "s")
-    assert trial["state"] == "FAIL" and trial["user_attrs"].get("outcome") is None  # not counted: run again
+    trial, again = load_records(url, "s")
+    assert trial["state"] == "FAIL" and trial["user_attrs"].get("outcome") is None  # not counted
+    assert again["state"] == "WAITING" and again["retry_of"] == trial["number"]  # run again on resume
 
 
 # --- more trials than plans --------------------------------------------------------------------------------

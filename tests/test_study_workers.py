@@ -184,6 +184,22 @@ def test_a_worker_hands_its_benchmark_runs_the_inputs_tune_does(tmp_path):
     assert handed[0]["seq_len"] == 4096 and handed[0]["global_batch"] == 32 and handed[0]["model"] == "llama3-8b"
 
 
+def test_a_worker_whose_every_run_failed_exits_1_and_a_bad_timeout_is_refused(tmp_path):
+    """A worker on a host where the benchmark cannot run says so and exits 1 (it had exited 0, its failures
+    counted toward the study's target); --trial-timeout must be > 0, as for tune."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    r = subprocess.run(tune_cmd(url, "broken", 1, "--prior-top", "1"), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    worker = ["worker", "--storage", url, "--study", "broken"]
+    r = subprocess.run(autotune(*worker, "--trials", "2", "--run", "false"), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and "no benchmark run of this worker succeeded" in r.stderr and "exit status 1" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = subprocess.run(autotune(*worker, "--trials", "3", "--run", "true", "--trial-timeout", "-5"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--trial-timeout" in r.stderr and "must be > 0" in r.stderr
+
+
 def test_sigkill_loses_no_trial_and_the_stale_one_is_retried(tmp_path):
     table, _, _ = make_table(tmp_path)
     env = {**os.environ, "FAKE_BENCH_TABLE": str(table), "FAKE_BENCH_SLEEP": "0.4"}
@@ -287,6 +303,43 @@ def test_search_killed_mid_trial_and_resumed_ends_with_exactly_trials_finished(b
     failed = {r["number"] for r in after if r["state"] == "FAIL" and r["user_attrs"].get("outcome") is None}
     assert set(killed) <= failed
     assert {r["retry_of"] for r in after if r["retry_of"] is not None} >= set(killed)
+
+
+def test_a_trial_stopped_by_sigterm_runs_again_on_resume(tmp_path):
+    """A scheduler's SIGTERM (or Ctrl-C) mid-benchmark: tune exits 143, and the plan it was measuring -- the cost
+    model's best, queued first -- is measured when the same command runs again (it had stayed failed, unrun)."""
+    import optuna
+
+    from autotune.search.optuna_study import WORKER_ATTR, make_storage
+
+    url = f"sqlite:///{tmp_path}/t.db"
+    cmd = tune_cmd(url, "term", 3, "--prior-top", "2")
+    cmd[cmd.index("--trial-timeout") + 1] = "60"  # the benchmark sleeps until it is stopped
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "FAKE_BENCH_SLEEP": "30"})
+    storage, first = make_storage(url), None
+    deadline = time.monotonic() + 60
+    while first is None and time.monotonic() < deadline and proc.poll() is None:
+        try:
+            trials = optuna.load_study(study_name="term", storage=storage).get_trials(deepcopy=False)
+        except Exception:  # noqa: BLE001 - not created yet, or the database is busy
+            trials = []
+        first = next((t for t in trials if t.state == optuna.trial.TrialState.RUNNING and WORKER_ATTR in t.system_attrs
+                      and "plan_key" in t.user_attrs), None)
+        time.sleep(0.05)
+    assert first is not None, "tune never started a benchmark"
+    time.sleep(0.5)  # the benchmark runs
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143, proc.stderr.read()[-2000:]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    after = load_records(url, "term")
+    stopped = next(x for x in after if x["number"] == first.number)
+    assert stopped["state"] == "FAIL" and stopped["user_attrs"].get("outcome") is None
+    again = [x for x in after if x["retry_of"] == first.number]
+    assert len(again) == 1 and again[0]["user_attrs"]["outcome"] == "ok"
+    assert again[0]["user_attrs"]["plan_key"] == first.user_attrs["plan_key"]
+    assert len(counted(after, measured=True)) == 3
 
 
 def test_tune_killed_mid_benchmark_and_resumed_at_once_ends_with_exactly_trials_finished(tmp_path):

@@ -127,8 +127,8 @@ def interrupted(study: str, exc: KeyboardInterrupt) -> None:
     (its benchmark with it) and failed; what finished is saved."""
     terminated = isinstance(exc, Terminated)
     stderr.print(f"[bold]{'terminated' if terminated else 'interrupted'}.[/] A trial in progress (and its benchmark, "
-                 f"if one was running) was stopped and not counted; finished trials are saved in study {study!r}; run "
-                 "the same command to continue.", highlight=False, soft_wrap=True)
+                 f"if one was running) was stopped and not counted, and is queued to run again; finished trials are saved in "
+                 f"study {study!r}; run the same command to continue.", highlight=False, soft_wrap=True)
     raise typer.Exit(code=143 if terminated else 130)
 
 def show_tune(records, study: str, *, json_out: bool, top: int, calibrated=None, notes=()):
@@ -356,6 +356,8 @@ def worker(
             raise InputError(f"must be >= 0, but got {seed}", field="--seed")
         if heartbeat < 0:
             raise InputError(f"must be >= 0 seconds, but got {heartbeat}", field="--heartbeat")
+        if trial_timeout is not None and not trial_timeout > 0:  # as tune checks it
+            raise InputError(f"must be > 0 seconds, but got {trial_timeout}", field="--trial-timeout")
         check_study_flags(storage=storage, study=study, required=("--storage", "--study"))
         check_heartbeat_storage(heartbeat, storage)
         # a program that cannot start is said before the storage is opened or the study waited for
@@ -388,12 +390,19 @@ def worker(
             else:
                 stdout.print(message, highlight=False, soft_wrap=True)
             return
+        runs: list[dict] = []  # this worker's benchmark runs, to say so when none of them succeeded
+        printer = trial_printer(json_out)
+
+        def report(event: dict) -> None:
+            if event.get("outcome") in ("ok", "failed", "infeasible"):
+                runs.append(event)
+            printer(event)
         try:
             with sigterm_as_interrupt():
                 result = run_study(opened, problem, objectives, sampler_name=settings.get("sampler", "tpe"),
                                    seed=seed, target=target, measure=measure,
                                    margin=settings.get("margin") if measured else None,
-                                   report=trial_printer(json_out) if measured else None)
+                                   report=report if measured else None)
         except KeyboardInterrupt as exc:
             interrupted(study, exc)
         total = count_trials(opened, measured)
@@ -409,3 +418,13 @@ def worker(
                 said = f"worker finished: {result.done} trials here; study {study!r} holds {total} (target {target})."
             stdout.print(said + (" " + " ".join(result.notes) if result.notes else ""), highlight=False,
                          soft_wrap=True)
+        if runs and not any(r.get("outcome") == "ok" for r in runs):
+            # every benchmark this worker ran failed: a broken command or environment on this host, not a result
+            from collections import Counter
+
+            reasons = Counter((r.get("reason") or r.get("outcome") or "unknown").splitlines()[0][:160] for r in runs)
+            why = "; ".join(f"{reason} ({count}x)" for reason, count in reasons.most_common(3))
+            stderr.print(f"[bold red]no benchmark run of this worker succeeded[/] ({len(runs)} runs in study "
+                         f"{study!r}): {why}. Run the --run command by hand on this host with the AUTOTUNE_* variables "
+                         "of a failed trial and fix it.", highlight=False, soft_wrap=True)
+            raise typer.Exit(code=1)

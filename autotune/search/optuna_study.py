@@ -165,14 +165,35 @@ def fail_dead_trials(study: optuna.Study) -> list[int]:
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another process failed it first
         frozen = storage.get_trial(t._trial_id)
-        system_attrs = {"failed_trial": frozen.number, "retry_history": [], **frozen.system_attrs}
-        system_attrs["retry_history"] = [*system_attrs["retry_history"], frozen.number]
-        system_attrs.pop(WORKER_ATTR, None)
-        study.add_trial(optuna.create_trial(state=_STATES.WAITING, params=frozen.params,
-                                            distributions=frozen.distributions, user_attrs=frozen.user_attrs,
-                                            system_attrs=system_attrs))
+        _queue_again(study, frozen)
         failed.append(frozen.number)
     return failed
+
+
+def _queue_again(study: optuna.Study, frozen) -> None:
+    """Queue the plan of failed trial ``frozen`` to run again (a WAITING copy naming the trial it retries)."""
+    system_attrs = {"failed_trial": frozen.number, "retry_history": [], **frozen.system_attrs}
+    system_attrs["retry_history"] = [*system_attrs["retry_history"], frozen.number]
+    system_attrs.pop(WORKER_ATTR, None)
+    study.add_trial(optuna.create_trial(state=_STATES.WAITING, params=frozen.params,
+                                        distributions=frozen.distributions, user_attrs=frozen.user_attrs,
+                                        system_attrs=system_attrs))
+
+
+def queue_interrupted(study: optuna.Study) -> list[int]:
+    """Queue again the trials this process was running when it was interrupted (Ctrl-C, SIGTERM): Optuna fails
+    them without an outcome, which does not count, but nothing ran them again -- a study resumed after a
+    scheduler's SIGTERM never measured the plan it had been measuring (the cost model's best, when it was the
+    first).  Returns their numbers."""
+    me = this_process()
+    retried = {t.system_attrs.get("failed_trial") for t in study.get_trials(deepcopy=False)}
+    queued = []
+    for t in study.get_trials(deepcopy=False, states=(_STATES.FAIL,)):
+        if (t.system_attrs.get(WORKER_ATTR) == me and t.user_attrs.get("outcome") is None
+                and t.number not in retried):
+            _queue_again(study, t)
+            queued.append(t.number)
+    return queued
 
 
 class _TrialFailed(Exception):
@@ -789,14 +810,18 @@ def run_study(
     # --trials N means N finished trials: a trial left RUNNING by a killed process is failed and run again,
     # here at the start and again at the end (another process on this host may have died meanwhile).
     reap()
-    for _ in range(1000):
-        if count_trials(study, measured) < target:
-            study.optimize(objective, n_trials=None, callbacks=[callback], catch=(_TrialFailed, _Surplus))
-        if count_finished(study, measured) >= target or state.wasted > wasted_cap:
-            break
-        # Counted trials still run: another live process's (it finishes them), or a dead one's (run them again).
-        if not reap(settle=True):
-            break
+    try:
+        for _ in range(1000):
+            if count_trials(study, measured) < target:
+                study.optimize(objective, n_trials=None, callbacks=[callback], catch=(_TrialFailed, _Surplus))
+            if count_finished(study, measured) >= target or state.wasted > wasted_cap:
+                break
+            # Counted trials still run: another live process's (it finishes them), or a dead one's (run them again).
+            if not reap(settle=True):
+                break
+    except KeyboardInterrupt:
+        queue_interrupted(study)  # the trial it was running runs again when the study is resumed
+        raise
     return state
 
 
