@@ -36,8 +36,8 @@ fi
 
 python3 -m venv "$VENV"
 PY="$VENV/bin/python"
-# --no-compile: pip would byte-compile every module of these trees (about a minute of CPU per environment,
-# 13,000 files in SGLang's); the tests import a small part of them, which Python compiles as it imports.
+# --no-compile: pip would byte-compile every module of these trees (torch, DeepSpeed, torchtitan: about a minute
+# of CPU); the tests import a small part of them, which Python compiles as it imports.
 PIP=("$PY" -m pip install --quiet --disable-pip-version-check --no-compile)
 
 # autotune's own dependencies and the test runner (autotune itself is imported from the checkout).

@@ -14,7 +14,7 @@ import pytest
 from autotune.costmodel.flops import training_flops_per_token
 from autotune.inputs.hardware import load_hardware
 from autotune.training.runs import parse_row
-from autotune.training.validation import PLAUSIBLE_PEAK_FACTOR, throughput_ceiling
+from autotune.training.validation import PLAUSIBLE_PEAK_FACTOR, PLAUSIBLE_PRECISION_FACTOR, throughput_ceiling
 from tests.test_bad_input import TRAINING_CSV, assert_user_error, csv_rows, invoke, predicted, write_csv
 
 
@@ -49,10 +49,24 @@ def test_a_throughput_summed_over_the_cluster_is_refused(tmp_path, command):
     assert not (tmp_path / "c.yaml").exists()
 
 
+def test_with_the_precision_known_the_ceiling_is_twice_that_precisions_peak():
+    rows = csv_rows(TRAINING_CSV)
+    run = parse_row(next(r for r in rows if r["gpu"] == "h100-sxm5-80gb" and r["precision"] == "bf16"))
+    hw = load_hardware(run.gpu)
+    flops = training_flops_per_token(run.model, run.workload.seq_len, "none")
+    ceiling, why = throughput_ceiling(hw, run.model, run.workload.seq_len, "bf16")
+    # by hand: H100 SXM's dense bf16 peak, 989.5 TFLOP/s, x 2 (not 5 x fp8's 1,979: a bf16 run summed over 8 GPUs
+    # at 40% MFU, 3.2x its peak, would pass that)
+    assert ceiling == pytest.approx(PLAUSIBLE_PRECISION_FACTOR * hw.peak_tflops["bf16"] * 1e12 / flops)
+    assert hw.peak_tflops["bf16"] == pytest.approx(989.5) and "bf16 peak of 990 TFLOP/s" in why
+    assert run.measured_tokens_per_s_per_gpu < ceiling / PLAUSIBLE_PRECISION_FACTOR
+
+
 def test_a_throughput_at_the_ceiling_is_still_a_measurement(tmp_path):
     rows = csv_rows(TRAINING_CSV)
     run = parse_row(rows[0])
-    ceiling, _ = throughput_ceiling(load_hardware(run.gpu), run.model, run.workload.seq_len)
+    ceiling, _ = throughput_ceiling(load_hardware(run.gpu), run.model, run.workload.seq_len,
+                                    rows[0]["precision"] or None)
     rows[0]["measured_tokens_per_s_per_gpu"] = f"{ceiling * 0.99:.6g}"
     result = invoke("validate", write_csv(tmp_path / "runs.csv", rows, list(rows[0])), "--json")
     assert result.exit_code == 0, result.output

@@ -136,7 +136,7 @@ def test_rows_on_a_gpu_without_profile_or_that_cannot_be_expressed_are_skipped(t
     report = validate_runs(read_runs(path), load_hardware)
     reasons = {s.id: s.reason for s in report.skipped}
     assert [r.id for r in report.rows] == ["MPT-A100-40-017"]
-    assert reasons["X-GPU"] == "no bundled hardware profile for gpu 'v100-sxm2-32gb'"
+    assert reasons["X-GPU"].startswith("no bundled hardware profile for gpu 'v100-sxm2-32gb': unknown hardware")
     assert "has no fp8 tensor cores" in reasons["X-FP8"]
     # tp=3 does not divide the row's GPU count: the reader says so before any plan is tried.
     assert reasons["X-LAYOUT"].startswith("layout does not multiply out: tp*pp*cp*dp")
@@ -301,3 +301,53 @@ def test_fit_rejects_unknown_parameters(runs):
 def test_skipped_rows_pass_through_unchanged(runs):
     skipped = [r for r in runs if isinstance(r, SkippedRow)]
     assert [s.id for s in skipped] == ["NAR21-T2-07", "KOR22-10", "NEMO-LS-B200-16K"]
+
+
+def test_a_calibration_of_rows_naming_a_gpu_by_alias_is_keyed_by_the_profile(tmp_path):
+    """Rows may name the GPU as nvidia-smi does; the overlay calibrate writes is keyed by the profile's own name,
+    so that --hardware h100-sxm5-80gb --calibration applies it (it was keyed by the alias, which no --hardware
+    names); an ambiguous name is skipped with the loader's reason."""
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+    from autotune.inputs.resources import bundled_data
+
+    rows = list(csv.DictReader(open(bundled_data("training_runs.csv"), newline="")))
+    picked = [dict(r, gpu="NVIDIA H100 80GB HBM3") for r in rows if r["source_group"] == "MegatronLM_README_H100_2024"]
+    picked.append(dict(picked[0], id="AMBIGUOUS", gpu="h100"))
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(picked)
+    runner = CliRunner()
+    result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "c.yaml")])
+    assert result.exit_code == 0, result.output
+    assert set(yaml.safe_load((tmp_path / "c.yaml").read_text())["hardware"]) == {"h100-sxm5-80gb"}
+    applied = runner.invoke(app, ["predict", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096",
+                                  "-b", "64", "--plan", "tp=2", "--calibration", str(tmp_path / "c.yaml")])
+    assert applied.exit_code == 0, applied.output
+    report = runner.invoke(app, ["validate", str(path), "--json"])
+    skipped = {s["id"]: s["reason"] for s in json.loads(report.stdout)["skipped"]}
+    assert "names more than one bundled profile" in skipped["AMBIGUOUS"]
+
+
+def test_a_calibration_says_what_it_cannot_vouch_for():
+    """Notes for a parameter pushed to a bound of its range, fewer rows than parameters and rows that still
+    disagree after the fit (calibrate prints them; --json carries them); none for a fit inside its ranges."""
+    from autotune.training.calibration import CalibrationResult, FitSummary
+
+    def result(fitted, rows, after_pct):
+        return CalibrationResult(params=("gemm", "cudnn_attention"), shared=(), fitted={"h100-sxm5-80gb": fitted},
+                                 start={"h100-sxm5-80gb": dict(fitted)}, n_rows=rows,
+                                 n_rows_by_profile={"h100-sxm5-80gb": rows}, before=FitSummary(40.0, None, {}),
+                                 after=FitSummary(after_pct, None, {}), logo={}, logo_mape_pct=None, success=True,
+                                 message="")
+
+    assert result({"gemm": 0.59, "cudnn_attention": 0.35}, 20, 5.0).notes() == []
+    at_bound = result({"gemm": 0.33, "cudnn_attention": 0.75}, 5, 1.1).notes()
+    assert len(at_bound) == 1 and "cudnn_attention ended at the upper bound" in at_bound[0]
+    assert "1 row(s) for 2 parameters" in result({"gemm": 0.5, "cudnn_attention": 0.3}, 1, 0.0).notes()[0]
+    assert "disagree" in result({"gemm": 0.5, "cudnn_attention": 0.3}, 3, 86.4).notes()[0]
+    # an overhead fitted to zero is a value, not a wall
+    assert result({"gemm": 0.5, "gemm_overhead_us": 0.0}, 20, 5.0).notes() == []

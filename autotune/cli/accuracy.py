@@ -303,6 +303,8 @@ def calibrate(
                      soft_wrap=True)
         for group, summary in result.logo.items():
             stdout.print(f"  held out {group}: {summary.n} rows, MAPE {summary.mape_pct:.1f}%", highlight=False)
+        for note in result.notes():
+            stderr.print(f"[bold yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
         stdout.print(f"Wrote {out}; apply it with --calibration {out}.", highlight=False)
 
 

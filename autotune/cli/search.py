@@ -86,7 +86,6 @@ from ..training.plan import (
     parse_plan,
     plan_from_fields,
 )
-from ..training.problem import DEFAULT_MEMORY_HEADROOM
 from ..training.space import PERMISSIVE_RULES, reason_text, rejection_reasons
 from .app import (
     Calibration,
@@ -880,7 +879,7 @@ def explain_command(
                 raise InputError(f"missing {', '.join('--' + m.replace('_', '-') for m in missing)}", field="--plan")
             t = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, seq_len=seq_len,
                                 global_batch=global_batch, calibration=calibration, framework=framework).build()
-            headroom = DEFAULT_MEMORY_HEADROOM  # as a search keeps by default
+            headroom = 0.0  # a plan given on its own fits in the whole GPU, as predict says
         try:
             chosen = parse_plan(plan, t.cluster.n_gpus) if plan is not None else plan_from_fields(fields, t.cluster.n_gpus)
         except (TypeError, ValueError) as exc:

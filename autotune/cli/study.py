@@ -173,8 +173,9 @@ def show_tune(records, study: str, *, json_out: bool, top: int, calibrated=None,
                      highlight=False, soft_wrap=True)
     if ok:
         stdout.print(f"Best: {ok[0]['user_attrs']['plan_key']} at {ok[0]['values'][0]:,.1f} tokens/s/GPU, first "
-                     f"measured at run {needed} of {len(ran)}; {len(failed)} runs failed, {len(skipped)} plans "
-                     "skipped as predicted not to fit.", highlight=False, soft_wrap=True)
+                     f"measured at run {needed} of {len(ran)}; {len(failed)} run{'' if len(failed) == 1 else 's'} "
+                     f"failed, {len(skipped)} plan{'' if len(skipped) == 1 else 's'} skipped as predicted not to fit.",
+                     highlight=False, soft_wrap=True)
     if calibrated is not None:
         stdout.print(f"Calibration: MAPE {calibrated.before.mape_pct:.1f}% before, {calibrated.after.mape_pct:.1f}% "
                      "after the fit.", highlight=False)
@@ -317,6 +318,7 @@ def tune(
                 calibrate.parent.mkdir(parents=True, exist_ok=True)
                 calibrated = calibrate_from_trials(problem, records, name, calibrate)
             notes.append(f"wrote {calibrate}; apply it with --calibration {calibrate}")
+            notes.extend(calibrated.notes())
         document = show_tune(records, name, json_out=json_out, top=top, calibrated=calibrated,
                              notes=notes + result.notes)
         if document["best"] is None:
@@ -418,8 +420,9 @@ def worker(
                 said = f"worker finished: {result.done} trials here; study {study!r} holds {total} (target {target})."
             stdout.print(said + (" " + " ".join(result.notes) if result.notes else ""), highlight=False,
                          soft_wrap=True)
-        if runs and not any(r.get("outcome") == "ok" for r in runs):
-            # every benchmark this worker ran failed: a broken command or environment on this host, not a result
+        if any(r.get("outcome") == "failed" for r in runs) and not any(r.get("outcome") == "ok" for r in runs):
+            # no benchmark this worker ran succeeded, and some failed: a broken command or environment on this host
+            # (out of memory on every plan is a result, and exits 0)
             from collections import Counter
 
             reasons = Counter((r.get("reason") or r.get("outcome") or "unknown").splitlines()[0][:160] for r in runs)

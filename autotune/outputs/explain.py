@@ -151,8 +151,8 @@ def _binding(base: dict[str, Any], capacity: float, rows: list[Neighbour], base_
     if not base["fits"]:
         fixes = [r.change for r in rows if r.fits]
         if mem <= capacity:  # within the GPU, beyond what the headroom leaves
-            text = (f"memory: this plan needs {mem:.1f} GiB per GPU, over the {limit:.1f} of {capacity:g} GiB that "
-                    f"--memory-headroom {memory_headroom:g} leaves")
+            text = (f"memory: this plan needs {mem:.1f} GiB per GPU, over the {limit:.1f} of {capacity:g} GiB its "
+                    f"search let plans use (it kept {memory_headroom:.0%} free)")
         else:
             text = f"memory: this plan needs {mem:.1f} GiB per GPU but the GPU has {capacity:g} GiB"
         return "memory", text + (f"; changes that fit: {', '.join(fixes)}" if fixes else "")
@@ -170,7 +170,7 @@ def _binding(base: dict[str, Any], capacity: float, rows: list[Neighbour], base_
         return "rule", f"the rule '{best.reason}' binds: {best.change} would be {gain}"
     if best.memory_gib is not None and best.memory_gib > limit:
         tight = " (memory is tight)" if free < TIGHT_MEMORY * capacity else ""
-        kept = f", {memory_headroom:g} of it kept free" if best.memory_gib <= capacity else ""
+        kept = f", {memory_headroom:.0%} of it kept free by the search" if best.memory_gib <= capacity else ""
         return "memory", (f"memory binds{tight}: {best.change} would be {gain} but needs {best.memory_gib:.1f} "
                           f"of {capacity:g} GiB per GPU{kept} ({headroom} now)")
     return "rule", f"{best.change} would be {gain} but is not possible"

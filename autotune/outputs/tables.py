@@ -218,9 +218,11 @@ def sensitivity_table(found) -> Table:
         if row.reason:
             verdict = f"[dim]breaks a rule: {row.reason}[/]"
         elif not row.fits:
-            limit = found.memory_limit_gib if found.memory_limit_gib is not None else found.capacity_gib
-            kept = " the headroom kept free" if row.memory_gib <= found.capacity_gib else ""
-            verdict = f"[red]does not fit[/] ({row.memory_gib - limit:+.1f} GiB over{kept})"
+            if found.memory_limit_gib is not None and row.memory_gib <= found.capacity_gib:
+                over = f"{row.memory_gib - found.memory_limit_gib:+.1f} GiB over what the search let plans use"
+            else:
+                over = f"{row.memory_gib - found.capacity_gib:+.1f} GiB over"
+            verdict = f"[red]does not fit[/] ({over})"
         else:
             verdict = "[green]fits[/]"
         table.add_row(row.change, f"{row.step_time_s:.2f}", f"{row.step_time_change:+.1%}", f"{row.memory_gib:.1f}",

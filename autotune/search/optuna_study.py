@@ -175,8 +175,9 @@ def _queue_again(study: optuna.Study, frozen) -> None:
     system_attrs = {"failed_trial": frozen.number, "retry_history": [], **frozen.system_attrs}
     system_attrs["retry_history"] = [*system_attrs["retry_history"], frozen.number]
     system_attrs.pop(WORKER_ATTR, None)
+    user_attrs = {k: v for k, v in frozen.user_attrs.items() if k != "outcome"}  # the retry records its own
     study.add_trial(optuna.create_trial(state=_STATES.WAITING, params=frozen.params,
-                                        distributions=frozen.distributions, user_attrs=frozen.user_attrs,
+                                        distributions=frozen.distributions, user_attrs=user_attrs,
                                         system_attrs=system_attrs))
 
 
@@ -185,14 +186,20 @@ def queue_interrupted(study: optuna.Study) -> list[int]:
     them without an outcome, which does not count, but nothing ran them again -- a study resumed after a
     scheduler's SIGTERM never measured the plan it had been measuring (the cost model's best, when it was the
     first).  Returns their numbers."""
-    me = this_process()
-    retried = {t.system_attrs.get("failed_trial") for t in study.get_trials(deepcopy=False)}
-    queued = []
-    for t in study.get_trials(deepcopy=False, states=(_STATES.FAIL,)):
-        if (t.system_attrs.get(WORKER_ATTR) == me and t.user_attrs.get("outcome") is None
-                and t.number not in retried):
-            _queue_again(study, t)
-            queued.append(t.number)
+    queued: list[int] = []
+    try:
+        me = this_process()
+        trials = study.get_trials(deepcopy=False)
+        retried = {n for t in trials for n in (t.system_attrs.get("retry_history") or [])}
+        for t in trials:
+            # a benchmark that failed is a result (outcome "failed"); any other failed trial of this process was
+            # stopped, perhaps after recording its outcome but before completing (not counted: _counted)
+            if (t.state == _STATES.FAIL and t.system_attrs.get(WORKER_ATTR) == me
+                    and t.user_attrs.get("outcome") != "failed" and t.number not in retried):
+                _queue_again(study, t)
+                queued.append(t.number)
+    except Exception:  # noqa: BLE001 - the storage failing here must not hide the interrupt being handled
+        pass
     return queued
 
 
@@ -568,8 +575,8 @@ def _counted(trials, measured: bool, upto: int | None = None) -> int:
             continue
         if measured and not attrs.get("slot"):
             continue
-        if t.state == _STATES.FAIL and outcome is None:
-            continue  # killed (stale) or interrupted: retried, not counted
+        if t.state == _STATES.FAIL and outcome != "failed":
+            continue  # killed (stale) or interrupted, perhaps after recording its result: retried, not counted
         if measured and t.state == _STATES.RUNNING and not attrs.get("slot"):
             continue
         n += 1
@@ -749,7 +756,7 @@ def run_study(
         if not take_slot(trial):
             raise _Surplus()
         result = measure(plan, row, trial.number)
-        why = implausibility(problem, result) if result.status == "ok" else ""
+        why = implausibility(problem, result, plan.get("precision")) if result.status == "ok" else ""
         if why:  # a benchmark bug, not a result: the trial failed (and the study goes on)
             result = _replace(result, status="failed", reason=f"implausible result: {why}")
         attrs: dict = {"estimate": row, "predicted_tokens_per_s_per_gpu": predicted, "wall_s": result.wall_s,

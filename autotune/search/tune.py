@@ -246,11 +246,12 @@ def run_benchmark(command: list[str] | str, plan: Mapping[str, Any], *, estimate
 # A measurement beyond these is a benchmark bug (wrong units, all GPUs summed, a counter overflow), not a result:
 # its throughput past training.validation's ceiling (a multiple of the GPU's peak), or its peak memory past the GPU's
 # memory by more than a small margin (Hardware.plausible_memory_gib: decimal GB counted as GiB).
-def implausibility(problem: TrainingProblem, measurement: Measurement) -> str:
-    """Why a benchmark's result cannot be real on the study's GPU and model (``""`` when it can)."""
+def implausibility(problem: TrainingProblem, measurement: Measurement, precision: str | None = None) -> str:
+    """Why a benchmark's result cannot be real on the study's GPU and model, run in ``precision`` (the plan's;
+    ``""`` when it can)."""
     hw, model = problem.cluster.hardware, problem.model
     value, peak_gib = measurement.tokens_per_s_per_gpu, measurement.peak_memory_gib
-    ceiling, why = throughput_ceiling(hw, model, problem.workload.seq_len)
+    ceiling, why = throughput_ceiling(hw, model, problem.workload.seq_len, precision)
     if value is not None and value > ceiling:
         return (f"tokens_per_s_per_gpu <= {ceiling:,.0f} must hold ({why}), but got (tokens_per_s_per_gpu={value:g}); "
                 "check the benchmark's units: tokens per second per GPU")

@@ -179,6 +179,30 @@ class CalibrationResult:
         else:
             path.write_text(yaml.safe_dump(self.overlay(), sort_keys=False))
 
+    def notes(self) -> list[str]:
+        """What the fit cannot vouch for, in words: a parameter that ended at a bound of its range (the rows
+        pushed it there, which more often means they cannot tell it from another parameter than that the GPU
+        runs at that efficiency), fewer rows of a GPU than parameters fitted to it, and rows that disagree with
+        each other (a large error after the fit).  A fit on a few rows of one shape can move predictions for
+        other shapes -- another sequence length, say -- in either direction."""
+        notes = []
+        for profile, values in self.fitted.items():
+            rows = self.n_rows_by_profile.get(profile, 0)
+            if rows < len(values):
+                notes.append(f"{profile}: {rows} row(s) for {len(values)} parameters: the fit is not determined; "
+                             "add rows of other shapes (sequence length, parallelism, precision)")
+            for name, value in values.items():
+                lo, hi = EFFICIENCY_BOUNDS[name]
+                side = "upper" if hi - value < value - lo else "lower"
+                if min(value - lo, hi - value) <= 0.01 * (hi - lo) and not (side == "lower" and lo == 0.0):
+                    # (an overhead at its lower bound, zero, is a value the rows can give, not a wall)
+                    notes.append(f"{profile}: {name} ended at the {side} bound of its range ({value:.3g}): the rows "
+                                 "cannot pin it; predictions for shapes unlike the rows may move either way")
+        if self.after.mape_pct > 25.0:
+            notes.append(f"the rows disagree with each other or with the model ({self.after.mape_pct:.1f}% after the "
+                         "fit): check them with `autotune validate` before using this calibration")
+        return notes
+
     def to_json(self) -> dict:
         def summary(s: FitSummary) -> dict:
             return {"mape_pct": s.mape_pct, "memory_mape_pct": s.memory_mape_pct,
@@ -198,6 +222,7 @@ class CalibrationResult:
             "held_out_error_pct": dict(self.held_out),
             "success": self.success,
             "message": self.message,
+            "notes": self.notes(),
         }
 
 

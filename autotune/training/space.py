@@ -321,7 +321,7 @@ def _rule_values(reason: int, plan: Plan, model: ModelSpec | None, cluster: Clus
         values |= {4: lambda: f"tp={p.tp}, GPUs per NVLink domain={c.gpus_per_scale_up_domain}",
                    ETP_NODE: lambda: f"etp={p.etp}, GPUs per NVLink domain={c.gpus_per_scale_up_domain}",
                    14: lambda: f"precision={p.precision}, {c.hardware.name} offers "
-                               f"{', '.join(sorted(c.hardware.peak_tflops))}"}
+                               f"{', '.join(sorted(set(c.hardware.peak_tflops) & set(CATEGORIES['precision'])))}"}
     if w is not None:
         micro = w.global_batch // max(dp * p.mbs, 1)
         values |= {9: lambda: f"seq_len={w.seq_len}, 2*cp={2 * p.cp}",

@@ -54,18 +54,27 @@ HardwareLoader = Callable[[str], Hardware]
 # (bf16, fp16, fp8; not int8 or fp4, which train nothing here) by more than this factor -- room for 2:4 sparsity
 # and FLOP-counting conventions (the bundled runs reach at most an eighth of it).  Shared with `autotune tune`.
 PLAUSIBLE_PEAK_FACTOR = 5.0
+# Where the run's precision is known, against that precision's dense peak: no dense run reaches it, and twice
+# it leaves room for 2:4 sparsity; a throughput summed over 8 GPUs at 40% MFU (3.2x) is caught, which 5x the
+# highest peak (fp8's, twice bf16's) let through for a bf16 run.
+PLAUSIBLE_PRECISION_FACTOR = 2.0
 
 
-def throughput_ceiling(hardware: Hardware, model, seq_len: int) -> tuple[float, str]:
-    """The most tokens/s per GPU a measurement of ``model`` on ``hardware`` can show, and why (one phrase)."""
+def throughput_ceiling(hardware: Hardware, model, seq_len: int, precision: str | None = None) -> tuple[float, str]:
+    """The most tokens/s per GPU a measurement of ``model`` on ``hardware`` can show, and why (one phrase):
+    ``precision``'s dense peak times PLAUSIBLE_PRECISION_FACTOR where it is given, else the highest training
+    precision's times PLAUSIBLE_PEAK_FACTOR."""
     from ..costmodel.flops import training_flops_per_token
 
-    peaks = [v for k, v in hardware.peak_tflops.items() if k in PRECISION] or list(hardware.peak_tflops.values())
-    peak_flops = max(peaks) * 1e12
+    if precision is not None and precision in hardware.peak_tflops:
+        factor, peak_flops, which = PLAUSIBLE_PRECISION_FACTOR, hardware.peak_tflops[precision] * 1e12, f"{precision} "
+    else:
+        peaks = [v for k, v in hardware.peak_tflops.items() if k in PRECISION] or list(hardware.peak_tflops.values())
+        factor, peak_flops, which = PLAUSIBLE_PEAK_FACTOR, max(peaks) * 1e12, ""
     flops = training_flops_per_token(model, seq_len, "none")
-    why = (f"{PLAUSIBLE_PEAK_FACTOR:g}x what the {hardware.name}'s peak of {peak_flops / 1e12:,.0f} TFLOP/s gives at "
+    why = (f"{factor:g}x what the {hardware.name}'s {which}peak of {peak_flops / 1e12:,.0f} TFLOP/s gives at "
            f"{flops / 1e9:,.1f} GFLOP per token of {model.name}")
-    return PLAUSIBLE_PEAK_FACTOR * peak_flops / flops, why
+    return factor * peak_flops / flops, why
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,22 +147,28 @@ def runnable(run: MeasuredRun, hardware: Hardware, plans: list[Plan]) -> tuple[l
 def prepare(runs: Iterable[MeasuredRun | SkippedRow], hardware_loader: HardwareLoader) -> Prepared:
     """Check each row against its hardware, enumerate its candidate plans and group the rows."""
     skipped: list[SkippedRow] = []
+    # profiles by their own name: a row may name its GPU by an alias ("NVIDIA H100 80GB HBM3"), and a calibration
+    # keyed by that text would be one no --hardware can use
     profiles: dict[str, Hardware] = {}
+    named: dict[str, str] = {}  # the gpu cell -> the profile it names
     failed: dict[str, str] = {}
     pending: list[tuple[MeasuredRun, str, list[Plan]]] = []
     for run in runs:
         if isinstance(run, SkippedRow):
             skipped.append(run)
             continue
-        if run.gpu not in profiles and run.gpu not in failed:
+        if run.gpu not in named and run.gpu not in failed:
             try:
-                profiles[run.gpu] = hardware_loader(run.gpu)
+                loaded = hardware_loader(run.gpu)
             except (InputError, FileNotFoundError) as exc:
-                failed[run.gpu] = str(exc)
+                failed[run.gpu] = getattr(exc, "message", None) or str(exc)
+            else:
+                named[run.gpu] = loaded.name
+                profiles.setdefault(loaded.name, loaded)
         if run.gpu in failed:
-            skipped.append(SkippedRow(run.id, f"no bundled hardware profile for gpu {run.gpu!r}"))
+            skipped.append(SkippedRow(run.id, f"no bundled hardware profile for gpu {run.gpu!r}: {failed[run.gpu]}"))
             continue
-        hardware = profiles[run.gpu]
+        hardware = profiles[named[run.gpu]]
         measured = run.measured_memory_gib_per_gpu
         if measured is not None and measured > hardware.plausible_memory_gib:
             raise InputError(f"row {run.id!r}: measured_memory_gib_per_gpu <= {hardware.plausible_memory_gib:,.1f} "
@@ -161,7 +176,7 @@ def prepare(runs: Iterable[MeasuredRun | SkippedRow], hardware_loader: HardwareL
                              f"{MEASURED_MEMORY_MARGIN:.0%}: more cannot be resident on one GPU), but got "
                              f"(measured_memory_gib_per_gpu={measured:g}); give the peak of one GPU in GiB",
                              source=run.source or None, field="measured_memory_gib_per_gpu")
-        ceiling, why = throughput_ceiling(hardware, run.model, run.workload.seq_len)
+        ceiling, why = throughput_ceiling(hardware, run.model, run.workload.seq_len, run.known.get("precision"))
         if run.measured_tokens_per_s_per_gpu > ceiling:
             raise InputError(f"row {run.id!r}: measured_tokens_per_s_per_gpu <= {ceiling:,.0f} must hold ({why}), but "
                              f"got (measured_tokens_per_s_per_gpu={run.measured_tokens_per_s_per_gpu:g}); give tokens "
@@ -186,7 +201,7 @@ def prepare(runs: Iterable[MeasuredRun | SkippedRow], hardware_loader: HardwareL
         if not plans:
             skipped.append(SkippedRow(run.id, f"cannot be expressed: {run.framework.label} cannot run it ({why})"))
             continue
-        pending.append((run, run.gpu, plans))
+        pending.append((run, hardware.name, plans))
 
     by_key: dict[tuple, list[int]] = defaultdict(list)
     for i, (run, profile, _) in enumerate(pending):

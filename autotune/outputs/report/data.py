@@ -331,16 +331,28 @@ def counted_trials(records: list[dict[str, Any]], measured: bool) -> list[dict[s
     return out
 
 
-def trial_value(record: dict[str, Any], measured: bool) -> float | None:
-    """A trial's first objective value, or None where its plan is invalid, does not fit or did not run."""
+def trial_value(record: dict[str, Any], measured: bool, limit_gib: float | None = None) -> float | None:
+    """A trial's first objective value, or None where its plan is invalid, does not fit or did not run.  A cost-model
+    trial fits within ``limit_gib`` per GPU where it is given (what the study's search let plans use: its memory
+    less the headroom), else as its estimate says (the whole GPU)."""
     a, values = record["user_attrs"], record.get("values")
     if not values or record["state"] != "COMPLETE":
         return None
     if measured:
         return float(values[0]) if a.get("outcome") == "ok" else None
-    if a.get("outcome") not in ("evaluated", "cached") or not (a.get("estimate") or {}).get("fits", False):
+    estimate = a.get("estimate") or {}
+    if limit_gib is not None and isinstance(estimate.get("memory_gib_per_gpu"), (int, float)):
+        fits = estimate["memory_gib_per_gpu"] <= limit_gib
+    else:
+        fits = bool(estimate.get("fits", False))
+    if a.get("outcome") not in ("evaluated", "cached") or not fits:
         return None
     return float(values[0])
+
+
+def memory_limit_gib(problem: TrainingProblem) -> float:
+    """What a plan of ``problem`` may use per GPU: the capacity less the search's headroom (problem.fits)."""
+    return problem.cluster.hardware.memory_gib * (1.0 - problem.memory_headroom)
 
 
 def _with_totals(estimate: dict[str, Any], problem: TrainingProblem) -> dict[str, Any]:
@@ -418,7 +430,7 @@ def study_importance(stored, objective_name: str, measured: bool) -> tuple[dict[
         tried = a.get("outcome") in (("ok", "infeasible") if measured else ("evaluated", "cached", "invalid"))
         if not tried or not plan or key in seen or any(plan.get(k) not in choices[k] for k in varying):
             continue
-        seen[key] = ({k: plan[k] for k in varying}, trial_value(r, measured))
+        seen[key] = ({k: plan[k] for k in varying}, trial_value(r, measured, memory_limit_gib(problem)))
     if len(seen) < IMPORTANCE_MIN_TRIALS or not varying or sum(v is not None for _, v in seen.values()) < 2:
         return {}, ""
     rows = [row for row, _ in seen.values()]
@@ -481,7 +493,7 @@ def gather_study(source: StudySource, *, trials: int = 100, seed: int = 0,
             data.history = sampler_history(problem, objective.name, trials, seed, progress)
         data.importance, data.importance_method = importance(problem, objective.name, seed)
         return data
-    values = [trial_value(r, measured) for r in counted]
+    values = [trial_value(r, measured, memory_limit_gib(problem)) for r in counted]
     if values:
         shown = sampler.upper() if sampler in ("tpe", "gp") else sampler
         if measured and stored.settings.get("prior_top"):
