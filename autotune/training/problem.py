@@ -111,6 +111,11 @@ class TrainingProblem:
     def evaluate(self, plans: PlanBatch) -> TrainingEstimate:
         return estimate_training(self.model, self.cluster, self.workload, plans, self.framework)
 
+    @property
+    def memory_limit_gib(self) -> float:
+        """What a plan may use per GPU: the capacity less the headroom kept free."""
+        return self.cluster.hardware.memory_gib * (1.0 - self.memory_headroom)
+
     def fits(self, est: TrainingEstimate) -> np.ndarray:
         """Plans that fit with the headroom kept free."""
-        return est.memory_gib_per_gpu <= est.memory_capacity_gib * (1.0 - self.memory_headroom)
+        return est.memory_gib_per_gpu <= self.memory_limit_gib

@@ -350,11 +350,6 @@ def trial_value(record: dict[str, Any], measured: bool, limit_gib: float | None 
     return float(values[0])
 
 
-def memory_limit_gib(problem: TrainingProblem) -> float:
-    """What a plan of ``problem`` may use per GPU: the capacity less the search's headroom (problem.fits)."""
-    return problem.cluster.hardware.memory_gib * (1.0 - problem.memory_headroom)
-
-
 def _with_totals(estimate: dict[str, Any], problem: TrainingProblem) -> dict[str, Any]:
     from ...training.estimate import add_training_totals
 
@@ -430,7 +425,7 @@ def study_importance(stored, objective_name: str, measured: bool) -> tuple[dict[
         tried = a.get("outcome") in (("ok", "infeasible") if measured else ("evaluated", "cached", "invalid"))
         if not tried or not plan or key in seen or any(plan.get(k) not in choices[k] for k in varying):
             continue
-        seen[key] = ({k: plan[k] for k in varying}, trial_value(r, measured, memory_limit_gib(problem)))
+        seen[key] = ({k: plan[k] for k in varying}, trial_value(r, measured, problem.memory_limit_gib))
     if len(seen) < IMPORTANCE_MIN_TRIALS or not varying or sum(v is not None for _, v in seen.values()) < 2:
         return {}, ""
     rows = [row for row, _ in seen.values()]
@@ -493,7 +488,7 @@ def gather_study(source: StudySource, *, trials: int = 100, seed: int = 0,
             data.history = sampler_history(problem, objective.name, trials, seed, progress)
         data.importance, data.importance_method = importance(problem, objective.name, seed)
         return data
-    values = [trial_value(r, measured, memory_limit_gib(problem)) for r in counted]
+    values = [trial_value(r, measured, problem.memory_limit_gib) for r in counted]
     if values:
         shown = sampler.upper() if sampler in ("tpe", "gp") else sampler
         if measured and stored.settings.get("prior_top"):
