@@ -390,7 +390,8 @@ def test_when_no_plan_meets_the_targets_the_closest_are_shown():
 
 def test_a_disaggregated_plan_shows_each_pools_memory_with_its_own_parts(tmp_path):
     """The headline was the fuller pool's (a prefill GPU holding all the weights at TP1) over the decode GPU's parts,
-    which added up to a third of it: explain and emit name the decode GPU for its parts and give the prefill GPU's."""
+    which added up to a third of it: explain and emit name the decode GPU for its parts and give each pool's total.
+    explain's headline is the figure search ranks and shows, said to be the fuller pool's."""
     out = tmp_path / "s"
     _run(["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len",
           "1000", "--output-len", "200", "--fix", "mode=disagg", "--fix", "prefill_tp=1", "--out", str(out)])
@@ -401,7 +402,8 @@ def test_a_disaggregated_plan_shows_each_pools_memory_with_its_own_parts(tmp_pat
     assert decode == pytest.approx(sum(parts[k] for k in ("weights", "kv_cache", "activations", "cuda_graphs",
                                                             "runtime")))
     text = " ".join(_run(["explain", str(out), "--rank", "1"]).stdout.split())
-    assert f"Memory {decode:.1f} of 80 GiB per decode GPU" in text and f"prefill GPU, total │ {prefill:.2f}" in text
+    assert f"Memory {prefill:.1f} of 80 GiB per GPU (the fuller pool's); a decode GPU's parts" in text
+    assert f"decode GPU, total │ {decode:.2f}" in text and f"prefill GPU, total │ {prefill:.2f}" in text
     script = _run(["emit", str(out / "plans.json"), "--format", "vllm"]).stdout
     assert f"({decode:.1f} GiB needed per decode GPU: weights {parts['weights']:.1f}," in script
     assert f"({prefill:.1f} GiB needed per prefill GPU)" in script

@@ -273,16 +273,17 @@ def serving_estimate_tables(estimate: dict[str, Any], capacity_gib: float) -> tu
             numbers.add_row(label, shown)
     prefill = estimate.get("prefill_memory_gib_per_gpu")
     disagg = isinstance(prefill, (int, float)) and not isinstance(prefill, bool)
-    # disaggregated: the plan's figure is the fuller pool's; the parts are a decode GPU's, the prefill GPU's total last
-    total, per = ((estimate.get("decode_memory_gib_per_gpu"), "decode GPU") if disagg
-                  else (estimate.get("memory_gib_per_gpu"), "GPU"))
-    memory = Table(title=f"Memory {_cell(total, '.1f')} of {capacity_gib:g} GiB per {per}", header_style="bold")
+    # The title holds the plan's figure, the one search ranks and shows (disaggregated: the fuller pool's GPU); the
+    # parts are a decode GPU's, then each pool's total (a reader compared a decode GPU's total with search's figure)
+    title = f"Memory {_cell(estimate.get('memory_gib_per_gpu'), '.1f')} of {capacity_gib:g} GiB per GPU"
+    memory = Table(title=title + (" (the fuller pool's); a decode GPU's parts" if disagg else ""), header_style="bold")
     memory.add_column("part")
     memory.add_column("GiB", justify="right")
     for key, value in (estimate.get("memory_breakdown_gib") or {}).items():
         if isinstance(value, (int, float)) and value > 0:
             memory.add_row(key.replace("_", " "), f"{value:.2f}")
     if disagg:
+        memory.add_row("decode GPU, total", _cell(estimate.get("decode_memory_gib_per_gpu"), ".2f"))
         memory.add_row("prefill GPU, total", _cell(prefill, ".2f"))
     return numbers, memory
 

@@ -131,12 +131,17 @@ def _summary(data: ReportData) -> str:
                  f"${est['cost_usd']:,.0f}.")
     s = data.search
     where = f"study {_e(data.study)}, " if data.study else ""
-    runs = ""
+    evaluations = s.get("evaluations", 0)
     if data.measured is not None:
+        # a tune study: its runs, and the distinct plans its completed runs measured (a plan may run more than once,
+        # a failed run completes none), said as such: "4 plans evaluated" beside "6 benchmark runs" read as a miscount
         ok = sum(1 for r in data.measured if r["outcome"] == "ok")
-        runs = f" {len(data.measured):,} benchmark runs, {ok:,} succeeded."
-    text += (f"<br><span class=note>{where}{_e(s.get('sampler', '?'))} search: {s.get('evaluations', 0):,} plans "
-             f"evaluated of {s.get('space_size', 0):,}; {s.get('feasible', 0):,} fit.{runs}</span>")
+        looked = (f"{len(data.measured):,} benchmark run{'s' if len(data.measured) != 1 else ''} ({ok:,} succeeded), "
+                  f"completing {evaluations:,} distinct plan{'s' if evaluations != 1 else ''}")
+    else:
+        looked = f"{evaluations:,} plans evaluated"
+    text += (f"<br><span class=note>{where}{_e(s.get('sampler', '?'))} search: {looked} of a space of "
+             f"{s.get('space_size', 0):,}; {s.get('feasible', 0):,} fit.</span>")
     return f"<p class=summary>{text}</p>"
 
 
