@@ -155,3 +155,41 @@ def test_a_report_written_over_another_keeps_a_figure_edited_since(tmp_path):
     third = runner.invoke(app, ["report", str(train), "--out", str(rep), "--trials", "0", "--force"])
     assert third.exit_code == 0, third.output
     assert (rep / "old.png").exists() and "kept the earlier report's old.png" in " ".join(third.stderr.split())
+
+
+def test_a_calibrated_search_names_its_overlay_in_search_plans_json_and_report(tmp_path):
+    """The numbers of a search given --calibration come from that fit: search's header, plans.json and the report
+    name the overlay (the report read the calibrated profile embedded in plans.json but never said so), and a
+    serving search's parameters note names it too."""
+    overlay = tmp_path / "h100-fit.yaml"
+    overlay.write_text("hardware:\n  h100-sxm5-80gb:\n    efficiency:\n      gemm: 0.62\n", encoding="utf-8")
+    searched = runner.invoke(app, ["search", *SMALL, "--calibration", str(overlay), "--out", str(tmp_path / "run")])
+    assert searched.exit_code == 0, searched.output
+    assert "h100-sxm5-80gb efficiencies from the calibration overlay h100-fit.yaml" in searched.output
+    doc = json.loads((tmp_path / "run" / "plans.json").read_text(encoding="utf-8"))
+    assert doc["inputs"]["calibration"] == "h100-fit.yaml"  # the name, not the user's path
+    assert doc["inputs"]["hardware_profile"]["efficiency"]["gemm"] == 0.62
+    made = runner.invoke(app, ["report", str(tmp_path / "run" / "plans.json"), "--out", str(tmp_path / "rep"),
+                               "--trials", "0"])
+    assert made.exit_code == 0, made.output
+    html = (tmp_path / "rep" / "report.html").read_text(encoding="utf-8")
+    assert "efficiencies from the calibration overlay h100-fit.yaml" in html
+    # an uncalibrated search records none, and its report says nothing of one
+    plain = runner.invoke(app, ["search", *SMALL, "--json"])
+    assert plain.exit_code == 0 and "calibration" not in json.loads(plain.stdout)["inputs"], plain.output
+    served = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb",
+                                 "--gpus", "1", "--input-len", "1000", "--output-len", "100", "--engine", "vllm",
+                                 "--calibration", str(_serving_overlay(tmp_path)), "--json"])
+    assert served.exit_code == 0, served.output
+    assert json.loads(served.stdout)["inputs"]["parameters"] == (
+        "serving parameters from the --calibration overlay serving-fit.yaml")
+
+
+def _serving_overlay(tmp_path):
+    """A serving overlay holding the shipped vLLM parameters (the serving schema `autotune calibrate` writes)."""
+    from autotune.serving.calibrated import CURRENT
+
+    path = tmp_path / "serving-fit.yaml"
+    values = "".join(f"    {k}: {v}\n" for k, v in CURRENT["vllm"].as_dict().items())
+    path.write_text(f"schema: serving\nengines:\n  vllm:\n{values}", encoding="utf-8")
+    return path

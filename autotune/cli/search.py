@@ -337,7 +337,7 @@ def _print_training_search(result, inputs, problem) -> None:
         f"of {inputs.cluster.gpus_per_node}), sequence {inputs.workload.seq_len}, global batch {inputs.workload.global_batch}",
         highlight=False,
     )
-    stdout.print(tables.search_header(problem), highlight=False, soft_wrap=True)
+    stdout.print(tables.search_header(problem, inputs.calibration), highlight=False, soft_wrap=True)
     for note in result.notes:
         stdout.print(f"[dim]{note}[/]", highlight=False)
     if result.ranked:

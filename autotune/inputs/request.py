@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import InputError
@@ -189,6 +190,9 @@ class TrainingInputs:
     cluster: Cluster
     workload: TrainWorkload
     framework: Framework = field(default_factory=load_framework)
+    # the --calibration overlay's file name, whose efficiencies the cluster's hardware already holds: kept so that
+    # search, plans.json and the report say which fit their numbers come from
+    calibration: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,7 +250,8 @@ class TrainingRequest:
                              f"{imbalance:g}): with {spec.moe.n_experts} experts, {spec.moe.top_k} per token, the "
                              f"busiest expert-parallel rank receives at most every token, {most:g} times the mean "
                              "(one expert per rank); on a plan of ep ranks at most ep times", field="--moe-imbalance")
-        return TrainingInputs(spec, cluster, workload, framework)
+        named = None if self.calibration is None else Path(self.calibration).name
+        return TrainingInputs(spec, cluster, workload, framework, named)
 
 
 def training_inputs(

@@ -20,8 +20,9 @@ def framework_text(framework: Framework, defaulted: bool) -> str:
     return framework.label + (" [default]" if defaulted else "")
 
 
-def search_header(problem) -> str:
-    """What was searched: the framework, the precisions and the memory headroom (and whether the GPU is calibrated)."""
+def search_header(problem, calibration: str | None = None) -> str:
+    """What was searched: the framework, the precisions and the memory headroom (and whether the GPU is calibrated:
+    by the --calibration overlay ``calibration`` names, or uncalibrated)."""
     fw = problem.framework
     hw = problem.cluster.hardware
     precisions = ", ".join(problem.choices["precision"])
@@ -29,7 +30,9 @@ def search_header(problem) -> str:
             + ("" if "fp8" in problem.choices["precision"] or not hw.supports("fp8")
                else " (add --precision bf16,fp8 to search fp8)")
             + f"; plans keep {problem.memory_headroom:.0%} of HBM free")
-    if not hw.calibrated:
+    if calibration is not None:
+        text += f"; {hw.name} efficiencies from the calibration overlay {calibration}"
+    elif not hw.calibrated:
         text += f"; {hw.name} is uncalibrated (efficiencies derived, docs/cost-model.md)"
     return text
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -518,7 +519,7 @@ def serving_parameters(engine: str, calibration: str | None,
         hint = f"give --engine {release_name(releases[0])}, " if releases and release is None else ""
         raise InputError(f"has no parameters for engine {wanted} (it has {', '.join(sorted(table))}); {hint}add them "
                          "or drop --calibration", source=calibration, field="--calibration")
-    return table[key], parameters_note(overlay=True)
+    return table[key], parameters_note(overlay=Path(calibration).name)
 
 
 def predict_serve_plan(fields: Mapping[str, Any], n_gpus: int, engine: str, memory_gib: float, *,

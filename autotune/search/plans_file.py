@@ -106,6 +106,7 @@ def training_inputs_json(inputs: TrainingInputs, space_path: str | None, space: 
         "model_spec": model_to_mapping(inputs.model),
         "hardware_profile": hardware_to_mapping(hw),
         "space_spec": space_mapping(space if space is not None else load_space(space_path)),
+        **({} if inputs.calibration is None else {"calibration": inputs.calibration}),
     })
 
 
@@ -335,7 +336,11 @@ def training_inputs_from_plans(inputs: Mapping[str, Any], source: str, *, model:
     if problem:
         key = "moe_capacity_factor" if workload.moe_capacity_factor is not None else "moe_imbalance"
         raise InputError(f"{problem} (or rerun the search)", source=source, field=f"inputs.{key}")
-    return TrainingInputs(spec, cluster, workload, loaded)
+    # the overlay the numbers come from: the one given now, else the one the search recorded (its efficiencies are
+    # in the embedded profile), none for a --hardware given now (a profile loaded afresh)
+    recorded = inputs.get("calibration") if hardware is None else None
+    named = Path(calibration).name if calibration is not None else recorded if isinstance(recorded, str) else None
+    return TrainingInputs(spec, cluster, workload, loaded, named)
 
 
 def _named_space(path: Any, bundled: str, source: str) -> str | None:

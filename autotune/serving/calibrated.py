@@ -84,9 +84,12 @@ def params_for(engine: str, gpu: str | None = None) -> ServingParams:
     return CURRENT[engine_family(key)]
 
 
-def parameters_note(overlay: bool = False, engine: str | None = None) -> str:
+def parameters_note(overlay: bool | str = False, engine: str | None = None) -> str:
+    """Where the serving parameters come from; ``overlay`` the --calibration file's name (True: unnamed), which
+    search prints and plans.json keeps, so the report of a calibrated search says which fit it shows."""
     if overlay:
-        return "serving parameters from the --calibration overlay"
+        named = f" {overlay}" if isinstance(overlay, str) else ""
+        return f"serving parameters from the --calibration overlay{named}"
     if engine:
         return (f"serving parameters of {RELEASES[engine]}, fitted on measured vLLM, SGLang and TensorRT-LLM "
                 "operating points (autotune/data/serving_silicon.csv)")

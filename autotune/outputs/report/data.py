@@ -276,6 +276,9 @@ def gather(source: Path | StudySource, *, trials: int = 100, seed: int = 0,
              f"sequence {inputs.get('seq_len', '?')}, global batch {inputs.get('global_batch', '?')}")
     data = ReportData(title=title, inputs=inputs, plans=doc["plans"], search=search, capacity_gib=float("nan"),
                       capacity=doc.get("capacity"))
+    if isinstance(inputs.get("calibration"), str):
+        data.notes.append(f"The estimates use {inputs.get('hardware', 'the GPU')}'s efficiencies from the calibration "
+                          f"overlay {inputs['calibration']} (autotune calibrate), which the search was given.")
     problem = rebuild_problem(inputs, str(path))  # an error (naming the field) when it cannot be rebuilt
     from ...training.plan import plan_from_fields
     from ...training.space import plan_violation
