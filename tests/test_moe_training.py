@@ -68,6 +68,22 @@ def test_groups_inside_an_nvl72_rack_run_on_nvlink_and_across_racks_on_the_netwo
     assert comm.Topology.of(hgx, np.array([16.0]), np.array([1.0])).per_domain[0] == old.per_node[0] == 8
 
 
+def test_ep_blocks_that_straddle_filled_racks_are_priced_on_the_network():
+    """On 288 GB200 GPUs (four full racks) EP32 blocks straddle racks (72 = 2 * 32 + 8): the slowest group has half
+    its members in each rack, and its all-to-all pays the NICs, as the launch file's dispatcher choice assumes
+    (Cluster.link_tier); EP36 divides the rack and stays on NVLink."""
+    full = Cluster(load_hardware("gb200-nvl72"), 288, 4)
+    m = np.array([1e9])
+    ep32 = comm.Topology.of(full, np.array([32.0]), np.array([1.0]))
+    ep36 = comm.Topology.of(full, np.array([36.0]), np.array([1.0]))
+    assert ep32.crosses_network[0] and ep32.per_domain[0] == 16 and ep32.domains[0] == 2
+    assert not ep36.crosses_network[0]
+    assert full.link_tier(32) == "inter_node" and full.link_tier(36) == "scale_up"
+    inside = comm.Topology.of(Cluster(load_hardware("gb200-nvl72"), 256, 4), np.array([32.0]), np.array([1.0]))
+    assert not inside.crosses_network[0]  # 256 GPUs on four racks: 64 a rack, two whole blocks each
+    assert comm.all_to_all_s(m, ep32, full)[0] > 3 * comm.all_to_all_s(m, inside, full)[0]
+
+
 def test_tp8_on_nvl72_is_priced_on_nvlink_not_the_nics():
     wl = TrainWorkload(8192, 256)
     plan = "tp=8,sp=true,zero=1,mbs=1,recompute=full"

@@ -58,6 +58,18 @@ def test_link_tier_of_groups_on_nvl72():
     assert cluster.members_per_scale_up_domain(128) == 72 and cluster.members_per_scale_up_domain(8, stride=16) == 4
 
 
+def test_groups_that_cannot_all_sit_inside_the_racks_a_job_fills_run_on_the_network():
+    """288 GB200 GPUs fill four racks: 72 = 2 * 32 + 8, so EP32 blocks straddle racks (four racks hold eight whole
+    blocks, 256 GPUs), while blocks that divide the rack (24, 36, 72) or a job with GPUs to spare (256 on four racks,
+    64 a rack) stay on NVLink."""
+    hw = load_hardware("gb200-nvl72")
+    full = Cluster(hw, n_gpus=288, gpus_per_node=4)
+    assert full.link_tier(32) == "inter_node" and full.link_tier(8, stride=4) == "inter_node"
+    assert [full.link_tier(n) for n in (8, 24, 36, 72)] == ["scale_up"] * 4
+    assert Cluster(hw, n_gpus=256, gpus_per_node=4).link_tier(32) == "scale_up"
+    assert Cluster(hw, n_gpus=144, gpus_per_node=4).link_tier(16) == "inter_node"  # 72 = 4 * 16 + 8
+
+
 def test_link_tier_on_hgx_nodes():
     cluster = Cluster(load_hardware("h100-sxm5-80gb"), n_gpus=64, gpus_per_node=8)
     assert cluster.gpus_per_scale_up_domain == 8

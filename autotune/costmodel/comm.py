@@ -70,7 +70,23 @@ class Topology:
 
     @classmethod
     def of(cls, cluster: Cluster, n: np.ndarray, stride: np.ndarray) -> "Topology":
-        return cls(n, stride, cluster.gpus_per_node, usable_domain(cluster))
+        domain = usable_domain(cluster)
+        topo = cls(n, stride, cluster.gpus_per_node, domain)
+        # Groups tile the ranks in blocks of n * stride.  Where the job fills its NVLink domains and a block does not
+        # divide one (EP 32 on 288 GB200 GPUs: 72 = 2 * 32 + 8), some blocks straddle two domains: the slowest group
+        # of such a collective (the step waits for it) is split evenly at worst, half its members in each domain
+        # (Cluster.link_tier's rule, which the launch files follow).
+        if domain > cluster.gpus_per_node and cluster.n_gpus > domain:
+            block = np.asarray(n, dtype=np.float64) * np.asarray(stride, dtype=np.float64)
+            racks = -(-cluster.n_gpus // domain)
+            straddle = (block <= domain) & (np.floor(domain / np.maximum(block, 1.0)) * block * racks < cluster.n_gpus)
+            straddle &= topo.n > 1
+            if np.any(straddle):
+                half = np.maximum(np.ceil(topo.n / 2.0), topo.per_node)
+                topo.per_domain = np.where(straddle, np.minimum(topo.per_domain, half), topo.per_domain)
+                topo.domains = np.ceil(topo.n / topo.per_domain)
+                topo.scale_up = topo.per_domain > topo.per_node
+        return topo
 
     @property
     def crosses_network(self) -> np.ndarray:

@@ -279,11 +279,13 @@ class Cluster:
 
         The groups tile the ranks in blocks of ``group_size * stride``.  Inside a node: where that
         block divides the node, or the whole cluster is one node.  Inside a scale-up domain: where
-        the block is no larger than the domain, or the whole cluster fits in one.  A block that does
-        not divide the domain (64 ranks in a 72-GPU NVL72 rack) is taken as placed inside it with
-        the rest of the domain left out of such groups, as jobs on NVL72 run 64 GPUs per rack; give
-        the cluster ``scale_up_domain_gpus`` to state the domain a job really uses.  ``none``: a
-        group of one rank.
+        the whole cluster fits in one, or the blocks fit whole in the domains the job occupies.  A
+        block that does not divide the domain (64 ranks in a 72-GPU NVL72 rack) is placed inside it
+        with the rest of the domain left out of such groups, as jobs on NVL72 run 64 GPUs per rack,
+        where the job's racks have the GPUs to spare: 256 GPUs in blocks of 64 on four racks (288),
+        but not 288 GPUs in blocks of 32 (four racks hold 8 such blocks, 256 GPUs; the other blocks
+        straddle two racks, and their collectives run at the network's speed).  Give the cluster
+        ``scale_up_domain_gpus`` to state the domain a job really uses.  ``none``: a group of one rank.
         """
         if group_size < 1 or stride < 1:
             raise ValueError(f"group_size and stride must be >= 1, but got (group_size={group_size}, stride={stride})")
@@ -294,7 +296,9 @@ class Cluster:
             return "intra_node"
         domain = self.gpus_per_scale_up_domain
         if domain > self.gpus_per_node and (self.n_gpus <= domain or block <= domain):
-            return "scale_up"
+            racks = -(-self.n_gpus // domain)  # the fewest domains the job occupies
+            if self.n_gpus <= domain or racks * (domain // block) * block >= self.n_gpus:
+                return "scale_up"
         return "inter_node"
 
     def link(self, tier: str) -> Link | None:
