@@ -343,7 +343,7 @@ GlobalBatch = Annotated[int, typer.Option("--global-batch", "-b", help="Global b
 OptSeqLen = Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length in tokens (training).")]
 OptGlobalBatch = Annotated[Optional[int], typer.Option("--global-batch", "-b", help="Global batch in sequences (training).")]
 MoeImbalance = Annotated[Optional[float], typer.Option("--moe-imbalance", help="Training, mixtures of experts: tokens the busiest expert-parallel rank receives over the mean [default: 1.0, as force-balanced benchmarks run].")]
-MoeCapacityFactor = Annotated[Optional[float], typer.Option("--moe-capacity-factor", help="Training, mixtures of experts: drop tokens past this many times an expert's mean share and pad the rest (Megatron --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity): fixed shapes, no host sync [default: dropless].")]
+MoeCapacityFactor = Annotated[Optional[float], typer.Option("--moe-capacity-factor", help="Training, mixtures of experts: drop tokens past this many times (>= 1) an expert's mean share and pad the rest (Megatron --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity): fixed shapes, no host sync [default: dropless].")]
 Tokens = Annotated[Optional[float], typer.Option("--tokens", help="Training budget in tokens (e.g. 15e12): adds total time, GPU-hours and cost.")]
 Price = Annotated[Optional[float], typer.Option("--price", help="USD per GPU-hour [default: the profile's].")]
 Calibration = Annotated[Optional[str], typer.Option("--calibration", help="Calibration overlay YAML from `autotune calibrate`.")]

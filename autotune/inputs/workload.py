@@ -10,9 +10,11 @@ import numpy as np
 from ..errors import InputError
 
 
-# An expert's capacity over its mean share: below 1/100 an expert keeps almost nothing; above 1000 is beyond any
-# use (E/k times the mean already holds every token of the batch).
-MIN_CAPACITY_FACTOR = 0.01
+# An expert's capacity over its mean share.  Below 1 an expert drops tokens even when the load is perfectly
+# balanced: each step skips part of the experts' work, so its time is not the model's, and tokens/s and MFU (which
+# count every token's model FLOPs) would pass what the GPUs did (MFU 164% at 0.1).  Above 1000 is beyond any use
+# (E/k times the mean already holds every token of the batch).
+MIN_CAPACITY_FACTOR = 1.0
 MAX_CAPACITY_FACTOR = 1000.0
 
 
@@ -21,7 +23,8 @@ def capacity_factor_problem(value: float | None) -> str | None:
     if value is None or MIN_CAPACITY_FACTOR <= value <= MAX_CAPACITY_FACTOR:
         return None
     return (f"must be >= {MIN_CAPACITY_FACTOR:g} and <= {MAX_CAPACITY_FACTOR:g} (an expert's token capacity over "
-            f"its mean share; 1.0 is the usual; empty for dropless), but got {value!r}")
+            f"its mean share; 1.0 is the usual, below it every step drops tokens even when balanced; leave it out "
+            f"for dropless), but got {value!r}")
 
 
 def tokens_problem(tokens: float | None, seq_len: int, global_batch: int) -> str | None:
