@@ -85,8 +85,12 @@ def test_other_zero_or_contradictory_fields_name_the_field(name, changes, field,
     # SGLang runs FP8 dense layers weight-only on Ampere (Marlin), but not its FP8 MoE
     ["--format", "sglang", "tp=4,weights=fp8,max_batch=64", "-m", "mixtral-8x7b", "-H", "a100-sxm4-80gb"],
 ])
-def test_emit_warns_when_the_gpu_cannot_run_the_weight_precision(args):
-    result = invoke("emit", *args, "--gpus", "8", "--input-len", "2048", "--output-len", "256")
+def test_emit_refuses_a_weight_precision_the_gpu_cannot_run_unless_allowed(args):
+    """The engine would not load the weights: refused with the reason; --allow-no-fit writes it, and says so."""
+    refused = invoke("emit", *args, "--gpus", "8", "--input-len", "2048", "--output-len", "256")
+    assert refused.exit_code != 0 and "weight precision not supported by the GPU" in refused.output, refused.output
+    assert "--allow-no-fit" in refused.output and "Traceback" not in refused.output
+    result = invoke("emit", *args, "--gpus", "8", "--input-len", "2048", "--output-len", "256", "--allow-no-fit")
     assert result.exit_code == 0, result.output
     assert "warning:" in result.stderr and "weight precision not supported by the GPU" in result.stderr
     assert "WARNING: weight precision not supported by the GPU" in result.stdout  # the script says so too

@@ -612,7 +612,8 @@ def test_a_plans_json_keeps_its_framework_and_version_when_its_files_run_it(cli_
     def emit(framework_spec: str, *flags: str):
         path = tmp_path / f"{framework_spec.replace('@', '_')}.json"
         path.write_text(json.dumps({**document, "inputs": {**document["inputs"], "framework": framework_spec}}))
-        result = invoke(cli_app, "emit", path, *flags)
+        # the edited plan need not fit the older version's memory: the files are what this checks
+        result = invoke(cli_app, "emit", path, *flags, "--allow-no-fit")
         assert result.exit_code == 0, result.output
         return result.output
 

@@ -123,7 +123,7 @@ PLANS = [
     ("DeepSeek-V3 DEP16 over 2 H200 nodes (wide EP)", "deepseek-v3", "h200-sxm-141gb", 16,
      "tp=1,dp=16,ep=16,weights=fp8,kv=fp8,max_batch=2048", 1024, 1024, "fp8", "native"),
     ("DeepSeek-V3 DEP24 over 3 H200 nodes: 256 experts + 8 redundant copies (EPLB)", "deepseek-v3", "h200-sxm-141gb",
-     24, "tp=1,dp=24,ep=24,weights=fp8,kv=fp8,max_batch=2048", 1024, 1024, "fp8", "native"),
+     24, "tp=1,dp=24,ep=24,weights=fp8,kv=fp8,max_batch=1920", 1024, 1024, "fp8", "native"),
     ("DeepSeek-V3 DEP32 in a GB200 NVL72 rack (8 trays)", "deepseek-v3", "gb200-nvl72", 32,
      "tp=1,dp=32,ep=32,weights=fp8,kv=fp8,max_batch=4096", 1024, 1024, "fp8", "native"),
     ("DeepSeek-V3 TP8 on B200, fp8 checkpoint", "deepseek-v3", "b200-sxm-180gb", 8,

@@ -52,7 +52,7 @@ def test_wide_ep_over_an_nvl72_rack_is_planned():
 
 
 def test_emit_balances_the_copies_on_both_engines():
-    args = ["--plan", "tp=1,dp=24,ep=24,weights=fp8,kv=fp8,max_batch=2048", "-m", "deepseek-v3", "-H",
+    args = ["--plan", "tp=1,dp=24,ep=24,weights=fp8,kv=fp8,max_batch=1920", "-m", "deepseek-v3", "-H",
             "h200-sxm-141gb", "-n", "24", "--input-len", "1024", "--output-len", "1024", "--checkpoint", "fp8"]
     vllm = invoke("emit", "-f", "vllm", *args)
     assert vllm.exit_code == 0, vllm.output

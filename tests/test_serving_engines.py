@@ -394,7 +394,8 @@ def test_a_disaggregated_plan_shows_each_pools_memory_with_its_own_parts(tmp_pat
     explain's headline is the figure search ranks and shows, said to be the fuller pool's."""
     out = tmp_path / "s"
     _run(["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len",
-          "1000", "--output-len", "200", "--fix", "mode=disagg", "--fix", "prefill_tp=1", "--out", str(out)])
+          "1000", "--output-len", "200", "--fix", "mode=disagg", "--fix", "prefill_tp=1", "--fix", "max_batch=64",
+          "--out", str(out)])  # a decode batch well inside its budget: the prefill GPU is the fuller one
     est = json.loads((out / "plans.json").read_text())["plans"][0]["estimate"]
     decode, prefill = est["decode_memory_gib_per_gpu"], est["prefill_memory_gib_per_gpu"]
     assert prefill > decode + 10 and est["memory_gib_per_gpu"] == pytest.approx(prefill)

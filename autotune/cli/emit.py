@@ -48,6 +48,7 @@ from ..serving.estimate import estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
 from ..serving.space import IMPOSSIBLE as SERVE_IMPOSSIBLE
 from ..serving.space import REASONS as SERVE_REASONS
+from ..serving.space import reason_text as serve_reason_text
 from ..serving.space import rejection_reasons as serve_rejection_reasons
 from ..training.estimate import estimate_training
 from ..training.plan import PlanBatch, parse_plan
@@ -119,6 +120,7 @@ def emit(
     checkpoint: CheckpointOpt = None,
     memory_fraction: MemoryFractionOpt = None,
     model_path: Annotated[Optional[str], typer.Option("--model-path", help="Serving: the weights the script loads (a Hugging Face name or folder) [default: the model name].")] = None,
+    allow_no_fit: Annotated[bool, typer.Option("--allow-no-fit", help="Write the files of a plan the cost model predicts does not fit in memory or cannot run on the GPU (default: refuse, saying why; a serving batch limit above what the KV cache holds is written with a warning).")] = False,
 ) -> None:
     """Write the launch config of a plan for Megatron-LM, DeepSpeed, torchtitan, Slurm, vLLM or SGLang."""
     with user_errors():
@@ -189,6 +191,15 @@ def emit(
                 options = dict(data_path=data_path, tokenizer=tokenizer, framework=runs)
                 context = _context(plan_source, plan, rank, given, options, framework_given=framework is not None)
                 files, estimate = render(format, context), context.estimate
+            if isinstance(estimate, dict) and estimate.get("fits") is False and not allow_no_fit \
+                    and not _runs_short(format, estimate):
+                # a launch that runs out of memory costs the user a queue wait and a crash: refused, with the way
+                # out, unless they know better (--allow-no-fit)
+                raise InputError(f"the cost model predicts this plan does not fit "
+                                 f"({estimate.get('infeasible_reason', 'out of memory')}); emit another plan (--rank "
+                                 "of a plans.json, a smaller batch), or pass --allow-no-fit to write it anyway",
+                                 field="--plan" if plan is not None or plans_path(plan_source or "") is None
+                                 else "--rank")
             if out is not None:
                 refuse_overwrite(out, files, force)
         if notes.get():
@@ -208,6 +219,14 @@ def emit(
         if isinstance(estimate, dict) and estimate.get("fits") is False:
             stderr.print(f"[bold yellow]warning:[/] the cost model predicts this plan does not fit "
                          f"({estimate.get('infeasible_reason', 'out of memory')}).", soft_wrap=True)
+
+
+def _runs_short(format: str, estimate: dict) -> bool:
+    """A serving plan whose only shortfall is a batch limit above what the engine's KV cache holds: the engine starts
+    and admits fewer sequences than the limit (vLLM and SGLang queue or preempt the rest), so the files are written
+    with a warning (a plan searched for another engine, re-checked against this one's budget, is often so); weights
+    or a reserve past the budget, or a precision the GPU lacks, stop the engine, and are refused."""
+    return format in SERVING_FORMATS and str(estimate.get("infeasible_reason", "")).startswith("max_batch exceeds")
 
 
 # Names the launch formats go by, accepted for the framework they run.
@@ -386,9 +405,9 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         # a file an older autotune wrote, or a hand edit, may hold a plan no engine launches (heads not divisible by
         # tp, an expert split over a width it does not divide): refused as a plan string is
         code = int(serve_rejection_reasons(spec, served.cluster, ServePlanBatch.from_plans([chosen]), frozenset({"dp"}),
-                                           engine=format)[0])
+                                           engine=format, checkpoint=ckpt)[0])
         if SERVE_REASONS[code] in SERVE_IMPOSSIBLE:
-            raise InputError(f"plan of rank {rank} cannot run: {SERVE_REASONS[code]}; rerun `autotune search "
+            raise InputError(f"plan of rank {rank} cannot run: {serve_reason_text(code, chosen, spec)}; rerun `autotune search "
                              "--workload serve --out DIR`, or emit another --rank", source=str(path),
                              field="plans.plan")
         if memory_fraction is None and served.engine == format:  # a value of the searched engine's flag
@@ -426,10 +445,10 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
             stderr.print(f"[yellow]note:[/] {escape(note)}.", highlight=False, soft_wrap=True)
         chosen, engine_limit = predict_serve_plan(fields, cluster.n_gpus, format, hw.memory_gib, checkpoint=ckpt)
         code = int(serve_rejection_reasons(spec, cluster, ServePlanBatch.from_plans([chosen]), frozenset({"dp"}),
-                                           engine=format)[0])
+                                           engine=format, checkpoint=ckpt)[0])
         # Refuse what no engine can launch; a search-space preference (tp within one node) stays the user's call.
         if SERVE_REASONS[code] in SERVE_IMPOSSIBLE:
-            raise InputError(f"this plan cannot run: {SERVE_REASONS[code]}", field="--plan")
+            raise InputError(f"this plan cannot run: {serve_reason_text(code, chosen, spec)}", field="--plan")
         if input_len is None or output_len is None:
             if seq_len is None or seq_len < 2:
                 raise InputError(f"must be >= 2 (prompt + output tokens), but got {seq_len}", field="--seq-len")

@@ -75,6 +75,7 @@ from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_f
 from ..serving.space import IMPOSSIBLE as SERVE_IMPOSSIBLE
 from ..serving.space import PREFERENCES as SERVE_PREFERENCES
 from ..serving.space import REASONS as SERVE_REASONS
+from ..serving.space import reason_text as serve_reason_text
 from ..serving.space import rejection_reasons as serve_rejection_reasons
 from ..training.confidence import sentence as confidence_sentence
 from ..training.confidence import with_confidence
@@ -181,7 +182,7 @@ def search(
                                      "overwritten, and an earlier search's launch files there that this one does "
                                      "not write again are removed, unless edited since (others are kept).")] = False,
     calibration: Calibration = None,
-    emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: training: megatron, deepspeed, torchtitan, slurm (comma-separated; the search keeps to plans they can express); serving: vllm, sglang.")] = None,
+    emit: Annotated[Optional[str], typer.Option("--emit", help="Also write launch configs for the winner into --out: training: megatron, deepspeed, torchtitan, slurm (comma-separated, of one framework: megatron,slurm; the search keeps to plans they can express); serving: vllm, sglang.")] = None,
     deadline: Annotated[Optional[str], typer.Option("--deadline", help="Capacity planning: finish --tokens within this time: 30d, 720h, 6w, 2mo (months), 90min; 'm' alone is ambiguous.")] = None,
     pue: Annotated[Optional[float], typer.Option("--pue", help="Data-centre PUE for energy [default: 1.58, Uptime Institute 2023 average].")] = None,
     grid_intensity: Annotated[Optional[float], typer.Option("--grid-intensity", help="gCO2e per kWh for emissions [default: 475, world average (IEA 2019)].")] = None,
@@ -248,6 +249,8 @@ def search(
         reject_flags(serving_flags, "training (add --workload serve for serving)")
         require_training(seq_len, global_batch)
         gpu_count, gpu_range = parse_gpus(gpus)
+        if emit is not None:
+            _check_one_framework(parse_formats(emit))
         if framework is None and emit is not None:
             framework = framework_for_formats(parse_formats(emit))
         elif emit is not None:
@@ -568,6 +571,23 @@ def cost_text(e: dict) -> str:
             f"{tokens}.")
 
 
+def _check_one_framework(formats: list[str]) -> None:
+    """A search plans for one framework, whose estimate its launch files quote: files of a second framework would
+    quote the first one's step time and memory (DeepSpeed's ZeRO-3 plan can need 85 GiB where Megatron-LM's needs
+    60), so --emit names the formats of one framework (slurm:X runs X)."""
+    runs = {}
+    for spec in formats:
+        base, _, inner = spec.partition(":")
+        target = FORMAT_FRAMEWORKS.get(base) or FORMAT_FRAMEWORKS.get(inner)
+        if target:
+            runs.setdefault(target, spec)
+    if len(runs) > 1:
+        raise InputError(f"a search plans for one framework, but the formats run {len(runs)} "
+                         f"({', '.join(f'{s}: {f}' for f, s in runs.items())}); emit one framework's formats, then "
+                         f"`autotune emit DIR --format FORMAT` for another (it re-estimates the plan for the framework "
+                         "its files run)", field="--emit")
+
+
 def _check_emit_framework(formats: list[str], framework: str) -> None:
     """A launch format runs one framework: a search planned for another would quote that one's estimate in
     files that run this one (emit refuses the same pairing)."""
@@ -745,10 +765,10 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
                          "tables); give an agg plan or a 1.x release", field="--plan")
     engine = family  # its memory rule and defaults (the release set the parameters)
     batch = ServePlanBatch.from_plans([chosen])
-    reason = int(serve_rejection_reasons(spec, cluster, batch, frozenset({"dp"}), engine=engine)[0])
+    reason = int(serve_rejection_reasons(spec, cluster, batch, frozenset({"dp"}), engine=engine, checkpoint=ckpt)[0])
     if SERVE_REASONS[reason] in SERVE_IMPOSSIBLE:
         # as for a training plan: a layout the model cannot split has no numbers (they would be invented)
-        why = SERVE_REASONS[reason]
+        why = serve_reason_text(reason, chosen, spec)
         if json_out:
             print_json({"plan": chosen.as_dict(), "estimate": None, "invalid": why})
         else:

@@ -297,7 +297,7 @@ def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params, 
 
     def evaluate(plans: list) -> tuple[list[dict[str, Any]], list[str]]:
         batch = ServePlanBatch.from_plans(plans)
-        codes = serve_rejection_reasons(model, cluster, batch, engine=engine)
+        codes = serve_rejection_reasons(model, cluster, batch, engine=engine, checkpoint=checkpoint)
         est = estimate_serving(model, cluster, workload, batch, params, engine=engine, memory_fraction=memory_fraction)
         return [est.row(i) for i in range(len(plans))], [SERVE_REASONS[int(c)] if int(c) else "" for c in codes]
 

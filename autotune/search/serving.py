@@ -68,18 +68,33 @@ class ServeSearchResult:
 
 def with_fit_batches(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, workload: ServeWorkload,
                       engine: str, memory_fraction: float | None = None) -> ServePlanBatch:
-    """Add, per layout and precision, the plan whose max_batch is what the engine's KV budget holds."""
-    fit = max_batch_fit(model, cluster, plans, workload.max_len, engine, fraction=memory_fraction)
+    """Add, per layout and precision, the plan whose max_batch is the largest the engine's KV budget holds at that
+    max_batch.  The budget shrinks as max_batch grows (activations, CUDA graphs and sampler buffers are sized for
+    it), so the fit worked out at a smaller batch can be more than the engine then holds: the largest multiple b of
+    the decode ranks with fit(b) >= b is found by bisection (fit falls as b grows, so the condition holds below it
+    and fails above)."""
     key = plans.key_matrix()
     key[:, -1] = 0  # max_batch
     _, first = np.unique(key, axis=0, return_index=True)
     extra = plans.take(first)
-    extra_fit = fit[first]
-    keep = extra_fit >= extra.d_dp
+    dp = extra.d_dp.astype(np.int64)
+
+    def fit_at(units):  # sequences the budget holds with max_batch = units * dp
+        return max_batch_fit(model, cluster, extra.with_column("max_batch", units * dp), workload.max_len, engine,
+                             fraction=memory_fraction)
+
+    lo = np.ones(len(extra), dtype=np.int64)  # one sequence per decode rank
+    keep = fit_at(lo) >= dp
     if not keep.any():
         return plans
+    hi = np.maximum(fit_at(lo) // dp, 1) + 1  # fit at the smallest batch bounds it; hi fails (or is past it)
+    while np.any(hi - lo > 1):
+        mid = (lo + hi) // 2
+        holds = fit_at(mid) >= mid * dp
+        lo = np.where(holds, mid, lo)
+        hi = np.where(holds, hi, mid)
     extra = extra.take(np.flatnonzero(keep))
-    extra = extra.with_column("max_batch", extra_fit[keep] - extra_fit[keep] % extra.d_dp)
+    extra = extra.with_column("max_batch", (lo * dp)[keep])
     merged = ServePlanBatch.from_columns(plans.n_gpus, {k: np.concatenate([getattr(plans, k), getattr(extra, k)])
                                                         for k in ("mode", "tp", "pp", "dp", "ep", "weights", "kv",
                                                                   "max_batch", *(f"{s}_{c}" for s in "pd" for c in
@@ -137,7 +152,7 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
     """Rank the space's plans on ``engine`` (``memory_fraction``: the engine's memory flag as the user sets it;
     None: the engine's default rule)."""
     started = time.perf_counter()
-    enumeration = enumerate_serve(model, cluster, space, engine=engine)
+    enumeration = enumerate_serve(model, cluster, space, engine=engine, checkpoint=checkpoint)
     plans = enumeration.plans
     rejected = dict(enumeration.rejected)
     space_size = enumeration.space_size

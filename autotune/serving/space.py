@@ -2,8 +2,8 @@
 
 Axes: ``mode`` (agg, disagg), ``tp``, ``pp``, ``dp``, ``ep`` (an integer, ``tp`` for the experts
 spread over the TP ranks, or ``all`` for one expert group per GPU of the engine: ``ep = tp * dp``),
-``weights``, ``kv``, ``max_batch`` (integers, or ``fit`` for the largest batch the engine's KV budget
-holds), and for disaggregated plans ``workers`` (engines per pool).  A disaggregated plan's pools take
+``weights``, ``kv``, ``max_batch`` (integers, taken down to a multiple of the decode DP ranks, or ``fit`` for
+the largest batch the engine's KV budget holds), and for disaggregated plans ``workers`` (engines per pool).  A disaggregated plan's pools take
 their layouts from the same ``tp``, ``dp``, ``ep`` choices (one pipeline stage each).
 
 For a dense model, engine-native data parallelism (``dp > 1``) estimates the same as replicas behind a
@@ -58,6 +58,8 @@ REASONS: tuple[str, ...] = (
     "engine spans more nodes than the pipeline and data-parallel ranks can split",
     "expert FFN width not divisible by the GPUs each expert is split over (tp*dp/ep)",
     "mxfp4 weights on a dense model (the engines' MXFP4 quantizes MoE experts only)",
+    "max_batch not a multiple of the decode dp (each attention-DP rank admits max_batch/dp sequences)",
+    "the fp8 checkpoint's 128x128 weight blocks do not divide the FFN or expert width each GPU holds",
 )
 # The rules no engine can launch against (a layout the model cannot split); the others are the GPU's precisions,
 # memory or the search space's preferences (tp within a node), which `predict` prices and flags.
@@ -67,7 +69,11 @@ IMPOSSIBLE: frozenset[str] = frozenset({"heads not divisible by tp", "pipeline s
                                         "expert FFN width not divisible by the GPUs each expert is split over "
                                         "(tp*dp/ep)",
                                         "mxfp4 weights on a dense model (the engines' MXFP4 quantizes MoE experts "
-                                        "only)"})
+                                        "only)",
+                                        "max_batch not a multiple of the decode dp (each attention-DP rank admits "
+                                        "max_batch/dp sequences)",
+                                        "the fp8 checkpoint's 128x128 weight blocks do not divide the FFN or "
+                                        "expert width each GPU holds"})
 
 
 # The search space's preferences among the rules: a plan that breaks one runs (tensor parallelism over nodes: vLLM
@@ -234,9 +240,32 @@ def weight_only_formats(engine: str, hw, is_moe: bool) -> frozenset:
     return formats
 
 
+# A block-scaled FP8 checkpoint (``--checkpoint fp8``: DeepSeek-V3/R1, Qwen3 -FP8, MiniMax) holds one scale per 128x128
+# block of every linear weight, and the engines load it only where each GPU's slice of a split width is a whole
+# number of blocks: vLLM "output_size ... is not divisible by weight quantization block_n = 128" (vllm-project/vllm
+# #17569, #25292), the same with SGLang (QwenLM/Qwen3#1485): Qwen3-235B-A22B-FP8's 1536-wide experts over 8 GPUs
+# (192 each).  Online FP8 from bf16 and the per-tensor / per-channel containers (modelopt:fp8, compressed-tensors:fp8)
+# have no blocks.
+FP8_BLOCK = 128
+
+
+def _fp8_block_misfit(model: ModelSpec, tp, dp, ep) -> np.ndarray:
+    """A pool whose experts (over tp*dp/ep GPUs) or dense FFN (over tp) leave a GPU part of a 128-wide block."""
+    bad = np.zeros(np.shape(tp), dtype=bool)
+    if model.moe is not None:
+        G = tp * dp
+        moe_tp = np.where(G % ep == 0, G // np.maximum(ep, 1), 1)
+        bad |= (model.moe.expert_ffn_hidden_size // moe_tp) % FP8_BLOCK != 0
+        bad |= model.moe.expert_ffn_hidden_size % moe_tp != 0
+    if model.n_dense_layers > 0:
+        bad |= (model.ffn_hidden_size % tp != 0) | ((model.ffn_hidden_size // tp) % FP8_BLOCK != 0)
+    return bad
+
+
 def rejection_reasons(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch,
-                      pinned: frozenset = frozenset({"dp"}), *, engine: str) -> np.ndarray:
-    """Reason code per plan (index into REASONS); 0 for a runnable plan. The first failing rule wins."""
+                      pinned: frozenset = frozenset({"dp"}), *, engine: str, checkpoint: str | None = None) -> np.ndarray:
+    """Reason code per plan (index into REASONS); 0 for a runnable plan. The first failing rule wins.
+    ``checkpoint`` (--checkpoint): the weights the plans read (None: no rule of the checkpoint's)."""
     hw = cluster.hardware
     weight_only = weight_only_formats(engine, hw, model.moe is not None)
     weights_ok = np.array([hw.supports(COMPUTE_PRECISION[w]) or w in weight_only for w in SERVE_CATEGORIES["weights"]])
@@ -254,10 +283,42 @@ def rejection_reasons(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch,
         # vLLM's and SGLang's Mxfp4Config hand every linear layer but the fused MoE experts to the unquantized method,
         # and TensorRT-LLM's MXFP4 is a MoE backend: a dense model has nothing an MXFP4 checkpoint quantizes
         checks[13] = plans.weights == SERVE_CATEGORIES["weights"].index("mxfp4")
+    # vLLM's --max-num-seqs is per DP rank and SGLang divides --max-running-requests among its attention-DP ranks:
+    # a limit that is not a whole number per rank is launched as another total than the one estimated
+    checks[14] = plans.max_batch % plans.d_dp != 0
+    if checkpoint == "fp8":  # fp8 weights read from a block-scaled checkpoint (bf16 or other weights are not)
+        fp8 = plans.weights == SERVE_CATEGORIES["weights"].index("fp8")
+        checks[15] = fp8 & (_fp8_block_misfit(model, plans.p_tp, plans.p_dp, plans.p_ep)
+                            | _fp8_block_misfit(model, plans.d_tp, plans.d_dp, plans.d_ep))
     reasons = np.zeros(len(plans), dtype=np.int16)
     for code in sorted(checks, reverse=True):
         reasons[np.asarray(checks[code], dtype=bool)] = code
     return reasons
+
+
+def reason_text(code: int, plan, model: ModelSpec | None = None) -> str:
+    """A rule a serve plan breaks, with the numbers it compared and the way out where one is simple."""
+    why = REASONS[code]
+    if code == 15:
+        pools = plan.pools()
+        pool = next((q for q in pools if model is not None
+                     and bool(_fp8_block_misfit(model, np.int64(q.tp), np.int64(q.dp), np.int64(q.ep)))), pools[1])
+        widths = []
+        if model is not None and model.moe is not None:
+            moe_tp = pool.tp * pool.dp // pool.ep if (pool.tp * pool.dp) % pool.ep == 0 else 1
+            widths.append(f"expert width {model.moe.expert_ffn_hidden_size}/{moe_tp} GPUs = "
+                          f"{model.moe.expert_ffn_hidden_size / moe_tp:g}")
+        if model is not None and model.n_dense_layers > 0:
+            widths.append(f"FFN width {model.ffn_hidden_size}/tp {pool.tp} = {model.ffn_hidden_size / pool.tp:g}")
+        if widths:
+            why += f" ({'; '.join(widths)}, blocks of {FP8_BLOCK})"
+        why += "; give a layout with fewer GPUs per expert (a larger ep, a smaller tp) or a bf16 checkpoint"
+    if code == 14:
+        dp = plan.decode.dp if plan.disaggregated else plan.dp
+        below = max(plan.max_batch - plan.max_batch % dp, dp)
+        near = sorted({below, below + dp} - {plan.max_batch})
+        why += (f" (max_batch={plan.max_batch}, dp={dp}); give max_batch=" + " or ".join(str(b) for b in near))
+    return why
 
 
 @dataclass(frozen=True)
@@ -304,8 +365,9 @@ def _product(*sizes: int) -> list[np.ndarray]:
     return [g.ravel() for g in grids]
 
 
-def enumerate_serve(model: ModelSpec, cluster: Cluster, space: ServeSpace, *, engine: str) -> ServeEnumeration:
-    """Every valid plan of the space (``max_batch: fit`` is resolved later, per layout)."""
+def enumerate_serve(model: ModelSpec, cluster: Cluster, space: ServeSpace, *, engine: str,
+                    checkpoint: str | None = None) -> ServeEnumeration:
+    """Every valid plan of the space (``max_batch: fit`` is resolved later, per layout) from ``checkpoint``."""
     axes = dict(space.axes)
     fit_batch = "fit" in axes["max_batch"]
     batches = tuple(v for v in axes["max_batch"] if v != "fit") or (1,)
@@ -360,17 +422,24 @@ def enumerate_serve(model: ModelSpec, cluster: Cluster, space: ServeSpace, *, en
                                             | {"weights": np.zeros(0, np.int8), "kv": np.zeros(0, np.int8)})
         return ServeEnumeration(empty, size, {}, fit_batch)
     columns = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+    # the space's batch limits are the engine's; each decode DP rank admits a whole number of them, so a limit is
+    # taken down to a multiple of the ranks (at least one a rank): 128 on 72 ranks is 72, 8 on 64 ranks is 64
+    dp = columns["d_dp"]
+    columns["max_batch"] = np.maximum(columns["max_batch"] - columns["max_batch"] % dp, dp)
+    _, once = np.unique(np.column_stack([columns[k] for k in sorted(columns)]), axis=0, return_index=True)
+    columns = {k: v[np.sort(once)] for k, v in columns.items()}
     batch = ServePlanBatch.from_columns(cluster.n_gpus, columns)
     for key, value in (space.pool_fixes or {}).items():
         side, _, name = key.partition("_")
         keep = ~batch.disagg | (getattr(batch, f"{side[0]}_{name}") == value)
         batch = batch.take(np.flatnonzero(keep))
-    reasons = rejection_reasons(model, cluster, batch, space.pinned, engine=engine)
+    reasons = rejection_reasons(model, cluster, batch, space.pinned, engine=engine, checkpoint=checkpoint)
     counts: dict[str, int] = {}
     for code, count in zip(*np.unique(reasons[reasons > 0], return_counts=True)):
         counts[REASONS[code]] = int(count)
     return ServeEnumeration(batch.take(np.flatnonzero(reasons == 0)), size, counts, fit_batch)
 
 
-__all__ = ["REASONS", "ServeSpace", "ServeEnumeration", "enumerate_serve", "load_serve_space", "rejection_reasons",
+__all__ = ["REASONS", "ServeSpace", "ServeEnumeration", "enumerate_serve", "load_serve_space", "reason_text",
+           "rejection_reasons",
            "serve_space_from_mapping", "MODES", "WEIGHTS"]

@@ -267,13 +267,21 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     # The estimate checks memory only; a precision the GPU lacks is a rule of the search space, which `predict`
     # reports as "does not fit" with the rule's own words: the files and the caller say the same. Layouts the
     # rules merely prefer against (tp over a node) stay the user's call and are not flagged.
-    code = int(rejection_reasons(model, cluster, batch, frozenset({"dp"}), engine=format)[0])
+    code = int(rejection_reasons(model, cluster, batch, frozenset({"dp"}), engine=format, checkpoint=checkpoint)[0])
     if REASONS[code] in _UNSUPPORTED_BY_GPU:
         mine.update(fits=False, meets_targets=False, infeasible_reason=REASONS[code])
     knob = float(est.memory_knob[0])
     prefill_knob = None
     if est.prefill_memory_knob is not None and np.isfinite(est.prefill_memory_knob[0]):
         prefill_knob = float(est.prefill_memory_knob[0])
+    for value in (knob, prefill_knob):
+        # SGLang's fraction is what its reserve (activations, CUDA graphs for max_batch) leaves of the GPU: a batch
+        # limit whose reserve is the whole GPU leaves none, and the engine refuses a flag outside (0, 1]
+        if value is not None and not 0.0 < value <= 1.0:
+            raise InputError(f"0 < {DEFAULTS[format].memory_knob} <= 1 must hold, but this plan would need "
+                             f"({DEFAULTS[format].memory_knob.lstrip('-')}={value:g}, max_batch={plan.max_batch}): "
+                             "its reserve for that batch is more than the GPU holds; give a smaller max_batch",
+                             field="max_batch")
     shown = dict(estimate) if estimate else mine
     shown = {**shown, "memory_gib_per_gpu": mine["memory_gib_per_gpu"]}
     # a disaggregated plan's figure is the fuller pool's; this sentence is about the decode engines, whose parts follow

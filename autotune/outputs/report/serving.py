@@ -113,7 +113,7 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
                              targets={"ttft_ms": workload.ttft_ms, "tpot_ms": workload.tpot_ms}, notes=[note])
     if progress:
         progress("evaluating the space", 0, 1)
-    enumeration = enumerate_serve(model, cluster, served.space, engine=engine)
+    enumeration = enumerate_serve(model, cluster, served.space, engine=engine, checkpoint=served.checkpoint)
     every = enumeration.plans
     if len(every) and enumeration.fit_batch:  # the plans the search evaluated: its batch-the-KV-budget-holds ones too
         from ...search.serving import with_fit_batches

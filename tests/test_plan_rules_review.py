@@ -1,0 +1,111 @@
+"""Rules an expert review found missing, each run as a user types it (CliRunner): the batch a search calls the fit
+is one the engine's budget holds at that batch; a batch limit is a whole number per attention-DP rank; a block-FP8
+checkpoint is not split below its 128-wide blocks; emit refuses files that cannot start; one framework per search's
+launch files; an expert capacity factor below 1 is refused; EP groups that straddle filled NVL72 racks."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from autotune.cli import app
+from autotune.inputs.hardware import Cluster, load_hardware
+from autotune.inputs.modelspec import load_model
+from autotune.serving.plan import ServePlanBatch, parse_serve_plan
+from autotune.serving.space import REASONS, rejection_reasons
+from tests.test_bad_input import assert_user_error
+
+runner = CliRunner()
+L70_2 = ["--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "2", "--input-len", "4096",
+         "--output-len", "1024"]
+
+
+def _json(args: list[str]) -> dict:
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_the_fit_batch_is_the_largest_the_budget_holds_at_that_batch():
+    """The fit was worked out at the layout's smallest batch; activations and CUDA graphs grow with the batch, so the
+    plan it made did not fit and the search dropped it (TP2 fp8 ranked at batch 64 where 94 fits, 16% slower)."""
+    doc = _json(["search", *L70_2, "--fix", "tp=2", "--fix", "weights=fp8", "--fix", "kv=fp8", "--top", "5"])
+    best = doc["plans"][0]
+    batch = best["plan"]["max_batch"]
+    assert batch == best["estimate"]["max_batch_fit"] > 64, best
+    plan = f"tp=2,weights=fp8,kv=fp8,max_batch={batch}"
+    assert _json(["predict", *L70_2, "-p", plan])["estimate"]["fits"]
+    over = runner.invoke(app, ["predict", *L70_2, "-p", plan.replace(f"={batch}", f"={batch + 1}"), "--json"])
+    assert over.exit_code == 1 and json.loads(over.stdout)["estimate"]["fits"] is False, over.output
+
+
+def test_a_batch_limit_is_a_whole_number_per_attention_dp_rank():
+    v3 = ["--workload", "serve", "-m", "deepseek-v3", "-H", "h200-sxm-141gb", "--gpus", "8", "--checkpoint", "fp8",
+          "--input-len", "1000", "--output-len", "100"]
+    refused = runner.invoke(app, ["predict", *v3, "-p", "dp=8,ep=8,weights=fp8,max_batch=100"])
+    assert refused.exit_code == 1 and "(max_batch=100, dp=8); give max_batch=96 or 104" in refused.output
+    assert_user_error(runner.invoke(app, ["emit", "dp=8,ep=8,weights=fp8,max_batch=100", "--format", "sglang",
+                                          *v3[2:]]), "--plan", "max_batch=96 or 104")
+    # the space's limits are taken down to a multiple of the ranks: 128 on 72 ranks is 72
+    doc = _json(["search", "--workload", "serve", "-m", "deepseek-v3", "-H", "gb200-nvl72", "--gpus", "72",
+                 "--checkpoint", "fp8", "--input-len", "2048", "--output-len", "512", "--fix", "mode=agg",
+                 "--fix", "dp=72", "--top", "20"])
+    assert doc["plans"] and all(p["plan"]["max_batch"] % 72 == 0 for p in doc["plans"])
+
+
+def test_a_block_fp8_checkpoint_is_not_split_below_its_blocks():
+    """Qwen3-235B-A22B-FP8's 1536-wide experts over 8 GPUs leave 192 each, not a whole number of 128-wide blocks:
+    vLLM and SGLang refuse to load it; the same layout from a bf16 checkpoint (online fp8, no blocks) runs."""
+    spec = load_model("qwen3-235b-a22b")
+    cluster = Cluster(load_hardware("h100-sxm5-80gb"), 8, 8)
+    plans = ServePlanBatch.from_plans([parse_serve_plan(p, 8) for p in (
+        "tp=8,weights=fp8", "tp=8,ep=8,weights=fp8", "tp=4,weights=fp8", "tp=8,weights=bf16")])
+    codes = rejection_reasons(spec, cluster, plans, engine="vllm", checkpoint="fp8")
+    assert [REASONS[c] if c else "" for c in codes] == [REASONS[15], "", "", ""]
+    assert not rejection_reasons(spec, cluster, plans, engine="vllm", checkpoint="bf16").any()
+    q235 = ["--workload", "serve", "-m", "Qwen/Qwen3-235B-A22B-FP8", "-H", "h100-sxm5-80gb", "--gpus", "8",
+            "--input-len", "2048", "--output-len", "512"]
+    refused = runner.invoke(app, ["predict", *q235, "-p", "tp=8,weights=fp8"])
+    assert refused.exit_code == 1 and "expert width 1536/8 GPUs = 192, blocks of 128" in refused.output
+    doc = _json(["search", *q235, "--concurrency", "64", "--top", "10"])
+    for entry in doc["plans"]:  # no ranked plan reads the checkpoint's fp8 over a split it cannot load
+        p = entry["plan"]
+        if p["mode"] == "agg" and p["weights"] == "fp8":
+            assert (1536 // (p["tp"] * p["dp"] // p["ep"])) % 128 == 0, p
+    # DeepSeek-V3's 2048-wide experts: 16 ways (128 each) load; 32 ways (64 each) do not
+    v3 = load_model("deepseek-v3")
+    wide = Cluster(load_hardware("gb200-nvl72"), 32, 4)
+    plans = ServePlanBatch.from_plans([parse_serve_plan(p, 32) for p in ("tp=16,dp=2,ep=2,weights=fp8",
+                                                                         "tp=32,weights=fp8")])
+    assert [int(c) for c in rejection_reasons(v3, wide, plans, engine="vllm", checkpoint="fp8")] == [0, 15]
+
+
+def test_emit_refuses_a_memory_flag_outside_its_range_and_a_plan_that_cannot_start():
+    base = ["-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len", "2048", "--output-len", "256"]
+    # SGLang's reserve for 100,000 sequences is more than the GPU: its fraction came out at -0.223, exit 0
+    for flags in ([], ["--allow-no-fit"]):
+        assert_user_error(runner.invoke(app, ["emit", "tp=4,weights=fp8,kv=fp8,max_batch=100000", "--format",
+                                              "sglang", *base, *flags]), "max_batch", "--mem-fraction-static")
+    # a batch limit past what the KV cache holds: the engine starts and admits fewer, so it is written with a warning
+    short = runner.invoke(app, ["emit", "tp=4,weights=fp8,kv=fp8,max_batch=4000", "--format", "vllm", *base])
+    assert short.exit_code == 0 and "warning:" in short.stderr and "KV-cache budget" in short.stderr, short.output
+
+
+def test_a_searchs_launch_files_are_of_one_framework(tmp_path):
+    """Files of a second framework quoted the first one's estimate (a DeepSpeed plan shown at 60 GiB that needs 85)."""
+    args = ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "16384", "-b", "256"]
+    assert_user_error(runner.invoke(app, [*args, "--emit", "megatron,deepspeed", "--out", str(tmp_path / "a")]),
+                      "--emit", "megatron: megatron-lm", "deepspeed: deepspeed", "autotune emit")
+    assert not (tmp_path / "a").exists()
+    fine = runner.invoke(app, [*args, "--emit", "megatron,slurm", "--out", str(tmp_path / "b"), "--top", "1"])
+    assert fine.exit_code == 0, fine.output
+
+
+def test_an_expert_capacity_factor_below_one_is_refused():
+    """At 0.1 the step skipped 90% of the experts' work while tokens/s and MFU counted it (MFU 164%)."""
+    args = ["predict", "-m", "mixtral-8x7b", "-H", "h100-sxm5-80gb", "--gpus", "64", "-s", "4096", "-b", "512",
+            "--plan", "ep=8,zero=2,mbs=1,recompute=full"]
+    assert_user_error(runner.invoke(app, [*args, "--moe-capacity-factor", "0.5"]), "--moe-capacity-factor", ">= 1")
+    ok = runner.invoke(app, [*args, "--moe-capacity-factor", "1.0", "--json"])
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["estimate"]["mfu"] < 1.0, ok.output
