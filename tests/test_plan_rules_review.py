@@ -109,3 +109,29 @@ def test_an_expert_capacity_factor_below_one_is_refused():
     assert_user_error(runner.invoke(app, [*args, "--moe-capacity-factor", "0.5"]), "--moe-capacity-factor", ">= 1")
     ok = runner.invoke(app, [*args, "--moe-capacity-factor", "1.0", "--json"])
     assert ok.exit_code == 0 and json.loads(ok.stdout)["estimate"]["mfu"] < 1.0, ok.output
+
+
+def test_optimizer_offload_is_planned_only_where_the_framework_offers_it():
+    """torchtitan ranked a ZeRO-3 offload plan its emitter refuses; Megatron-LM of 2023 ranked offload plans first,
+    two years before Megatron-Core's --optimizer-cpu-offload."""
+    from autotune.inputs.framework import load_framework
+
+    assert not load_framework("torchtitan").optimizer_offload and not load_framework("megatron-lm@2023-06").optimizer_offload
+    assert load_framework("megatron-lm").optimizer_offload and load_framework("deepspeed").optimizer_offload
+    args = ["-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "64", "-s", "8192", "-b", "512"]
+    for framework in ("torchtitan", "megatron-lm@2023-06"):
+        doc = _json(["search", *args, "--framework", framework, "--top", "10"])
+        assert doc["plans"] and all(p["plan"]["offload"] == "none" for p in doc["plans"]), framework
+    refused = runner.invoke(app, ["predict", *args, "--framework", "nemo@24.07", "--plan", "tp=4,pp=4,zero=1,offload=cpu"])
+    assert refused.exit_code == 1 and "does not offer optimizer CPU offload" in refused.output, refused.output
+
+
+def test_no_plan_fits_leads_with_the_rule_that_binds():
+    """The GPU-count rule rejects thousands of plans in any space: the advice led with it, not with the schedule the
+    framework lacks."""
+    result = runner.invoke(app, ["search", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "64", "-s", "8192",
+                                 "-b", "512", "--fix", "schedule=dualpipe"])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert "breaks a validity rule: dualpipe schedule the framework does not offer" in text
+    assert "--framework other" in text

@@ -135,6 +135,8 @@ CASES = [
      dict(pp=4, vp=1), "interleaved schedule needs the micro-batches to be a multiple of pp", set()),
     ("fw-fp8", LLAMA8, 16, 8, H100, WL, Rules(), dict(precision="fp8", zero=0), dict(precision="bf16", zero=0),
      "fp8 the framework does not offer", set(), "megatron-lm@2021-04"),
+    ("fw-offload", LLAMA8, 16, 8, H100, WL, Rules(), dict(offload="cpu", zero=3), dict(offload="none", zero=3),
+     "optimizer offload the framework does not offer", set(), "torchtitan"),
     # 65 blocks on pp=8: seven stages of ceil(65/8) = 9 leave the last 2 blocks for 3 MTP modules; pp=4: 65 - 3 x 17 = 14
     ("mtp-last-stage", MINIMAX, 64, 8, H100, TrainWorkload(4096, 256), Rules(), dict(pp=8, ep=8), dict(pp=4, ep=8),
      "MTP modules do not fit on the last pipeline stage (the stages before it hold ceil(blocks/pp) each)", set()),

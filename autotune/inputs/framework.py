@@ -115,6 +115,7 @@ class Framework:
     fp8_dispatch: bool  # fp8 plans send the dispatch all-to-all in fp8 (the combine stays bf16)
     grouped_gemm: str  # per_expert (one GEMM launch per local expert) | single_kernel (one grouped kernel)
     moe_token_dropping: bool  # offers an expert capacity with dropping and padding (--moe-capacity-factor)
+    optimizer_offload: bool  # offers the optimizer step on the host with its state in host memory (offload=cpu)
     # -- host (CPU) issue rate: a MoE block is never faster than the host can issue its ops --
     host_op_us: float  # host microseconds to issue one op (Python, dispatcher, launch) on an x86 server host
     moe_host_ops: float  # ops the host issues per MoE block and micro-batch, forward + backward, besides the experts'
@@ -175,6 +176,7 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
     "fp8_dispatch": "bool",
     "grouped_gemm": GROUPED_GEMM,
     "moe_token_dropping": "bool",
+    "optimizer_offload": "bool",
     "host_op_us": ("number", 0.0, 1000.0),
     "moe_host_ops": ("number", 0.0, 10000.0),
     "moe_host_ops_per_expert": ("number", 0.0, 1000.0),

@@ -56,6 +56,7 @@ REASONS: tuple[str, ...] = (
     "dualpipe schedule the framework does not offer",
     "dualpipe needs an even pp > 1, vp = 1 and an even number of micro-batches >= 2*pp",
     "MTP modules do not fit on the last pipeline stage (the stages before it hold ceil(blocks/pp) each)",
+    "optimizer offload the framework does not offer",
     "not expressible in the --emit format(s)",
 )
 NOT_EXPRESSIBLE = len(REASONS) - 1
@@ -73,6 +74,7 @@ ETP_NODE = REASONS.index("etp spans more than one node")
 FW_ETP = REASONS.index("expert tensor parallelism the framework does not offer")
 FW_DUALPIPE = REASONS.index("dualpipe schedule the framework does not offer")
 DUALPIPE_SHAPE = REASONS.index("dualpipe needs an even pp > 1, vp = 1 and an even number of micro-batches >= 2*pp")
+FW_OFFLOAD = REASONS.index("optimizer offload the framework does not offer")
 MTP_STAGE = REASONS.index("MTP modules do not fit on the last pipeline stage (the stages before it hold "
                           "ceil(blocks/pp) each)")
 # Axes a space file may leave out (added after the format was fixed): their value when it does --
@@ -278,6 +280,7 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         checks[13] = (dp == 0) | (workload.global_batch % np.maximum(dp * plans.mbs, 1) != 0)
         checks[14] = ~np.isin(plans.precision, supported)
         checks[15] = (plans.offload == 1) & (plans.zero == 0)
+        checks[FW_OFFLOAD] = (plans.offload == 1) & (not fw.optimizer_offload)
         zero_ok = np.where(pp > 1, np.isin(plans.zero, fw.zero_stages_with_pp), np.isin(plans.zero, fw.zero_stages))
         checks[FW_ZERO] = ~zero_ok
         checks[FW_SELECTIVE] = (plans.recompute == CATEGORIES["recompute"].index("selective")) & (fw.selective_recompute == "none")
@@ -343,7 +346,12 @@ def reason_text(reason: int, plan: Plan, framework: Framework | None = None, *, 
         text = (f"{fw.label} does not offer {', '.join(missing)} (it offers "
                 f"{', '.join(fw.parallel_dims) or 'data parallelism only'})")
     elif reason == FW_ZERO:
-        text = f"{fw.label} does not offer ZeRO-{plan.zero}" + (" with pipeline parallelism" if plan.pp > 1 else "")
+        offered = fw.zero_stages_with_pp if plan.pp > 1 else fw.zero_stages
+        text = (f"{fw.label} does not offer ZeRO-{plan.zero}" + (" with pipeline parallelism" if plan.pp > 1 else "")
+                + f" (it offers zero={' or '.join(map(str, offered))}; a plan string without zero= takes zero=1)")
+    elif reason == FW_OFFLOAD:
+        text = (f"{fw.label} does not offer optimizer CPU offload (offload=cpu); use offload=none, or a framework "
+                "that offers it (deepspeed, megatron-lm from 2025-03)")
     values = _rule_values(reason, plan, model, cluster, workload)
     return f"{text} ({values})" if values else text
 
