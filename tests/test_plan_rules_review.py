@@ -135,3 +135,23 @@ def test_no_plan_fits_leads_with_the_rule_that_binds():
     text = " ".join(result.output.split())
     assert "breaks a validity rule: dualpipe schedule the framework does not offer" in text
     assert "--framework other" in text
+
+
+def test_serving_text_says_which_gpu_and_which_flag():
+    """predict's memory line of a disaggregated plan headed the decode GPU's parts with the prefill GPU's total; a GPU
+    range on predict pointed a serving user at --tokens; no-fit advice offered precisions already searched."""
+    serve = ["--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--input-len", "1000", "--output-len",
+             "200"]
+    plan = "prefill_workers=2,prefill_tp=2,decode_workers=1,decode_tp=4,weights=fp8,kv=fp8,max_batch=64"
+    shown = runner.invoke(app, ["predict", *serve, "--gpus", "8", "-p", plan])
+    assert shown.exit_code == 0, shown.output
+    est = _json(["predict", *serve, "--gpus", "8", "-p", plan])["estimate"]
+    text = " ".join(shown.output.split())
+    assert (f"(the fuller pool's; prefill GPU {est['prefill_memory_gib_per_gpu']:.1f}, decode GPU "
+            f"{est['decode_memory_gib_per_gpu']:.1f}); a decode GPU's parts: weights") in text
+    assert_user_error(runner.invoke(app, ["predict", *serve, "--gpus", "8..16", "-p", "tp=4"]), "--gpus",
+                      "(serving: --request-rate R)")
+    none = runner.invoke(app, ["search", *serve[:2], "-m", "llama3-405b", *serve[4:6], "--gpus", "2",
+                               *serve[6:]])
+    assert none.exit_code == 1 and "no serving plan fits" in none.output
+    assert "lower weight precision" not in none.output and "was searched" in none.output, none.output

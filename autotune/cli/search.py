@@ -537,8 +537,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
     if written:
         stdout.print("Wrote " + ", ".join(str(p) for p in written), highlight=False, soft_wrap=True)
     if not result.ranked:
-        stderr.print(f"[bold red]no serving plan fits.[/] {_no_fit_hint(result, request)}", soft_wrap=True,
-                     highlight=False)
+        stderr.print(f"[bold red]no serving plan fits.[/] {_no_fit_hint(result, request, outcome.space)}",
+                     soft_wrap=True, highlight=False)
         return 1
     if missed:
         _say_missed(result.ranked[0].estimate, request, checkpoint=outcome.checkpoint)
@@ -601,8 +601,9 @@ def _check_emit_framework(formats: list[str], framework: str) -> None:
                              field="--emit")
 
 
-def _no_fit_hint(result, request) -> str:
-    """What to change when no serving plan fits, from what rejected the plans."""
+def _no_fit_hint(result, request, space=None) -> str:
+    """What to change when no serving plan fits, from what rejected the plans (a lower weight precision only where
+    the space searched did not hold one)."""
     context = next((k for k in result.rejected if "context window" in k), None)
     if context:
         return (f"The {context}: shorten --input-len/--output-len, or give the model its longer context (a spec "
@@ -615,7 +616,13 @@ def _no_fit_hint(result, request) -> str:
                 f"(mostly: {top}); relax --fix.")
     if request.fixes:
         return (f"Relax --fix {' '.join(request.fixes)}, or try more GPUs or a shorter --input-len/--output-len.")
-    return "Try more GPUs, a lower weight precision (fp8, int4) or a shorter --input-len/--output-len."
+    searched = set(space.axes.get("weights", ())) if space is not None else set()
+    lower = [w for w in ("fp8", "int4", "fp4") if w not in searched]
+    if lower:
+        return (f"Try more GPUs, a lower weight precision ({', '.join(lower)}: add it to the --space weights axis) or "
+                "a shorter --input-len/--output-len.")
+    return ("Try more GPUs or a shorter --input-len/--output-len (every weight precision of the space, "
+            f"{', '.join(space.axes['weights'])}, was searched).")
 
 
 # --- predict -------------------------------------------------------------------------------------------
@@ -801,11 +808,16 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     mem = e["memory_breakdown_gib"]
     flag = ", ".join(f"{k} {v:g}" for k, v in e["engine_memory_flag"].items())
     num = tables.number_text
+    # a disaggregated plan's headline is the fuller pool's GPU (as search ranks and explain shows), its parts the
+    # decode GPU's: each said, with both pools' totals
+    parts_of = (f" (the fuller pool's; prefill GPU {e['prefill_memory_gib_per_gpu']:.1f}, decode GPU "
+                f"{e['decode_memory_gib_per_gpu']:.1f}); a decode GPU's parts"
+                if "decode_memory_gib_per_gpu" in e and "prefill_memory_gib_per_gpu" in e else "")
     stdout.print(f"{num(e['output_tokens_per_s'], ',.0f')} output tokens/s ({num(e['output_tokens_per_s_per_gpu'], ',.0f')} "
                  f"per GPU, {e['tokens_per_s_per_user']:,.1f} per user); TTFT {tables.latency_text(e['ttft_ms'])}, TPOT "
                  f"{tables.latency_text(e['tpot_ms'], 1)}; batch {num(e['batch'], '.1f')} per replica (KV budget fits "
                  f"{e['max_batch_fit']}); memory {e['memory_gib_per_gpu']:.1f} GiB per GPU of the engine's "
-                 f"{e['memory_budget_gib']:.1f} ({flag}): weights {mem['weights']:.1f}, KV {mem['kv_cache']:.1f} "
+                 f"{e['memory_budget_gib']:.1f} ({flag}){parts_of}: weights {mem['weights']:.1f}, KV {mem['kv_cache']:.1f} "
                  f"(pool {mem['kv_pool']:.1f}), activations {mem['activations']:.1f}, CUDA graphs "
                  f"{mem['cuda_graphs']:.1f}, runtime {mem['runtime']:.1f}.", highlight=False, soft_wrap=True)
     if e["fits"]:  # a plan that cannot run has no cost to quote

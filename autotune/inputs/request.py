@@ -57,14 +57,16 @@ def single_gpu_count(text: str | int | None) -> int | None:
     if span and int(span.group(1)) != int(span.group(2)):  # before parse_gpus, whose fixes are ranges
         low, high = sorted((max(int(span.group(1)), 1), max(int(span.group(2)), 1)))
         raise InputError(f"takes one GPU count, a whole number such as --gpus {low}, but got {raw!r}; a range "
-                         f"LOW..HIGH plans capacity: `autotune search ... --gpus {low}..{high} --tokens N`",
+                         f"LOW..HIGH plans capacity: `autotune search ... --gpus {low}..{high} --tokens N` (serving: "
+                         "--request-rate R)",
                          field="--gpus")
     count, bounds = parse_gpus(raw)
     if bounds is not None:
         if bounds[0] == bounds[1]:
             return bounds[0]
         raise InputError(f"takes one GPU count, a whole number such as --gpus {bounds[0]}, but got {raw!r}; a range "
-                         f"LOW..HIGH plans capacity: `autotune search ... --gpus {raw} --tokens N`", field="--gpus")
+                         f"LOW..HIGH plans capacity: `autotune search ... --gpus {raw} --tokens N` (serving: --request-rate "
+                         "R)", field="--gpus")
     return count
 
 
