@@ -155,3 +155,17 @@ def test_serving_text_says_which_gpu_and_which_flag():
                                *serve[6:]])
     assert none.exit_code == 1 and "no serving plan fits" in none.output
     assert "lower weight precision" not in none.output and "was searched" in none.output, none.output
+
+
+def test_a_bundled_name_published_only_quantized_says_so():
+    """-m gpt-oss-120b planned bf16 weights (about 1.75x slower than the MXFP4 weights OpenAI publishes) without a
+    word; the note names the published checkpoint and the flags that plan it."""
+    base = ["predict", "--workload", "serve", "-H", "h100-sxm5-80gb", "--gpus", "4", "--input-len", "1000",
+            "--output-len", "200", "-p", "tp=4", "--json"]
+    noted = runner.invoke(app, [*base, "-m", "gpt-oss-120b"])
+    assert noted.exit_code == 0, noted.output
+    note = json.loads(noted.stdout)["checkpoint_note"]
+    assert "openai/gpt-oss-120b holds mxfp4" in note and "--checkpoint mxfp4" in note
+    for quiet in (["-m", "gpt-oss-120b", "--checkpoint", "bf16"], ["-m", "openai/gpt-oss-120b"], ["-m", "llama3-70b"]):
+        result = runner.invoke(app, [*base, *quiet])
+        assert result.exit_code == 0 and "checkpoint_note" not in json.loads(result.stdout), (quiet, result.output)

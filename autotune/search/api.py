@@ -32,6 +32,7 @@ from ..serving.checkpoint import (
     check_checkpoint,
     default_checkpoint,
     held_weights,
+    published_checkpoint_note,
     unplanned_checkpoint_note,
     with_held_weights,
 )
@@ -584,7 +585,9 @@ def serving_checkpoint(model: str, checkpoint: str | None, spec: ModelSpec | Non
 
 def serving_checkpoint_note(model: str, checkpoint: str | None) -> str | None:
     """Why a config's stated quantization was not taken (None when --checkpoint is given or nothing was left)."""
-    return unplanned_checkpoint_note(model) if checkpoint is None else None
+    if checkpoint is not None:
+        return None
+    return unplanned_checkpoint_note(model) or published_checkpoint_note(model)
 
 
 def search_serving(request: ServingSearch) -> ServingSearchOutcome:

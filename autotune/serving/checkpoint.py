@@ -142,6 +142,26 @@ def unplanned_checkpoint_note(model_name: str) -> str | None:
             f"({', '.join(CHECKPOINTS)}) for what they are")
 
 
+def published_checkpoint_note(model_name: str) -> str | None:
+    """A bundled model name is planned from bf16 weights; where every published checkpoint the catalogue records
+    for its architecture is quantized (gpt-oss: MXFP4, DeepSeek-V3: FP8), say so: the plans would otherwise assume
+    weights the user does not download (None: a Hugging Face id, a file, or a model published in bf16)."""
+    from pathlib import Path
+
+    from ..inputs.catalogue import catalogue
+
+    if "/" in model_name or "\\" in model_name or Path(model_name).suffix in (".yaml", ".yml", ".json"):
+        return None
+    entries = [e for e in catalogue().values() if e.spec == model_name]
+    if not entries or any((e.checkpoint or "bf16") == "bf16" for e in entries):
+        return None
+    first = entries[0]
+    given = FROM_CATALOGUE.get(first.checkpoint, first.checkpoint)
+    return (f"{model_name} is planned from bf16 weights (a bundled name's default), but its published checkpoint "
+            f"{first.hf_id} holds {first.checkpoint} weights: give -m {first.hf_id} or --checkpoint {given} to plan "
+            "those")
+
+
 def _stated_quantization(model_name: str) -> tuple[str | None, str | None] | None:
     """(checkpoint, unplanned note) a config.json (or a folder holding one) states; None: not a config file."""
     from pathlib import Path
