@@ -121,6 +121,15 @@ def _latency(value: Any) -> float:
     return float("inf") if value is None else float(value)
 
 
+def _reply_ms(ttft_ms: Any, tpot_ms: Any, workload: ServeWorkload) -> np.ndarray:
+    """A request's whole latency, TTFT + (output - 1) x TPOT, rounded to 1% (plans about as fast tie, and rank by
+    the keys after it); infinite for an unbounded latency."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        total = np.asarray(ttft_ms, float) + max(workload.output_len - 1, 0) * np.asarray(tpot_ms, float)
+    total = np.where(np.isfinite(total), total, np.inf)
+    return np.where(np.isfinite(total), np.round(np.log(np.maximum(total, 1e-9)) / np.log(1.01)), np.inf)
+
+
 def miss_score(ttft_ms: Any, tpot_ms: Any, workload: ServeWorkload) -> np.ndarray:
     """How far plans are from the latency targets: the sum, over the stated targets, of log(value / target) where
     the value is above it (0 for a plan that meets them; infinite for an unbounded latency), rounded to 1% so that
@@ -177,7 +186,10 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
     memory = est.memory_gib_per_gpu[fits]
     width = plans.gpus_per_replica[fits]
     miss = miss_score(est.ttft_ms[fits], est.tpot_ms[fits], workload)  # 0 for the plans that meet the targets
-    order = np.lexsort((memory, width, -throughput, miss, ~runnable, ~meets))
+    # at equal throughput (under a request rate every stable plan serves the rate) the faster reply ranks first: a
+    # request's whole latency, then the fewest GPUs per replica and the least memory
+    reply = _reply_ms(est.ttft_ms[fits], est.tpot_ms[fits], workload)
+    order = np.lexsort((memory, width, reply, -throughput, miss, ~runnable, ~meets))
     # walk the whole order: plans that differ only in an unreached max_batch fall out (_distinct), and --top counts
     # distinct ones
     ranked, seen = [], set()
@@ -194,7 +206,9 @@ def serve_search(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, sp
                                how(r.plan.weights, checkpoint, engine, moe, fp4_cores=fp4_cores) == "needs",
                                float(miss_score(_latency(r.estimate["ttft_ms"]), _latency(r.estimate["tpot_ms"]),
                                                 workload)),
-                               -round(r.estimate["output_tokens_per_s"], 6), r.plan.gpus_per_replica,
+                               -round(r.estimate["output_tokens_per_s"], 6),
+                               float(_reply_ms(_latency(r.estimate["ttft_ms"]), _latency(r.estimate["tpot_ms"]),
+                                               workload)), r.plan.gpus_per_replica,
                                round(r.estimate["memory_gib_per_gpu"], 6), r.plan.as_string()))
     price = cluster.hardware.price_usd_per_gpu_hour
     ranked = [RankedServePlan(k, r.plan, add_serving_cost(annotate_checkpoint(r.estimate, r.plan, checkpoint, engine, moe,
