@@ -36,11 +36,12 @@ def test_energy_options_apply_to_capacity_planning_only():
     assert_user_error(invoke("search", *SMALL, "--grid-intensity", "400"), "--grid-intensity")
 
 
-def test_a_pinned_etp_on_a_dense_model_is_kept_not_dropped():
-    result = invoke("search", *SMALL, "--fix", "etp=2", "--json")
+def test_a_pinned_etp_on_a_dense_model_is_refused_not_dropped():
+    """A dense model's etp is its tp: pinning it silently pinned tp; it is refused with the flag to use instead."""
+    assert_user_error(invoke("search", *SMALL, "--fix", "etp=2"), "--fix", "is dense", "fix tp instead")
+    result = invoke("search", *SMALL, "--fix", "tp=2", "--json")
     assert result.exit_code == 0, result.output
-    plans = json.loads(result.stdout)["plans"]
-    assert plans and all(p["plan"]["tp"] == 2 for p in plans)  # a dense model's etp is its tp
+    assert all(p["plan"]["tp"] == 2 for p in json.loads(result.stdout)["plans"])
 
 
 def test_a_training_predict_refuses_serving_options():
