@@ -234,7 +234,7 @@ def test_tune_with_no_valid_plan_fails_before_any_trial_with_the_search_diagnosi
     marker, bench = _marker_bench(tmp_path)
     result = invoke("tune", *SMALL, "--run", bench, "--storage", f"sqlite:///{tmp_path}/t.db", "--trials", "3", *args)
     assert result.exit_code == 1, result.output
-    assert "no plan fits. What binds: every plan of the space breaks a validity rule" in result.stderr
+    assert "no plan fits. What binds: every plan of the space breaks " in result.stderr
     assert needle in result.stderr and "no benchmark was run" in result.stderr
     assert not marker.exists() and not (tmp_path / "t.db").exists()
     search = invoke("search", *SMALL, *args)  # the same words as search

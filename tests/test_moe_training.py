@@ -82,6 +82,11 @@ def test_ep_blocks_that_straddle_filled_racks_are_priced_on_the_network():
     inside = comm.Topology.of(Cluster(load_hardware("gb200-nvl72"), 256, 4), np.array([32.0]), np.array([1.0]))
     assert not inside.crosses_network[0]  # 256 GPUs on four racks: 64 a rack, two whole blocks each
     assert comm.all_to_all_s(m, ep32, full)[0] > 3 * comm.all_to_all_s(m, inside, full)[0]
+    # the topology and the link tier (the launch file's dispatcher) agree where the job does not fill its racks
+    for n, ep in ((1024, 64), (2048, 64), (256, 32), (288, 32), (288, 36)):
+        cluster = Cluster(load_hardware("gb200-nvl72"), n, 4)
+        topo = comm.Topology.of(cluster, np.array([float(ep)]), np.array([1.0]))
+        assert bool(topo.crosses_network[0]) == (cluster.link_tier(ep) == "inter_node"), (n, ep)
 
 
 def test_tp8_on_nvl72_is_priced_on_nvlink_not_the_nics():

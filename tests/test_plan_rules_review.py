@@ -73,6 +73,12 @@ def test_a_block_fp8_checkpoint_is_not_split_below_its_blocks():
         p = entry["plan"]
         if p["mode"] == "agg" and p["weights"] == "fp8":
             assert (1536 // (p["tp"] * p["dp"] // p["ep"])) % 128 == 0, p
+    # per-tensor FP8 (NVIDIA's ModelOpt exports of Llama) has no blocks: any tp loads; an unsplit width loads whole
+    llama = load_model("llama3.1-70b")
+    tp8 = ServePlanBatch.from_plans([parse_serve_plan("tp=8,weights=fp8", 8)])
+    assert not rejection_reasons(llama, cluster, tp8, engine="vllm", checkpoint="fp8").any()
+    one = ServePlanBatch.from_plans([parse_serve_plan("tp=1,weights=fp8", 8)])
+    assert not rejection_reasons(load_model("qwen3-30b-a3b"), cluster, one, engine="vllm", checkpoint="fp8").any()
     # DeepSeek-V3's 2048-wide experts: 16 ways (128 each) load; 32 ways (64 each) do not
     v3 = load_model("deepseek-v3")
     wide = Cluster(load_hardware("gb200-nvl72"), 32, 4)
@@ -133,8 +139,14 @@ def test_no_plan_fits_leads_with_the_rule_that_binds():
                                  "-b", "512", "--fix", "schedule=dualpipe"])
     assert result.exit_code == 1, result.output
     text = " ".join(result.output.split())
-    assert "breaks a validity rule: dualpipe schedule the framework does not offer" in text
+    assert "every plan of the space breaks dualpipe schedule the framework does not offer" in text
     assert "--framework other" in text
+    # a rule every plan breaks binds though rules checked before it reject the plans first (offload on torchtitan)
+    offload = runner.invoke(app, ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "16", "-s", "4096",
+                                  "-b", "64", "--framework", "torchtitan", "--fix", "offload=cpu"])
+    text = " ".join(offload.output.split())
+    assert offload.exit_code == 1 and "breaks optimizer offload the framework does not offer" in text, text
+    assert "does not offer optimizer CPU offload: drop --fix offload=cpu" in text
 
 
 def test_serving_text_says_which_gpu_and_which_flag():
@@ -191,3 +203,26 @@ def test_fixing_the_experts_tp_on_a_dense_model_is_refused():
     moe = runner.invoke(app, ["search", "-m", "mixtral-8x7b", "-H", "h100-sxm5-80gb", "--gpus", "64", "-s", "4096",
                               "-b", "512", "--fix", "etp=1", "--top", "1"])
     assert moe.exit_code == 0, moe.output
+
+
+def test_a_bare_slurm_runs_the_framework_searched(tmp_path):
+    """--framework deepspeed --emit slurm wrote a Megatron-LM Slurm script quoting DeepSpeed's estimate; slurm:X for
+    another framework than --framework is refused, as --emit X is."""
+    args = ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "64", "--top", "1"]
+    made = runner.invoke(app, [*args, "--framework", "deepspeed", "--emit", "slurm", "--out", str(tmp_path / "a")])
+    assert made.exit_code == 0, made.output
+    assert (tmp_path / "a" / "deepspeed_launch.sh").is_file() and not (tmp_path / "a" / "megatron_pretrain_gpt.sh").exists()
+    assert_user_error(runner.invoke(app, [*args, "--framework", "deepspeed", "--emit", "slurm:torchtitan", "--out",
+                                          str(tmp_path / "b")]), "--emit", "torchtitan launch configs run torchtitan")
+
+
+def test_a_pinned_batch_limit_is_kept_not_rewritten():
+    """--fix max_batch=100 with dp=8 was searched at 96 without a word, where predict refuses 100."""
+    result = runner.invoke(app, ["search", "--workload", "serve", "-m", "deepseek-v3", "-H", "h200-sxm-141gb",
+                                 "--gpus", "8", "--checkpoint", "fp8", "--input-len", "1000", "--output-len", "100",
+                                 "--fix", "max_batch=100", "--fix", "dp=8"])
+    assert result.exit_code == 1 and "max_batch not a multiple of the decode dp" in result.output, result.output
+    kept = _json(["search", "--workload", "serve", "-m", "deepseek-v3", "-H", "h200-sxm-141gb", "--gpus", "8",
+                  "--checkpoint", "fp8", "--input-len", "1000", "--output-len", "100", "--fix", "max_batch=96",
+                  "--fix", "dp=8"])
+    assert kept["plans"] and all(p["plan"]["max_batch"] == 96 for p in kept["plans"])

@@ -68,6 +68,11 @@ def test_groups_that_cannot_all_sit_inside_the_racks_a_job_fills_run_on_the_netw
     assert [full.link_tier(n) for n in (8, 24, 36, 72)] == ["scale_up"] * 4
     assert Cluster(hw, n_gpus=256, gpus_per_node=4).link_tier(32) == "scale_up"
     assert Cluster(hw, n_gpus=144, gpus_per_node=4).link_tier(16) == "inter_node"  # 72 = 4 * 16 + 8
+    # a job that does not fill its racks uses 64 GPUs of each (the cost model's topology reads the same domain):
+    # 1024 and 2048 GPUs run EP64 on 16 and 32 racks, inside each
+    for n in (1024, 2048):
+        big = Cluster(hw, n_gpus=n, gpus_per_node=4)
+        assert big.usable_scale_up_domain == 64 and big.link_tier(64) == "scale_up" and big.link_tier(72) == "inter_node"
 
 
 def test_link_tier_on_hgx_nodes():

@@ -250,11 +250,11 @@ def search(
         require_training(seq_len, global_batch)
         gpu_count, gpu_range = parse_gpus(gpus)
         if emit is not None:
-            _check_one_framework(parse_formats(emit))
+            _check_one_framework(_training_formats(emit, framework))
         if framework is None and emit is not None:
             framework = framework_for_formats(parse_formats(emit))
         elif emit is not None:
-            _check_emit_framework(parse_formats(emit), framework)
+            _check_emit_framework(_training_formats(emit, framework), framework)
         if not wants_capacity(gpu_range, hardware, deadline):
             # energy and emissions are reported by capacity planning only: refused, not ignored
             reject_flags({"--pue": pue, "--grid-intensity": grid_intensity},
@@ -283,7 +283,7 @@ def search(
         note_inputs(inputs)
         formats = None
         if emit is not None:
-            formats = parse_formats(emit)
+            formats = _training_formats(emit, framework)
             if out is None:
                 raise InputError("needs --out DIR, the folder the launch configs are written to", field="--emit")
             check_formats(formats, inputs.model, inputs.workload)
@@ -571,6 +571,18 @@ def cost_text(e: dict) -> str:
             f"{tokens}.")
 
 
+def _training_formats(emit: str, framework: str | None) -> list[str]:
+    """``--emit`` as parsed, with a bare ``slurm`` running the --framework searched (it ran Megatron-LM whatever the
+    framework, quoting that framework's estimate); ``slurm:X`` keeps the X written."""
+    formats = parse_formats(emit)
+    named = {"megatron": "megatron-lm"}.get((framework or "").partition("@")[0], (framework or "").partition("@")[0])
+    runs = FRAMEWORK_FORMATS.get(named)
+    written = [t.strip().lower() for t in emit.split(",")]
+    if runs and not any(t.startswith("slurm:") for t in written) and not any(t in FORMAT_FRAMEWORKS for t in written):
+        formats = [f"slurm:{runs}" if f.startswith("slurm:") else f for f in formats]
+    return formats
+
+
 def _check_one_framework(formats: list[str]) -> None:
     """A search plans for one framework, whose estimate its launch files quote: files of a second framework would
     quote the first one's step time and memory (DeepSpeed's ZeRO-3 plan can need 85 GiB where Megatron-LM's needs
@@ -593,7 +605,8 @@ def _check_emit_framework(formats: list[str], framework: str) -> None:
     files that run this one (emit refuses the same pairing)."""
     name = {"megatron": "megatron-lm"}.get(framework.partition("@")[0], framework.partition("@")[0])
     for spec in formats:
-        base = spec.partition(":")[0]
+        outer, _, inner = spec.partition(":")
+        base = inner if outer == "slurm" else outer  # slurm:X runs X's files
         if base in FORMAT_FRAMEWORKS and FRAMEWORK_FORMATS.get(name) != base:
             raise InputError(f"{base} launch configs run {FORMAT_FRAMEWORKS[base]}, but --framework is {framework!r}; "
                              "drop --framework, or emit that framework's format (or emit the plans.json later with "

@@ -35,17 +35,9 @@ from ..inputs.hardware import Cluster
 
 
 def usable_domain(cluster: Cluster) -> int:
-    """GPUs of one NVLink domain that process groups use: the whole domain where the job fills its
-    domains (or fits in one), else the largest power-of-two number of its nodes -- 64 of an NVL72
-    rack's 72 GPUs, as jobs of power-of-two groups run on NVL72 (``Cluster.link_tier`` takes such
-    blocks as placed inside the rack); the node on HGX boards."""
-    gpn, domain = cluster.gpus_per_node, cluster.gpus_per_scale_up_domain
-    if domain <= gpn or cluster.n_gpus <= domain or cluster.n_gpus % domain == 0:
-        return domain
-    nodes = 1
-    while 2 * nodes * gpn <= domain:
-        nodes *= 2
-    return nodes * gpn
+    """GPUs of one NVLink domain that process groups use (``Cluster.usable_scale_up_domain``): the whole domain
+    where the job fills its domains (or fits in one), else 64 of an NVL72 rack's 72 GPUs; the node on HGX boards."""
+    return cluster.usable_scale_up_domain
 
 
 class Topology:
@@ -76,9 +68,9 @@ class Topology:
         # divide one (EP 32 on 288 GB200 GPUs: 72 = 2 * 32 + 8), some blocks straddle two domains: the slowest group
         # of such a collective (the step waits for it) is split evenly at worst, half its members in each domain
         # (Cluster.link_tier's rule, which the launch files follow).
-        if domain > cluster.gpus_per_node and cluster.n_gpus > domain:
+        if domain > cluster.gpus_per_node and cluster.n_gpus > cluster.gpus_per_scale_up_domain:
             block = np.asarray(n, dtype=np.float64) * np.asarray(stride, dtype=np.float64)
-            racks = -(-cluster.n_gpus // domain)
+            racks = -(-cluster.n_gpus // domain)  # Cluster.domains_hold_blocks, over arrays
             straddle = (block <= domain) & (np.floor(domain / np.maximum(block, 1.0)) * block * racks < cluster.n_gpus)
             straddle &= topo.n > 1
             if np.any(straddle):

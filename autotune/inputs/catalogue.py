@@ -22,7 +22,7 @@ from . import loading
 from .resources import bundled_dir
 
 CHECKPOINT_FORMATS = ("bf16", "fp8", "nvfp4", "mxfp4", "int4")
-_ENTRY_KEYS = frozenset({"spec", "checkpoint", "scope", "source", "reason"})
+_ENTRY_KEYS = frozenset({"spec", "checkpoint", "scope", "source", "reason", "fp8_block"})
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class CatalogueEntry:
     spec: str | None
     checkpoint: str | None = None  # weight format of the repository's checkpoint (CHECKPOINT_FORMATS)
     scope: str = ""  # which weights carry that format, when not all linear layers do
+    fp8_block: int | None = None  # an fp8 checkpoint's scale block (weight_block_size), None: per-tensor/channel
     source: str = ""
     reason: str = ""  # why an id without a spec cannot be expressed
 
@@ -68,6 +69,8 @@ def catalogue() -> Mapping[str, CatalogueEntry]:
                 checkpoint=loading.text(raw, "checkpoint", source=source, section=section, choices=CHECKPOINT_FORMATS),
                 scope=loading.text(raw, "scope", source=source, section=section, default=""),
                 source=loading.text(raw, "source", source=source, section=section),
+                fp8_block=None if raw.get("fp8_block") is None else int(loading.number(
+                    raw, "fp8_block", source=source, section=section, minimum=1, maximum=4096)),
             )
         if hf_id.lower() in entries:
             raise InputError(f"lists {hf_id!r} twice (ids are matched without regard to case)", source=source,
@@ -155,6 +158,17 @@ def canonical_hf_id(text: str) -> str:
         return entry.hf_id
     bare, _ = hf_id_parts(text)
     return bare.lower() if "/" in bare and hf_id_problem(text) is None else text.strip()
+
+
+@lru_cache(maxsize=64)
+def fp8_block_of(spec: str) -> int | None:
+    """The scale block of the fp8 checkpoints published for the architecture ``spec``, where every one the catalogue
+    records is block-scaled (DeepSeek-V3/R1, Qwen3-235B-A22B-FP8, MiniMax-M2.5: 128); None where one is not (NVIDIA's
+    per-tensor ModelOpt exports) or none is recorded, and --checkpoint fp8 cannot say which it is."""
+    blocks = [e.fp8_block for e in catalogue().values() if e.spec == spec and e.checkpoint == "fp8"]
+    if not blocks or any(b is None for b in blocks):
+        return None
+    return min(blocks)
 
 
 def lookup_hf_id(hf_id: str) -> CatalogueEntry | None:

@@ -294,12 +294,35 @@ class Cluster:
         block = group_size * stride
         if self.n_gpus <= self.gpus_per_node or self.gpus_per_node % block == 0:
             return "intra_node"
-        domain = self.gpus_per_scale_up_domain
-        if domain > self.gpus_per_node and (self.n_gpus <= domain or block <= domain):
-            racks = -(-self.n_gpus // domain)  # the fewest domains the job occupies
-            if self.n_gpus <= domain or racks * (domain // block) * block >= self.n_gpus:
-                return "scale_up"
+        if self.gpus_per_scale_up_domain > self.gpus_per_node and self.domains_hold_blocks(block):
+            return "scale_up"
         return "inter_node"
+
+    @property
+    def usable_scale_up_domain(self) -> int:
+        """GPUs of one NVLink domain that process groups use: the whole domain where the job fills its domains (or
+        fits in one), else the largest power-of-two number of its nodes -- 64 of an NVL72 rack's 72 GPUs, as jobs of
+        power-of-two groups run on NVL72; the node on HGX boards.  The cost model's group topology and
+        ``link_tier`` (which the launch files follow) both read it."""
+        gpn, domain = self.gpus_per_node, self.gpus_per_scale_up_domain
+        if domain <= gpn or self.n_gpus <= domain or self.n_gpus % domain == 0:
+            return domain
+        nodes = 1
+        while 2 * nodes * gpn <= domain:
+            nodes *= 2
+        return nodes * gpn
+
+    def domains_hold_blocks(self, block: int) -> bool:
+        """Blocks of ``block`` consecutive ranks sit whole inside the NVLink domains the job uses: the job fits in
+        one domain, or the domains it occupies (``usable_scale_up_domain`` GPUs of each) hold whole blocks for every
+        GPU -- 288 GB200 GPUs in blocks of 32 do not (four full racks hold 8 blocks, 256 GPUs)."""
+        if self.n_gpus <= self.gpus_per_scale_up_domain:
+            return True
+        usable = self.usable_scale_up_domain
+        if block > usable:
+            return False
+        domains = -(-self.n_gpus // usable)  # the fewest domains the job occupies
+        return domains * (usable // block) * block >= self.n_gpus
 
     def link(self, tier: str) -> Link | None:
         """The per-GPU link of a tier (None for ``none``)."""

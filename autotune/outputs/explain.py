@@ -271,7 +271,9 @@ def _serving_moves(plan) -> list[tuple[str, str, dict[str, Any]]]:
     for new in KV_DTYPES:
         if new != plan.kv:
             out.append(("kv", f"KV cache {plan.kv} -> {new}", {"kv": new}))
-    for new in (plan.max_batch * 2, plan.max_batch // 2):
+    # halved or doubled, a whole number per decode DP rank (the engines' limit is per rank)
+    dp = plan.decode.dp if plan.disaggregated else plan.dp
+    for new in (plan.max_batch * 2, max(dp, (plan.max_batch // 2) - (plan.max_batch // 2) % dp)):
         if new >= 1 and new != plan.max_batch:
             out.append(("max_batch", f"max batch {plan.max_batch} -> {new}", {"max_batch": new}))
     return out
@@ -282,7 +284,12 @@ def _changed_plan(plan, fields: Mapping[str, Any]):
     from ..serving.plan import serve_plan_from_fields
 
     current = {k: v for k, v in plan.as_dict().items() if k != "replicas"}  # replicas follow the new layout
-    return serve_plan_from_fields({**current, **fields}, plan.n_gpus)
+    changed = serve_plan_from_fields({**current, **fields}, plan.n_gpus)
+    dp = changed.decode.dp if changed.disaggregated else changed.dp
+    if "max_batch" not in fields and changed.max_batch % dp:  # a dp move keeps a whole number of sequences a rank
+        mb = max(dp, changed.max_batch - changed.max_batch % dp)
+        changed = serve_plan_from_fields({**current, **fields, "max_batch": mb}, plan.n_gpus)
+    return changed
 
 
 def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params, *,

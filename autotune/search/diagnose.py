@@ -15,7 +15,8 @@ import numpy as np
 
 from ..inputs.hardware import Cluster
 from ..training.problem import DEFAULT_MEMORY_HEADROOM, TrainingProblem
-from ..training.space import FW_DUALPIPE, FW_OFFLOAD, FW_ZERO, MTP_STAGE, REASONS, enumerate_valid
+from ..training.space import (FW_DUALPIPE, FW_OFFLOAD, FW_ZERO, MTP_STAGE, REASONS, enumerate_valid,
+                              rules_every_plan_breaks)
 
 SAMPLE_LIMIT = 400_000  # plans evaluated per alternative, at most
 
@@ -77,10 +78,10 @@ def _remedy(reason: str, problem: TrainingProblem) -> str:
         REASONS[FW_DUALPIPE]: (f"{problem.framework.label} does not offer the DualPipe schedule: drop --fix "
                                "schedule=dualpipe, or give --framework other (a generic framework that offers it)"),
         REASONS[FW_OFFLOAD]: (f"{problem.framework.label} does not offer optimizer CPU offload: drop --fix "
-                              "offload=cpu, or give a framework that offers it (deepspeed, megatron-lm from 2025-03)"),
+                              "offload=cpu, or give a framework that offers it (deepspeed, megatron-deepspeed, megatron-bridge, megatron-lm from 2025-03, nemo from 25.04)"),
         REASONS[FW_ZERO]: (f"{problem.framework.label} offers ZeRO {', '.join(map(str, problem.framework.zero_stages))}"
-                           f" ({', '.join(map(str, problem.framework.zero_stages_with_pp))} with pp > 1): fix one of "
-                           "those"),
+                           f" ({', '.join(map(str, problem.framework.zero_stages_with_pp)) or 'none'} with pp > 1): "
+                           "fix one of those"),
         REASONS[MTP_STAGE]: (f"choose a pp whose last stage keeps the {model.mtp_layers} MTP module(s): "
                              f"{model.n_layers + model.mtp_layers} blocks minus (pp-1) x ceil(blocks/pp) must be at "
                              f"least {model.mtp_layers}"),
@@ -106,6 +107,14 @@ def diagnose(problem: TrainingProblem, rejected: dict[str, int], *, sampler: str
         # the GPU-count rule last, as top_rejection orders it: any layout space rejects many plans by it, and the
         # rule that binds is another (a micro-batch past the batch, a schedule the framework lacks)
         top = sorted(((n, r) for r, n in counts.items()), key=lambda nr: (nr[1] == REASONS[1], -nr[0]))[:3]
+        # a rule that every plan breaks binds, though rules checked before it reject the plans first
+        every = [REASONS[c] for c in rules_every_plan_breaks(problem.model, problem.cluster, problem.workload,
+                                                              problem.choices, problem.rules, problem.framework)]
+        if every:
+            others = [r for _, r in top if r not in every]
+            binding = (f"every plan of the space breaks {'; '.join(every)}"
+                       + (f" (and others: {'; '.join(others)})" if others else ""))
+            return Diagnosis(binding, [_remedy(r, problem) for r in every])
         reasons = "; ".join(f"{r} ({n:,} plans)" for n, r in top)
         binding = f"every plan of the space breaks a validity rule: {reasons}"
         return Diagnosis(binding, [_remedy(r, problem) for _, r in top])

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import InputError, check_keys
 from ..inputs import loading
+from ..inputs.catalogue import fp8_block_of
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
 from ..inputs.resources import bundled_dir
@@ -59,7 +60,7 @@ REASONS: tuple[str, ...] = (
     "expert FFN width not divisible by the GPUs each expert is split over (tp*dp/ep)",
     "mxfp4 weights on a dense model (the engines' MXFP4 quantizes MoE experts only)",
     "max_batch not a multiple of the decode dp (each attention-DP rank admits max_batch/dp sequences)",
-    "the fp8 checkpoint's 128x128 weight blocks do not divide the FFN or expert width each GPU holds",
+    "the fp8 checkpoint's weight blocks do not divide the FFN or expert width each GPU holds",
 )
 # The rules no engine can launch against (a layout the model cannot split); the others are the GPU's precisions,
 # memory or the search space's preferences (tp within a node), which `predict` prices and flags.
@@ -72,8 +73,8 @@ IMPOSSIBLE: frozenset[str] = frozenset({"heads not divisible by tp", "pipeline s
                                         "only)",
                                         "max_batch not a multiple of the decode dp (each attention-DP rank admits "
                                         "max_batch/dp sequences)",
-                                        "the fp8 checkpoint's 128x128 weight blocks do not divide the FFN or "
-                                        "expert width each GPU holds"})
+                                        "the fp8 checkpoint's weight blocks do not divide the FFN or expert width "
+                                        "each GPU holds"})
 
 
 # The search space's preferences among the rules: a plan that breaks one runs (tensor parallelism over nodes: vLLM
@@ -240,25 +241,30 @@ def weight_only_formats(engine: str, hw, is_moe: bool) -> frozenset:
     return formats
 
 
-# A block-scaled FP8 checkpoint (``--checkpoint fp8``: DeepSeek-V3/R1, Qwen3 -FP8, MiniMax) holds one scale per 128x128
-# block of every linear weight, and the engines load it only where each GPU's slice of a split width is a whole
-# number of blocks: vLLM "output_size ... is not divisible by weight quantization block_n = 128" (vllm-project/vllm
-# #17569, #25292), the same with SGLang (QwenLM/Qwen3#1485): Qwen3-235B-A22B-FP8's 1536-wide experts over 8 GPUs
-# (192 each).  Online FP8 from bf16 and the per-tensor / per-channel containers (modelopt:fp8, compressed-tensors:fp8)
-# have no blocks.
-FP8_BLOCK = 128
+# A block-scaled FP8 checkpoint (DeepSeek-V3/R1, Qwen3 -FP8, MiniMax: the catalogue's ``fp8_block``, its config's
+# weight_block_size) holds one scale per 128x128 block of every linear weight, and the engines load it only where
+# each GPU's slice of a split width is a whole number of blocks: vLLM "output_size ... is not divisible by weight
+# quantization block_n = 128" (vllm-project/vllm#17569, #25292), the same with SGLang (QwenLM/Qwen3#1485):
+# Qwen3-235B-A22B-FP8's 1536-wide experts over 8 GPUs (192 each).  Online FP8 from bf16 and per-tensor or
+# per-channel FP8 (NVIDIA's ModelOpt exports, compressed-tensors) have no blocks; so has an fp8 checkpoint of an
+# architecture whose published fp8 checkpoints are not all block-scaled (--checkpoint fp8 cannot say which).
 
 
-def _fp8_block_misfit(model: ModelSpec, tp, dp, ep) -> np.ndarray:
-    """A pool whose experts (over tp*dp/ep GPUs) or dense FFN (over tp) leave a GPU part of a 128-wide block."""
+def _split_misfit(width: int, ways, block: int) -> np.ndarray:
+    """A width split ``ways`` ways leaves a GPU a part of a block (an unsplit width loads whole, as published)."""
+    ways = np.asarray(ways)
+    return (ways > 1) & ((width % np.maximum(ways, 1) != 0) | ((width // np.maximum(ways, 1)) % block != 0))
+
+
+def _fp8_block_misfit(model: ModelSpec, tp, dp, ep, block: int) -> np.ndarray:
+    """A pool whose experts (over tp*dp/ep GPUs) or dense FFN (over tp) leave a GPU part of a ``block``-wide block."""
     bad = np.zeros(np.shape(tp), dtype=bool)
     if model.moe is not None:
         G = tp * dp
         moe_tp = np.where(G % ep == 0, G // np.maximum(ep, 1), 1)
-        bad |= (model.moe.expert_ffn_hidden_size // moe_tp) % FP8_BLOCK != 0
-        bad |= model.moe.expert_ffn_hidden_size % moe_tp != 0
+        bad |= _split_misfit(model.moe.expert_ffn_hidden_size, moe_tp, block)
     if model.n_dense_layers > 0:
-        bad |= (model.ffn_hidden_size % tp != 0) | ((model.ffn_hidden_size // tp) % FP8_BLOCK != 0)
+        bad |= _split_misfit(model.ffn_hidden_size, tp, block)
     return bad
 
 
@@ -286,10 +292,11 @@ def rejection_reasons(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch,
     # vLLM's --max-num-seqs is per DP rank and SGLang divides --max-running-requests among its attention-DP ranks:
     # a limit that is not a whole number per rank is launched as another total than the one estimated
     checks[14] = plans.max_batch % plans.d_dp != 0
-    if checkpoint == "fp8":  # fp8 weights read from a block-scaled checkpoint (bf16 or other weights are not)
+    block = fp8_block_of(model.name) if checkpoint == "fp8" else None
+    if block:  # fp8 weights read from a block-scaled checkpoint (bf16 or other weights are not)
         fp8 = plans.weights == SERVE_CATEGORIES["weights"].index("fp8")
-        checks[15] = fp8 & (_fp8_block_misfit(model, plans.p_tp, plans.p_dp, plans.p_ep)
-                            | _fp8_block_misfit(model, plans.d_tp, plans.d_dp, plans.d_ep))
+        checks[15] = fp8 & (_fp8_block_misfit(model, plans.p_tp, plans.p_dp, plans.p_ep, block)
+                            | _fp8_block_misfit(model, plans.d_tp, plans.d_dp, plans.d_ep, block))
     reasons = np.zeros(len(plans), dtype=np.int16)
     for code in sorted(checks, reverse=True):
         reasons[np.asarray(checks[code], dtype=bool)] = code
@@ -299,20 +306,22 @@ def rejection_reasons(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch,
 def reason_text(code: int, plan, model: ModelSpec | None = None) -> str:
     """A rule a serve plan breaks, with the numbers it compared and the way out where one is simple."""
     why = REASONS[code]
-    if code == 15:
+    if code == 15 and model is not None:
+        block = fp8_block_of(model.name) or 128
         pools = plan.pools()
-        pool = next((q for q in pools if model is not None
-                     and bool(_fp8_block_misfit(model, np.int64(q.tp), np.int64(q.dp), np.int64(q.ep)))), pools[1])
+        pool = next((q for q in pools if bool(_fp8_block_misfit(model, np.int64(q.tp), np.int64(q.dp),
+                                                                    np.int64(q.ep), block))), pools[1])
         widths = []
-        if model is not None and model.moe is not None:
+        if model.moe is not None:
             moe_tp = pool.tp * pool.dp // pool.ep if (pool.tp * pool.dp) % pool.ep == 0 else 1
-            widths.append(f"expert width {model.moe.expert_ffn_hidden_size}/{moe_tp} GPUs = "
-                          f"{model.moe.expert_ffn_hidden_size / moe_tp:g}")
-        if model is not None and model.n_dense_layers > 0:
+            if bool(_split_misfit(model.moe.expert_ffn_hidden_size, moe_tp, block)):
+                widths.append(f"expert width {model.moe.expert_ffn_hidden_size}/{moe_tp} GPUs = "
+                              f"{model.moe.expert_ffn_hidden_size / moe_tp:g}")
+        if model.n_dense_layers > 0 and bool(_split_misfit(model.ffn_hidden_size, pool.tp, block)):
             widths.append(f"FFN width {model.ffn_hidden_size}/tp {pool.tp} = {model.ffn_hidden_size / pool.tp:g}")
-        if widths:
-            why += f" ({'; '.join(widths)}, blocks of {FP8_BLOCK})"
-        why += "; give a layout with fewer GPUs per expert (a larger ep, a smaller tp) or a bf16 checkpoint"
+        why += f" ({'; '.join(widths)}, blocks of {block})"
+        fewer = "a larger ep or a smaller tp" if model.moe is not None else "a smaller tp"
+        why += f"; give a layout that splits it fewer ways ({fewer}) or a bf16 checkpoint"
     if code == 14:
         dp = plan.decode.dp if plan.disaggregated else plan.dp
         below = max(plan.max_batch - plan.max_batch % dp, dp)
@@ -423,9 +432,12 @@ def enumerate_serve(model: ModelSpec, cluster: Cluster, space: ServeSpace, *, en
         return ServeEnumeration(empty, size, {}, fit_batch)
     columns = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
     # the space's batch limits are the engine's; each decode DP rank admits a whole number of them, so a limit is
-    # taken down to a multiple of the ranks (at least one a rank): 128 on 72 ranks is 72, 8 on 64 ranks is 64
-    dp = columns["d_dp"]
-    columns["max_batch"] = np.maximum(columns["max_batch"] - columns["max_batch"] % dp, dp)
+    # taken down to a multiple of the ranks (at least one a rank): 128 on 72 ranks is 72, 8 on 64 ranks is 64.  A
+    # limit the user pinned (--fix max_batch=100) is kept as given: plans whose dp it does not divide are rejected
+    # by the rule, as predict and emit refuse them, not searched at another limit.
+    if "max_batch" not in space.pinned:
+        dp = columns["d_dp"]
+        columns["max_batch"] = np.maximum(columns["max_batch"] - columns["max_batch"] % dp, dp)
     _, once = np.unique(np.column_stack([columns[k] for k in sorted(columns)]), axis=0, return_index=True)
     columns = {k: v[np.sort(once)] for k, v in columns.items()}
     batch = ServePlanBatch.from_columns(cluster.n_gpus, columns)

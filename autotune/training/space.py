@@ -348,10 +348,11 @@ def reason_text(reason: int, plan: Plan, framework: Framework | None = None, *, 
     elif reason == FW_ZERO:
         offered = fw.zero_stages_with_pp if plan.pp > 1 else fw.zero_stages
         text = (f"{fw.label} does not offer ZeRO-{plan.zero}" + (" with pipeline parallelism" if plan.pp > 1 else "")
-                + f" (it offers zero={' or '.join(map(str, offered))}; a plan string without zero= takes zero=1)")
+                + (f" (it offers zero={' or '.join(map(str, offered))}" if offered else " (it offers none")
+                + "; a plan string without zero= takes zero=1)")
     elif reason == FW_OFFLOAD:
         text = (f"{fw.label} does not offer optimizer CPU offload (offload=cpu); use offload=none, or a framework "
-                "that offers it (deepspeed, megatron-lm from 2025-03)")
+                "that offers it (deepspeed, megatron-deepspeed, megatron-bridge, megatron-lm from 2025-03, nemo from 25.04)")
     values = _rule_values(reason, plan, model, cluster, workload)
     return f"{text} ({values})" if values else text
 
@@ -452,7 +453,34 @@ def enumerate_valid(
     return Enumeration(plans=batch.take(np.flatnonzero(reasons == 0)), space_size=n_layout * n_settings, rejected=counts)
 
 
+# Rules of the settings alone (precision, offload, recompute, fp8): what they reject does not depend on the layout.
+_SETTINGS_RULES = (14, 15, FW_SELECTIVE, FW_FP8, FW_OFFLOAD)
+
+
+def rules_every_plan_breaks(
+    model: ModelSpec, cluster: Cluster, workload: TrainWorkload, choices: Mapping[str, tuple], rules: Rules,
+    framework: Framework | None = None,
+) -> list[int]:
+    """The rules every plan of the space breaks, whichever others it breaks too: a layout rule that every layout
+    breaks, or a settings rule that every settings row breaks (``--fix offload=cpu`` on a framework without it).
+    A count of first-failing rules hides such a rule behind the ones checked before it."""
+    fw = framework if framework is not None else load_framework()
+    layout = _product({k: choices[k] for k in LAYOUT_KEYS})
+    settings = _product({k: choices[k] for k in SETTING_KEYS})
+    n_layout, n_settings = len(layout["tp"]), len(settings["zero"])
+    probe = PlanBatch.from_columns(
+        cluster.n_gpus, {**layout, **{k: np.repeat(settings[k][:1], n_layout) for k in SETTING_KEYS}})
+    every = [code for code, bad in _checks(model, cluster, workload, probe, rules, True, fw).items()
+             if np.size(bad) and bool(np.all(bad))]
+    rows = PlanBatch.from_columns(
+        cluster.n_gpus, {**{k: np.repeat(layout[k][:1], n_settings) for k in LAYOUT_KEYS}, **settings})
+    checks = _checks(model, cluster, workload, rows, rules, False, fw)
+    every += [code for code in _SETTINGS_RULES if code in checks and np.size(checks[code])
+              and bool(np.all(checks[code]))]
+    return sorted(set(every))
+
+
 __all__ = [
-    "REASONS", "Rules", "PERMISSIVE_RULES", "Space", "load_space", "space_from_mapping", "axis_choices",
+    "REASONS", "Rules", "PERMISSIVE_RULES", "Space", "rules_every_plan_breaks", "load_space", "space_from_mapping", "axis_choices",
     "rejection_reasons", "plan_violation", "enumerate_valid", "Enumeration", "space_size", "LAYOUT_KEYS", "SETTING_KEYS",
 ]
