@@ -78,7 +78,8 @@ def _remedy(reason: str, problem: TrainingProblem) -> str:
         REASONS[FW_DUALPIPE]: (f"{problem.framework.label} does not offer the DualPipe schedule: drop --fix "
                                "schedule=dualpipe, or give --framework other (a generic framework that offers it)"),
         REASONS[FW_OFFLOAD]: (f"{problem.framework.label} does not offer optimizer CPU offload: drop --fix "
-                              "offload=cpu, or give a framework that offers it (deepspeed, megatron-deepspeed, megatron-bridge, megatron-lm from 2025-03, nemo from 25.04)"),
+                              "offload=cpu, or give a framework that offers it (deepspeed, megatron-deepspeed, "
+                              "megatron-bridge, megatron-lm from 2025-03, nemo from 25.04)"),
         REASONS[FW_ZERO]: (f"{problem.framework.label} offers ZeRO {', '.join(map(str, problem.framework.zero_stages))}"
                            f" ({', '.join(map(str, problem.framework.zero_stages_with_pp)) or 'none'} with pp > 1): "
                            "fix one of those"),

@@ -84,10 +84,11 @@ def with_fit_batches(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, 
                              fraction=memory_fraction)
 
     lo = np.ones(len(extra), dtype=np.int64)  # one sequence per decode rank
-    keep = fit_at(lo) >= dp
+    smallest = fit_at(lo)
+    keep = smallest >= dp
     if not keep.any():
         return plans
-    hi = np.maximum(fit_at(lo) // dp, 1) + 1  # fit at the smallest batch bounds it; hi fails (or is past it)
+    hi = np.maximum(smallest // dp, 1) + 1  # the fit at the smallest batch bounds it: hi fails
     while np.any(hi - lo > 1):
         mid = (lo + hi) // 2
         holds = fit_at(mid) >= mid * dp
@@ -126,8 +127,7 @@ def _reply_ms(ttft_ms: Any, tpot_ms: Any, workload: ServeWorkload) -> np.ndarray
     the keys after it); infinite for an unbounded latency."""
     with np.errstate(invalid="ignore", over="ignore"):
         total = np.asarray(ttft_ms, float) + max(workload.output_len - 1, 0) * np.asarray(tpot_ms, float)
-    total = np.where(np.isfinite(total), total, np.inf)
-    return np.where(np.isfinite(total), np.round(np.log(np.maximum(total, 1e-9)) / np.log(1.01)), np.inf)
+        return np.where(np.isfinite(total), np.round(np.log(np.maximum(total, 1e-9)) / np.log(1.01)), np.inf)
 
 
 def miss_score(ttft_ms: Any, tpot_ms: Any, workload: ServeWorkload) -> np.ndarray:

@@ -2,9 +2,10 @@
 
 Axes: ``mode`` (agg, disagg), ``tp``, ``pp``, ``dp``, ``ep`` (an integer, ``tp`` for the experts
 spread over the TP ranks, or ``all`` for one expert group per GPU of the engine: ``ep = tp * dp``),
-``weights``, ``kv``, ``max_batch`` (integers, taken down to a multiple of the decode DP ranks, or ``fit`` for
-the largest batch the engine's KV budget holds), and for disaggregated plans ``workers`` (engines per pool).  A disaggregated plan's pools take
-their layouts from the same ``tp``, ``dp``, ``ep`` choices (one pipeline stage each).
+``weights``, ``kv``, ``max_batch`` (integers, taken down to a multiple of the decode DP ranks, or ``fit``
+for the largest batch the engine's KV budget holds), and for disaggregated plans ``workers`` (engines per
+pool).  A disaggregated plan's pools take their layouts from the same ``tp``, ``dp``, ``ep`` choices (one
+pipeline stage each).
 
 For a dense model, engine-native data parallelism (``dp > 1``) estimates the same as replicas behind a
 router; the search plans replicas and keeps ``dp > 1`` only when it is pinned (``--fix dp=8``).

@@ -352,7 +352,8 @@ def reason_text(reason: int, plan: Plan, framework: Framework | None = None, *, 
                 + "; a plan string without zero= takes zero=1)")
     elif reason == FW_OFFLOAD:
         text = (f"{fw.label} does not offer optimizer CPU offload (offload=cpu); use offload=none, or a framework "
-                "that offers it (deepspeed, megatron-deepspeed, megatron-bridge, megatron-lm from 2025-03, nemo from 25.04)")
+                "that offers it (deepspeed, megatron-deepspeed, megatron-bridge, "
+                "megatron-lm from 2025-03, nemo from 25.04)")
     values = _rule_values(reason, plan, model, cluster, workload)
     return f"{text} ({values})" if values else text
 
@@ -481,6 +482,6 @@ def rules_every_plan_breaks(
 
 
 __all__ = [
-    "REASONS", "Rules", "PERMISSIVE_RULES", "Space", "rules_every_plan_breaks", "load_space", "space_from_mapping", "axis_choices",
-    "rejection_reasons", "plan_violation", "enumerate_valid", "Enumeration", "space_size", "LAYOUT_KEYS", "SETTING_KEYS",
+    "REASONS", "Rules", "PERMISSIVE_RULES", "Space", "rules_every_plan_breaks", "load_space", "space_from_mapping",
+    "axis_choices", "rejection_reasons", "plan_violation", "enumerate_valid", "Enumeration", "space_size", "LAYOUT_KEYS", "SETTING_KEYS",
 ]
