@@ -571,12 +571,17 @@ def cost_text(e: dict) -> str:
             f"{tokens}.")
 
 
+def _framework_key(framework: str) -> str:
+    """``--framework megatron@2024-07`` -> ``megatron-lm``: the profile name the launch formats are keyed by."""
+    name = framework.partition("@")[0]
+    return {"megatron": "megatron-lm"}.get(name, name)
+
+
 def _training_formats(emit: str, framework: str | None) -> list[str]:
     """``--emit`` as parsed, with a bare ``slurm`` running the --framework searched (it ran Megatron-LM whatever the
     framework, quoting that framework's estimate); ``slurm:X`` keeps the X written."""
     formats = parse_formats(emit)
-    named = {"megatron": "megatron-lm"}.get((framework or "").partition("@")[0], (framework or "").partition("@")[0])
-    runs = FRAMEWORK_FORMATS.get(named)
+    runs = FRAMEWORK_FORMATS.get(_framework_key(framework or ""))
     written = [t.strip().lower() for t in emit.split(",")]
     if runs and not any(t.startswith("slurm:") for t in written) and not any(t in FORMAT_FRAMEWORKS for t in written):
         formats = [f"slurm:{runs}" if f.startswith("slurm:") else f for f in formats]
@@ -603,7 +608,7 @@ def _check_one_framework(formats: list[str]) -> None:
 def _check_emit_framework(formats: list[str], framework: str) -> None:
     """A launch format runs one framework: a search planned for another would quote that one's estimate in
     files that run this one (emit refuses the same pairing)."""
-    name = {"megatron": "megatron-lm"}.get(framework.partition("@")[0], framework.partition("@")[0])
+    name = _framework_key(framework)
     for spec in formats:
         outer, _, inner = spec.partition(":")
         base = inner if outer == "slurm" else outer  # slurm:X runs X's files
