@@ -524,7 +524,7 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                      f"TTFT {tables.latency_text(e['ttft_ms'])}, "
                      f"TPOT {tables.latency_text(e['tpot_ms'], 1)}; {verdict}; {e['memory_gib_per_gpu']:.1f} GiB per GPU "
                      f"within the {request.engine} budget of {e['memory_budget_gib']:.1f} GiB "
-                     f"({', '.join(f'{k} {v:g}' for k, v in e['engine_memory_flag'].items())}).{needs}",
+                     f"({memory_flag_text(e['engine_memory_flag'])}).{needs}",
                      highlight=False, soft_wrap=True)
         stdout.print(cost_text(e), highlight=False, soft_wrap=True)
     rejected = ", ".join(f"{k}: {v:,}" for k, v in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
@@ -824,7 +824,7 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
                  highlight=False)
     stdout.print(f"[dim]engine {engine}: {note}; checkpoint {ckpt}[/]", highlight=False, soft_wrap=True)
     mem = e["memory_breakdown_gib"]
-    flag = ", ".join(f"{k} {v:g}" for k, v in e["engine_memory_flag"].items())
+    flag = memory_flag_text(e["engine_memory_flag"])
     num = tables.number_text
     # a disaggregated plan's headline is the fuller pool's GPU (as search ranks and explain shows), its parts the
     # decode GPU's: each said, with both pools' totals
@@ -851,6 +851,13 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     elif e.get("misses"):
         stdout.print(f"[bold yellow]misses[/]: {e['misses']}", highlight=False)
     _exit_unless_fits(e)
+
+
+def memory_flag_text(flags: dict) -> str:
+    """The engine's memory flag as a launch would set it; a value outside (0, 1] (the weights and buffers alone pass
+    the GPU's memory) is no value the flag takes, and says so instead of printing it as if it were one."""
+    return ", ".join(f"{k} {v:g}" if 0.0 < v <= 1.0 else f"no {k} leaves room: it would be {v:g}"
+                     for k, v in flags.items())
 
 
 def _exit_unless_fits(estimate: dict) -> None:

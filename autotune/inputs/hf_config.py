@@ -636,6 +636,27 @@ def unplanned_quantization(config: dict, *, source: str = "config.json") -> str 
     return _read_quantization(config, source)[1]
 
 
+def fp8_weight_block(config: dict, *, source: str = "config.json") -> int | None:
+    """The scale block of an FP8 checkpoint's weights: ``quantization_config.weight_block_size`` ([128, 128] in
+    DeepSeek-V3's and Qwen3's -FP8 exports; its first entry is the output width each scale covers, what a split
+    must keep whole); None where the config states no fp8 quantization or no blocks (per-tensor or per-channel
+    scales).  A malformed one is refused, naming the field."""
+    quant, field = config.get("quantization_config"), "quantization_config"
+    if quant is None and isinstance(config.get("text_config"), dict):
+        quant, field = config["text_config"].get("quantization_config"), "text_config.quantization_config"
+    if not isinstance(quant, dict) or str(quant.get("quant_method", "")).strip().lower() not in ("fp8", "fbgemm_fp8"):
+        return None
+    block = quant.get("weight_block_size")
+    if block is None:
+        return None
+    if (not isinstance(block, list) or len(block) != 2
+            or any(isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= 4096 for b in block)):
+        raise InputError(f"must be two whole numbers from 1 to 4096 (the rows and columns a weight scale covers, "
+                         f"e.g. [128, 128]), but got (weight_block_size={block!r})", source=source,
+                         field=f"{field}.weight_block_size")
+    return int(block[0])
+
+
 # compressed-tensors weights (num_bits, type) -> the scheme serving.checkpoint names
 _COMPRESSED_SCHEMES = {(4, "int"): "int4", (8, "int"): "int8", (8, "float"): "fp8", (4, "float"): "fp4"}
 
@@ -658,6 +679,7 @@ def _read_quantization(config: dict, source: str) -> tuple[str | None, str | Non
     method = raw_method.strip().lower()
     unplanned = f"{field} states quant_method {method!r}"
     if method in ("fp8", "fbgemm_fp8"):
+        fp8_weight_block(config, source=source)  # a malformed block is refused here, at the edge
         return "fp8", None
     if method == "mxfp4":
         return "mxfp4", None

@@ -162,6 +162,29 @@ def published_checkpoint_note(model_name: str) -> str | None:
             "those")
 
 
+def fp8_scale_block(model) -> int | None:
+    """The scale block of the fp8 checkpoint a model's weights are read from: what its own ``config.json`` states
+    (``weight_block_size``; none: per-tensor scales) where the model came from one, else the catalogue's record for
+    its architecture (``fp8_block_of``)."""
+    from pathlib import Path
+
+    from ..inputs.catalogue import fp8_block_of
+
+    path = Path(model.source) if model.source and len(model.source) < 4096 else None
+    if path is not None and path.suffix == ".json" and path.is_file():
+        return _config_fp8_block(str(path))
+    return fp8_block_of(model.name)
+
+
+def _config_fp8_block(path: str) -> int | None:
+    from pathlib import Path
+
+    from ..inputs import loading
+    from ..inputs.hf_config import fp8_weight_block
+
+    return fp8_weight_block(loading.read_mapping(Path(path)), source=path)
+
+
 def _stated_quantization(model_name: str) -> tuple[str | None, str | None] | None:
     """(checkpoint, unplanned note) a config.json (or a folder holding one) states; None: not a config file."""
     from pathlib import Path

@@ -22,10 +22,10 @@ import numpy as np
 
 from ..errors import InputError, check_keys
 from ..inputs import loading
-from ..inputs.catalogue import fp8_block_of
 from ..inputs.hardware import Cluster
 from ..inputs.modelspec import ModelSpec
 from ..inputs.resources import bundled_dir
+from .checkpoint import fp8_scale_block
 from .engines import engine_family
 from .plan import (
     COMPUTE_PRECISION,
@@ -264,6 +264,8 @@ def _fp8_block_misfit(model: ModelSpec, tp, dp, ep, block: int) -> np.ndarray:
         G = tp * dp
         moe_tp = np.where(G % ep == 0, G // np.maximum(ep, 1), 1)
         bad |= _split_misfit(model.moe.expert_ffn_hidden_size, moe_tp, block)
+        # the shared expert(s) are one MLP of their total width, split over tp as a dense one is
+        bad |= _split_misfit(model.moe.shared_expert_ffn_hidden_size, tp, block)
     if model.n_dense_layers > 0:
         bad |= _split_misfit(model.ffn_hidden_size, tp, block)
     return bad
@@ -293,7 +295,7 @@ def rejection_reasons(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch,
     # vLLM's --max-num-seqs is per DP rank and SGLang divides --max-running-requests among its attention-DP ranks:
     # a limit that is not a whole number per rank is launched as another total than the one estimated
     checks[14] = plans.max_batch % plans.d_dp != 0
-    block = fp8_block_of(model.name) if checkpoint == "fp8" else None
+    block = fp8_scale_block(model) if checkpoint == "fp8" else None
     if block:  # fp8 weights read from a block-scaled checkpoint (bf16 or other weights are not)
         fp8 = plans.weights == SERVE_CATEGORIES["weights"].index("fp8")
         checks[15] = fp8 & (_fp8_block_misfit(model, plans.p_tp, plans.p_dp, plans.p_ep, block)
@@ -308,7 +310,7 @@ def reason_text(code: int, plan, model: ModelSpec | None = None) -> str:
     """A rule a serve plan breaks, with the numbers it compared and the way out where one is simple."""
     why = REASONS[code]
     if code == 15 and model is not None:
-        block = fp8_block_of(model.name) or 128
+        block = fp8_scale_block(model) or 128
         pools = plan.pools()
         pool = next((q for q in pools if bool(_fp8_block_misfit(model, np.int64(q.tp), np.int64(q.dp),
                                                                     np.int64(q.ep), block))), pools[1])
@@ -318,6 +320,9 @@ def reason_text(code: int, plan, model: ModelSpec | None = None) -> str:
             if bool(_split_misfit(model.moe.expert_ffn_hidden_size, moe_tp, block)):
                 widths.append(f"expert width {model.moe.expert_ffn_hidden_size}/{moe_tp} GPUs = "
                               f"{model.moe.expert_ffn_hidden_size / moe_tp:g}")
+        shared = model.moe.shared_expert_ffn_hidden_size if model.moe is not None else 0
+        if bool(_split_misfit(shared, pool.tp, block)):
+            widths.append(f"shared-expert width {shared}/tp {pool.tp} = {shared / pool.tp:g}")
         if model.n_dense_layers > 0 and bool(_split_misfit(model.ffn_hidden_size, pool.tp, block)):
             widths.append(f"FFN width {model.ffn_hidden_size}/tp {pool.tp} = {model.ffn_hidden_size / pool.tp:g}")
         why += f" ({'; '.join(widths)}, blocks of {block})"

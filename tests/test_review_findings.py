@@ -1,0 +1,68 @@
+"""Defects expert-user reviews found, each run as a user types it (CliRunner)."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from autotune.cli import app
+
+runner = CliRunner()
+L70_8 = ["--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len", "2000",
+         "--output-len", "500"]
+
+
+def test_a_memory_flag_no_value_satisfies_is_not_printed_as_a_value():
+    """At a batch limit whose buffers alone pass the GPU's memory, SGLang's reserve leaves a negative
+    --mem-fraction-static: predict printed it as the flag's value."""
+    result = runner.invoke(app, ["predict", *L70_8, "--engine", "sglang", "-p", "tp=8,max_batch=100000"])
+    assert result.exit_code == 1, result.output
+    assert "--mem-fraction-static -" not in result.output
+    assert "no --mem-fraction-static leaves room: it would be -0." in result.output
+    fits = runner.invoke(app, ["predict", *L70_8, "--engine", "sglang", "-p", "tp=8,max_batch=64"])
+    assert fits.exit_code == 0 and "(--mem-fraction-static 0." in fits.output, fits.output
+
+
+def _fp8_config(tmp_path, block):
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(__file__).parents[1] / "autotune/data/hf_configs/Qwen--Qwen3-235B-A22B-FP8.json")
+                        .read_text())
+    quant = config["quantization_config"]
+    quant.pop("weight_block_size")
+    if block is not None:
+        quant["weight_block_size"] = block
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_a_users_own_block_fp8_config_is_not_split_below_its_blocks(tmp_path):
+    """The block rule read only the catalogue, by bundled name: the same Qwen3-235B-A22B-FP8 config.json given as a
+    file was planned at TP8, 192-wide expert slices of 128-wide blocks, which vLLM and SGLang refuse to load."""
+    args = ["--workload", "serve", "-H", "h200-sxm-141gb", "--gpus", "8", "--input-len", "2000", "--output-len", "500"]
+    plan = ["-p", "tp=8,weights=fp8,kv=fp8,max_batch=64"]
+    blocked = runner.invoke(app, ["predict", *args, "-m", _fp8_config(tmp_path, [128, 128]), *plan])
+    assert blocked.exit_code != 0 and "expert width 1536/8 GPUs = 192, blocks of 128" in blocked.output, blocked.output
+    ep = runner.invoke(app, ["predict", *args, "-m", _fp8_config(tmp_path, [128, 128]), "-p",
+                             "tp=8,ep=8,weights=fp8,kv=fp8,max_batch=64"])
+    assert ep.exit_code == 0, ep.output  # whole experts per GPU: nothing split
+    per_tensor = runner.invoke(app, ["predict", *args, "-m", _fp8_config(tmp_path, None), *plan])
+    assert per_tensor.exit_code == 0, per_tensor.output  # no blocks stated: per-tensor scales split anywhere
+    bad = runner.invoke(app, ["predict", *args, "-m", _fp8_config(tmp_path, [128, "x"]), *plan])
+    assert bad.exit_code == 2 and "quantization_config.weight_block_size" in bad.output, bad.output
+    assert "Traceback" not in bad.output
+
+
+def test_a_shared_expert_split_below_its_blocks_is_named():
+    """DeepSeek-V3's shared expert (2048 wide) over tp 32 leaves 64-wide slices of its 128-wide blocks."""
+    import numpy as np
+
+    from autotune.inputs.modelspec import load_model
+    from autotune.serving.space import _fp8_block_misfit
+
+    model = load_model("deepseek-v3")
+    one = np.array([1])
+    assert model.moe.shared_expert_ffn_hidden_size == 2048
+    assert not _fp8_block_misfit(model, 16 * one, one, 16 * one, 128)[0]
+    assert _fp8_block_misfit(model, 32 * one, one, 32 * one, 128)[0]
