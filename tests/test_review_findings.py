@@ -66,3 +66,22 @@ def test_a_shared_expert_split_below_its_blocks_is_named():
     assert model.moe.shared_expert_ffn_hidden_size == 2048
     assert not _fp8_block_misfit(model, 16 * one, one, 16 * one, 128)[0]
     assert _fp8_block_misfit(model, 32 * one, one, 32 * one, 128)[0]
+
+
+TRAIN_70B = ["-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "64", "-b", "512"]
+
+
+def test_sequence_parallelism_needs_the_sequence_to_split_evenly_over_tp():
+    """8196 tokens on TP8 with sequence parallelism: Megatron-Core asserts the even split at the first forward; the
+    search ranked it first and predict accepted 8191."""
+    refused = runner.invoke(app, ["predict", *TRAIN_70B, "-s", "8191", "--plan", "tp=8"])
+    assert refused.exit_code != 0, refused.output
+    assert "sequence not divisible by cp*tp under sequence parallelism (seq_len=8191, cp*tp=1*8=8)" in refused.output
+    assert "invalid plan" not in runner.invoke(app, ["predict", *TRAIN_70B, "-s", "8192", "--plan", "tp=8"]).output
+    import json
+
+    found = runner.invoke(app, ["search", *TRAIN_70B, "-s", "8196", "--top", "3", "--json"])
+    assert found.exit_code == 0, found.output
+    for plan in json.loads(found.stdout)["plans"]:
+        layout = plan["plan"]
+        assert not layout["sp"] or 8196 % (layout["cp"] * layout["tp"]) == 0, layout

@@ -63,8 +63,10 @@ CASES = [
      {code("global batch not divisible by dp*micro-batch")}),
     ("heads", LLAMA8, 24, 8, H100, TrainWorkload(8192, 24), Rules(), dict(tp=3), dict(tp=2),
      "heads not divisible by tp",
-     # n_heads is a multiple of n_kv_heads, so tp not dividing the heads cannot divide the KV heads
-     {code("KV heads not divisible by tp (KV heads are not replicated in training)")}),
+     # n_heads is a multiple of n_kv_heads, so tp not dividing the heads cannot divide the KV heads; nor can
+     # sequence parallelism split 8192 tokens 3 ways
+     {code("KV heads not divisible by tp (KV heads are not replicated in training)"),
+      code("sequence not divisible by cp*tp under sequence parallelism")}),
     ("kv-heads", GQA_TOY, 16, 8, H100, WL, Rules(), dict(tp=8), dict(tp=4),
      "KV heads not divisible by tp (KV heads are not replicated in training)", set()),
     ("kv-heads-llama-tp16", LLAMA8, 16, 16, H100, WL, Rules(), dict(tp=16), dict(tp=8),
@@ -85,6 +87,9 @@ CASES = [
     ("cp-vs-sequence", LLAMA8, 16, 8, H100, TrainWorkload(4100, 64), Rules(), dict(cp=4), dict(cp=2),
      # 4100 % (2*4) = 4; 4100 % (2*2) = 0
      "sequence not divisible by 2*cp (load-balanced causal ring attention)", set()),
+    ("sp-vs-sequence", LLAMA8, 16, 8, H100, TrainWorkload(8196, 64), Rules(), dict(tp=8), dict(tp=4),
+     # 8196 % 8 = 4: sequence parallelism cannot split the tokens evenly over TP8; 8196 % 4 = 0
+     "sequence not divisible by cp*tp under sequence parallelism", set()),
     ("experts-vs-ep", MIXTRAL, 24, 8, H100, TrainWorkload(4096, 48), Rules(), dict(ep=3), dict(ep=4),
      # dp*cp = 24 is a multiple of 3, so only the expert count objects
      "experts not divisible by ep", set()),
@@ -360,6 +365,7 @@ def test_fixed_narrows_axes():
 # The numbers each rule compared, worked by hand from the case's model, cluster and workload.
 NUMBERED = {
     "heads": "heads=32, tp=3",
+    "sp-vs-sequence": "seq_len=8196, cp*tp=1*8=8",
     "kv-heads": "kv_heads=4, tp=8",
     "tp-within-node": "tp=16, GPUs per NVLink domain=8",
     "pp-exceeds-layers": "pp*vp=16, layers=8",

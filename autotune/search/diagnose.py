@@ -15,7 +15,7 @@ import numpy as np
 
 from ..inputs.hardware import Cluster
 from ..training.problem import DEFAULT_MEMORY_HEADROOM, TrainingProblem
-from ..training.space import (FW_DUALPIPE, FW_OFFLOAD, FW_ZERO, MTP_STAGE, REASONS, enumerate_valid,
+from ..training.space import (FW_DUALPIPE, FW_OFFLOAD, FW_ZERO, MTP_STAGE, REASONS, SP_SEQUENCE, enumerate_valid,
                               rules_every_plan_breaks)
 
 SAMPLE_LIMIT = 400_000  # plans evaluated per alternative, at most
@@ -67,6 +67,8 @@ def _remedy(reason: str, problem: TrainingProblem) -> str:
         REASONS[7]: "vp > 1 needs pp > 1",
         REASONS[8]: "sequence parallelism needs tp > 1",
         REASONS[9]: f"cp must leave 2*cp dividing the sequence ({workload.seq_len})",
+        REASONS[SP_SEQUENCE]: (f"with sequence parallelism cp*tp must divide the sequence ({workload.seq_len}): use a "
+                               "--seq-len that is a multiple of a power of two (e.g. 8192), or sp=false"),
         REASONS[10]: "ep must divide the expert count",
         REASONS[11]: "etp*ep must divide tp*cp*dp: lower ep or etp (etp=1 lets EP span the TP ranks), or raise the GPU count",
         REASONS[12]: "a dense model needs ep=1",

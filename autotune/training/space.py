@@ -57,6 +57,7 @@ REASONS: tuple[str, ...] = (
     "dualpipe needs an even pp > 1, vp = 1 and an even number of micro-batches >= 2*pp",
     "MTP modules do not fit on the last pipeline stage (the stages before it hold ceil(blocks/pp) each)",
     "optimizer offload the framework does not offer",
+    "sequence not divisible by cp*tp under sequence parallelism",
     "not expressible in the --emit format(s)",
 )
 NOT_EXPRESSIBLE = len(REASONS) - 1
@@ -75,6 +76,7 @@ FW_ETP = REASONS.index("expert tensor parallelism the framework does not offer")
 FW_DUALPIPE = REASONS.index("dualpipe schedule the framework does not offer")
 DUALPIPE_SHAPE = REASONS.index("dualpipe needs an even pp > 1, vp = 1 and an even number of micro-batches >= 2*pp")
 FW_OFFLOAD = REASONS.index("optimizer offload the framework does not offer")
+SP_SEQUENCE = REASONS.index("sequence not divisible by cp*tp under sequence parallelism")
 MTP_STAGE = REASONS.index("MTP modules do not fit on the last pipeline stage (the stages before it hold "
                           "ceil(blocks/pp) each)")
 # Axes a space file may leave out (added after the format was fixed): their value when it does --
@@ -253,6 +255,10 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         7: (vp > 1) & (pp == 1),
         8: plans.sp & (tp == 1),
         9: (cp > 1) & (workload.seq_len % (2 * cp) != 0),
+        # Sequence parallelism splits each context-parallel rank's seq/cp tokens over the tp ranks, evenly:
+        # Megatron-Core's scatter_to_sequence_parallel_region asserts the split divides (8196 tokens on tp 8 fail
+        # at the first forward)
+        SP_SEQUENCE: plans.sp & (tp > 1) & (workload.seq_len % np.maximum(cp * tp, 1) != 0),
         10: (model.moe is not None) & (experts % ep != 0),
         # Megatron-Core's expert mapping (parallel_state.initialize_model_parallel): etp*ep must divide
         # the ranks of a stage, tp*cp*dp; with etp = tp this is ep dividing dp*cp.
@@ -328,6 +334,7 @@ def _rule_values(reason: int, plan: Plan, model: ModelSpec | None, cluster: Clus
     if w is not None:
         micro = w.global_batch // max(dp * p.mbs, 1)
         values |= {9: lambda: f"seq_len={w.seq_len}, 2*cp={2 * p.cp}",
+                   SP_SEQUENCE: lambda: f"seq_len={w.seq_len}, cp*tp={p.cp}*{p.tp}={p.cp * p.tp}",
                    13: lambda: f"global_batch={w.global_batch}, dp*mbs={dp}*{p.mbs}={dp * p.mbs}",
                    FW_INTERLEAVE_MICROBATCHES: lambda: f"micro-batches={micro}, pp={p.pp}",
                    DUALPIPE_SHAPE: lambda: f"pp={p.pp}, vp={p.vp}, micro-batches={micro}"}
