@@ -105,3 +105,26 @@ def test_under_a_request_rate_ttft_waits_for_a_decode_slot():
     assert idle < 150
     assert 500 < busy - idle < 800, (idle, busy)
     assert fuller > 3 * busy
+
+
+def test_a_checkpoint_that_contradicts_the_model_id_is_said_and_not_loaded_from_the_id(tmp_path):
+    """Qwen/Qwen3-235B-A22B-FP8 with --checkpoint awq: the script loaded the id's FP8 weights (about 27 GiB per GPU)
+    under a header quoting 15.5 GiB of int4, without a word."""
+    args = ["tp=8,ep=8,max_batch=64", "-f", "vllm", "-m", "Qwen/Qwen3-235B-A22B-FP8", "-H", "h100-sxm5-80gb", "--gpus",
+            "8", "--input-len", "1024", "--output-len", "1024"]
+    other = runner.invoke(app, ["emit", *args, "--checkpoint", "awq", "--out", str(tmp_path / "awq")])
+    assert other.exit_code == 0, other.output
+    assert "holds fp8 weights, but --checkpoint awq names int4 weights" in other.output
+    script = (tmp_path / "awq" / "serve_vllm.sh").read_text()
+    assert "MODEL=Qwen/Qwen3-235B-A22B-FP8" not in script and 'if [[ -z "${MODEL:-}" ]]; then echo' in script
+    same = runner.invoke(app, ["emit", *args, "--checkpoint", "fp8", "--out", str(tmp_path / "fp8")])
+    assert same.exit_code == 0 and "holds" not in same.output, same.output
+    assert "MODEL=Qwen/Qwen3-235B-A22B-FP8" in (tmp_path / "fp8" / "serve_vllm.sh").read_text()
+    mine = runner.invoke(app, ["emit", *args, "--checkpoint", "awq", "--model-path", "me/qwen3-awq", "--out",
+                               str(tmp_path / "mine")])
+    assert mine.exit_code == 0 and "MODEL=me/qwen3-awq" in (tmp_path / "mine" / "serve_vllm.sh").read_text()
+    # a bundled name names an architecture, not weights: nothing to contradict
+    bundled = runner.invoke(app, ["predict", "--workload", "serve", "-m", "qwen3-235b-a22b", "-H", "h100-sxm5-80gb",
+                                  "--gpus", "8", "--input-len", "1024", "--output-len", "1024", "--checkpoint", "awq",
+                                  "-p", "tp=8,ep=8,max_batch=64"])
+    assert "holds" not in bundled.output, bundled.output

@@ -43,7 +43,7 @@ from ..outputs.files import (
 from ..search.api import predict_serve_plan, serving_checkpoint, serving_checkpoint_note, serving_memory_fraction
 from ..search.plans_file import framework_from_plans, serving_inputs_from_plans
 from ..search.serving import annotate_checkpoint
-from ..serving.checkpoint import with_held_weights
+from ..serving.checkpoint import checkpoint_conflict_note, with_held_weights
 from ..serving.estimate import estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
 from ..serving.space import IMPOSSIBLE as SERVE_IMPOSSIBLE
@@ -476,7 +476,8 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
     revision_note = None if model_path else model_revision_note(given_name)
     if revision_note:
         stderr.print(f"[yellow]note:[/] {escape(revision_note)}.", highlight=False, soft_wrap=True)
-    model_path = model_path or hf_model_name(given_name)
+    # an id whose weights are not the checkpoint's: the scripts ask for MODEL rather than load the id's
+    model_path = model_path or (None if checkpoint_conflict_note(given_name, ckpt) else hf_model_name(given_name))
     files, mine = serving_files(format, chosen, spec, hw, input_len, output_len, estimate, model_path,
                                 gpus_per_node=gpn, checkpoint=ckpt, engine_batch_limit=engine_limit,
                                 memory_fraction=memory_fraction, release=release, workload=searched_load)

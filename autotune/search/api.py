@@ -30,6 +30,7 @@ from ..serving.calibrated import CURRENT, aggregated_only, parameters_note, para
 from ..serving.checkpoint import (
     HOLDS,
     check_checkpoint,
+    checkpoint_conflict_note,
     default_checkpoint,
     held_weights,
     published_checkpoint_note,
@@ -596,9 +597,10 @@ def serving_checkpoint(model: str, checkpoint: str | None, spec: ModelSpec | Non
 
 
 def serving_checkpoint_note(model: str, checkpoint: str | None) -> str | None:
-    """Why a config's stated quantization was not taken (None when --checkpoint is given or nothing was left)."""
+    """Why a config's stated quantization was not taken, or a --checkpoint that names other weights than the model's
+    (None when nothing was left out and nothing disagrees)."""
     if checkpoint is not None:
-        return None
+        return checkpoint_conflict_note(model, checkpoint)
     return unplanned_checkpoint_note(model) or published_checkpoint_note(model)
 
 

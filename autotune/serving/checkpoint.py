@@ -132,6 +132,32 @@ def default_checkpoint(model_name: str) -> str:
     return "bf16"
 
 
+def checkpoint_conflict_note(model_name: str | None, checkpoint: str | None) -> str | None:
+    """Where ``--model`` names weights (a Hugging Face id the catalogue records, or a config.json that states its
+    quantization) and ``--checkpoint`` names weights of another precision: the plans are the checkpoint's, and the
+    launch must not load the id's (Qwen/Qwen3-235B-A22B-FP8 with --checkpoint awq: vLLM would load 27 GiB of FP8 per
+    GPU where the plan counted 15.5 of int4).  None where they agree, or the model names no weights."""
+    from ..inputs.catalogue import lookup_hf_id
+
+    if not model_name or checkpoint is None:
+        return None
+    stated = _stated_quantization(model_name)
+    if stated is not None:
+        recorded = stated[0]
+    else:
+        entry = lookup_hf_id(model_name) if "/" in model_name else None
+        if entry is None:
+            return None
+        recorded = FROM_CATALOGUE.get(entry.checkpoint, "bf16") if entry.checkpoint else "bf16"
+    if recorded is None or HOLDS[check_checkpoint(recorded)] == HOLDS[check_checkpoint(checkpoint)]:
+        return None
+    held, given = held_weights(recorded), held_weights(checkpoint)
+    held_text = held if held == recorded else f"{held} ({recorded})"
+    return (f"{model_name} holds {held_text} weights, but --checkpoint {checkpoint} names {given} weights: the plans "
+            "are for --checkpoint's weights, so a launch must load those, not this id's (emit leaves MODEL for you to "
+            "set, or takes --model-path)")
+
+
 def unplanned_checkpoint_note(model_name: str) -> str | None:
     """Why the weights are planned as bf16 though the config states a quantization autotune does not plan
     (bitsandbytes, GPTQ 8-bit, mixed compressed-tensors groups, ...): the user should say with --checkpoint."""
