@@ -128,3 +128,33 @@ def test_a_checkpoint_that_contradicts_the_model_id_is_said_and_not_loaded_from_
                                   "--gpus", "8", "--input-len", "1024", "--output-len", "1024", "--checkpoint", "awq",
                                   "-p", "tp=8,ep=8,max_batch=64"])
     assert "holds" not in bundled.output, bundled.output
+
+
+def test_a_rate_at_capacity_is_not_said_to_exceed_a_larger_capacity():
+    """"rate 16.35/s exceeds capacity 16.4/s": the capacity (16.357/s, the engine full) was rounded past the rate."""
+    import json
+
+    def misses(rate):
+        result = runner.invoke(app, ["predict", *L70_8[:8], "--input-len", "2048", "--output-len", "256", "-p",
+                                     "tp=4,weights=fp8,kv=fp8,max_batch=128", "--request-rate", str(rate), "--json"])
+        return json.loads(result.stdout)["estimate"].get("misses", "")
+
+    assert misses(16.35).startswith("rate 16.35/s is at capacity (the engine full serves 16.36/s)")
+    over = misses(16.5)
+    capacity = float(over.split("exceeds capacity ")[1].split("/s")[0])
+    assert capacity < 16.5
+
+
+def test_the_bare_engine_and_its_newest_release_are_labelled_alike():
+    """--engine vllm said "parameters of vLLM 0.33" where vllm@0.33, the same numbers, said the fit comes from
+    releases 0.11-0.18 that stand in for it."""
+    def note(engine):
+        result = runner.invoke(app, ["predict", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb",
+                                     "--gpus", "1", "--input-len", "512", "--output-len", "128", "-p", "tp=1",
+                                     "--engine", engine, "--json"])
+        return json.loads(result.stdout)["parameters"]
+
+    import json
+
+    assert note("vllm") == note("vllm@0.33")
+    assert "(vLLM 0.11-0.18), which stand in for it" in note("vllm")

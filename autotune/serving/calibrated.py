@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-from .engines import ENGINES, RELEASES, engine_family
+from .engines import ENGINES, RELEASE_SPAN, RELEASES, engine_family
 from .estimate import ServingParams
 
 PRIOR = ServingParams()
@@ -90,9 +90,9 @@ def parameters_note(overlay: bool | str = False, engine: str | None = None) -> s
     if overlay:
         named = f" {overlay}" if isinstance(overlay, str) else ""
         return f"serving parameters from the --calibration overlay{named}"
-    if engine:
-        return (f"serving parameters of {RELEASES[engine]}, fitted on measured vLLM, SGLang and TensorRT-LLM "
-                "operating points (autotune/data/serving_silicon.csv)")
+    if engine:  # the release the emitters target, said as a stated one is (vllm and vllm@0.33 read the same)
+        newest = RELEASE_SPAN[engine][1]
+        return release_note(f"{engine}-{newest[0]}.{newest[1]}")
     return "serving parameters per engine, fitted on autotune/data/serving_silicon.csv"
 
 

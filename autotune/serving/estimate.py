@@ -850,6 +850,16 @@ def _miss_text(value: float, target: float) -> str:
     return f"{value:,.6g}"
 
 
+def _below_text(value: float, bound: float) -> str:
+    """``value`` (< ``bound``) with three significant digits, or as many more as it takes to read below ``bound``:
+    a capacity of 16.357/s under a rate of 16.35 reads "16.357", not "16.4"."""
+    for digits in range(3, 10):
+        text = f"{value:.{digits}g}"
+        if float(text) < bound:
+            return text
+    return f"{value:.10g}"
+
+
 @dataclass(frozen=True)
 class MissTexts:
     """What each plan misses of the targets ("" when it meets them), written when asked for: a search estimates
@@ -871,5 +881,11 @@ class MissTexts:
                 parts.append(f"{name} {_miss_text(value, target)} > {target:g} ms" if np.isfinite(value)
                              else f"{name} unbounded (overloaded)")
         if w.mode == "rate" and not self.stable[i]:
-            parts.append(f"rate {w.request_rate:g}/s exceeds capacity {self.capacity_per_s[i]:.3g}/s")
+            capacity = float(self.capacity_per_s[i])
+            # the engine full serves a little more than an open loop can sustain (its queues grow without bound near
+            # the end): a rate between the two is at capacity, not past it
+            parts.append(f"rate {w.request_rate:g}/s exceeds capacity {_below_text(capacity, w.request_rate)}/s"
+                         if capacity < w.request_rate else
+                         f"rate {w.request_rate:g}/s is at capacity (the engine full serves {capacity:.4g}/s), where "
+                         "the queue grows without bound")
         return "; ".join(parts)
