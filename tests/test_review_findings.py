@@ -158,3 +158,22 @@ def test_the_bare_engine_and_its_newest_release_are_labelled_alike():
 
     assert note("vllm") == note("vllm@0.33")
     assert "(vLLM 0.11-0.18), which stand in for it" in note("vllm")
+
+
+def test_the_megatron_file_says_what_attention_it_does_not_build(tmp_path):
+    """gpt-oss's sliding windows and sinks, GLM-5's sparse attention: the file built dense attention under a header
+    quoting the estimate of the sparse network, without a word; Qwen3.5's Gated DeltaNet layers, which no flag builds,
+    made a file that trains 60 full-attention layers."""
+    from autotune.inputs.modelspec import load_model
+    from autotune.outputs.emit import megatron
+
+    oss = " ".join(megatron.model_notes(load_model("gpt-oss-120b")))
+    assert "18 of its 36 layers attend to a 128-token window" in oss and "attention sinks" in oss
+    assert "sparse attention (an indexer keeps 2048 keys per query)" in " ".join(
+        megatron.model_notes(load_model("glm-5")))
+    assert not any("window" in n for n in megatron.model_notes(load_model("llama3-70b")))
+    refused = runner.invoke(app, ["emit", "tp=2,pp=4,ep=32,etp=1,recompute=full,zero=1", "-m", "qwen3.5-397b-a17b",
+                                  "-H", "h100-sxm5-80gb", "--gpus", "1024", "-s", "4096", "-b", "2048", "--format",
+                                  "megatron", "--out", str(tmp_path / "q")])
+    assert refused.exit_code == 2 and "45 Gated DeltaNet layers" in refused.output, refused.output
+    assert not (tmp_path / "q").exists()

@@ -120,6 +120,14 @@ def _uneven_unsplittable(plans: PlanBatch, model: ModelSpec) -> np.ndarray:
 
 LIMITS = (
     model_limit(
+        "linear_attention",
+        lambda model: model.linear_attention is not None,
+        lambda plan, model: f"model field linear_attention: {model.name}'s "
+        f"{sum(t == 'linear' for t in model.layer_types) or 'linear'} Gated DeltaNet layers have no Megatron-LM "
+        "flag autotune writes, so the file would train full attention on every layer, another network than the one "
+        "estimated",
+    ),
+    model_limit(
         "position_embedding",
         lambda model: model.position_embedding == "alibi",
         lambda plan, model: "model field position_embedding=alibi: Megatron-LM core has no ALiBi "
@@ -369,12 +377,33 @@ def uses_fsdp(plan: Plan) -> bool:
     return plan.zero >= 2
 
 
-def model_notes(model: ModelSpec) -> tuple[str, ...]:
-    """What of the model the launch file does not set, said where the user reads it: a RoPE base the spec does not
-    state (Megatron's default, 10000, is used) and a RoPE scaling other than Llama 3.1's."""
+def _attention_notes(model: ModelSpec) -> list[str]:
+    """The attention this file does not build, though the estimate priced it: the file trains dense causal
+    attention on every layer (Megatron's defaults), which the header must say."""
     notes = []
+    sliding = sum(t == "sliding" for t in model.layer_types)
+    if model.sliding_window and sliding:
+        notes.append(f"{model.name}: {sliding} of its {model.n_layers} layers attend to a {model.sliding_window}-token "
+                     "window, which the estimate prices; this file sets no window (Megatron: --window-size, "
+                     "--window-attn-skip-freq), so it trains full attention on every layer, a slower network than the "
+                     "estimate.")
+    if model.attention_sinks:
+        notes.append(f"{model.name}'s attention sinks (a learned softmax logit per head) are not set here.")
+    if model.dsa is not None:
+        notes.append(f"{model.name}'s sparse attention (an indexer keeps {model.dsa.index_topk} keys per query), which "
+                     "the estimate prices, is not set here: this file trains dense multi-latent attention.")
+    if model.attention_output_gate:
+        notes.append(f"{model.name}'s gate on the attention output is not set here.")
+    return notes
+
+
+def model_notes(model: ModelSpec) -> tuple[str, ...]:
+    """What of the model the launch file does not set, said where the user reads it: attention it does not build
+    (windows, sinks, sparse attention), a RoPE base the spec does not state (Megatron's default, 10000, is used)
+    and a RoPE scaling other than Llama 3.1's."""
+    notes = _attention_notes(model)
     if model.position_embedding != "rope":
-        return ()
+        return tuple(notes)
     if model.rope_theta is None:
         notes.append(f"{model.name}'s spec states no rope_theta: Megatron's rotary base, 10000, is used; add "
                      "--rotary-base from the model's config.json if it differs.")
