@@ -5,6 +5,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from autotune.cli import app
+from tests.test_bad_input import assert_user_error
 
 runner = CliRunner()
 L70_8 = ["--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len", "2000",
@@ -177,3 +178,87 @@ def test_the_megatron_file_says_what_attention_it_does_not_build(tmp_path):
                                   "megatron", "--out", str(tmp_path / "q")])
     assert refused.exit_code == 2 and "45 Gated DeltaNet layers" in refused.output, refused.output
     assert not (tmp_path / "q").exists()
+
+
+def test_a_benchmark_command_with_a_shell_operator_needs_shell():
+    """'python3 bench.py | cat' without --shell ran bench.py with '|' and 'cat' as its arguments, quietly."""
+    import pytest
+
+    from autotune.errors import InputError
+    from autotune.search.tune import parse_command
+
+    for command in ("python3 bench.py | cat", "python3 bench.py > out.log", "python3 a.py && python3 b.py",
+                    "python3 bench.py 2>&1"):
+        with pytest.raises(InputError, match="--shell"):
+            parse_command(command, shell=False)
+        assert parse_command(command, shell=True) == command
+    assert parse_command("python3 bench.py --tag 'a|b'", shell=False)[-1] == "a|b"  # an argument holding one
+
+
+def test_a_benchmark_result_with_a_key_twice_fails_the_trial(tmp_path):
+    """{"tokens_per_s_per_gpu": 1000, ..., "tokens_per_s_per_gpu": 5}: the last value won, a 194,268% error."""
+    import sys
+
+    from autotune.search.tune import run_benchmark
+
+    script = tmp_path / "bench.py"
+    script.write_text('print(\'{"tokens_per_s_per_gpu": 1000, "peak_memory_gib": 50, "tokens_per_s_per_gpu": 5}\')\n')
+    measured = run_benchmark([sys.executable, str(script)], {"tp": 1}, timeout_s=30)
+    assert measured.status == "failed" and "'tokens_per_s_per_gpu' twice" in measured.reason, measured
+
+
+def test_explain_says_which_recorded_inputs_a_flag_replaced(tmp_path):
+    """explain PLANS -s 8192 turned the file's plan, which fits, into 108.7 of 80 GiB under an unchanged header."""
+    out = tmp_path / "pj"
+    assert runner.invoke(app, ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b",
+                               "64", "--out", str(out)]).exit_code == 0
+    result = runner.invoke(app, ["explain", str(out), "-s", "8192"])
+    assert "explained under --seq-len 8192 (searched: 4096), which its search did not rank" in result.output
+    assert "sequence 8192, global batch 64" in result.output
+    same = runner.invoke(app, ["explain", str(out)])
+    assert same.exit_code == 0 and "did not rank" not in same.output and "sequence 4096" in same.output
+
+
+SMALL_8B = ["-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "64"]
+
+
+def test_flags_with_nothing_to_act_on_are_said():
+    """--trials and --seed on an exact search, --force without --out, exited 0 without a word; --gpus-per-node
+    1,000,000 passed where a profile's is refused past 100,000."""
+    exact = runner.invoke(app, ["search", *SMALL_8B, "--trials", "5", "--seed", "3"])
+    assert exact.exit_code == 0 and "--trials 5 and --seed 3 have no effect: the search was exact" in exact.output
+    plain = runner.invoke(app, ["search", *SMALL_8B])
+    assert "no effect" not in plain.output
+    assert_user_error(runner.invoke(app, ["search", *SMALL_8B, "--force"]), "--force", "--out DIR")
+    assert_user_error(runner.invoke(app, ["search", *SMALL_8B, "--gpus-per-node", "1000000"]), "--gpus-per-node",
+                      "<= 100,000")
+
+
+def test_a_config_size_no_model_has_zero_of_states_its_real_bound(tmp_path):
+    """num_hidden_layers -1 said "must be >= 0", and 0 then "must be >= 1"."""
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(__file__).parents[1] / "autotune/data/hf_configs/Qwen--Qwen3-235B-A22B-FP8.json")
+                        .read_text())
+    for key in ("num_hidden_layers", "vocab_size"):
+        for value in (-1, 0):
+            path = tmp_path / f"{key}{value}.json"
+            path.write_text(json.dumps({**config, key: value}))
+            assert_user_error(runner.invoke(app, ["models", "show", str(path)]), key, f"must be >= 1, but got {value}")
+
+
+def test_a_training_row_whose_head_size_is_not_whole_is_refused(tmp_path):
+    """A CSV row with hidden_size 7168 over 57 heads and no head_dim was predicted (and fitted) with heads of 125,
+    where the same shape as a spec file is refused."""
+    import csv
+    from pathlib import Path
+
+    source = Path(__file__).parents[1] / "examples/data/my_runs.csv"
+    rows = list(csv.reader(source.open()))
+    header, row = rows[0], rows[1]
+    row[header.index("n_heads")] = row[header.index("n_kv_heads")] = "57"
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows([header, row])
+    assert_user_error(runner.invoke(app, ["validate", str(path)]), "head_dim", "hidden_size/n_heads is not whole")

@@ -192,6 +192,10 @@ def note_node_size() -> None:
     gpn, names = params.get("gpus_per_node"), params.get("hardware")
     if not isinstance(gpn, int) or not isinstance(names, str):
         return
+    from ..inputs.request import MAX_GPUS_PER_NODE
+
+    if gpn > MAX_GPUS_PER_NODE:
+        return  # refused by the command, with the bound
     from ..inputs.hardware import load_hardware
 
     for name in names.split(","):

@@ -210,6 +210,9 @@ def search(
     (tp, pp, replicas, quantization, batch limit under latency targets); print the best, ranked."""
     with user_errors():
         check_study_flags(storage=storage, study=study)
+        if force and out is None:
+            raise InputError("lets --out write into a non-empty folder: add --out DIR (or drop --force)",
+                             field="--force")
         serving_flags = {"--input-len": input_len, "--output-len": output_len, "--ttft-ms": ttft_ms,
                          "--tpot-ms": tpot_ms, "--concurrency": concurrency, "--request-rate": request_rate}
         training_flags = {
@@ -308,6 +311,14 @@ def search(
                 inputs=inputs, settings=settings, study=study_options,
                 express=express_all(formats, inputs.model, inputs.workload) if formats else None), update)
         result = outcome.result
+        if result.sampler == "exact" and sampler in ("auto", "exact") and not storage:
+            # an exact search evaluates every valid plan: a sampler's budget and seed change nothing (kept in a
+            # study, --trials is the study's target and is read)
+            unused = [f"--{name} {value}" for name, value, default in (("trials", trials, 200), ("seed", seed, 0))
+                      if given_on_command_line(name, value, default)]
+            if unused:
+                say_note(f"{' and '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect: the search was "
+                         "exact (every valid plan evaluated); --sampler tpe, gp or random reads them")
         say_note(moe_imbalance_note(inputs.workload, outcome.problem.choices["ep"],
                                     best_ep=result.ranked[0].plan.ep if result.ranked else None))
         document = outcome.to_json()
@@ -952,6 +963,9 @@ def explain_command(
                              source=source, field="plans.plan") from None
         if plans is not None:
             _say_model_replaced(source, inputs, model, t.model)
+            _say_inputs_replaced(source, inputs, {"hardware": hardware, "gpus": gpus, "gpus_per_node": gpus_per_node,
+                                                  "seq_len": seq_len, "global_batch": global_batch,
+                                                  "framework": framework})
         found = explain(t.model, t.cluster, t.workload, chosen, framework=t.framework, memory_headroom=headroom)
         # a plan the framework cannot run is explained (the one-step changes show what would), but it is no plan:
         # the exit status says so, as predict's does
@@ -964,7 +978,8 @@ def explain_command(
             _say_invalid_explained(invalid, chosen)
             return
         hw = t.cluster.hardware
-        stdout.print(f"[bold]{t.model.name}[/] on {t.cluster.n_gpus} x {hw.name}: {chosen.layout()} with "
+        stdout.print(f"[bold]{t.model.name}[/] on {t.cluster.n_gpus} x {hw.name} ({t.cluster.gpus_per_node} per node), "
+                     f"sequence {t.workload.seq_len}, global batch {t.workload.global_batch}: {chosen.layout()} with "
                      f"{tables.settings_text(chosen)}; framework {t.framework.label}", highlight=False)
         times, memory = tables.breakdown_tables(found.estimate, hw.memory_gib)
         stdout.print(times)
@@ -1000,6 +1015,17 @@ def _say_model_replaced(source: str, inputs: dict, model: str | None, explained:
         stderr.print(f"[yellow]note:[/] {escape(source)} was searched for {escape(searched)}; this explains its "
                      f"plan for {escape(explained.name)} (--model), a model that search did not rank.",
                      highlight=False, soft_wrap=True)
+
+
+def _say_inputs_replaced(source: str, inputs: dict, given: dict) -> None:
+    """A note for each flag that replaced what a plans.json records (--seq-len, --global-batch, --gpus-per-node,
+    --hardware, --gpus, --framework): the plan is explained under inputs its search did not rank (a what-if, as
+    --model is; emit refuses them)."""
+    changed = [f"{('--' + key.replace('_', '-'))} {value} (searched: {inputs.get(key)})" for key, value in given.items()
+               if value is not None and str(value) != str(inputs.get(key))]
+    if changed:
+        stderr.print(f"[yellow]note:[/] {escape(source)}'s plan is explained under {', '.join(changed)}, which its "
+                     "search did not rank.", highlight=False, soft_wrap=True)
 
 
 def _say_invalid_explained(why: str, plan) -> None:

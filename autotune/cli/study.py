@@ -256,6 +256,9 @@ def tune(
             raise InputError(f"must be >= 0 plans, but got {prior_top}", field="--prior-top")
         if seed < 0:
             raise InputError(f"must be >= 0, but got {seed}", field="--seed")
+        if force and calibrate is None:
+            raise InputError("lets --calibrate overwrite its file: add --calibrate FILE (or drop --force)",
+                             field="--force")
         if calibrate is not None:  # before any benchmark runs: an existing overlay is the user's, kept unless --force
             check_not_storage(calibrate, storage)
             check_out_file(calibrate, force, "--calibrate")

@@ -205,6 +205,9 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
     return spec
 
 
+_NONZERO_KEYS = frozenset({"num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"})
+
+
 def _check_sizes(config: dict, source: str) -> None:
     """Every size key the file holds, within the spec's bounds and named as the file names it.
 
@@ -222,8 +225,11 @@ def _check_sizes(config: dict, source: str) -> None:
             if value > limit:
                 raise InputError(f"must be <= {limit:,} (beyond it is {what}; check the value), but got {value!r}",
                                  source=source, field=key)
-            if value < 0:  # 0 is "none" for some keys (q_lora_rank, first_k_dense_replace); below it is damage
-                raise InputError(f"must be >= 0, but got {value!r}", source=source, field=key)
+            # 0 is "none" for some keys (q_lora_rank, first_k_dense_replace); below it is damage.  A key no model
+            # has 0 of says its real bound at once (-1 said ">= 0", and 0 then ">= 1")
+            least = 1 if key in _NONZERO_KEYS else 0
+            if value < least:
+                raise InputError(f"must be >= {least}, but got {value!r}", source=source, field=key)
     _max_positions(config, source)
 
 

@@ -103,11 +103,18 @@ def recorded_hardware(data: Mapping[str, Any], *, source: str) -> Hardware:
     return hardware_from_mapping(dict(data), source=source)
 
 
+MAX_GPUS_PER_NODE = 100_000
+
+
 def cluster_from_options(hardware: Hardware, gpus: int | None, gpus_per_node: int | None, nodes: int | None) -> Cluster:
     """Resolve --gpus / --gpus-per-node / --nodes (any two determine the third)."""
     gpn = gpus_per_node or hardware.gpus_per_node
     if gpus_per_node is not None and gpus_per_node < 1:
         raise InputError(f"must be >= 1, but got {gpus_per_node}; e.g. --gpus-per-node 8", field="--gpus-per-node")
+    if gpus_per_node is not None and gpus_per_node > MAX_GPUS_PER_NODE:
+        # the ceiling a hardware profile's gpus_per_node has (inputs.hardware): the flag is no looser than the file
+        raise InputError(f"must be <= {MAX_GPUS_PER_NODE:,} GPUs (a physical ceiling on GPUs in one node), but got "
+                         f"{gpus_per_node:,}; e.g. --gpus-per-node 8", field="--gpus-per-node")
     if nodes is not None and nodes < 1:
         raise InputError(f"must be >= 1, but got {nodes}; e.g. --nodes 8", field="--nodes")
     if gpus is None and nodes is None:

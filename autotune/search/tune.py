@@ -97,6 +97,25 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+SHELL_OPERATORS = frozenset({"|", "||", "&&", "&", ";", ";;", "|&"})
+
+
+class _RepeatedKey(ValueError):
+    """A benchmark result that states one key twice (JSON would keep the last, silently)."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    keys = [k for k, _ in pairs]
+    twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    if twice is not None:
+        raise _RepeatedKey(twice)
+    return dict(pairs)
+
+
+def _result_json(text: str) -> Any:
+    return json.loads(text, object_pairs_hook=_unique_pairs)
+
+
 def parse_command(run: str, shell: bool) -> list[str] | str:
     if not run or not run.strip():
         raise InputError("needs the benchmark command, e.g. --run 'python bench.py --steps 20'", field="--run")
@@ -108,6 +127,11 @@ def parse_command(run: str, shell: bool) -> list[str] | str:
         raise InputError(f"cannot be split like a shell would ({exc}); fix the quoting or pass --shell", field="--run") from None
     if not argv:
         raise InputError("is empty after splitting", field="--run")
+    # without a shell an operator is an argument: 'bench.py | tee log' would run bench.py with '|' 'tee' 'log'
+    operator = next((a for a in argv if a in SHELL_OPERATORS or a.startswith(("2>", ">", "<"))), None)
+    if operator is not None:
+        raise InputError(f"holds the shell operator {operator!r}, which only a shell runs (without one the benchmark "
+                         "would get it as an argument); pass --shell, or leave the operator out", field="--run")
     # A program that cannot start fails every trial the same way; say so before a study is created or opened.
     program = argv[0]
     if shutil.which(program) is None:
@@ -141,7 +165,7 @@ def _last_json_line(text: str) -> Any:
         line = line.strip()
         if line.startswith("{") and line.endswith("}"):
             try:
-                data = json.loads(line)
+                data = _result_json(line)
             except json.JSONDecodeError:
                 continue
             if isinstance(data, dict) and ("tokens_per_s_per_gpu" in data or "oom" in data):
@@ -210,14 +234,18 @@ def run_benchmark(command: list[str] | str, plan: Mapping[str, Any], *, estimate
             return Measurement("failed", reason=f"timed out after {timeout_s:g} s (--trial-timeout)", stderr_tail=tail,
                                exit_code=code, wall_s=wall)
         data = None
-        if result_file.exists() and result_file.stat().st_size:
-            try:
-                data = json.loads(result_file.read_text())
-            except json.JSONDecodeError as exc:
-                return Measurement("failed", reason=f"AUTOTUNE_RESULT_JSON is not valid JSON ({exc.msg})",
-                                   stderr_tail=tail, exit_code=code, wall_s=wall)
-        if data is None:
-            data = _last_json_line(stdout)
+        try:
+            if result_file.exists() and result_file.stat().st_size:
+                try:
+                    data = _result_json(result_file.read_text())
+                except json.JSONDecodeError as exc:
+                    return Measurement("failed", reason=f"AUTOTUNE_RESULT_JSON is not valid JSON ({exc.msg})",
+                                       stderr_tail=tail, exit_code=code, wall_s=wall)
+            if data is None:
+                data = _last_json_line(stdout)
+        except _RepeatedKey as exc:
+            return Measurement("failed", reason=f"the result states the key {str(exc)!r} twice, and JSON keeps only "
+                               "the last; report each key once", stderr_tail=tail, exit_code=code, wall_s=wall)
         value, peak, oom, problem = _result_from_json(data) if data is not None else (None, None, False, "")
         lowered = (stderr[-20000:] + stdout[-20000:]).lower()
         if oom or (code != 0 and any(marker in lowered for marker in OOM_MARKERS)):

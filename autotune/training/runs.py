@@ -171,7 +171,12 @@ def _model(row: dict, dropout: bool) -> ModelSpec:
         expert_ffn = _int(row, "moe_ffn_hidden_size") or _int(row, "ffn_hidden_size")
         moe = MoESpec(n_experts=experts, top_k=_int(row, "moe_topk"), expert_ffn_hidden_size=expert_ffn,
                       n_shared_experts=shared, shared_expert_ffn_hidden_size=shared * expert_ffn)
-    head_dim = _int(row, "head_dim") or hidden // n_heads
+    head_dim = _int(row, "head_dim")
+    if not head_dim and n_heads and hidden and hidden % n_heads:
+        # a spec file is refused the same way: the head size is not rounded down to a model nobody trained
+        raise InputError(f"row {row.get('id')!r}: hidden_size/n_heads is not whole ({hidden}/{n_heads}); give the "
+                         "row's head_dim (a head_dim column), or check n_heads", field="head_dim")
+    head_dim = head_dim or hidden // n_heads
     return ModelSpec(
         name=row.get("model_name") or row["id"],
         n_layers=_int(row, "n_layers"),
