@@ -262,3 +262,30 @@ def test_a_training_row_whose_head_size_is_not_whole_is_refused(tmp_path):
     with path.open("w", newline="") as handle:
         csv.writer(handle).writerows([header, row])
     assert_user_error(runner.invoke(app, ["validate", str(path)]), "head_dim", "hidden_size/n_heads is not whole")
+
+
+def test_wide_expert_parallel_scripts_dispatch_with_the_backend_the_estimate_prices(tmp_path):
+    """The estimate prices DeepEP's dispatch (a token sent once to each rank holding its experts); the scripts left
+    the engines' default, which gathers every token to every rank in bf16."""
+    base = ["-m", "deepseek-v3", "-H", "h200-sxm-141gb", "--checkpoint", "fp8", "--input-len", "1024",
+            "--output-len", "1024"]
+
+    def script(engine, plan, gpus, name):
+        out = tmp_path / name
+        result = runner.invoke(app, ["emit", plan, "-f", engine, *base, "--gpus", str(gpus), "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        return (out / f"serve_{engine}.sh").read_text()
+
+    dep8 = "tp=1,dp=8,ep=8,weights=fp8,kv=fp8,max_batch=1024"
+    assert "--all2all-backend deepep_high_throughput" in script("vllm", dep8, 8, "v")
+    sglang = script("sglang", dep8, 8, "s")
+    assert "--moe-a2a-backend deepep" in sglang and "--deepep-mode auto" in sglang
+    disagg = ("prefill_workers=1,prefill_dp=8,prefill_ep=8,decode_workers=1,decode_dp=8,decode_ep=8,weights=fp8,"
+              "kv=fp8,max_batch=1024")
+    split = script("sglang", disagg, 16, "d")
+    assert "--deepep-mode normal" in split and "--deepep-mode low_latency" in split
+    vsplit = script("vllm", disagg, 16, "vd")
+    assert "deepep_high_throughput" in vsplit and "deepep_low_latency" in vsplit
+    # expert parallelism inside one tensor-parallel engine (no attention DP): no all-to-all is priced or set
+    tp8 = "tp=8,ep=8,weights=fp8,kv=fp8,max_batch=256"
+    assert "all2all" not in script("vllm", tp8, 8, "v8") and "a2a" not in script("sglang", tp8, 8, "s8")

@@ -6,7 +6,9 @@ Mapping:
 * ``tp``, ``pp`` -> ``--tp-size``, ``--pp-size``.  A MoE engine with ``dp > 1`` is attention data parallelism
   over the engine's ``tp*dp`` GPUs: ``--tp-size tp*dp --attn-dp-size dp``; ``--ep-size ep`` splits the
   experts (any width that divides the engine; one that does not divide the experts adds ``--enable-eplb
-  --ep-num-redundant-experts R``, the copies that fill the ranks, ``engines.physical_experts``).  A dense
+  --ep-num-redundant-experts R``, the copies that fill the ranks, ``engines.physical_experts``).  Expert
+  parallelism over the whole attention-DP engine dispatches with DeepEP, as the estimate prices it:
+  ``--moe-a2a-backend deepep --deepep-mode auto`` (prefill servers ``normal``, decode servers ``low_latency``).  A dense
   engine's ``dp`` is ``--dp-size`` (data-parallel
   replicas inside one server, one node).
 * An engine over several nodes: ``--nnodes N --node-rank k --dist-init-addr HEAD:5000``.
@@ -78,6 +80,9 @@ def quantization_flags(ctx: ServeContext) -> tuple[list[shell.Group], str]:
                    f"{ctx.checkpoint}); point MODEL at one")
 
 
+DEEPEP_MODES = {"engine": "auto", "prefill": "normal", "decode": "low_latency"}
+
+
 def bootstrap_port(slot: EngineSlot, slots: list[EngineSlot]) -> int:
     """A prefill server's KV bootstrap port, unique on its node."""
     return BOOTSTRAP_PORT + port_of(slot, slots) - BASE_PORT
@@ -101,6 +106,12 @@ def sglang_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[E
         if redundant:  # ep does not divide the experts: EPLB fills each rank with copies of the busiest ones
             groups.append(("--enable-eplb",))
             groups.append(("--ep-num-redundant-experts", redundant))
+        if pool.dp > 1 and pool.ep == pool.tp * pool.dp:
+            # the estimate prices DeepEP's dispatch (a token sent once to each rank holding its experts, fp8) and
+            # combine; SGLang's default backend gathers every token to every rank. DeepEP sets ep to the engine's
+            # tp size, which this is; normal kernels for prefill, low-latency ones for decode, auto for both
+            groups.append(("--moe-a2a-backend", "deepep"))
+            groups.append(("--deepep-mode", DEEPEP_MODES[slot.role]))
     groups += quantization_flags(ctx)[0]
     groups.append(("--kv-cache-dtype", "fp8_e4m3" if p.kv == "fp8" else "auto"))
     groups.append(("--max-running-requests", p.max_batch))

@@ -6,7 +6,9 @@ Mapping (checked by vLLM's own argument parser and config validation in CI, test
   (for a MoE model the DP ranks are attention data parallelism and share the experts); ``ep = tp*dp`` ->
   ``--enable-expert-parallel`` (vLLM's expert parallelism spans every GPU of the engine: it cannot express
   another EP width); an ``ep`` that does not divide the experts adds ``--enable-eplb`` and
-  ``--eplb-config '{"num_redundant_experts": R}'`` (R copies fill the ranks, ``engines.physical_experts``).
+  ``--eplb-config '{"num_redundant_experts": R}'`` (R copies fill the ranks, ``engines.physical_experts``);
+  with attention DP the dispatch is DeepEP's, as the estimate prices it: ``--all2all-backend
+  deepep_high_throughput`` (decode servers ``deepep_low_latency``).
 * An engine over several nodes: ``--nnodes N --node-rank k --master-addr HEAD --master-port 29501`` (the
   nodes after the first ``--headless``); with ``dp > 1`` the DP ranks split over the nodes instead:
   ``--data-parallel-size-local``, ``--data-parallel-start-rank``, ``--data-parallel-address``,
@@ -113,6 +115,12 @@ def vllm_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[Eng
         if redundant:  # ep does not divide the experts: EPLB fills each rank with copies of the busiest ones
             groups.append(("--enable-eplb",))
             groups.append(("--eplb-config", json.dumps({"num_redundant_experts": redundant})))
+        if pool.dp > 1:
+            # the estimate prices DeepEP's dispatch and combine (a token sent once to each rank holding its
+            # experts); vLLM's default backend gathers every token to every rank and reduce-scatters back.
+            # High-throughput kernels for prefill (and an aggregated engine's chunks), low-latency for decode
+            groups.append(("--all2all-backend",
+                           "deepep_low_latency" if slot.role == "decode" else "deepep_high_throughput"))
     groups += quantization_flags(ctx)[0]
     groups.append(("--kv-cache-dtype", "fp8" if p.kv == "fp8" else "auto"))
     per_rank = max(p.max_batch // pool.dp, 1)
