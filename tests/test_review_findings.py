@@ -289,3 +289,15 @@ def test_wide_expert_parallel_scripts_dispatch_with_the_backend_the_estimate_pri
     # expert parallelism inside one tensor-parallel engine (no attention DP): no all-to-all is priced or set
     tp8 = "tp=8,ep=8,weights=fp8,kv=fp8,max_batch=256"
     assert "all2all" not in script("vllm", tp8, 8, "v8") and "a2a" not in script("sglang", tp8, 8, "s8")
+
+
+def test_a_multi_node_disaggregated_script_says_its_router_crosses_replicas(tmp_path):
+    """One router over two replicas on two nodes pairs a prefill server of one with a decode server of the other:
+    the hand-off crosses the network where the estimate prices NVLink inside a replica."""
+    plan = "prefill_workers=4,prefill_tp=1,decode_workers=1,decode_tp=4,weights=fp8,kv=fp8,max_batch=128"
+    args = ["-f", "vllm", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--input-len", "2048", "--output-len", "256"]
+    two = runner.invoke(app, ["emit", plan, *args, "--gpus", "16", "--out", str(tmp_path / "two")])
+    assert two.exit_code == 0, two.output
+    assert "run one router per replica" in (tmp_path / "two" / "serve_vllm.sh").read_text()
+    one = runner.invoke(app, ["emit", plan, *args, "--gpus", "8", "--out", str(tmp_path / "one")])
+    assert one.exit_code == 0 and "one router per replica" not in (tmp_path / "one" / "serve_vllm.sh").read_text()

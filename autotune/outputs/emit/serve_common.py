@@ -239,4 +239,10 @@ def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[Engin
                      f"bash {script_name} (k = 0 .. nodes-1; the addresses of every node, node 0 first).")
     if len(slots) > 1:
         lines.append(f"Clients talk to the router on node 0, port {ROUTER_PORT}.")
+    if p.disaggregated and p.replicas > 1 and len({s.nodes[0] for s in slots}) > 1:
+        # the estimate prices a replica's KV hand-off over the link inside that replica; one router pairs any
+        # prefill server with any decode server, so most hand-offs cross replicas, and nodes
+        lines.append(f"NOTE: the router pairs any prefill server with any decode server of the {p.replicas} replicas, "
+                     "so a KV hand-off may cross nodes, over the network, where the estimate prices it inside one "
+                     "replica; to keep it there, run one router per replica, each listing only its replica's servers.")
     return lines
