@@ -301,3 +301,15 @@ def test_a_multi_node_disaggregated_script_says_its_router_crosses_replicas(tmp_
     assert "run one router per replica" in (tmp_path / "two" / "serve_vllm.sh").read_text()
     one = runner.invoke(app, ["emit", plan, *args, "--gpus", "8", "--out", str(tmp_path / "one")])
     assert one.exit_code == 0 and "one router per replica" not in (tmp_path / "one" / "serve_vllm.sh").read_text()
+
+
+def test_an_exact_and_a_sampled_search_report_the_same_space():
+    """An etp equal to tp and "etp as tp" are one plan: the exact enumeration counted them once, the samplers twice
+    (DeepSeek-V3 on 2,048 GPUs: 1,451,520 and 1,658,880), so a user could not tell whether they searched one space."""
+    import json
+
+    args = ["search", "-m", "mixtral-8x7b", "-H", "h100-sxm5-80gb", "--gpus", "64", "-s", "4096", "-b", "256",
+            "--top", "1", "--json"]
+    exact = json.loads(runner.invoke(app, [*args, "--sampler", "exact"]).stdout)["search"]["space_size"]
+    sampled = json.loads(runner.invoke(app, [*args, "--sampler", "random", "--trials", "20"]).stdout)["search"]
+    assert sampled["space_size"] == exact

@@ -431,6 +431,13 @@ class Enumeration:
 
 
 def space_size(choices: Mapping[str, tuple]) -> int:
+    """Distinct plans of the axes: as :func:`enumerate_valid` counts them (an etp equal to tp and "etp as tp" are one
+    plan), so an exact search and a sampled one report the same space (DeepSeek-V3 on 2,048 GPUs read 1,451,520
+    exact and 1,658,880 sampled)."""
+    if all(k in choices for k in LAYOUT_KEYS):
+        layouts = len(_product({k: choices[k] for k in LAYOUT_KEYS})["tp"])
+        rest = [len(v) for k, v in choices.items() if k not in LAYOUT_KEYS]
+        return int(layouts * np.prod(rest, dtype=np.float64))
     return int(np.prod([len(v) for v in choices.values()], dtype=np.float64))
 
 
