@@ -313,3 +313,18 @@ def test_an_exact_and_a_sampled_search_report_the_same_space():
     exact = json.loads(runner.invoke(app, [*args, "--sampler", "exact"]).stdout)["search"]["space_size"]
     sampled = json.loads(runner.invoke(app, [*args, "--sampler", "random", "--trials", "20"]).stdout)["search"]
     assert sampled["space_size"] == exact
+
+
+def test_explain_offers_a_disaggregated_plan_moves_at_its_gpu_count(tmp_path):
+    """Every pool step of 2P(TP2)+1D(TP4) on 8 GPUs changed the GPU count: 11 of 17 rows read "impossible"."""
+    import json
+
+    out = tmp_path / "r"
+    found = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus",
+                                "8", "--input-len", "2048", "--output-len", "256", "--request-rate", "8", "--fix",
+                                "mode=disagg", "--fix", "prefill_tp=2", "--fix", "decode_tp=4", "--out", str(out)])
+    assert found.exit_code == 0, found.output
+    steps = {s["change"]: s for s in json.loads(runner.invoke(app, ["explain", str(out), "--json"]).stdout)
+             ["sensitivity"]}
+    for change in ("prefill TP2 x2 -> TP1 x4", "decode TP4 x1 -> TP2 x2"):
+        assert steps[change]["fits"] and steps[change]["plan"] is not None, steps[change]

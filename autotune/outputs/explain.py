@@ -9,6 +9,7 @@ estimates each neighbour; a neighbour a validity rule forbids carries the rule.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -262,6 +263,25 @@ def _serving_moves(plan) -> list[tuple[str, str, dict[str, Any]]]:
                 if new >= 1:
                     out.append((f"{side}_workers", f"{side} workers {pool.workers} -> {new}",
                                 {f"{side}_workers": new}))
+            # the pool's GPUs as wider or narrower engines (TP2 x2 <-> TP4 x1): the same GPU count
+            if pool.tp % 2 == 0:
+                out.append((f"{side}_layout", f"{side} TP{pool.tp} x{pool.workers} -> TP{pool.tp // 2} "
+                            f"x{pool.workers * 2}", {f"{side}_tp": pool.tp // 2, f"{side}_workers": pool.workers * 2}))
+            if pool.workers % 2 == 0:
+                out.append((f"{side}_layout", f"{side} TP{pool.tp} x{pool.workers} -> TP{pool.tp * 2} "
+                            f"x{pool.workers // 2}", {f"{side}_tp": pool.tp * 2, f"{side}_workers": pool.workers // 2}))
+        # GPUs moved between the pools at the same GPU count (every other pool move changes it): the fewest whole
+        # workers of each side that hold the same GPUs, lcm(prefill GPUs, decode GPUs)
+        pre, dec = plan.prefill, plan.decode
+        size_p, size_d = pre.tp * pre.pp * pre.dp, dec.tp * dec.pp * dec.dp
+        shared = math.lcm(size_p, size_d)
+        k_p, k_d = shared // size_p, shared // size_d
+        for (from_p, to_p), (from_d, to_d), what in (
+                ((pre.workers, pre.workers - k_p), (dec.workers, dec.workers + k_d), "prefill to decode"),
+                ((pre.workers, pre.workers + k_p), (dec.workers, dec.workers - k_d), "decode to prefill")):
+            if to_p >= 1 and to_d >= 1:
+                out.append(("pool_balance", f"{shared} GPUs from {what}: {from_p}P+{from_d}D -> {to_p}P+{to_d}D",
+                            {"prefill_workers": to_p, "decode_workers": to_d}))
     else:
         for label, fields in _engine_moves("", plan.tp, plan.pp, plan.dp, plan.ep):
             out.append((label.split(" ")[0], label, fields))
