@@ -56,17 +56,24 @@ def test_a_users_own_block_fp8_config_is_not_split_below_its_blocks(tmp_path):
 
 
 def test_a_shared_expert_split_below_its_blocks_is_named():
-    """DeepSeek-V3's shared expert (2048 wide) over tp 32 leaves 64-wide slices of its 128-wide blocks."""
+    """DeepSeek-V3's shared expert (2048 wide) over tp 32 leaves 64-wide slices of its 128-wide blocks. Its dense
+    layers are taken out, so only the shared expert's width can misfit."""
+    import dataclasses
+
     import numpy as np
 
     from autotune.inputs.modelspec import load_model
-    from autotune.serving.space import _fp8_block_misfit
+    from autotune.serving.plan import parse_serve_plan
+    from autotune.serving.space import _fp8_block_misfit, reason_text
 
-    model = load_model("deepseek-v3")
+    full = load_model("deepseek-v3")
+    model = dataclasses.replace(full, moe=dataclasses.replace(full.moe, first_dense_layers=0))
     one = np.array([1])
-    assert model.moe.shared_expert_ffn_hidden_size == 2048
+    assert model.n_dense_layers == 0 and model.moe.shared_expert_ffn_hidden_size == 2048
     assert not _fp8_block_misfit(model, 16 * one, one, 16 * one, 128)[0]
     assert _fp8_block_misfit(model, 32 * one, one, 32 * one, 128)[0]
+    text = reason_text(15, parse_serve_plan("tp=32,ep=32,weights=fp8,kv=fp8,max_batch=64", 32), model)
+    assert "shared-expert width 2048/tp 32 = 64" in text, text
 
 
 TRAIN_70B = ["-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "64", "-b", "512"]
@@ -328,3 +335,63 @@ def test_explain_offers_a_disaggregated_plan_moves_at_its_gpu_count(tmp_path):
              ["sensitivity"]}
     for change in ("prefill TP2 x2 -> TP1 x4", "decode TP4 x1 -> TP2 x2"):
         assert steps[change]["fits"] and steps[change]["plan"] is not None, steps[change]
+
+
+
+def test_quoted_operators_are_arguments_and_unquoted_ones_need_a_shell():
+    """shlex.split dropped the quotes: --sep "|" was refused, 1>out.log and bench.py;cat passed."""
+    import pytest
+
+    from autotune.errors import InputError
+    from autotune.search.tune import parse_command
+
+    for quoted in ('python3 bench.py --sep "|"', "python3 bench.py --filter '>=1.0'", "python3 bench.py --tag '<x>'"):
+        parse_command(quoted, shell=False)
+    for bare in ("python3 bench.py 1>out.log", "python3 bench.py &>out.log", "python3 bench.py;cat x",
+                 "python3 bench.py $(cat args)", "python3 bench.py `cat args`"):
+        with pytest.raises(InputError, match="--shell"):
+            parse_command(bare, shell=False)
+
+
+def test_a_log_line_repeating_a_key_does_not_fail_the_trial(tmp_path):
+    import sys
+
+    from autotune.search.tune import run_benchmark
+
+    script = tmp_path / "bench.py"
+    script.write_text('print(\'{"tokens_per_s_per_gpu": 1000, "peak_memory_gib": 50}\')\n'
+                      'print(\'{"event": "done", "t": 1, "t": 2}\')\n')
+    measured = run_benchmark([sys.executable, str(script)], {"tp": 1}, timeout_s=30)
+    assert measured.status == "ok" and measured.tokens_per_s_per_gpu == 1000, measured
+
+
+def test_explain_compares_the_inputs_as_resolved(tmp_path):
+    """-H H100-SXM5-80GB (the same GPU) and the newest framework release by date were called replacements."""
+    out = tmp_path / "pj"
+    assert runner.invoke(app, ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b",
+                               "64", "--out", str(out)]).exit_code == 0
+    for same in (["-H", "H100-SXM5-80GB"], ["--gpus", "8"]):
+        assert "did not rank" not in runner.invoke(app, ["explain", str(out), *same]).output, same
+    other = runner.invoke(app, ["explain", str(out), "--framework", "megatron-lm@2024-01"])
+    assert "--framework megatron-lm" in other.output and "did not rank" in other.output
+
+
+def test_sglang_low_latency_deepep_holds_a_ranks_batch(tmp_path):
+    """DeepEP's low-latency dispatch asserts past SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 128): a
+    DEP8 engine at 2,048 sequences runs 256 a rank, and SGLang captures CUDA graphs of up to 512."""
+    args = ["-f", "sglang", "-m", "deepseek-v3", "-H", "h200-sxm-141gb", "--gpus", "8", "--checkpoint", "fp8",
+            "--input-len", "1024", "--output-len", "1024"]
+    result = runner.invoke(app, ["emit", "tp=1,dp=8,ep=8,weights=fp8,kv=fp8,max_batch=2048", *args, "--out",
+                                 str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    script = (tmp_path / "a" / "serve_sglang.sh").read_text()
+    assert "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK=512" in script and "--deepep-mode auto" in script
+
+
+def test_a_block_scale_of_two_widths_needs_whole_blocks_of_both(tmp_path):
+    """[64, 128] blocks: the down projection splits the FFN width along its inputs, checked against 128."""
+    from autotune.inputs.hf_config import fp8_weight_block
+
+    quant = {"quant_method": "fp8", "weight_block_size": [64, 128]}
+    assert fp8_weight_block({"quantization_config": quant}) == 128
+    assert fp8_weight_block({"quantization_config": {**quant, "weight_block_size": [128, 128]}}) == 128

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -963,9 +964,7 @@ def explain_command(
                              source=source, field="plans.plan") from None
         if plans is not None:
             _say_model_replaced(source, inputs, model, t.model)
-            _say_inputs_replaced(source, inputs, {"hardware": hardware, "gpus": gpus, "gpus_per_node": gpus_per_node,
-                                                  "seq_len": seq_len, "global_batch": global_batch,
-                                                  "framework": framework})
+            _say_inputs_replaced(source, inputs, t)
         found = explain(t.model, t.cluster, t.workload, chosen, framework=t.framework, memory_headroom=headroom)
         # a plan the framework cannot run is explained (the one-step changes show what would), but it is no plan:
         # the exit status says so, as predict's does
@@ -1017,12 +1016,30 @@ def _say_model_replaced(source: str, inputs: dict, model: str | None, explained:
                      highlight=False, soft_wrap=True)
 
 
-def _say_inputs_replaced(source: str, inputs: dict, given: dict) -> None:
-    """A note for each flag that replaced what a plans.json records (--seq-len, --global-batch, --gpus-per-node,
-    --hardware, --gpus, --framework): the plan is explained under inputs its search did not rank (a what-if, as
-    --model is; emit refuses them)."""
-    changed = [f"{('--' + key.replace('_', '-'))} {value} (searched: {inputs.get(key)})" for key, value in given.items()
-               if value is not None and str(value) != str(inputs.get(key))]
+def _say_inputs_replaced(source: str, inputs: dict, t) -> None:
+    """A note for each input a flag replaced of what a plans.json records (--seq-len, --global-batch, --gpus,
+    --gpus-per-node, --hardware, --framework), compared as resolved (-H H100-SXM5-80GB or the profile's own file is
+    the same GPU; megatron-lm@2025-09 the newest release): the plan is explained under inputs its search did not rank
+    (a what-if, as --model is; emit refuses them)."""
+    from ..inputs.framework import load_framework
+
+    embedded = inputs.get("hardware_profile")
+    searched_hw = embedded.get("name") if isinstance(embedded, dict) else inputs.get("hardware")
+    try:
+        recorded_fw = load_framework(inputs.get("framework"))
+        # the newest release resolves to no date: the same traits are the same framework
+        same_fw = (dataclasses.replace(recorded_fw, version="", date="")
+                   == dataclasses.replace(t.framework, version="", date=""))
+    except (InputError, ValueError, TypeError):
+        same_fw = inputs.get("framework") in (None, t.framework.name)
+    pairs = (("--hardware", t.cluster.hardware.name, searched_hw), ("--gpus", t.cluster.n_gpus, inputs.get("gpus")),
+             ("--gpus-per-node", t.cluster.gpus_per_node, inputs.get("gpus_per_node")),
+             ("--seq-len", t.workload.seq_len, inputs.get("seq_len")),
+             ("--global-batch", t.workload.global_batch, inputs.get("global_batch")))
+    changed = [f"{flag} {now} (searched: {then})" for flag, now, then in pairs
+               if then is not None and str(now) != str(then)]
+    if not same_fw:
+        changed.append(f"--framework {t.framework.label} (searched: {inputs.get('framework')})")
     if changed:
         stderr.print(f"[yellow]note:[/] {escape(source)}'s plan is explained under {', '.join(changed)}, which its "
                      "search did not rank.", highlight=False, soft_wrap=True)

@@ -26,6 +26,8 @@ Vision towers of multimodal wrappers (``vision_config``) are not counted either.
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path, PurePosixPath
 
 from ..errors import InputError, require_keys
@@ -644,8 +646,8 @@ def unplanned_quantization(config: dict, *, source: str = "config.json") -> str 
 
 def fp8_weight_block(config: dict, *, source: str = "config.json") -> int | None:
     """The scale block of an FP8 checkpoint's weights: ``quantization_config.weight_block_size`` ([128, 128] in
-    DeepSeek-V3's and Qwen3's -FP8 exports; its first entry is the output width each scale covers, what a split
-    must keep whole); None where the config states no fp8 quantization or no blocks (per-tensor or per-channel
+    DeepSeek-V3's and Qwen3's -FP8 exports: a scale per 128 outputs by 128 inputs; the width a split must keep whole
+    is a multiple of both); None where the config states no fp8 quantization or no blocks (per-tensor or per-channel
     scales).  A malformed one is refused, naming the field."""
     quant, field = config.get("quantization_config"), "quantization_config"
     if quant is None and isinstance(config.get("text_config"), dict):
@@ -660,7 +662,9 @@ def fp8_weight_block(config: dict, *, source: str = "config.json") -> int | None
         raise InputError(f"must be two whole numbers from 1 to 4096 (the rows and columns a weight scale covers, "
                          f"e.g. [128, 128]), but got (weight_block_size={block!r})", source=source,
                          field=f"{field}.weight_block_size")
-    return int(block[0])
+    # vLLM checks a column-parallel slice (gate/up outputs) against block[0] and a row-parallel one (down's inputs,
+    # the same FFN width) against block[1] (validate_fp8_block_shape): a slice must hold whole blocks of both
+    return math.lcm(int(block[0]), int(block[1]))
 
 
 # compressed-tensors weights (num_bits, type) -> the scheme serving.checkpoint names

@@ -67,8 +67,9 @@ def _remedy(reason: str, problem: TrainingProblem) -> str:
         REASONS[7]: "vp > 1 needs pp > 1",
         REASONS[8]: "sequence parallelism needs tp > 1",
         REASONS[9]: f"cp must leave 2*cp dividing the sequence ({workload.seq_len})",
-        REASONS[SP_SEQUENCE]: (f"with sequence parallelism cp*tp must divide the sequence ({workload.seq_len}): use a "
-                               "--seq-len that is a multiple of a power of two (e.g. 8192), or sp=false"),
+        REASONS[SP_SEQUENCE]: (f"with sequence parallelism cp*tp must divide the sequence ({workload.seq_len}, whose "
+                               f"largest power-of-two divisor is {workload.seq_len & -workload.seq_len}): use tp*cp up "
+                               f"to that, or a --seq-len that 8 divides (e.g. {-(-workload.seq_len // 8) * 8})"),
         REASONS[10]: "ep must divide the expert count",
         REASONS[11]: "etp*ep must divide tp*cp*dp: lower ep or etp (etp=1 lets EP span the TP ranks), or raise the GPU count",
         REASONS[12]: "a dense model needs ep=1",

@@ -97,7 +97,25 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-SHELL_OPERATORS = frozenset({"|", "||", "&&", "&", ";", ";;", "|&"})
+SHELL_PUNCTUATION = frozenset("();<>|&")
+
+
+def _shell_operator(run: str) -> str | None:
+    """The first unquoted shell operator of ``run`` (a pipe, a redirection such as ``>``, ``1>``, ``&>``, a ``;``
+    or ``&&``, a subshell ``$(...)`` or a backquote), None when there is none.  Quoted text is an argument:
+    ``--sep "|"`` passes a bar to the benchmark, as a shell would."""
+    lexer = shlex.shlex(run, posix=False, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:
+        return None  # unbalanced quotes: shlex.split has said so already
+    for token in tokens:
+        if token[:1] in ("'", '"'):
+            continue
+        if set(token) <= SHELL_PUNCTUATION or "`" in token or "$(" in token:
+            return token
+    return None
 
 
 class _RepeatedKey(ValueError):
@@ -128,7 +146,7 @@ def parse_command(run: str, shell: bool) -> list[str] | str:
     if not argv:
         raise InputError("is empty after splitting", field="--run")
     # without a shell an operator is an argument: 'bench.py | tee log' would run bench.py with '|' 'tee' 'log'
-    operator = next((a for a in argv if a in SHELL_OPERATORS or a.startswith(("2>", ">", "<"))), None)
+    operator = _shell_operator(run)
     if operator is not None:
         raise InputError(f"holds the shell operator {operator!r}, which only a shell runs (without one the benchmark "
                          "would get it as an argument); pass --shell, or leave the operator out", field="--run")
@@ -167,6 +185,12 @@ def _last_json_line(text: str) -> Any:
             try:
                 data = _result_json(line)
             except json.JSONDecodeError:
+                continue
+            except _RepeatedKey:
+                # a log line may repeat a key; a result line may not (its value would be the last one's)
+                plain = json.loads(line)
+                if isinstance(plain, dict) and ("tokens_per_s_per_gpu" in plain or "oom" in plain):
+                    raise
                 continue
             if isinstance(data, dict) and ("tokens_per_s_per_gpu" in data or "oom" in data):
                 return data

@@ -81,6 +81,7 @@ def quantization_flags(ctx: ServeContext) -> tuple[list[shell.Group], str]:
 
 
 DEEPEP_MODES = {"engine": "auto", "prefill": "normal", "decode": "low_latency"}
+DEEPEP_LL_MAX_TOKENS = 1024  # DeepEP's internode low-latency kernels count a rank pair's tokens below 1,024
 
 
 def bootstrap_port(slot: EngineSlot, slots: list[EngineSlot]) -> int:
@@ -90,7 +91,21 @@ def bootstrap_port(slot: EngineSlot, slots: list[EngineSlot]) -> int:
 
 def sglang_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[EngineSlot]) -> list[shell.Group]:
     p, pool = ctx.plan, slot.pool
-    groups: list[shell.Group] = [("python", "-m", "sglang.launch_server"), ("--model-path", shell.Raw('"$MODEL"'))]
+    groups: list[shell.Group] = []
+    deepep = ctx.model.is_moe and pool.ep > 1 and pool.dp > 1 and pool.ep == pool.tp * pool.dp
+    mode = DEEPEP_MODES[slot.role]
+    if deepep and mode != "normal":
+        # DeepEP's low-latency dispatch holds at most SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK tokens a rank
+        # (default 128) and asserts past it; a rank's decode batch and SGLang's CUDA-graph capture (up to 512
+        # sequences a rank) must fit. Its internode kernels stop at 1,024: a larger batch a rank runs the normal
+        # kernels (without CUDA graphs) instead
+        per_rank = -(-p.max_batch // pool.dp)
+        if per_rank > DEEPEP_LL_MAX_TOKENS:
+            mode = "normal"
+        else:
+            tokens = min(DEEPEP_LL_MAX_TOKENS, max(512, -(-per_rank // 128) * 128))
+            groups.append((shell.Raw(f"SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK={tokens}"),))
+    groups += [("python", "-m", "sglang.launch_server"), ("--model-path", shell.Raw('"$MODEL"'))]
     if ctx.model.is_moe and pool.dp > 1:
         groups.append(("--tp-size", pool.tp * pool.dp))
         groups.append(("--attn-dp-size", pool.dp))
@@ -106,12 +121,12 @@ def sglang_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[E
         if redundant:  # ep does not divide the experts: EPLB fills each rank with copies of the busiest ones
             groups.append(("--enable-eplb",))
             groups.append(("--ep-num-redundant-experts", redundant))
-        if pool.dp > 1 and pool.ep == pool.tp * pool.dp:
+        if deepep:
             # the estimate prices DeepEP's dispatch (a token sent once to each rank holding its experts, fp8) and
             # combine; SGLang's default backend gathers every token to every rank. DeepEP sets ep to the engine's
             # tp size, which this is; normal kernels for prefill, low-latency ones for decode, auto for both
             groups.append(("--moe-a2a-backend", "deepep"))
-            groups.append(("--deepep-mode", DEEPEP_MODES[slot.role]))
+            groups.append(("--deepep-mode", mode))
     groups += quantization_flags(ctx)[0]
     groups.append(("--kv-cache-dtype", "fp8_e4m3" if p.kv == "fp8" else "auto"))
     groups.append(("--max-running-requests", p.max_batch))
