@@ -24,8 +24,7 @@ Per engine, in steady state:
   (``TPOT = t_dec / (1 - ρ)``, with ρ the other users' share of a user's decoding time in a closed loop, and
   at most one token budget's prefill a token where prefill chunks ride in decode steps); prefill waits in a
   G/D/c queue (Sakasegawa's approximation, M/D/1 of DistServe for one server) and the scheduler's pick-up
-  delay; requests beyond the KV cache or the engine's batch limit wait for a slot (under a request rate, a G/D/c
-  queue on the slots).  A share of a closed loop
+  delay; requests beyond the KV cache or the engine's batch limit wait for a slot.  A share of a closed loop
   runs in synchronised waves instead (clients of equal lengths finish and return together): a wave's prefill
   splits between its prompts' TTFT and their TPOT.
 * **Disaggregated** plans: prefill engines and decode engines, each with their own layout; TPOT is the
@@ -553,14 +552,7 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         nd_o = np.minimum(hi, lam_o * Om1 * tpot_open(hi)[0])
         tpot_o, t_dec_o = tpot_open(nd_o)
         stable = (rho_o < 0.999) & (lam_o * Om1 * tpot_o <= cap * 1.0001)
-        # a request that finds every decode slot taken (the KV pool's or the batch limit's ``cap``) waits for one:
-        # cap slots, each held for a decode phase (Om1 TPOT), Poisson arrivals, a G/D/c queue as the prefill's.
-        # Negligible while slots are free, the dominant term as they fill: 8 slots 82% busy, 2.9 s each, wait
-        # about 0.55 s (88% busy: 1 s), where TTFT had stayed at its idle value up to the capacity and then jumped
-        # to unbounded
-        slot_wait_s = _wq_gdc(Om1 * tpot_o, nd_o / cap, cap, 1.0)
-        ttft_o = np.where(stable, ttft_parts(t_dec_o, rho_o, 1.0) + balance_s(nd_o, lam_o, tpot_o) + slot_wait_s,
-                          np.inf)
+        ttft_o = np.where(stable, ttft_parts(t_dec_o, rho_o, 1.0) + balance_s(nd_o, lam_o, tpot_o), np.inf)
     else:
         nd_o, tpot_o, t_dec_o, ttft_o, stable = nd, tpot_c, t_dec_c, ttft_c, np.ones(n, bool)
 
