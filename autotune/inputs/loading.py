@@ -131,9 +131,18 @@ def _load_yaml(text: str, *, source: str) -> Any:
         loader.dispose()
 
 
+def repeated_key(pairs: list[tuple[str, Any]]) -> str | None:
+    """The first key a JSON object states twice (``json`` would keep the last, silently); None if none is."""
+    seen: set = set()
+    for key, _ in pairs:
+        if key in seen:
+            return key
+        seen.add(key)
+    return None
+
+
 def _no_duplicate_pairs(pairs: list[tuple[str, Any]]) -> dict:
-    keys = [k for k, _ in pairs]
-    twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    twice = repeated_key(pairs)
     if twice is not None:
         raise InputError(f"holds the key {twice!r} twice in one object, and JSON keeps only the last; keep one",
                          field=twice)

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..inputs.hardware import MEASURED_MEMORY_MARGIN
-from ..inputs.loading import is_finite_number
+from ..inputs.loading import is_finite_number, repeated_key
 from ..training.plan import PLAN_KEYS, canonical_fields
 from ..training.problem import TrainingProblem
 from ..training.validation import throughput_ceiling
@@ -123,8 +123,7 @@ class _RepeatedKey(ValueError):
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
-    keys = [k for k, _ in pairs]
-    twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    twice = repeated_key(pairs)
     if twice is not None:
         raise _RepeatedKey(twice)
     return dict(pairs)

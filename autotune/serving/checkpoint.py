@@ -194,21 +194,14 @@ def fp8_scale_block(model) -> int | None:
     its architecture (``fp8_block_of``)."""
     from pathlib import Path
 
+    from ..inputs import loading
     from ..inputs.catalogue import fp8_block_of
+    from ..inputs.hf_config import fp8_weight_block
 
     path = Path(model.source) if model.source and len(model.source) < 4096 else None
     if path is not None and path.suffix == ".json" and path.is_file():
-        return _config_fp8_block(str(path))
+        return fp8_weight_block(loading.read_mapping(path), source=str(path))
     return fp8_block_of(model.name)
-
-
-def _config_fp8_block(path: str) -> int | None:
-    from pathlib import Path
-
-    from ..inputs import loading
-    from ..inputs.hf_config import fp8_weight_block
-
-    return fp8_weight_block(loading.read_mapping(Path(path)), source=path)
 
 
 def _stated_quantization(model_name: str) -> tuple[str | None, str | None] | None:
