@@ -375,3 +375,17 @@ def test_a_block_scale_of_two_widths_needs_whole_blocks_of_both(tmp_path):
     quant = {"quant_method": "fp8", "weight_block_size": [64, 128]}
     assert fp8_weight_block({"quantization_config": quant}) == 128
     assert fp8_weight_block({"quantization_config": {**quant, "weight_block_size": [128, 128]}}) == 128
+
+
+def test_a_plan_with_no_room_for_one_sequence_states_no_batch():
+    """predict on weights that fill the engine's budget printed "batch 1.0 per replica (KV budget fits 0)": the
+    solver's floor of one sequence, which no engine could run."""
+    args = ["predict", "--workload", "serve", "-m", "llama3-70b", "-H", "h100-sxm5-80gb", "--gpus", "2",
+            "--input-len", "2048", "--output-len", "256"]
+    refused = runner.invoke(app, [*args, "-p", "tp=1,replicas=2,max_batch=64"])
+    assert refused.exit_code == 1, refused.output
+    assert "no batch per replica (the KV budget holds no sequence)" in refused.output
+    assert "batch 1.0" not in refused.output
+    fits = runner.invoke(app, [*args, "-p", "tp=2,max_batch=8"])
+    assert fits.exit_code == 0, fits.output
+    assert "per replica (the KV budget holds " in fits.output and " at full length)" in fits.output

@@ -845,8 +845,7 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
                 if "decode_memory_gib_per_gpu" in e and "prefill_memory_gib_per_gpu" in e else "")
     stdout.print(f"{num(e['output_tokens_per_s'], ',.0f')} output tokens/s ({num(e['output_tokens_per_s_per_gpu'], ',.0f')} "
                  f"per GPU, {e['tokens_per_s_per_user']:,.1f} per user); TTFT {tables.latency_text(e['ttft_ms'])}, TPOT "
-                 f"{tables.latency_text(e['tpot_ms'], 1)}; batch {num(e['batch'], '.1f')} per replica (KV budget fits "
-                 f"{e['max_batch_fit']}); memory {e['memory_gib_per_gpu']:.1f} GiB per GPU of the engine's "
+                 f"{tables.latency_text(e['tpot_ms'], 1)}; {batch_text(e['batch'], e['max_batch_fit'])}; memory {e['memory_gib_per_gpu']:.1f} GiB per GPU of the engine's "
                  f"{e['memory_budget_gib']:.1f} ({flag}){parts_of}: weights {mem['weights']:.1f}, KV {mem['kv_cache']:.1f} "
                  f"(pool {mem['kv_pool']:.1f}), activations {mem['activations']:.1f}, CUDA graphs "
                  f"{mem['cuda_graphs']:.1f}, runtime {mem['runtime']:.1f}.", highlight=False, soft_wrap=True)
@@ -863,6 +862,15 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     elif e.get("misses"):
         stdout.print(f"[bold yellow]misses[/]: {e['misses']}", highlight=False)
     _exit_unless_fits(e)
+
+
+def batch_text(batch: float | None, fit: int) -> str:
+    """The running batch beside what the KV budget holds at full length.  The engines admit on a share of the
+    output (they allocate blocks as tokens come), so the mean batch may pass the full-length count; with no room
+    for one sequence there is no batch to state (the solver's floor of one is not one the engine could run)."""
+    if not fit:
+        return "no batch per replica (the KV budget holds no sequence)"
+    return f"batch {tables.number_text(batch, '.1f')} per replica (the KV budget holds {fit} at full length)"
 
 
 def memory_flag_text(flags: dict) -> str:
