@@ -389,3 +389,22 @@ def test_a_plan_with_no_room_for_one_sequence_states_no_batch():
     fits = runner.invoke(app, [*args, "-p", "tp=2,max_batch=8"])
     assert fits.exit_code == 0, fits.output
     assert "per replica (the KV budget holds " in fits.output and " at full length)" in fits.output
+
+
+def test_sglang_expert_parallelism_narrower_than_the_engine_is_priced_as_the_gather_it_launches():
+    """SGLang's DeepEP needs ep = tp*dp; a plan with ep = tp and attention DP launches the default backend, which
+    gathers every token to every GPU, but was priced with DeepEP's once-per-rank dispatch."""
+    args = ["predict", "--workload", "serve", "-m", "deepseek-v3", "-H", "h200-sxm-141gb", "--gpus", "16",
+            "--input-len", "1024", "--output-len", "1024", "--concurrency", "256", "--json"]
+
+    def tpot(engine, ep):
+        import json
+        result = runner.invoke(app, [*args, "--engine", engine, "-p", f"tp=8,dp=2,ep={ep},weights=fp8"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["estimate"]["tpot_ms"]
+
+    from autotune.serving.engines import DEFAULTS
+    assert DEFAULTS["sglang"].gathers(8, 2, 8) == 1.0 and DEFAULTS["sglang"].gathers(8, 2, 16) == 0.0
+    assert DEFAULTS["trtllm"].gathers(8, 2, 8) == 0.0
+    # the gather moves 16 copies of each token where DeepEP's dispatch moves about 7 (8 ranks of 2 GPUs, top-8)
+    assert tpot("sglang", 8) > 1.1 * tpot("sglang", 16)

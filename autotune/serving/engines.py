@@ -71,6 +71,15 @@ class EngineDefaults:
     # waits until every rank has one, for at most this many iterations since the last context release
     # (tensorrt_llm/_torch/pyexecutor, _balance_adp_requests). 0: no such wait.
     adp_balance_timeout_iters: float = 0.0
+    # the MoE dispatch sends a token once per rank holding its experts (DeepEP) only when expert parallelism spans
+    # the whole attention-DP engine (ep = tp*dp): SGLang's --moe-a2a-backend deepep sets ep to the engine's size,
+    # and below it the default backend gathers every token to every GPU (and reduce-scatters the result back)
+    dedup_needs_full_ep: bool = False
+
+    def gathers(self, tp, dp, ep):
+        """1.0 where the MoE dispatch of an attention-DP pool gathers every token to every GPU, else 0.0."""
+        full = np.asarray(ep) >= np.asarray(tp) * np.asarray(dp)
+        return np.where(self.dedup_needs_full_ep & ~full, 1.0, 0.0)
 
     def chunk_tokens(self, memory_gib: float) -> float:
         """Prefill token budget per step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size,
@@ -100,7 +109,8 @@ class EngineDefaults:
 
 DEFAULTS: Mapping[str, EngineDefaults] = {
     "vllm": EngineDefaults("vllm", "--gpu-memory-utilization", 0.92, True, adp_lockstep=True),
-    "sglang": EngineDefaults("sglang", "--mem-fraction-static", None, False, adp_lockstep=True),
+    "sglang": EngineDefaults("sglang", "--mem-fraction-static", None, False, adp_lockstep=True,
+                             dedup_needs_full_ep=True),
     "trtllm": EngineDefaults("trtllm", "kv_cache_config.free_gpu_memory_fraction", 0.90, True,
                              adp_balance_timeout_iters=60.0),
 }

@@ -192,9 +192,10 @@ def _overhead_factor(g, p):
     return np.where(g["blackwell"] > 0, 1.0, p.older_overhead)
 
 
-def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep):
+def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep, gather=0.0):
     """Seconds of one decode round of an engine: each of its ``dp`` ranks advances ``b`` sequences
-    (mean context ``ctx``) by one token, through ``pp`` stages."""
+    (mean context ``ctx``) by one token, through ``pp`` stages.  ``gather`` 1: the MoE dispatch sends every token to
+    every GPU (``engines.EngineDefaults.gathers``), not once per rank holding its experts."""
     G = tp * dp
     micro = np.clip(b, 1.0, pp)
     bm = b / micro
@@ -231,8 +232,8 @@ def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep):
     # the DeepEP dispatch, sglang/srt/layers/communicator.py); TensorRT-LLM's attention DP has tp 1; vLLM's
     # DP x TP with expert parallelism is taken to split its tokens the same way (not checked against its code).
     t_ar = 2.0 * a["L"] / pp * _allreduce_s(bm * a["h"] * ACTIVATION_BYTES, tp, g, p)
-    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm / tp * dispatch_copies(a, G, ep) * a["h"] * 1.5,
-                                                                  G, g, p), 0.0)
+    copies = np.where(np.asarray(gather) > 0, G, dispatch_copies(a, G, ep))
+    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm / tp * copies * a["h"] * 1.5, G, g, p), 0.0)
     f = _overhead_factor(g, p)
     attn_layers = a["n_full"] + a["n_swa"] + a["n_lin"]
     stage = t_gemm + t_attn + t_ar + t_a2a + (p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]
@@ -242,10 +243,11 @@ def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep):
     return pp * stage + send + (p.step_us * micro + p.seq_us * b) * 1e-6 * f
 
 
-def prefill_s(a, q, g, p, n, tp, pp, dp, ep, chunk, *, seqs=1.0, moe_share=1.0):
+def prefill_s(a, q, g, p, n, tp, pp, dp, ep, chunk, *, seqs=1.0, moe_share=1.0, gather=0.0):
     """Seconds to prefill ``n`` prompt tokens (``seqs`` prompts of ``n/seqs`` tokens) on one attention
     rank (``tp`` GPUs per stage, stages in turn); routed experts run on the engine's ``tp*dp`` GPUs,
-    ``moe_share`` times slower when the other attention-DP ranks prefill at the same time."""
+    ``moe_share`` times slower when the other attention-DP ranks prefill at the same time; ``gather`` as in
+    ``decode_step_s``."""
     G = tp * dp
     eff = lambda c: p.gemm * np.where(q[f"fp4_{c}"] > 0, p.fp4_gemm, 1.0)  # noqa: E731
     t_lin = (2.0 * n * a["P_attn"] / tp / (q["pk_attn"] * eff("attn"))
@@ -265,8 +267,8 @@ def prefill_s(a, q, g, p, n, tp, pp, dp, ep, chunk, *, seqs=1.0, moe_share=1.0):
     t_w = chunks * w / (g["hbm"] * p.weight_bandwidth)
     t_comp = np.maximum(t_lin + t_exp, t_w) + t_att
     t_ar = 2.0 * a["L"] * _allreduce_s(n * a["h"] * ACTIVATION_BYTES, tp, g, p)
-    t_a2a = np.where(dp > 1, a["n_moe"] * 2.0 * _alltoall_s(n / tp * dispatch_copies(a, G, ep) * a["h"] * 1.5, G, g, p),
-                     0.0)
+    copies = np.where(np.asarray(gather) > 0, G, dispatch_copies(a, G, ep))
+    t_a2a = np.where(dp > 1, a["n_moe"] * 2.0 * _alltoall_s(n / tp * copies * a["h"] * 1.5, G, g, p), 0.0)
     send = np.where(pp > 1, (pp - 1.0) * (g["nvlink_lat"] + n * a["h"] * ACTIVATION_BYTES / g["nvlink"]), 0.0)
     t_fix = chunks * (p.step_us + p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]) * 1e-6 * _overhead_factor(g, p)
     return t_comp + t_ar + t_a2a + send + t_fix
@@ -344,6 +346,8 @@ class Rows:
     lockstep: Any  # attention-DP ranks step in lockstep (engines.EngineDefaults.adp_lockstep), 0/1
     balance_iters: Any  # attention-DP balance timeout, iterations (engines.EngineDefaults.adp_balance_timeout_iters); 0: none
     n: int
+    p_gather: Any = 0.0  # 1: the pool's MoE dispatch gathers every token to every GPU (engines.EngineDefaults.gathers)
+    d_gather: Any = 0.0
 
 
 def kv_seq_bytes(r: Rows, tokens):
@@ -361,8 +365,8 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     d_ranks = r.d_workers * r.d_dp * ones
     servers = r.p_workers * r.p_dp * r.p_pp * ones  # prompts in prefill at once (pipeline stages overlap)
     chunk = np.asarray(r.chunk, float) * ones
-    S_alone = prefill_s(a, q, g, p, I, r.p_tp, r.p_pp, r.p_dp, r.p_ep, chunk)
-    S_busy = prefill_s(a, q, g, p, I, r.p_tp, r.p_pp, r.p_dp, r.p_ep, chunk, moe_share=r.p_dp)
+    S_alone = prefill_s(a, q, g, p, I, r.p_tp, r.p_pp, r.p_dp, r.p_ep, chunk, gather=r.p_gather)
+    S_busy = prefill_s(a, q, g, p, I, r.p_tp, r.p_pp, r.p_dp, r.p_ep, chunk, moe_share=r.p_dp, gather=r.p_gather)
     ctx = I + O / 2.0
     # admission: sequences the KV pool holds per decode rank (a sequence reserves its prompt and a
     # share of its output), capped by the engine's batch limit
@@ -383,7 +387,7 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
 
     def t_dec_of(nd):
         b = np.maximum(nd / d_ranks, 1e-9)
-        t = decode_step_s(a, q, g, p, np.maximum(b, 1.0), ctx, r.d_tp, r.d_pp, r.d_dp, r.d_ep)
+        t = decode_step_s(a, q, g, p, np.maximum(b, 1.0), ctx, r.d_tp, r.d_pp, r.d_dp, r.d_ep, r.d_gather)
         return t + np.where(dis, p.transfer_poll_us * 1e-6 * _overhead_factor(g, p), 0.0)
 
     def prefill_at(rho):  # a prompt's prefill when a share rho of the other DP ranks prefill with it
@@ -442,7 +446,7 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     # engine that prefills apart from decodes (SGLang) runs the queue first.
     # (shorter prompts than the budget: one prefill of budget/I of them, the weights streamed once)
     S_budget = prefill_s(a, q, g, p, np.maximum(chunk, I), r.p_tp, r.p_pp, r.p_dp, r.p_ep, chunk,
-                         seqs=np.maximum(chunk / np.maximum(I, 1.0), 1.0), moe_share=r.p_dp)
+                         seqs=np.maximum(chunk / np.maximum(I, 1.0), 1.0), moe_share=r.p_dp, gather=r.p_gather)
     cap_wait = np.where(mixed > 0, np.where(I >= chunk, S_busy * chunk / np.maximum(I, 1.0), S_budget), np.inf)
     # A closed loop's users: a user's own next prompt waits for its reply, so its tokens wait for the others'
     # prompts only. The others prefill a share rho (C-1)/(C-rho) of the time the user decodes (their share of
@@ -500,7 +504,7 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     per_step = np.clip(chunk / np.maximum(I, 1.0), 1.0, k_wave)
     steps = k_wave / per_step
     S_step = prefill_s(a, q, g, p, per_step * I, r.p_tp, r.p_pp, r.p_dp, r.p_ep, chunk, seqs=per_step,
-                       moe_share=r.p_dp)
+                       moe_share=r.p_dp, gather=r.p_gather)
     t_dec_wave = t_dec_of(C_eff)
     # The k-th prompt from a wave's end waits for the k prefill steps after its own: all of them before its next
     # token when prefill runs apart from decodes (mean (steps-1)/2), one per decoded token on a mixed engine,
@@ -719,7 +723,8 @@ def plan_rows(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans
                 C=(workload.concurrency or 0) / replicas, lam=(workload.request_rate or 0.0) / replicas,
                 chunk=d.prefill_chunk(cluster.hardware.memory_gib, f("p_dp")), mixed=float(d.mixed_prefill), limit=per_rank_limit,
                 kv_pool=mem.kv_pool, n=len(plans), lockstep=float(d.adp_lockstep),
-                balance_iters=float(d.adp_balance_timeout_iters))
+                balance_iters=float(d.adp_balance_timeout_iters),
+                p_gather=d.gathers(plans.p_tp, plans.p_dp, plans.p_ep), d_gather=d.gathers(plans.d_tp, plans.d_dp, plans.d_ep))
 
 
 def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans: ServePlanBatch,

@@ -103,7 +103,9 @@ def silicon_rows(rows: Sequence[SiliconRow]) -> Rows:
                 lam=np.zeros(len(rows)), chunk=np.array([f.prefill_chunk(m, dp) for f, m, dp in zip(fam, mem_gib, p["p_dp"])]),
                 mixed=np.array([float(f.mixed_prefill) for f in fam]),
                 limit=limit, kv_pool=pools, n=len(rows), lockstep=np.array([float(f.adp_lockstep) for f in fam]),
-                balance_iters=np.array([f.adp_balance_timeout_iters for f in fam]))
+                balance_iters=np.array([f.adp_balance_timeout_iters for f in fam]),
+                p_gather=np.array([float(f.gathers(tp, dp, ep)) for f, tp, dp, ep in zip(fam, p["p_tp"], p["p_dp"], p["p_ep"])]),
+                d_gather=np.array([float(f.gathers(tp, dp, ep)) for f, tp, dp, ep in zip(fam, d["d_tp"], d["d_dp"], d["d_ep"])]))
 
 
 def predict_silicon(rows: Sequence[SiliconRow], params: Mapping[str, ServingParams],
