@@ -328,10 +328,12 @@ def _calibrate_serving(path: Path, out: Path, *, json_out: bool, silicon: bool, 
                                     as_json=out.suffix.lower() == ".json")
     _write_overlay(out, lambda target: target.write_text(text))
     n_params = fitted_parameter_count(sorted(result.table), silicon=silicon)
+    near = ("the documented defaults (this is the bundled data the shipped fit was made from)"
+            if result.anchor == "defaults" else "the shipped fit")
     if result.rows < n_params:
-        # not an error: the fit pulls every parameter towards its default, so it still gives an overlay
+        # not an error: the fit pulls every parameter towards its anchor, so it still gives an overlay
         stderr.print(f"note: {escape(str(path))}: {result.rows} expressed row(s) for {n_params} fitted parameters; "
-                     "the parameters these rows cannot identify stay near their defaults (add rows of more models, "
+                     f"the parameters these rows cannot identify stay near {near} (add rows of more models, "
                      "GPUs, lengths and concurrencies for a fit that means more)", highlight=False, soft_wrap=True)
     if json_out:
         print_json({"schema": "serving-calibration", "engines": {e: p.as_dict() for e, p in result.table.items()},
@@ -353,4 +355,5 @@ def _calibrate_serving(path: Path, out: Path, *, json_out: bool, silicon: bool, 
     stdout.print(table)
     for line in result.lines():
         stdout.print(line, highlight=False, soft_wrap=True)
+    stdout.print(f"Parameters the rows do not identify stay near {near}.", highlight=False, soft_wrap=True)
     stdout.print(f"Wrote {out}; apply it with --calibration {out}.", highlight=False)

@@ -555,8 +555,10 @@ def fit_table(residuals: Callable[[dict[str, ServingParams]], np.ndarray], engin
 
 
 def fit_silicon(rows: Sequence[SiliconRow], start: Mapping[str, ServingParams] | None = None,
-                max_nfev: int = 200) -> dict[str, ServingParams]:
-    """Fit the per-engine and shared parameters on silicon rows (relative errors of TTFT and TPOT)."""
+                max_nfev: int = 200, prior: Mapping[str, ServingParams] | None = None) -> dict[str, ServingParams]:
+    """Fit the per-engine and shared parameters on silicon rows (relative errors of TTFT and TPOT).  ``prior``: the
+    values a parameter the rows cannot identify stays near, per engine (None: the documented defaults, ``PRIOR``);
+    the fit starts from ``start``, else from the prior."""
     from .calibrated import PRIOR
 
     engines = sorted({r.engine for r in rows})
@@ -564,8 +566,8 @@ def fit_silicon(rows: Sequence[SiliconRow], start: Mapping[str, ServingParams] |
     keys = [r.engine for r in rows]
     mt = np.array([r.measured_ttft_ms for r in rows])
     ms = np.array([r.measured_tpot_ms for r in rows])
-    prior = {e: PRIOR for e in engines}
-    start = {e: (start or {}).get(e, PRIOR) for e in engines}
+    prior = {e: (prior or {}).get(e, PRIOR) for e in engines}
+    start = {e: (start or {}).get(e, prior[e]) for e in engines}
 
     def residuals(table):
         res = solve(built, stack_params(table, keys))
@@ -586,16 +588,17 @@ def fitted_parameter_count(engines: Sequence[str], *, silicon: bool) -> int:
 
 def fit_runs(runs: Sequence[ServingRun], hardware_loader: Callable[[str], Hardware],
              datasets: Mapping[str, str] | None = None, start: Mapping[str, ServingParams] | None = None,
-             max_nfev: int = 200) -> dict[str, ServingParams]:
+             max_nfev: int = 200, prior: Mapping[str, ServingParams] | None = None) -> dict[str, ServingParams]:
     """Fit per legacy engine release on serving_runs.csv rows (throughput, single-request TTFT, ITL;
     relative errors).  The releases' engine properties (KV re-reads) stay as set; TensorRT-LLM's
-    guaranteed-no-evict scheduler reserves a request's whole output (kv_reserve 1)."""
+    guaranteed-no-evict scheduler reserves a request's whole output (kv_reserve 1).  ``prior`` as for
+    ``fit_silicon``."""
     from .calibrated import PRIOR, engine_properties
 
     lb = _legacy_batch(runs, hardware_loader, datasets)
     keys = [legacy_engine(r.engine) for r in lb.runs]
     engines = sorted(set(keys))
-    base = {e: PRIOR.replace(**engine_properties(e), kv_reserve=1.0) for e in engines}
+    base = {e: (prior or {}).get(e, PRIOR).replace(**engine_properties(e), kv_reserve=1.0) for e in engines}
     start = {e: (start or {}).get(e, base[e]) for e in engines}
     meas_thr = np.array([r.measured_tokens_per_s_per_gpu or np.nan for r in lb.runs])
     meas_ttft = np.array([r.measured_ttft_ms if r.kind in ("prefill", "rate", "concurrency") and r.measured_ttft_ms else np.nan
@@ -618,7 +621,8 @@ def fit_runs(runs: Sequence[ServingRun], hardware_loader: Callable[[str], Hardwa
 
 
 def leave_one_model_out(rows: Sequence[SiliconRow], max_nfev: int = 200,
-                        progress: Callable[[str], None] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+                        progress: Callable[[str], None] | None = None,
+                        prior: Mapping[str, ServingParams] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """For each model (``hf_model_id``): refit on every other model's rows, predict the held-out rows.
     Returns {model id: (predicted TTFT ms, predicted TPOT ms)} in the order of that model's rows."""
     out = {}
@@ -627,10 +631,10 @@ def leave_one_model_out(rows: Sequence[SiliconRow], max_nfev: int = 200,
             progress(model)
         train = [r for r in rows if r.hf_model_id != model]
         test = [r for r in rows if r.hf_model_id == model]
-        table = fit_silicon(train, max_nfev=max_nfev)
+        table = fit_silicon(train, max_nfev=max_nfev, prior=prior)
         for e in {r.engine for r in test} - set(table):
             from .calibrated import PRIOR
-            table[e] = PRIOR
+            table[e] = (prior or {}).get(e, PRIOR)
         out[model] = predict_silicon(test, table)
     return out
 
@@ -648,9 +652,13 @@ class ServingCalibration:
     after: dict[str, dict[str, float]]
     held_out: dict[str, dict[str, float]] = field(default_factory=dict)  # leave-one-model-out, per engine x mode
     skipped: int = 0  # rows not fitted (copies, or rows autotune cannot express: `validate --json` says why)
+    # what a parameter the rows cannot identify stays near: "shipped" (the fit autotune ships, for a user's rows) or
+    # "defaults" (the documented defaults, for the bundled data the shipped fit was made from)
+    anchor: str = "shipped"
 
     def summary(self) -> dict:
-        return {"schema": self.schema, "rows": self.rows, "skipped": self.skipped, "mape_before_pct": self.before,
+        return {"schema": self.schema, "rows": self.rows, "skipped": self.skipped, "anchor": self.anchor,
+                "mape_before_pct": self.before,
                 "mape_after_pct": self.after, "mape_leave_one_model_out_pct": self.held_out or None}
 
     def lines(self) -> list[str]:
@@ -697,11 +705,12 @@ def calibrate_serving_csv(path: Path, *, silicon: bool, leave_one_out: bool = Fa
                              f"models, but the expressed rows hold one (model={models[0]!r}); add rows of another model "
                              "or drop --leave-one-out", source=str(path), field="--leave-one-out")
         before = _silicon_groups(rows, *predict_silicon(rows, {e: CURRENT.get(e, CURRENT["vllm"]) for e in E.ENGINES}))
-        table = fit_silicon(rows, max_nfev=max_nfev)
+        anchor = None if _bundled(path, "serving_silicon.csv") else CURRENT
+        table = fit_silicon(rows, max_nfev=max_nfev, prior=anchor)
         after = _silicon_groups(rows, *predict_silicon(rows, table))
         held: dict[str, dict[str, float]] = {}
         if leave_one_out:
-            preds = leave_one_model_out(rows, max_nfev=max_nfev)
+            preds = leave_one_model_out(rows, max_nfev=max_nfev, prior=anchor)
             order = {m: [i for i, r in enumerate(rows) if r.hf_model_id == m] for m in preds}
             ttft, tpot = np.zeros(len(rows)), np.zeros(len(rows))
             for m, (t, s) in preds.items():
@@ -710,7 +719,8 @@ def calibrate_serving_csv(path: Path, *, silicon: bool, leave_one_out: bool = Fa
         for groups in (before, after, held):
             for v in groups.values():
                 v.pop("rows", None)
-        return ServingCalibration(table, "silicon", len(rows), before, after, held, skipped=len(read) - len(rows))
+        return ServingCalibration(table, "silicon", len(rows), before, after, held, skipped=len(read) - len(rows),
+                                  anchor="defaults" if anchor is None else "shipped")
     if leave_one_out:
         from ..errors import InputError
         raise InputError("leave-one-model-out is reported for the silicon schema (docs/serving.md); a serving-runs CSV "
@@ -730,7 +740,24 @@ def calibrate_serving_csv(path: Path, *, silicon: bool, leave_one_out: bool = Fa
         return out
 
     before = groups(validate_serving(parsed, profiles.__getitem__, datasets))
-    table = fit_runs(runs, profiles.__getitem__, datasets, max_nfev=max_nfev)
+    from .calibrated import LEGACY
+
+    anchor_runs = None if _bundled(path, "serving_runs.csv") else LEGACY
+    table = fit_runs(runs, profiles.__getitem__, datasets, max_nfev=max_nfev, prior=anchor_runs)
     after = groups(validate_serving(parsed, profiles.__getitem__, datasets,
                                     params_of=lambda r: table[legacy_engine(r.engine)]))
-    return ServingCalibration(table, "runs", len(runs), before, after, skipped=len(parsed) - len(runs))
+    return ServingCalibration(table, "runs", len(runs), before, after, skipped=len(parsed) - len(runs),
+                              anchor="defaults" if anchor_runs is None else "shipped")
+
+
+def _bundled(path: Path, name: str) -> bool:
+    """The file is the bundled data the shipped fit was made from (``autotune/data/NAME``): its calibration starts
+    from the documented defaults and reproduces the shipped parameters; any other file is fitted on top of them."""
+    import os
+
+    from ..inputs.resources import bundled_data
+
+    try:
+        return os.path.samefile(path, bundled_data(name))
+    except OSError:
+        return False
