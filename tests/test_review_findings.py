@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
@@ -408,3 +409,63 @@ def test_sglang_expert_parallelism_narrower_than_the_engine_is_priced_as_the_gat
     assert DEFAULTS["trtllm"].gathers(8, 2, 8) == 0.0
     # the gather moves 16 copies of each token where DeepEP's dispatch moves about 7 (8 ranks of 2 GPUs, top-8)
     assert tpot("sglang", 8) > 1.1 * tpot("sglang", 16)
+
+
+def test_calibrating_a_few_rows_keeps_the_shipped_fit_where_they_say_nothing(tmp_path):
+    """Five single-GPU dense rows reset every parameter they cannot identify to the documented defaults (the
+    all-to-all latency 2.0 -> 20 us, the KV hand-off 72.7 -> 20 ms), which halved a disaggregated MoE TTFT."""
+    import csv
+    import json
+
+    from autotune.inputs.resources import bundled_data
+    from autotune.serving.calibrated import CURRENT, PRIOR
+
+    with open(bundled_data("serving_silicon.csv"), newline="") as handle:
+        reader = csv.DictReader(handle)
+        columns = reader.fieldnames
+        mine = [r for r in reader if r["engine"] == "vllm" and r["tp"] == "1" and r["mode"] == "agg"
+                and r["duplicate_primary"] != "false" and "8B" in r["hf_model_id"]][:5]
+    assert len(mine) == 5
+    path = tmp_path / "mine.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(mine)
+    result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "mine.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["anchor"] == "shipped"
+    fitted = doc["engines"]["vllm"]
+    for name in ("alltoall_us", "kv_handoff_ms", "fp4_gemm", "grouped_gemm"):  # nothing in these rows moves them
+        shipped, default = getattr(CURRENT["vllm"], name), getattr(PRIOR, name)
+        assert abs(fitted[name] - shipped) < 0.1 * abs(default - shipped), (name, fitted[name], shipped, default)
+
+
+@pytest.mark.parametrize("fmt, flags", [("vllm", "vllm-0.33.0.txt"), ("sglang", "sglang-0.5.23.txt")])
+def test_models_with_their_own_code_launch_with_trust_remote_code(tmp_path, fmt, flags):
+    """Kimi's tokenizer (tokenization_kimi.py) and MiniMax's model files are the repository's own code: both
+    engines refuse to load them without --trust-remote-code, which the launch files never wrote."""
+    import json
+    from pathlib import Path
+
+    known = (Path(__file__).parent / "data" / "engine_flags" / flags).read_text().split()
+    assert "--trust-remote-code" in known
+
+    def script(model, name):
+        out = tmp_path / name
+        result = runner.invoke(app, ["emit", "tp=8", "--format", fmt, "-m", model, "-H", "h200-sxm-141gb", "--gpus",
+                                     "8", "--input-len", "2048", "--output-len", "512", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        return next(out.glob("serve_*.sh")).read_text()
+
+    assert "--trust-remote-code" in script("moonshotai/Kimi-K2.5", "kimi")
+    assert "--trust-remote-code" in script("minimax-m2.5", "minimax")  # the architecture of a remote-code repository
+    assert "--trust-remote-code" not in script("llama3-70b", "llama")
+    # a config.json that maps classes to the repository's code (auto_map) says so itself; one that does not, not
+    config = json.loads((Path(__file__).parents[1] / "autotune/data/hf_configs/Qwen--Qwen3-30B-A3B.json").read_text())
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(config))
+    assert "--trust-remote-code" not in script(str(plain), "plain")
+    custom = tmp_path / "custom.json"
+    custom.write_text(json.dumps({**config, "auto_map": {"AutoConfig": "configuration_x.XConfig"}}))
+    assert "--trust-remote-code" in script(str(custom), "custom")

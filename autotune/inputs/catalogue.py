@@ -22,7 +22,7 @@ from . import loading
 from .resources import bundled_dir
 
 CHECKPOINT_FORMATS = ("bf16", "fp8", "nvfp4", "mxfp4", "int4")
-_ENTRY_KEYS = frozenset({"spec", "checkpoint", "scope", "source", "reason", "fp8_block"})
+_ENTRY_KEYS = frozenset({"spec", "checkpoint", "scope", "source", "reason", "fp8_block", "remote_code"})
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class CatalogueEntry:
     checkpoint: str | None = None  # weight format of the repository's checkpoint (CHECKPOINT_FORMATS)
     scope: str = ""  # which weights carry that format, when not all linear layers do
     fp8_block: int | None = None  # an fp8 checkpoint's scale block (weight_block_size), None: per-tensor/channel
+    remote_code: bool = False  # the repository's tokenizer or model is its own code: the engines need --trust-remote-code
     source: str = ""
     reason: str = ""  # why an id without a spec cannot be expressed
 
@@ -71,6 +72,7 @@ def catalogue() -> Mapping[str, CatalogueEntry]:
                 source=loading.text(raw, "source", source=source, section=section),
                 fp8_block=None if raw.get("fp8_block") is None else int(loading.number(
                     raw, "fp8_block", source=source, section=section, minimum=1, maximum=4096)),
+                remote_code=loading.boolean(raw, "remote_code", source=source, section=section, default=False),
             )
         if hf_id.lower() in entries:
             raise InputError(f"lists {hf_id!r} twice (ids are matched without regard to case)", source=source,

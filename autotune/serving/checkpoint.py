@@ -204,6 +204,26 @@ def fp8_scale_block(model) -> int | None:
     return fp8_block_of(model.name)
 
 
+def needs_remote_code(model, model_path: str | None = None) -> bool:
+    """The engines load this model only with ``--trust-remote-code``: its ``config.json`` maps classes to the
+    repository's own code (``auto_map``: Kimi's tokenizer, MiniMax's model), or the catalogue records that of the
+    repository named (``model_path``) or of the architecture's published checkpoints (``remote_code``)."""
+    from pathlib import Path
+
+    from ..inputs import loading
+    from ..inputs.catalogue import catalogue, lookup_hf_id
+
+    path = Path(model.source) if model.source and len(model.source) < 4096 else None
+    if path is not None and path.suffix == ".json" and path.is_file():
+        config = loading.read_mapping(path)
+        inner = config.get("text_config")
+        return "auto_map" in config or (isinstance(inner, dict) and "auto_map" in inner)
+    entry = lookup_hf_id(model_path) if model_path else None
+    if entry is not None:
+        return entry.remote_code
+    return any(e.remote_code for e in catalogue().values() if e.spec == model.name)
+
+
 def _stated_quantization(model_name: str) -> tuple[str | None, str | None] | None:
     """(checkpoint, unplanned note) a config.json (or a folder holding one) states; None: not a config file."""
     from pathlib import Path

@@ -246,6 +246,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     from ...inputs.workload import ServeWorkload
     from ...search.serving import annotate_checkpoint
     from ...serving.calibrated import CURRENT
+    from ...serving.checkpoint import needs_remote_code
     from ...serving.engines import DEFAULTS
     from ...serving.estimate import estimate_serving
     from ...serving.plan import ServePlanBatch
@@ -303,7 +304,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                        fp4_cores=hw.supports("fp4"), memory_fraction=knob,
                        prefill_memory_fraction=prefill_knob,
                        prefill_tokens=int(DEFAULTS[format].chunk_tokens(hw.memory_gib)), estimate=shown,
-                       engine_note=note)
+                       engine_note=note, remote_code=needs_remote_code(model, model_path))
     return SERVING_EMITTERS[format](ctx), mine
 
 

@@ -51,6 +51,7 @@ class ServeContext:
             return self.prefill_memory_fraction
         return self.memory_fraction
     prefill_tokens: int | None = None  # prefill token budget per step (chunked prefill)
+    remote_code: bool = False  # the model loads only with --trust-remote-code (serving.checkpoint.needs_remote_code)
     estimate: Mapping | None = None
     engine_note: str = ""
 

@@ -106,6 +106,8 @@ def sglang_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[E
             tokens = min(DEEPEP_LL_MAX_TOKENS, max(512, -(-per_rank // 128) * 128))
             groups.append((shell.Raw(f"SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK={tokens}"),))
     groups += [("python", "-m", "sglang.launch_server"), ("--model-path", shell.Raw('"$MODEL"'))]
+    if ctx.remote_code:  # the repository's own tokenizer or model code (Kimi, MiniMax): refused without it
+        groups.append(("--trust-remote-code",))
     if ctx.model.is_moe and pool.dp > 1:
         groups.append(("--tp-size", pool.tp * pool.dp))
         groups.append(("--attn-dp-size", pool.dp))

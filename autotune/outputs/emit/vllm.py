@@ -105,6 +105,8 @@ def vllm_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[Eng
     p, pool = ctx.plan, slot.pool
     groups: list[shell.Group] = nixl_side_channel(slot, slot.nodes[rank]) if p.disaggregated else []
     groups.append(("vllm", "serve", shell.Raw('"$MODEL"')))
+    if ctx.remote_code:  # the repository's own tokenizer or model code (Kimi, MiniMax): refused without it
+        groups.append(("--trust-remote-code",))
     groups.append(("--tensor-parallel-size", pool.tp))
     groups.append(("--pipeline-parallel-size", pool.pp))
     if pool.dp > 1:
