@@ -469,3 +469,19 @@ def test_models_with_their_own_code_launch_with_trust_remote_code(tmp_path, fmt,
     custom = tmp_path / "custom.json"
     custom.write_text(json.dumps({**config, "auto_map": {"AutoConfig": "configuration_x.XConfig"}}))
     assert "--trust-remote-code" in script(str(custom), "custom")
+
+
+def test_deepspeed_autoep_is_not_written_with_zero_3(tmp_path):
+    """DeepSpeed's AutoEP supports ZeRO stages 0-2 only; emit wrote "stage": 3 beside expert_parallel.autoep_size and
+    a search for --emit deepspeed ranked such plans."""
+    args = ["-m", "mixtral-8x7b", "-H", "h100-sxm5-80gb", "--gpus", "64", "-s", "4096", "-b", "256"]
+    refused = runner.invoke(app, ["emit", "ep=8,zero=3,mbs=1", *args, "--format", "deepspeed", "--out",
+                                  str(tmp_path / "ds")])
+    assert_user_error(refused, "zero")
+    assert "AutoEP supports ZeRO stages 0, 1 and 2 only" in refused.output
+    found = runner.invoke(app, ["search", *args, "--emit", "deepspeed", "--out", str(tmp_path / "s"), "--top", "5",
+                                "--json"])
+    assert found.exit_code == 0, found.output
+    import json
+    plans = json.loads(found.stdout)["plans"]
+    assert plans and not any(p["plan"]["ep"] > 1 and p["plan"]["zero"] == 3 for p in plans)

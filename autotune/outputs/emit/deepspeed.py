@@ -74,6 +74,11 @@ LIMITS = (
            lambda plan, model: f"plan fields etp={plan.etp}, ep={plan.ep}: DeepSpeed's AutoEP forms its expert groups "
            "from data-parallel ranks and splits the experts like the rest of the model (no separate expert TP, "
            "no EP across the AutoTP ranks); use etp=tp with ep dividing dp*cp, or --format megatron"),
+    # DeepSpeed's AutoEP documentation: "ZeRO compatibility: Stages 0, 1, and 2. Stage 3 is not supported" (its
+    # partitioned-parameter APIs are outside AutoEP); its validator refuses stage 3 with AutoTP outright
+    _limit("zero", lambda p: (p.ep > 1) & (p.zero == 3),
+           lambda plan, model: f"plan fields ep={plan.ep}, zero={plan.zero}: DeepSpeed's AutoEP supports ZeRO stages 0, "
+           "1 and 2 only; use zero<=2 or ep=1, or --format megatron or torchtitan"),
     _limit("offload", lambda p: (p.ep > 1) & (p.tp > 1) & (p.offload == _code("offload", "cpu")),
            lambda plan, model: "plan field offload=cpu: DeepSpeed does not support optimizer offload with "
            "AutoEP and AutoTP together; use offload=none, or --format megatron"),
