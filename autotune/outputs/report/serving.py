@@ -35,6 +35,9 @@ class ServingCloud:
     fits: np.ndarray
     meets: np.ndarray
     total: int
+    # the plan runs from the search's --checkpoint (False: it needs another, pre-quantized one, and the search ranks
+    # it after every plan that runs)
+    runnable: np.ndarray | None = None
 
 
 @dataclass
@@ -122,11 +125,18 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
     if len(every):
         cloud = estimate_serving(model, cluster, workload, every, params, engine=engine, memory_fraction=fraction)
         n = len(every)
+        from ...serving.checkpoint import requirement
+        from ...serving.plan import WEIGHTS
+
+        names = np.asarray([WEIGHTS[int(w)] if not isinstance(w, str) else w for w in every.weights], dtype=object)
+        runs_from = {w: requirement(w, served.checkpoint, engine, model.is_moe, fp4_cores=hw.supports("fp4")) is None
+                     for w in set(names)}
         data.cloud = ServingCloud(
             per_gpu=_column(cloud, "output_tokens_per_s_per_gpu", n), per_user=_column(cloud, "tokens_per_s_per_user", n),
             memory_gib=_column(cloud, "memory_gib_per_gpu", n),
             fits=np.asarray(getattr(cloud, "fits", np.ones(n, dtype=bool)), dtype=bool),
-            meets=np.asarray(getattr(cloud, "meets_targets", np.ones(n, dtype=bool)), dtype=bool), total=n)
+            meets=np.asarray(getattr(cloud, "meets_targets", np.ones(n, dtype=bool)), dtype=bool), total=n,
+            runnable=np.array([runs_from[w] for w in names], dtype=bool))
     return data
 
 
@@ -141,7 +151,12 @@ def throughput_interactivity(data: ServingReportData):
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=SIZE)
-    ok = c.fits & np.isfinite(c.per_user) & np.isfinite(c.per_gpu)
+    shown = c.fits & np.isfinite(c.per_user) & np.isfinite(c.per_gpu)
+    runnable = c.runnable if c.runnable is not None else np.ones_like(shown)
+    ok = shown & runnable  # the front and the colours: plans that run from the checkpoint the search was given
+    if (shown & ~runnable).any():
+        ax.scatter(c.per_user[shown & ~runnable], c.per_gpu[shown & ~runnable], s=8, facecolors="none",
+                   edgecolors="#d9a441", lw=0.6, label="needs another checkpoint", rasterized=True)
     ax.scatter(c.per_user[ok & ~c.meets], c.per_gpu[ok & ~c.meets], s=6, c="#cccccc", label="misses a target",
                rasterized=True)
     ax.scatter(c.per_user[ok & c.meets], c.per_gpu[ok & c.meets], s=6, c="#7fa7c9", label="meets the targets",
@@ -160,9 +175,10 @@ def throughput_interactivity(data: ServingReportData):
     ax.set_ylabel("output tokens/s per GPU")
     ax.legend(fontsize=8)
     return Figure("throughput_interactivity", "Throughput against interactivity",
-                  f"Every plan of the serving space that fits ({int(ok.sum()):,} of {c.total:,}): output tokens/s "
-                  "per GPU against tokens/s each user sees. The red steps are the Pareto front; circles are the "
-                  "top plans, numbered by rank.", _png(fig))
+                  f"Every plan of the serving space that fits ({int(shown.sum()):,} of {c.total:,}): output tokens/s "
+                  "per GPU against tokens/s each user sees. The red steps are the Pareto front of the plans that run "
+                  "from the search's checkpoint; hollow orange points need another (pre-quantized) checkpoint; "
+                  "circles are the top plans, numbered by rank.", _png(fig))
 
 
 def throughput_memory(data: ServingReportData):
