@@ -485,3 +485,27 @@ def test_deepspeed_autoep_is_not_written_with_zero_3(tmp_path):
     import json
     plans = json.loads(found.stdout)["plans"]
     assert plans and not any(p["plan"]["ep"] > 1 and p["plan"]["zero"] == 3 for p in plans)
+
+
+def test_the_serving_report_front_holds_only_plans_the_checkpoint_runs(tmp_path):
+    """The report's throughput-interactivity front passed through NVFP4 plans of an fp8 checkpoint (above the
+    search's #1), coloured "meets the targets", though the search ranks them after every plan that runs."""
+    import json
+
+    import numpy as np
+
+    from autotune.outputs.report.serving import gather_serving, throughput_interactivity
+
+    out = tmp_path / "r1"
+    found = runner.invoke(app, ["search", "--workload", "serve", "-m", "deepseek-ai/DeepSeek-R1", "-H", "b200-sxm-180gb",
+                                "--gpus", "8", "--input-len", "1024", "--output-len", "1024", "--concurrency", "256",
+                                "--out", str(out)])
+    assert found.exit_code == 0, found.output
+    data = gather_serving(json.loads((out / "plans.json").read_text()), "plans.json")
+    c = data.cloud
+    assert c.runnable is not None and c.runnable.any() and (~c.runnable).any()  # fp4 plans need an NVFP4 checkpoint
+    best = data.plans[0]["estimate"]["output_tokens_per_s_per_gpu"]
+    ok = c.fits & c.runnable & np.isfinite(c.per_gpu)
+    assert np.nanmax(c.per_gpu[ok]) <= best * 1.0001 or not data.plans[0]["estimate"].get("meets_targets", True)
+    figure = throughput_interactivity(data)
+    assert "need another (pre-quantized) checkpoint" in figure.caption
