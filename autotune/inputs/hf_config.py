@@ -204,6 +204,9 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
         scale = loading.number(config, "routed_scaling_factor", source=source, default=None, maximum=1e3)
         if scale is not None and scale != 1.0:
             moe["router_topk_scaling"] = float(scale)
+        coeff = loading.number(config, "router_aux_loss_coef", source=source, default=None, minimum=0.0, maximum=100.0)
+        if coeff is not None:
+            moe["router_aux_loss_coeff"] = float(coeff)
     return spec
 
 

@@ -81,6 +81,9 @@ class MoESpec:
     router_score: str = "softmax"  # ROUTER_SCORES
     router_expert_bias: bool = False
     router_topk_scaling: float | None = None
+    # the load-balancing loss's weight as the model was trained (HF router_aux_loss_coef: Mixtral 0.02, Qwen3 0.001);
+    # None: unstated, the launch files use Megatron's customary 0.01 (1e-4 beside a DeepSeek expert bias)
+    router_aux_loss_coeff: float | None = None
 
     def __post_init__(self) -> None:
         if self.router_score not in ROUTER_SCORES:
@@ -791,6 +794,8 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
                                                    default=False),
                 router_topk_scaling=loading.number(moe_raw, "router_topk_scaling", source=source, section="moe",
                                                    default=None, maximum=1e3),
+                router_aux_loss_coeff=loading.number(moe_raw, "router_aux_loss_coeff", source=source, section="moe",
+                                                     default=None, minimum=0.0, maximum=100.0),
             )
         except InputError:
             raise  # a field of the section: it names itself (moe.top_k)
@@ -855,13 +860,13 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
 # Fields added after the first plain-data form of a spec, written only when set, so that the record of a
 # model that does not use them (a study's problem, a plans.json) stays as it was.
 _OPTIONAL_MOE = {"routing_groups": 1, "routing_group_topk": 1, "router_score": "softmax", "router_expert_bias": False,
-                 "router_topk_scaling": None}
+                 "router_topk_scaling": None, "router_aux_loss_coeff": None}
 _OPTIONAL_FIELDS = ("mla", "dsa", "linear_attention", "layer_types", "sliding_window", "attention_output_gate",
                     "attention_sinks", "mtp_layers", "rope_theta", "rope_scaling", "qk_layernorm")
 # What only the launch files read (search.fingerprint leaves them out of a study's problem record, so a study made
 # before a spec stated them goes on).
 LAUNCH_ONLY_FIELDS = frozenset({"rope_theta", "rope_scaling", "qk_layernorm"})
-LAUNCH_ONLY_MOE_FIELDS = frozenset({"router_score", "router_expert_bias", "router_topk_scaling"})
+LAUNCH_ONLY_MOE_FIELDS = frozenset({"router_score", "router_expert_bias", "router_topk_scaling", "router_aux_loss_coeff"})
 
 
 def without_launch_only(record: Any) -> Any:

@@ -225,8 +225,9 @@ def model_args(model: ModelSpec, seq_len: int) -> list[Group]:
             # sequence-wise balance loss of alpha = 0.0001 beside it
             groups += [("--moe-router-enable-expert-bias",), ("--moe-router-bias-update-rate", "1e-3"),
                        ("--moe-router-load-balancing-type", "seq_aux_loss"), ("--moe-aux-loss-coeff", "1e-4")]
-        else:
-            groups += [("--moe-router-load-balancing-type", "aux_loss"), ("--moe-aux-loss-coeff", "0.01")]
+        else:  # the weight the model was trained with where its config states it (Mixtral 0.02, Qwen3 0.001)
+            coeff = moe.router_aux_loss_coeff if moe.router_aux_loss_coeff is not None else 0.01
+            groups += [("--moe-router-load-balancing-type", "aux_loss"), ("--moe-aux-loss-coeff", f"{coeff:g}")]
         if moe.router_topk_scaling is not None:
             groups.append(("--moe-router-topk-scaling-factor", moe.router_topk_scaling))
         groups.append(("--moe-grouped-gemm",))

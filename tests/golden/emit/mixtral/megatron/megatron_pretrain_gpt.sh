@@ -41,7 +41,7 @@ MODEL_ARGS=(
     --moe-router-topk 2
     --moe-ffn-hidden-size 14336
     --moe-router-load-balancing-type aux_loss
-    --moe-aux-loss-coeff 0.01
+    --moe-aux-loss-coeff 0.02
     --moe-grouped-gemm
 )
 PARALLEL_ARGS=(
