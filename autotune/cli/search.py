@@ -843,9 +843,12 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     parts_of = (f" (the fuller pool's; prefill GPU {e['prefill_memory_gib_per_gpu']:.1f}, decode GPU "
                 f"{e['decode_memory_gib_per_gpu']:.1f}); a decode GPU's parts"
                 if "decode_memory_gib_per_gpu" in e and "prefill_memory_gib_per_gpu" in e else "")
+    # one output token decodes nothing: the time per output token is the step a second one would take
+    tpot_text = (f"{tables.latency_text(e['tpot_ms'], 1)} (a second token's step; one output token has no TPOT)"
+                 if workload.output_len == 1 else tables.latency_text(e['tpot_ms'], 1))
     stdout.print(f"{num(e['output_tokens_per_s'], ',.0f')} output tokens/s ({num(e['output_tokens_per_s_per_gpu'], ',.0f')} "
                  f"per GPU, {e['tokens_per_s_per_user']:,.1f} per user); TTFT {tables.latency_text(e['ttft_ms'])}, TPOT "
-                 f"{tables.latency_text(e['tpot_ms'], 1)}; {batch_text(e['batch'], e['max_batch_fit'])}; memory {e['memory_gib_per_gpu']:.1f} GiB per GPU of the engine's "
+                 f"{tpot_text}; {batch_text(e['batch'], e['max_batch_fit'])}; memory {e['memory_gib_per_gpu']:.1f} GiB per GPU of the engine's "
                  f"{e['memory_budget_gib']:.1f} ({flag}){parts_of}: weights {mem['weights']:.1f}, KV {mem['kv_cache']:.1f} "
                  f"(pool {mem['kv_pool']:.1f}), activations {mem['activations']:.1f}, CUDA graphs "
                  f"{mem['cuda_graphs']:.1f}, runtime {mem['runtime']:.1f}.", highlight=False, soft_wrap=True)

@@ -132,6 +132,10 @@ class ServeWorkload:
                              "--request-rate 0.033)", field="--request-rate")
         if self.concurrency is not None and self.concurrency < 1:
             raise InputError(f"must be >= 1, but got {self.concurrency}", field="--concurrency")
+        if self.tpot_ms is not None and self.output_len == 1:
+            # one output token has no time between tokens (benchmarks leave such requests out of TPOT)
+            raise InputError(f"a TPOT target needs requests that decode, but got (output_len=1, tpot_ms={self.tpot_ms:g}); "
+                             "give --output-len 2 or more, or drop --tpot-ms", field="--tpot-ms")
         if self.concurrency is not None and self.request_rate is not None:
             raise InputError("give the load once: --concurrency C (users in flight) or --request-rate R, not both",
                              field="--concurrency")

@@ -13,6 +13,11 @@ runs changed since), so that ``search`` and ``predict`` need no cost-model run t
 Its ``coverage`` is the share of rows whose held-out error falls inside the band built from the
 *other* groups' residuals -- the honest check that a nominal 80% band holds about 80%.
 
+A plan with expert parallelism (EP>1) is judged by the published MoE runs instead
+(``autotune/data/moe_training_runs.csv``, marked ``moe`` in the table): no calibration is fitted to them, so their
+errors are held out as they stand, and dense runs say little about a MoE plan's dispatch and expert GEMMs (nor MoE
+runs about a dense plan).
+
 For a plan on a GPU type, the runs that speak for it are chosen in this order, among the runs
 on the same silicon (``silicon``: the A100 40/80 GB, or the H100 SXM, its 96 GB 500 W variant and
 the H200, count as one):
@@ -42,6 +47,9 @@ import numpy as np
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 RUNS_CSV = DATA_DIR / "training_runs.csv"
+# Published MoE runs with expert parallelism (``autotune validate --bundled moe-training``). No calibration is fitted
+# to them, so their errors are held out as they stand; they speak for plans with EP>1, the dense runs for the rest.
+MOE_RUNS_CSV = DATA_DIR / "moe_training_runs.csv"
 RESIDUALS_JSON = DATA_DIR / "validation_residuals.json"
 MIN_RUNS = 3
 MIN_SOURCE_GROUPS = 3
@@ -76,7 +84,7 @@ def plan_features(plan: Any) -> tuple[str, ...]:
 _REPO = Path(__file__).resolve().parent.parent  # the package folder
 # What the held-out residuals depend on: the runs, the cost model, the path from a row to a
 # prediction, the calibration, and every bundled profile.
-_DIGEST_GLOBS = ("data/training_runs.csv", "costmodel/*.py", "training/estimate.py", "training/memory.py",
+_DIGEST_GLOBS = ("data/training_runs.csv", "data/moe_training_runs.csv", "costmodel/*.py", "training/estimate.py", "training/memory.py",
                  "training/step_time.py", "training/geometry.py", "training/plan.py", "training/space.py",
                  "training/runs.py", "training/validation.py", "training/calibration.py", "inputs/framework.py",
                  "inputs/hardware.py", "inputs/modelspec.py")
@@ -95,8 +103,9 @@ def inputs_digest() -> str:
     return digest.hexdigest()
 
 
-def build_table(csv_path: Path = RUNS_CSV) -> dict:
-    """Held-out residuals of the bundled runs: each source group predicted by a fit without it."""
+def build_table(csv_path: Path = RUNS_CSV, moe_csv_path: Path | None = MOE_RUNS_CSV) -> dict:
+    """Held-out residuals of the bundled runs: each source group predicted by a fit without it; then the MoE runs
+    (``moe``), which no fit sees."""
     from ..inputs.hardware import load_hardware
     from .calibration import fit
     from .runs import read_runs
@@ -116,14 +125,24 @@ def build_table(csv_path: Path = RUNS_CSV) -> dict:
             "error_pct": round(held[r.id], 2),
             "in_sample_error_pct": round(r.error_pct, 2),
         })
+    dense_rows = list(rows)
+    if moe_csv_path is not None:
+        moe = validate_runs(read_runs(moe_csv_path), load_hardware)
+        for r in moe.rows:
+            rows.append({"id": r.id, "source_group": r.source_group, "gpu": r.gpu, "framework": r.framework,
+                         "features": list(plan_features(r.plan)), "error_pct": round(r.error_pct, 2),
+                         "in_sample_error_pct": round(r.error_pct, 2), "moe": True})
     table = {
         "about": ("Held-out validation residuals (predicted/measured - 1, %) of the bundled published training runs "
                   "(autotune/data/training_runs.csv): each source group predicted with the bundled profiles refitted "
-                  "without it (leave-one-source-group-out); in_sample_error_pct is the bundled profiles' own error. "
+                  "without it (leave-one-source-group-out); in_sample_error_pct is the bundled profiles' own error. Rows "
+                  "marked moe are the MoE runs (autotune/data/moe_training_runs.csv), which no fit sees. "
                   "Regenerate with `python -m autotune.training.confidence`."),
         "inputs_sha256": inputs_digest(),
         "mape_pct": round(report.mape_pct, 2),
-        "held_out_mape_pct": round(float(np.mean([abs(r["error_pct"]) for r in rows])), 2),
+        "held_out_mape_pct": round(float(np.mean([abs(r["error_pct"]) for r in dense_rows])), 2),
+        "moe_mape_pct": (round(float(np.mean([abs(r["error_pct"]) for r in rows if r.get("moe")])), 2)
+                         if len(rows) > len(dense_rows) else None),
         "rows": rows,
     }
     table["coverage"] = band_coverage(table)
@@ -217,8 +236,9 @@ def confidence_for(plan_feature_names: Iterable[str], gpu: str, table: Mapping[s
     a band from one source says nothing about the next.
     """
     table = load_table() if table is None else table
-    rows = table["rows"]
     features = set(plan_feature_names)
+    # a plan with expert parallelism is judged by the MoE runs, any other by the dense ones
+    rows = [r for r in table["rows"] if bool(r.get("moe")) == ("EP>1" in features)]
     family = silicon(gpu)
     on_gpu = [r for r in rows if silicon(r["gpu"]) == family]
     seen = set().union(*(r["features"] for r in on_gpu)) if on_gpu else set()
