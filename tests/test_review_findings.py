@@ -527,3 +527,22 @@ def test_megatron_files_keep_the_router_loss_weight_the_model_was_trained_with(t
         assert result.exit_code == 0, result.output
         text = next(out.glob("*.sh")).read_text()
         assert want in text or want.replace("0.0001", "1e-4") in text, (model, text[-2000:])
+
+
+def test_launch_headers_say_what_the_engine_defaults_do_to_the_batch(tmp_path):
+    """A plan string without max_batch writes the engine's default limit, which the KV cache may not hold: only an
+    explicit max_batch was warned about. SGLang's default reserve at wide attention DP leaves most of HBM outside
+    its static pool, presented as the budget autotune checked, with no word of --memory-fraction."""
+    def header(fmt, plan, model, hw, gpus):
+        out = tmp_path / f"{fmt}{gpus}"
+        result = runner.invoke(app, ["emit", plan, "--format", fmt, "-m", model, "-H", hw, "--gpus", str(gpus),
+                                     "--input-len", "2048", "--output-len", "512", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        return next(out.glob("serve_*.sh")).read_text().split("\n\n")[0]
+
+    kimi = header("vllm", "tp=8", "moonshotai/Kimi-K2.5", "h200-sxm-141gb", 8)
+    assert "is the engine's default, and its KV cache holds" in kimi and "it admits those" in kimi
+    wide = header("sglang", "tp=1,dp=64,ep=64,weights=fp8,kv=fp8", "deepseek-ai/DeepSeek-R1", "gb200-nvl72", 64)
+    assert "SGLang's default reserve leaves --mem-fraction-static at 0." in wide and "--memory-fraction F" in wide
+    narrow = header("sglang", "tp=8,weights=fp8,kv=fp8,max_batch=64", "deepseek-ai/DeepSeek-R1", "h200-sxm-141gb", 8)
+    assert "default reserve leaves" not in narrow

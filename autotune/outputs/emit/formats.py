@@ -296,6 +296,17 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                  f"({mine['prefill_memory_gib_per_gpu']:.1f} GiB needed per prefill GPU)")
     if not mine["fits"]:
         note += f"; WARNING: {mine.get('infeasible_reason', 'the batch does not fit')}"
+    elif engine_batch_limit and mine.get("max_batch_fit", plan.max_batch) < plan.max_batch:
+        # the engine's own batch limit: it admits what its KV cache holds, fewer than the flag's value
+        note += (f"; the batch limit {plan.max_batch} is the engine's default, and its KV cache holds "
+                 f"{mine['max_batch_fit']} sequences at full length: it admits those (set max_batch in the plan to "
+                 "have the limit checked)")
+    if format == "sglang" and knob < SGLANG_IDLE_NOTE_FRACTION:
+        # SGLang's default reserve (its own heuristic, mirrored: engines.py) grows with attention DP and the CUDA-graph
+        # batch; the static pool is then a small share of the GPU, which --memory-fraction (not searched) would raise
+        note += (f"; SGLang's default reserve leaves {DEFAULTS[format].memory_knob} at {knob:g}, "
+                 f"{(1.0 - knob) * hw.memory_gib:.0f} GiB of the {hw.memory_gib:.0f} GiB outside the static pool: "
+                 "--memory-fraction F (search and emit) sets it and raises the batch the pool holds")
     other = other_release(format, release)
     if other:
         note += f"\n{other}"  # a line of its own in the header
@@ -307,6 +318,10 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                        engine_note=note, remote_code=needs_remote_code(model, model_path))
     return SERVING_EMITTERS[format](ctx), mine
 
+
+# Below this --mem-fraction-static, SGLang's default reserve leaves most of the GPU outside its static pool
+# (weights + KV), which the launch file says (wide attention DP: 0.3 on GB200 at DP64)
+SGLANG_IDLE_NOTE_FRACTION = 0.5
 
 # The release each serving emitter writes flags for (vllm.RELEASE, sglang.RELEASE), as (MAJOR, MINOR).
 EMITTED_RELEASES = {"vllm": (0, 33), "sglang": (0, 5)}
