@@ -546,3 +546,18 @@ def test_launch_headers_say_what_the_engine_defaults_do_to_the_batch(tmp_path):
     assert "SGLang's default reserve leaves --mem-fraction-static at 0." in wide and "--memory-fraction F" in wide
     narrow = header("sglang", "tp=8,weights=fp8,kv=fp8,max_batch=64", "deepseek-ai/DeepSeek-R1", "h200-sxm-141gb", 8)
     assert "default reserve leaves" not in narrow
+
+
+def test_a_rack_scale_slurm_script_says_how_to_keep_its_nodes_in_one_rack(tmp_path):
+    """The estimate prices traffic between the trays of a GB200 NVL72 rack at NVLink rates; the Slurm script did not
+    say that the allocation must stay in one rack (topology/block's --segment)."""
+    def script(hw, gpus, plan, name):
+        out = tmp_path / name
+        result = runner.invoke(app, ["emit", plan, "-m", "llama3-70b", "-H", hw, "--gpus", str(gpus), "-s", "8192",
+                                     "-b", "576", "--format", "slurm", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        return (out / "launch.sbatch").read_text()
+
+    rack = script("gb200-nvl72", 72, "tp=4,zero=1", "rack")
+    assert "#SBATCH --segment=18" in rack and "\n#SBATCH --segment" not in rack  # said, not imposed
+    assert "--segment" not in script("h200-sxm-141gb", 72, "tp=8,zero=1", "hgx")

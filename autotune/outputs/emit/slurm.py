@@ -41,6 +41,20 @@ FREE_PORT = Raw(
 )
 
 
+def _placement_note(context: EmitContext) -> list[str]:
+    """Where the nodes of a rack-scale NVLink domain (GB200/GB300 NVL72: 18 trays of 4) must lie for the estimate to
+    hold: it prices traffic between the nodes of one domain at NVLink rates, which a scattered allocation sends over
+    the network instead.  Slurm's topology/block plugin keeps a job's nodes in blocks of ``--segment`` nodes."""
+    hw = context.hardware_spec
+    domain, per_node = hw.scale_up_domain_gpus, hw.gpus_per_node
+    if not domain or domain <= per_node or context.nodes < 2:
+        return []
+    segment = min(context.nodes, domain // per_node)
+    return ["", f"The estimate takes each {segment} nodes ({segment * per_node} GPUs) to share one NVLink domain "
+                f"({hw.name}: {domain} GPUs); on a cluster with Slurm's topology/block, add #SBATCH --segment={segment} "
+                "above, else ask for nodes of one rack (a scattered allocation sends that traffic over the network)."]
+
+
 def sbatch_script(framework: Emitter, context: EmitContext) -> str:
     assert framework.launch is not None
     run = framework.launch(context)
@@ -60,6 +74,7 @@ def sbatch_script(framework: Emitter, context: EmitContext) -> str:
         "Submit from the folder that holds this script and its framework files: sbatch " + SCRIPT,
         "Add your partition, account and time limit above (#SBATCH --partition=..., --account=..., --time=...).",
     ])
+    lines += shell.comment_lines(_placement_note(context))
     lines += ["set -euo pipefail", "", shell.assignment("HERE", HERE_SLURM)]
     lines += shell.comment_lines(["The batch script runs on the first node: it is the rendezvous host, at a port free there."])
     lines += [
