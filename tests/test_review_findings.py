@@ -561,3 +561,21 @@ def test_a_rack_scale_slurm_script_says_how_to_keep_its_nodes_in_one_rack(tmp_pa
     rack = script("gb200-nvl72", 72, "tp=4,zero=1", "rack")
     assert "#SBATCH --segment=18" in rack and "\n#SBATCH --segment" not in rack  # said, not imposed
     assert "--segment" not in script("h200-sxm-141gb", 72, "tp=8,zero=1", "hgx")
+
+
+def test_explain_says_when_its_better_move_leaves_the_searched_space(tmp_path):
+    """explain recommended prefill TP2 x3 -> TP1 x6 over the search's #1, a plan the exact search could never
+    return (its space allows 4 workers a pool), without a word."""
+    import json
+
+    out = tmp_path / "l70"
+    found = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3.1-70b", "-H", "h100-sxm5-80gb", "--gpus",
+                                "8", "--checkpoint", "fp8", "--input-len", "2048", "--output-len", "256", "--ttft-ms",
+                                "2000", "--tpot-ms", "50", "--out", str(out)])
+    assert found.exit_code == 0, found.output
+    result = runner.invoke(app, ["explain", str(out), "--rank", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["sensitivity"]
+    wide = [r for r in rows if r["plan"] and max(r["plan"].get("prefill_workers", 1), r["plan"].get("decode_workers", 1)) > 4]
+    assert wide and all("outside the searched space" in r["outside_space"] for r in wide)
+    assert not any(r["outside_space"] for r in rows if r not in wide)

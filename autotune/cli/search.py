@@ -1082,8 +1082,10 @@ def _explain_serving(source: str, inputs: dict, fields: Any, *, rank: int, model
     note = f"engine {engine}, checkpoint {found_inputs.checkpoint}; {inputs.get('parameters') or 'shipped parameters'}"
     if found_inputs.memory_fraction is not None:
         note += f"; memory flag {found_inputs.memory_fraction:g} (--memory-fraction)"
+    workers = found_inputs.space.axes.get("workers")
     found = explain_serving(found_inputs.model, cluster, workload, chosen, params, engine=engine,
-                            checkpoint=found_inputs.checkpoint, memory_fraction=found_inputs.memory_fraction)
+                            checkpoint=found_inputs.checkpoint, memory_fraction=found_inputs.memory_fraction,
+                            searched_workers=max(workers) if workers else None)
     if json_out:
         print_json(found.to_json())
         return

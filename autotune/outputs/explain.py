@@ -207,6 +207,9 @@ class ServingNeighbour:
     fits: bool
     meets_targets: bool
     reason: str  # why the neighbour cannot run ("" when it can)
+    # the move leaves the space the plan was searched over (more workers a pool than it allows): the search could
+    # not have returned it, and a --space that allows it would search it
+    outside_space: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -314,8 +317,9 @@ def _changed_plan(plan, fields: Mapping[str, Any]):
 
 def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params, *,
                     engine: str = "vllm", checkpoint: str = "bf16",
-                    memory_fraction: float | None = None) -> ServingExplanation:
-    """The estimate of serve ``plan``, what binds it (a rule, memory, a latency target) and each one-step change."""
+                    memory_fraction: float | None = None, searched_workers: int | None = None) -> ServingExplanation:
+    """The estimate of serve ``plan``, what binds it (a rule, memory, a latency target) and each one-step change.
+    ``searched_workers``: the most workers a pool had in the space the plan was searched over (None: no bound)."""
     from ..serving.checkpoint import requirement
     from ..serving.estimate import estimate_serving
     from ..serving.plan import ServePlanBatch
@@ -354,8 +358,14 @@ def explain_serving(model: ModelSpec, cluster: Cluster, workload, plan, params, 
         reason = reason or requirement(changed.weights, checkpoint, engine, model.is_moe,
                                        fp4_cores=cluster.hardware.supports("fp4")) or ""
         fits = bool(_get(est, "fits")) and not reason
+        outside = ""
+        if searched_workers is not None and changed.disaggregated and max(
+                changed.prefill.workers, changed.decode.workers) > searched_workers:
+            outside = (f"outside the searched space, which allows at most {searched_workers} workers a pool; a "
+                       "--space whose workers axis allows more searches it")
         rows.append(ServingNeighbour(axis, label, changed.as_dict(), est, change, fits,
-                                     fits and bool(_get(est, "meets_targets")), reason or str(_get(est, "infeasible_reason") or "")))
+                                     fits and bool(_get(est, "meets_targets")), reason or str(_get(est, "infeasible_reason") or ""),
+                                     outside))
     kind, text = _serving_binding(base, base_reason, cluster.hardware.memory_gib, rows,
                                   within=" within the targets" if workload.has_targets else "")
     return ServingExplanation(plan, base, cluster.hardware.memory_gib, kind, text, rows)
@@ -383,7 +393,8 @@ def _serving_binding(base: Mapping[str, Any], base_reason: str, capacity: float,
     if not better:
         return "optimum", f"no one-step change gives more output tokens/s{within}{decode}"
     best = better[0]
-    return "none", f"nothing binds: {best.change} gives {best.throughput_change:+.1%} output tokens/s{within}"
+    outside = f" ({best.outside_space})" if best.outside_space else ""
+    return "none", f"nothing binds: {best.change} gives {best.throughput_change:+.1%} output tokens/s{within}{outside}"
 
 
 __all__ += ["SERVING_AXES", "ServingExplanation", "ServingNeighbour", "explain_serving"]
