@@ -579,3 +579,22 @@ def test_explain_says_when_its_better_move_leaves_the_searched_space(tmp_path):
     wide = [r for r in rows if r["plan"] and max(r["plan"].get("prefill_workers", 1), r["plan"].get("decode_workers", 1)) > 4]
     assert wide and all("outside the searched space" in r["outside_space"] for r in wide)
     assert not any(r["outside_space"] for r in rows if r not in wide)
+
+
+def test_a_plans_csv_row_goes_back_into_predict_as_it_stands(tmp_path):
+    """plans.csv held a plan's fields in columns but no plan string: going from a search to predict meant retyping."""
+    import csv
+    import json
+
+    cases = (["-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "64"],
+             ["--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len", "1024",
+              "--output-len", "256", "--concurrency", "64"])
+    for i, args in enumerate(cases):
+        out = tmp_path / str(i)
+        assert runner.invoke(app, ["search", *args, "--top", "2", "--out", str(out)]).exit_code == 0
+        with open(out / "plans.csv", newline="") as handle:
+            row = next(csv.DictReader(handle))
+        ranked = json.loads((out / "plans.json").read_text())["plans"][0]
+        again = runner.invoke(app, ["predict", *args, "-p", row["plan"], "--json"])
+        assert again.exit_code == 0, again.output
+        assert json.loads(again.stdout)["plan"] == ranked["plan"]

@@ -91,7 +91,9 @@ def check_out_file(path: Path, force: bool, flag: str = "--out") -> None:
 
 
 def _csv_row(entry: Mapping[str, Any]) -> dict[str, Any]:
-    row: dict[str, Any] = {"rank": entry["rank"], **entry["plan"]}
+    # the plan as `autotune predict --plan` and `emit` take it, so a row goes back in without retyping its fields
+    text = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in entry["plan"].items())
+    row: dict[str, Any] = {"rank": entry["rank"], "plan": text, **entry["plan"]}
     estimate = entry["estimate"]
     row.update({k: v for k, v in estimate.items() if not isinstance(v, (dict, list))})
     # Breakdowns flatten to one column per part, named with the part's unit.
