@@ -598,3 +598,22 @@ def test_a_plans_csv_row_goes_back_into_predict_as_it_stands(tmp_path):
         again = runner.invoke(app, ["predict", *args, "-p", row["plan"], "--json"])
         assert again.exit_code == 0, again.output
         assert json.loads(again.stdout)["plan"] == ranked["plan"]
+
+
+def test_explain_keeps_a_moe_plans_tp_and_pp_steps_inside_the_rules(tmp_path):
+    """explain moved etp with tp and never ep, so the tp and pp steps of an EP16 ETP1 plan read "breaks a rule: etp*ep
+    does not divide the ranks of a pipeline stage" where TP2 ETP1 (MoE folding) and EP8 are valid neighbours."""
+    import json
+
+    out = tmp_path / "q30"
+    found = runner.invoke(app, ["search", "-m", "qwen3-30b-a3b", "-H", "h100-sxm5-80gb", "--gpus", "16", "-s", "4096",
+                                "-b", "512", "--fix", "ep=16", "--fix", "etp=1", "--fix", "tp=1", "--out", str(out)])
+    assert found.exit_code == 0, found.output
+    result = runner.invoke(app, ["explain", str(out), "--rank", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    steps = [r for r in json.loads(result.stdout)["sensitivity"] if r["axis"] in ("tp", "pp")]
+    assert steps and not any("etp*ep" in (r.get("reason") or "") for r in steps), steps
+    up = next(r for r in steps if r["change"].startswith("tp 1 -> 2"))
+    assert up["plan"]["etp"] == 1 and up["plan"]["ep"] == 16
+    deeper = next(r for r in steps if r["change"].startswith("pp 1 -> 2"))
+    assert deeper["plan"]["ep"] == 8 and "ep 16 -> 8" in deeper["change"]

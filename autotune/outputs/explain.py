@@ -60,6 +60,26 @@ class Explanation:
                 "memory_limit_gib": self.memory_limit_gib}
 
 
+def _expert_fit(plan: Plan, fields: dict[str, Any], stage_ranks: int) -> str:
+    """Keep a tp or pp step of a MoE plan a plan the rules allow: the expert groups (etp * ep ranks) must tile a
+    pipeline stage's ranks.  The etp that followed tp goes back to the plan's own where that tiles (TP2 with ETP1, as
+    MoE recipes fold it), and ep halves with the stage's ranks where neither does.  Changes ``fields``; the label's
+    suffix says what else moved."""
+    etp = fields.get("etp", plan.etp)
+    if stage_ranks % (etp * plan.ep) and etp != plan.etp and stage_ranks % (plan.etp * plan.ep) == 0:
+        fields["etp"] = etp = plan.etp
+    ep = plan.ep
+    while ep > 1 and stage_ranks % (etp * ep):
+        ep //= 2
+    said = ""
+    if fields.get("etp", plan.etp) != plan.etp:
+        said += f", etp {plan.etp} -> {fields['etp']}"
+    if ep != plan.ep:
+        fields["ep"] = ep
+        said += f", ep {plan.ep} -> {ep}"
+    return said
+
+
 def _moves(plan: Plan) -> list[tuple[str, str, dict[str, Any]]]:
     """(axis, label, changed fields) for every one-step change of the sensitivity axes."""
     out: list[tuple[str, str, dict[str, Any]]] = []
@@ -80,6 +100,8 @@ def _moves(plan: Plan) -> list[tuple[str, str, dict[str, Any]]]:
                 fields["vp"] = 1
             mp = (new if axis == "tp" else plan.tp) * (new if axis == "pp" else plan.pp) * plan.cp
             dp = f"dp {plan.dp} -> {n // mp}" if n % mp == 0 else "dp not whole"
+            if plan.ep > 1 and n % mp == 0:
+                dp += _expert_fit(plan, fields, stage_ranks=(new if axis == "tp" else plan.tp) * plan.cp * (n // mp))
             out.append((axis, f"{axis} {old} -> {new} ({dp})", fields))
     for new in (plan.mbs * 2, plan.mbs // 2):
         if new >= 1 and new != plan.mbs:
