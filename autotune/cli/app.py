@@ -362,7 +362,7 @@ InputLen = Annotated[Optional[int], typer.Option("--input-len", help="Serving: p
 OutputLen = Annotated[Optional[int], typer.Option("--output-len", help="Serving: output tokens per request.")]
 TtftMs = Annotated[Optional[float], typer.Option("--ttft-ms", help="Serving: time-to-first-token target, ms.")]
 TpotMs = Annotated[Optional[float], typer.Option("--tpot-ms", help="Serving: time-per-output-token target, ms.")]
-Concurrency = Annotated[Optional[int], typer.Option("--concurrency", help="Serving: concurrent users over the deployment.")]
+Concurrency = Annotated[Optional[int], typer.Option("--concurrency", help="Serving: concurrent users over the deployment, a closed loop as serving benchmarks run it (clients of equal lengths partly return in synchronised waves, which queue more than staggered arrivals); for production traffic at a rate, give --request-rate instead.")]
 RequestRate = Annotated[Optional[float], typer.Option("--request-rate", help="Serving: requests per second (with a --gpus range: find the fewest GPUs).")]
 EngineOpt = Annotated[str, typer.Option("--engine", help="Serving: the engine the plans are for, its memory budget rule and fitted parameters: vllm (0.33), sglang (0.5.23) or trtllm; NAME@MAJOR.MINOR names its release (trtllm@0.14: that release's parameters, fitted on its tables; 0.x releases are planned aggregated).")]
 CheckpointOpt = Annotated[Optional[str], typer.Option("--checkpoint", help="Serving: the weights you have: bf16, fp8, nvfp4, mxfp4, awq, gptq, compressed-tensors[:fp8|int8|int4|fp4] or modelopt[:fp4|fp8] (a container holds one scheme; bare: fp8 and fp4) [default: the catalogue's record for a Hugging Face id, a config.json's quantization_config, else bf16]. Plans whose weights need another checkpoint say so.")]
