@@ -214,6 +214,8 @@ def needs_remote_code(model, model_path: str | None = None) -> bool:
     from ..inputs.catalogue import catalogue, lookup_hf_id
 
     path = Path(model.source) if model.source and len(model.source) < 4096 else None
+    if path is not None and path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"  # a checkpoint folder
     if path is not None and path.suffix == ".json" and path.is_file():
         config = loading.read_mapping(path)
         inner = config.get("text_config")
