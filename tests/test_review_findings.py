@@ -107,7 +107,7 @@ def test_a_checkpoint_that_contradicts_the_model_id_is_said_and_not_loaded_from_
     script = (tmp_path / "awq" / "serve_vllm.sh").read_text()
     assert "MODEL=Qwen/Qwen3-235B-A22B-FP8" not in script and 'if [[ -z "${MODEL:-}" ]]; then echo' in script
     same = runner.invoke(app, ["emit", *args, "--checkpoint", "fp8", "--out", str(tmp_path / "fp8")])
-    assert same.exit_code == 0 and "holds" not in same.output, same.output
+    assert same.exit_code == 0 and "weights, but --checkpoint" not in same.output, same.output
     assert "MODEL=Qwen/Qwen3-235B-A22B-FP8" in (tmp_path / "fp8" / "serve_vllm.sh").read_text()
     mine = runner.invoke(app, ["emit", *args, "--checkpoint", "awq", "--model-path", "me/qwen3-awq", "--out",
                                str(tmp_path / "mine")])
@@ -116,7 +116,7 @@ def test_a_checkpoint_that_contradicts_the_model_id_is_said_and_not_loaded_from_
     bundled = runner.invoke(app, ["predict", "--workload", "serve", "-m", "qwen3-235b-a22b", "-H", "h100-sxm5-80gb",
                                   "--gpus", "8", "--input-len", "1024", "--output-len", "1024", "--checkpoint", "awq",
                                   "-p", "tp=8,ep=8,max_batch=64"])
-    assert "holds" not in bundled.output, bundled.output
+    assert "weights, but --checkpoint" not in bundled.output, bundled.output
 
 
 def test_a_rate_at_capacity_is_not_said_to_exceed_a_larger_capacity():
