@@ -617,3 +617,26 @@ def test_explain_keeps_a_moe_plans_tp_and_pp_steps_inside_the_rules(tmp_path):
     assert up["plan"]["etp"] == 1 and up["plan"]["ep"] == 16
     deeper = next(r for r in steps if r["change"].startswith("pp 1 -> 2"))
     assert deeper["plan"]["ep"] == 8 and "ep 16 -> 8" in deeper["change"]
+
+
+def test_a_misspelled_training_runs_column_is_said(tmp_path):
+    """measured_memory_gib for measured_memory_gib_per_gpu (999 GiB in it) was dropped without a word, and the
+    memory comparison with it."""
+    import csv
+    from pathlib import Path
+
+    with open(Path(__file__).parent / "data" / "training_runs_small.csv", newline="") as handle:
+        rows = list(csv.reader(handle))[:3]
+    header = [c for c in rows[0] if c != "measured_memory_gib_per_gpu"]
+    keep = [rows[0].index(c) for c in header]
+    path = tmp_path / "typo.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header + ["measured_memory_gib"])
+        writer.writerows([[r[i] for i in keep] + ["999"] for r in rows[1:]])
+    for command in (["validate", str(path)], ["calibrate", str(path), "--out", str(tmp_path / "c.yaml")]):
+        result = runner.invoke(app, command)
+        assert "'measured_memory_gib' (did you mean 'measured_memory_gib_per_gpu'?) are not read" in result.stderr, \
+            result.output
+    bundled = runner.invoke(app, ["validate", "--bundled", "training"])
+    assert "are not read" not in bundled.stderr

@@ -90,6 +90,7 @@ def validate(
             _validate_serving(runs_csv, json_out=json_out, worst=worst, calibration=calibration)
             return
         runs = read_runs(runs_csv)
+        _say_unread_columns(runs_csv, columns)
         overlay = load_calibration(calibration) if calibration is not None else None
         if overlay is not None:
             _check_overlay_hardware(overlay.efficiency, runs, runs_csv, calibration)
@@ -271,6 +272,7 @@ def calibrate(
             raise InputError("leave-one-model-out is for serving runs; a training calibration reports "
                              "leave-one-source-group-out already", field="--leave-one-out")
         runs = read_runs(runs_csv)
+        _say_unread_columns(runs_csv, columns)
         usable = [r for r in runs if isinstance(r, MeasuredRun)]
         if not usable:
             skipped = [r for r in runs if isinstance(r, SkippedRow)]
@@ -306,6 +308,17 @@ def calibrate(
         for note in result.notes():
             stderr.print(f"[bold yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
         stdout.print(f"Wrote {out}; apply it with --calibration {out}.", highlight=False)
+
+
+def _say_unread_columns(path: Path, columns) -> None:
+    """A note naming the columns of a training-runs CSV that the schema does not read (docs/validation.md)."""
+    from ..training.runs import unread_columns
+
+    unread = unread_columns(columns)
+    if unread:
+        stderr.print(f"[bold yellow]note:[/] {escape(str(path))}: column(s) {escape(', '.join(unread))} are not read "
+                     "(docs/validation.md lists the schema's columns); their values do not enter any row",
+                     highlight=False, soft_wrap=True)
 
 
 def _same_file(a: Path, b: Path) -> bool:

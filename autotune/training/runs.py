@@ -73,6 +73,30 @@ CHECKED_MEASUREMENTS: dict[str, float | None] = {"measured_mfu_pct": 100.0, "mea
                                                  "measured_memory_gib_per_gpu": None}
 
 
+# Every column the training-runs schema reads (docs/validation.md), besides provenance it keeps but never reads.
+OPTIONAL_COLUMNS = ("framework", "framework_version", "hf_config", "n_kv_heads", "head_dim", "activation",
+                    "tied_embeddings", "moe_experts", "moe_topk", "moe_ffn_hidden_size", "moe_shared_experts",
+                    "moe_capacity_factor", "gpus_per_node", "dp", "cp", "ep", "vp", "etp", "schedule",
+                    "sequence_parallel", "zero", "recompute", "precision", "micro_batch", "global_batch", "usable",
+                    "n_microbatches", "dropout")
+PROVENANCE_COLUMNS = ("source_group", "source", "model_name", "notes", "throughput_derivation", "flops_counting")
+KNOWN_COLUMNS = frozenset((*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *PROVENANCE_COLUMNS, *CHECKED_MEASUREMENTS))
+
+
+def unread_columns(columns) -> list[str]:
+    """What to say of columns the schema does not read: a misspelled ``measured_memory_gib`` would drop the memory
+    comparison without a word (each with the known column it most likely means, where one is close)."""
+    import difflib
+
+    out = []
+    for name in columns:
+        if name in KNOWN_COLUMNS:
+            continue
+        close = difflib.get_close_matches(name, sorted(KNOWN_COLUMNS), n=1, cutoff=0.75)
+        out.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    return out
+
+
 @dataclass(frozen=True)
 class MeasuredRun:
     """One usable row: everything needed to predict it, and what was measured.
