@@ -640,3 +640,20 @@ def test_a_misspelled_training_runs_column_is_said(tmp_path):
             result.output
     bundled = runner.invoke(app, ["validate", "--bundled", "training"])
     assert "are not read" not in bundled.stderr
+
+
+def test_a_profile_file_borrowing_a_bundled_name_is_said(tmp_path):
+    """H100 figures in a file named a100-sxm4-80gb were headlined as an A100 with the A100's error band, silently."""
+    from pathlib import Path
+
+    bundled = (Path(__file__).parents[1] / "profiles" / "hardware" / "h100-sxm5-80gb.yaml").read_text()
+    borrowed = tmp_path / "a100.yaml"
+    borrowed.write_text(bundled.replace("name: h100-sxm5-80gb", "name: a100-sxm4-80gb", 1))
+    copy = tmp_path / "h100.yaml"
+    copy.write_text(bundled)
+    args = ["search", "-m", "llama3-8b", "--gpus", "8", "-s", "4096", "-b", "64", "--top", "1"]
+    said = runner.invoke(app, [*args, "-H", str(borrowed)])
+    assert said.exit_code == 0, said.output
+    assert "names itself 'a100-sxm4-80gb', a bundled profile, with other figures" in said.stderr
+    same = runner.invoke(app, [*args, "-H", str(copy)])  # the bundled profile itself: nothing to say
+    assert same.exit_code == 0 and "names itself" not in same.stderr

@@ -179,6 +179,28 @@ def note_framework_version() -> None:
         stderr.print(f"[yellow]note:[/] {escape(note)}.", highlight=False, soft_wrap=True)
 
 
+def note_borrowed_hardware_name() -> None:
+    """A note when a --hardware profile file names itself as a bundled profile with other figures
+    (``inputs.hardware.borrowed_name_note``); a file that cannot be read is the command's to report."""
+    try:
+        from typer.main import get_current_context  # typer with click vendored
+    except ImportError:  # pragma: no cover - older typer on click
+        from click import get_current_context
+    ctx = get_current_context(silent=True)
+    names = (ctx.params if ctx is not None else {}).get("hardware")
+    if not isinstance(names, str):
+        return
+    from ..inputs.hardware import borrowed_name_note
+
+    for name in names.split(","):
+        try:
+            note = borrowed_name_note(name.strip())
+        except (InputError, ValueError, OSError, RecursionError):
+            return  # the command reports it
+        if note:
+            stderr.print(f"[yellow]note:[/] {escape(note)}.", highlight=False, soft_wrap=True)
+
+
 def note_node_size() -> None:
     """A note when --gpus-per-node makes a node larger than the profile's: the profile's node link (NVLink) is then
     assumed between all of its GPUs, which the profiled system does not have; the user may mean it (another
@@ -224,6 +246,7 @@ def user_errors() -> Iterator[None]:
         check_given_options()
         note_framework_version()
         note_node_size()
+        note_borrowed_hardware_name()
         yield
     except RecursionError:
         stderr.print("[bold red]error:[/] an input is nested too deeply to read; give a flat file", highlight=False)

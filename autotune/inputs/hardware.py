@@ -466,6 +466,28 @@ _OPTIONAL_FIELDS = ("scale_up_domain_gpus", "scale_up", "price_estimated", "host
                     "compute_capability")
 
 
+def borrowed_name_note(path: str) -> str:
+    """What to say of a profile file that names itself as a bundled profile (or an alias of one) with other figures
+    (its price aside): it is read as the file says, but headlines, error bands and --calibration overlays go by the
+    name, so H100 figures named a100-sxm4-80gb read as an A100 with the A100's validated band.  "" otherwise."""
+    if not Path(path).is_file():
+        return ""
+    data, source = read_named("hardware", path, what="hardware", field="--hardware", alternative="")
+    hw = hardware_from_mapping(data, source=source)
+    bundled_name = hw.name if hw.name in hardware_names() else resolve_hardware_name(hw.name)
+    if bundled_name is None:
+        return ""
+    data, bundled_source = read_named("hardware", bundled_name, what="hardware", field="--hardware", alternative="")
+    mine, theirs = (hardware_to_mapping(h) for h in (hw, hardware_from_mapping(data, source=bundled_source)))
+    differ = [k for k in sorted(set(mine) | set(theirs))
+              if k not in ("name", "price_usd_per_gpu_hour", "price_estimated") and mine.get(k) != theirs.get(k)]
+    if not differ:
+        return ""
+    return (f"{path} names itself {hw.name!r}, a bundled profile, with other figures ({', '.join(differ[:3])}"
+            f"{', ...' if len(differ) > 3 else ''}): it is planned as the file says, but the bundled profile's error "
+            "bands and any calibration overlay for that name apply to it; give it a name of its own (name: my-gpu)")
+
+
 def hardware_to_mapping(hw: Hardware) -> dict:
     """The profile as plain data (what a profile YAML holds, less description and sources, with any calibration
     and --price applied): ``hardware_from_mapping`` reads it back.  Studies store it in their problem record and
