@@ -657,3 +657,27 @@ def test_a_profile_file_borrowing_a_bundled_name_is_said(tmp_path):
     assert "names itself 'a100-sxm4-80gb', a bundled profile, with other figures" in said.stderr
     same = runner.invoke(app, [*args, "-H", str(copy)])  # the bundled profile itself: nothing to say
     assert same.exit_code == 0 and "names itself" not in same.stderr
+
+
+@pytest.mark.parametrize("text", ["1:20", "0x20", "010"])
+def test_yaml_numbers_are_decimal(tmp_path, text):
+    """YAML 1.1 read n_layers: 1:20 as 80 (base 60), 0x20 as 32 and 010 as 8: another model without a word."""
+    from pathlib import Path
+
+    spec = (Path(__file__).parents[1] / "profiles" / "models" / "llama3-8b.yaml").read_text()
+    lines = [f"n_layers: {text}" if line.startswith("n_layers:") else line for line in spec.splitlines()]
+    path = tmp_path / "odd.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    result = runner.invoke(app, ["models", "show", str(path)])
+    assert_user_error(result, "n_layers")
+    assert f"must be an integer, but got '{text}'" in result.output
+
+
+def test_yaml_decimal_numbers_still_read():
+    import yaml
+
+    from autotune.inputs.loading import _Loader
+
+    doc = yaml.load("a: 1_000\nb: 6e-1\nc: .5\nd: -3\ne: 1.0e+3\nf: .inf\n", Loader=_Loader)
+    assert doc == {"a": 1000, "b": 0.6, "c": 0.5, "d": -3, "e": 1000.0, "f": float("inf")}
+    assert yaml.safe_load("a: 0x20") == {"a": 32}  # PyYAML's own loader is left as it was

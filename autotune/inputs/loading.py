@@ -43,6 +43,22 @@ class _Loader(_BASE_LOADER):  # type: ignore[misc, valid-type]
     """
 
 
+# YAML 1.1 also reads 1:20 as 80 (base 60), 0x20 as 32 and 010 as 8: a typo of 120 or a zero-padded 10 became
+# another model without a word.  Numbers are decimal here; those forms stay text, which a number field refuses
+# naming itself.  (The resolver lists are rebuilt, not edited: they are shared with PyYAML's own loaders.)
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in entries if tag not in _NUMBER_TAGS]
+    for first, entries in _BASE_LOADER.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"),
+                              list("-+0123456789"))
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|[-+]?\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."),
+)
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
