@@ -681,3 +681,19 @@ def test_yaml_decimal_numbers_still_read():
     doc = yaml.load("a: 1_000\nb: 6e-1\nc: .5\nd: -3\ne: 1.0e+3\nf: .inf\n", Loader=_Loader)
     assert doc == {"a": 1000, "b": 0.6, "c": 0.5, "d": -3, "e": 1000.0, "f": float("inf")}
     assert yaml.safe_load("a: 0x20") == {"a": 32}  # PyYAML's own loader is left as it was
+
+
+def test_an_fp8_checkpoint_of_no_fp8_format_is_refused(tmp_path):
+    """quantization_config.fmt 'e9m9' was planned as fp8 without a word."""
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(__file__).parents[1] / "autotune/data/hf_configs/Qwen--Qwen3-235B-A22B-FP8.json")
+                        .read_text())
+    config["quantization_config"]["fmt"] = "e9m9"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = runner.invoke(app, ["predict", "--workload", "serve", "-m", str(path), "-H", "h200-sxm-141gb", "--gpus", "8",
+                                 "--input-len", "1024", "--output-len", "256", "-p", "tp=4,ep=4"])
+    assert_user_error(result, "quantization_config.fmt")
+    assert "e9m9" in result.output

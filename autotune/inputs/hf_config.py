@@ -670,6 +670,9 @@ def fp8_weight_block(config: dict, *, source: str = "config.json") -> int | None
     return math.lcm(int(block[0]), int(block[1]))
 
 
+# How FP8 exports name their element format (HF's FineGrainedFP8Config "e4m3", MiniMax's torch dtype name)
+FP8_FORMATS = ("e4m3", "e5m2", "e4m3fn", "float8_e4m3fn", "float8_e4m3", "float8_e5m2", "e4m3fnuz", "float8_e4m3fnuz")
+
 # compressed-tensors weights (num_bits, type) -> the scheme serving.checkpoint names
 _COMPRESSED_SCHEMES = {(4, "int"): "int4", (8, "int"): "int8", (8, "float"): "fp8", (4, "float"): "fp4"}
 
@@ -693,6 +696,10 @@ def _read_quantization(config: dict, source: str) -> tuple[str | None, str | Non
     unplanned = f"{field} states quant_method {method!r}"
     if method in ("fp8", "fbgemm_fp8"):
         fp8_weight_block(config, source=source)  # a malformed block is refused here, at the edge
+        fmt = quant.get("fmt")
+        if fmt is not None and str(fmt).strip().lower() not in FP8_FORMATS:
+            raise InputError(f"must be an FP8 format ({', '.join(FP8_FORMATS[:2])}, ...), but got (fmt={fmt!r})",
+                             source=source, field=f"{field}.fmt")
         return "fp8", None
     if method == "mxfp4":
         return "mxfp4", None
