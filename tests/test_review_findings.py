@@ -697,3 +697,19 @@ def test_an_fp8_checkpoint_of_no_fp8_format_is_refused(tmp_path):
                                  "--input-len", "1024", "--output-len", "256", "-p", "tp=4,ep=4"])
     assert_user_error(result, "quantization_config.fmt")
     assert "e9m9" in result.output
+
+
+def test_a_calibration_without_held_out_error_says_so(tmp_path):
+    """calibrate on one row wrote an overlay at 0.0% error with no caution, which then moves every prediction of
+    that GPU."""
+    import csv
+    from pathlib import Path
+
+    with open(Path(__file__).parent / "data" / "training_runs_small.csv", newline="") as handle:
+        rows = list(csv.reader(handle))[:2]
+    path = tmp_path / "one.csv"
+    with open(path, "w", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "one.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "no held-out error: 1 row(s) from one source group" in result.stderr

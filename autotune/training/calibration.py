@@ -198,6 +198,11 @@ class CalibrationResult:
                     # (an overhead at its lower bound, zero, is a value the rows can give, not a wall)
                     notes.append(f"{profile}: {name} ended at the {side} bound of its range ({value:.3g}): the rows "
                                  "cannot pin it; predictions for shapes unlike the rows may move either way")
+        if self.logo_mape_pct is None:
+            # one source group (or one row): leave-one-source-group-out has nothing to hold out
+            notes.append(f"no held-out error: {self.n_rows} row(s) from one source group fit their own parameters "
+                         "(down to 0% error with as many parameters as rows), and nothing measures how the fit "
+                         "predicts another source; add rows from other sources before applying it widely")
         if self.after.mape_pct > 25.0:
             notes.append(f"the rows disagree with each other or with the model ({self.after.mape_pct:.1f}% after the "
                          "fit): check them with `autotune validate` before using this calibration")
