@@ -451,9 +451,9 @@ def test_models_with_their_own_code_launch_with_trust_remote_code(tmp_path, fmt,
     known = (Path(__file__).parent / "data" / "engine_flags" / flags).read_text().split()
     assert "--trust-remote-code" in known
 
-    def script(model, name):
+    def script(model, name, plan="tp=8"):
         out = tmp_path / name
-        result = runner.invoke(app, ["emit", "tp=8", "--format", fmt, "-m", model, "-H", "h200-sxm-141gb", "--gpus",
+        result = runner.invoke(app, ["emit", plan, "--format", fmt, "-m", model, "-H", "h200-sxm-141gb", "--gpus",
                                      "8", "--input-len", "2048", "--output-len", "512", "--out", str(out)])
         assert result.exit_code == 0, result.output
         return next(out.glob("serve_*.sh")).read_text()
@@ -461,14 +461,19 @@ def test_models_with_their_own_code_launch_with_trust_remote_code(tmp_path, fmt,
     assert "--trust-remote-code" in script("moonshotai/Kimi-K2.5", "kimi")
     assert "--trust-remote-code" in script("minimax-m2.5", "minimax")  # the architecture of a remote-code repository
     assert "--trust-remote-code" not in script("llama3-70b", "llama")
-    # a config.json that maps classes to the repository's code (auto_map) says so itself; one that does not, not
-    config = json.loads((Path(__file__).parents[1] / "autotune/data/hf_configs/Qwen--Qwen3-30B-A3B.json").read_text())
-    plain = tmp_path / "plain.json"
-    plain.write_text(json.dumps(config))
-    assert "--trust-remote-code" not in script(str(plain), "plain")
-    custom = tmp_path / "custom.json"
-    custom.write_text(json.dumps({**config, "auto_map": {"AutoConfig": "configuration_x.XConfig"}}))
-    assert "--trust-remote-code" in script(str(custom), "custom")
+    # a config.json (or a checkpoint folder) of such an architecture says so itself, named any way; an auto_map
+    # alone does not: DeepSeek-V3's config has one, and the engines run it natively
+    data = Path(__file__).parent / "data" / "hf_configs"
+    minimax = tmp_path / "minimax_checkpoint"
+    minimax.mkdir()
+    (minimax / "config.json").write_text((data / "MiniMax-M2.5" / "config.json").read_text())
+    assert "--trust-remote-code" in script(str(minimax), "minimax_folder", "tp=8,ep=8")
+    assert "--trust-remote-code" in script(str(minimax / "config.json"), "minimax_file", "tp=8,ep=8")
+    deepseek = tmp_path / "deepseek.json"
+    deepseek.write_text((data / "DeepSeek-V3" / "config.json").read_text())
+    assert "auto_map" in json.loads(deepseek.read_text())
+    assert "--trust-remote-code" not in script(str(deepseek), "deepseek_file")
+    assert "--trust-remote-code" not in script("deepseek-ai/DeepSeek-V3", "deepseek_id")
 
 
 def test_deepspeed_autoep_is_not_written_with_zero_3(tmp_path):

@@ -204,26 +204,36 @@ def fp8_scale_block(model) -> int | None:
     return fp8_block_of(model.name)
 
 
+# Architectures whose published repositories ship their own code the engines load only with --trust-remote-code:
+# Kimi's tokenizer (tokenization_kimi.py, named in its tokenizer_config.json), MiniMax-M2's model files (its Hub
+# tag custom_code); their model cards' launch commands pass the flag.  An auto_map alone does not make a model one:
+# DeepSeek-V3's config.json has one, and vLLM and SGLang run it natively.
+REMOTE_CODE_MODEL_TYPES = frozenset({"kimi_k2", "kimi_k25", "minimax_m2"})
+
+
 def needs_remote_code(model, model_path: str | None = None) -> bool:
-    """The engines load this model only with ``--trust-remote-code``: its ``config.json`` maps classes to the
-    repository's own code (``auto_map``: Kimi's tokenizer, MiniMax's model), or the catalogue records that of the
-    repository named (``model_path``) or of the architecture's published checkpoints (``remote_code``)."""
+    """The engines load this model only with ``--trust-remote-code``: the catalogue records it for the repository
+    named (``model_path``) or for the architecture's published checkpoints (``remote_code``), or a given config.json
+    (or a checkpoint folder's) is of such an architecture (``REMOTE_CODE_MODEL_TYPES``).  Whether the model is named
+    by its Hugging Face id, its bundled name or its config.json, the answer is the same."""
     from pathlib import Path
 
     from ..inputs import loading
     from ..inputs.catalogue import catalogue, lookup_hf_id
 
+    entry = lookup_hf_id(model_path) if model_path else None
+    if entry is not None and entry.remote_code:
+        return True
+    if any(e.remote_code for e in catalogue().values() if e.spec == model.name):
+        return True
     path = Path(model.source) if model.source and len(model.source) < 4096 else None
     if path is not None and path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"  # a checkpoint folder
     if path is not None and path.suffix == ".json" and path.is_file():
         config = loading.read_mapping(path)
-        inner = config.get("text_config")
-        return "auto_map" in config or (isinstance(inner, dict) and "auto_map" in inner)
-    entry = lookup_hf_id(model_path) if model_path else None
-    if entry is not None:
-        return entry.remote_code
-    return any(e.remote_code for e in catalogue().values() if e.spec == model.name)
+        inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+        return bool({config.get("model_type"), inner.get("model_type")} & REMOTE_CODE_MODEL_TYPES)
+    return False
 
 
 def _stated_quantization(model_name: str) -> tuple[str | None, str | None] | None:
