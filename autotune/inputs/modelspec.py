@@ -81,8 +81,8 @@ class MoESpec:
     router_score: str = "softmax"  # ROUTER_SCORES
     router_expert_bias: bool = False
     router_topk_scaling: float | None = None
-    # the load-balancing loss's weight as the model was trained (HF router_aux_loss_coef: Mixtral 0.02, Qwen3 0.001);
-    # None: unstated, the launch files use Megatron's customary 0.01 (1e-4 beside a DeepSeek expert bias)
+    # the load-balancing loss's weight a config.json states (HF router_aux_loss_coef: Mixtral 0.02, Qwen3 0.001), in
+    # Hugging Face's convention; the Megatron files keep their own weight and say this one (model_notes)
     router_aux_loss_coeff: float | None = None
 
     def __post_init__(self) -> None:

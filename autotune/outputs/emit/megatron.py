@@ -225,9 +225,8 @@ def model_args(model: ModelSpec, seq_len: int) -> list[Group]:
             # sequence-wise balance loss of alpha = 0.0001 beside it
             groups += [("--moe-router-enable-expert-bias",), ("--moe-router-bias-update-rate", "1e-3"),
                        ("--moe-router-load-balancing-type", "seq_aux_loss"), ("--moe-aux-loss-coeff", "1e-4")]
-        else:  # the weight the model was trained with where its config states it (Mixtral 0.02, Qwen3 0.001)
-            coeff = moe.router_aux_loss_coeff if moe.router_aux_loss_coeff is not None else 0.01
-            groups += [("--moe-router-load-balancing-type", "aux_loss"), ("--moe-aux-loss-coeff", f"{coeff:g}")]
+        else:  # Megatron's customary weight; a config's own (another convention) is said in the header (model_notes)
+            groups += [("--moe-router-load-balancing-type", "aux_loss"), ("--moe-aux-loss-coeff", "0.01")]
         if moe.router_topk_scaling is not None:
             groups.append(("--moe-router-topk-scaling-factor", moe.router_topk_scaling))
         groups.append(("--moe-grouped-gemm",))
@@ -403,6 +402,14 @@ def model_notes(model: ModelSpec) -> tuple[str, ...]:
     (windows, sinks, sparse attention), a RoPE base the spec does not state (Megatron's default, 10000, is used)
     and a RoPE scaling other than Llama 3.1's."""
     notes = _attention_notes(model)
+    coeff = model.moe.router_aux_loss_coeff if model.moe is not None else None
+    if coeff is not None and not model.moe.router_expert_bias and coeff != 0.01:
+        # Hugging Face's router_aux_loss_coef weighs one loss over all layers' tokens (load_balancing_loss_func),
+        # Megatron's --moe-aux-loss-coeff each layer's: not the same number, and a config may carry a library
+        # default rather than the training recipe's (transformers' gpt-oss config: 0.9)
+        notes.append(f"{model.name}'s config.json states router_aux_loss_coef {coeff:g} (Hugging Face's weight of one "
+                     "loss over all layers); --moe-aux-loss-coeff 0.01 is Megatron's per-layer weight: set it to "
+                     "your recipe's.")
     if model.position_embedding != "rope":
         return tuple(notes)
     if model.rope_theta is None:

@@ -7,6 +7,7 @@
 # predicted: step 5.892 s, 53.6 GiB per GPU, MFU 44.8%, 5,561 tokens/s/GPU (autotune's analytic cost model)
 # TRAINING_ARGS are placeholders (run length, learning rate, logging): set your own.
 # Without --data-path, Megatron trains on mock data with a NullTokenizer of the model's vocabulary.
+# mixtral-8x7b's config.json states router_aux_loss_coef 0.02 (Hugging Face's weight of one loss over all layers); --moe-aux-loss-coeff 0.01 is Megatron's per-layer weight: set it to your recipe's.
 #
 # Run this script on each of the 8 node(s) with the same MASTER_ADDR (the first node) and MASTER_PORT;
 # extra arguments are passed on to the training program. Under Slurm use `autotune emit --format slurm`.
@@ -41,7 +42,7 @@ MODEL_ARGS=(
     --moe-router-topk 2
     --moe-ffn-hidden-size 14336
     --moe-router-load-balancing-type aux_loss
-    --moe-aux-loss-coeff 0.02
+    --moe-aux-loss-coeff 0.01
     --moe-grouped-gemm
 )
 PARALLEL_ARGS=(
