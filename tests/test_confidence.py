@@ -52,10 +52,12 @@ def test_an_expert_parallel_plan_is_judged_by_the_moe_runs():
     assert moe["n_runs"] >= 3
     worst = max(r["error_pct"] for r in shipped["rows"] if r.get("moe") and conf.silicon(r["gpu"]) == conf.silicon("h100-sxm5-80gb"))
     assert moe["error_band_pct"][1] > 22.0 and worst > 50.0
-    # a dense plan's band is the dense runs' alone
+    # a dense plan's band is the dense runs' alone: the same as from a table without the MoE rows
     dense = conf.confidence({"tp": 8, "zero": 1}, "h100-sxm5-80gb")
-    ids = {r["id"] for r in shipped["rows"] if r.get("moe")}
-    assert dense["n_runs"] and not ids & {r["id"] for r in shipped["rows"] if not r.get("moe")}
+    without = {**shipped, "rows": [r for r in shipped["rows"] if not r.get("moe")]}
+    assert dense == conf.confidence({"tp": 8, "zero": 1}, "h100-sxm5-80gb", without) and not dense["moe"]
+    assert "MoE runs no calibration is fitted to" in conf.sentence(moe)
+    assert "-0%" not in conf.sentence({**moe, "error_band_pct": [-0.3, 101.0]})
     assert conf.confidence({"ep": 8}, "b200-sxm-180gb")["n_runs"] >= 3  # MoE runs on Blackwell give a band
 
 
@@ -146,6 +148,6 @@ def test_predict_json_and_text_carry_the_confidence():
     result = CliRunner().invoke(app, args + ["--json"])
     assert result.exit_code == 0, result.output
     c = json.loads(result.stdout)["estimate"]["confidence"]
-    assert set(c) == {"error_band_pct", "basis", "n_runs", "unvalidated"}
+    assert set(c) == {"error_band_pct", "basis", "n_runs", "unvalidated", "moe"}
     text = CliRunner().invoke(app, args)
     assert "Expected error" in text.stdout

@@ -407,8 +407,9 @@ def test_sglang_expert_parallelism_narrower_than_the_engine_is_priced_as_the_gat
     from autotune.serving.engines import DEFAULTS
     assert DEFAULTS["sglang"].gathers(8, 2, 8) == 1.0 and DEFAULTS["sglang"].gathers(8, 2, 16) == 0.0
     assert DEFAULTS["trtllm"].gathers(8, 2, 8) == 0.0
-    # the gather moves 16 copies of each token where DeepEP's dispatch moves about 7 (8 ranks of 2 GPUs, top-8)
-    assert tpot("sglang", 8) > 1.1 * tpot("sglang", 16)
+    # the gather moves 16 bf16 copies of each token where DeepEP's dispatch moves about 7 in fp8 (8 ranks of 2 GPUs,
+    # top-8): TPOT 1.34x that of EP16, where pricing it as DeepEP read 1.15x
+    assert tpot("sglang", 8) > 1.25 * tpot("sglang", 16)
 
 
 def test_calibrating_a_few_rows_keeps_the_shipped_fit_where_they_say_nothing(tmp_path):
@@ -549,7 +550,7 @@ def test_launch_headers_say_what_the_engine_defaults_do_to_the_batch(tmp_path):
         return next(out.glob("serve_*.sh")).read_text().split("\n\n")[0]
 
     kimi = header("vllm", "tp=8", "moonshotai/Kimi-K2.5", "h200-sxm-141gb", 8)
-    assert "is the engine's default, and its KV cache holds" in kimi and "it admits those" in kimi
+    assert "is the engine's default, and its KV cache holds" in kimi and "which bounds the batch instead" in kimi
     wide = header("sglang", "tp=1,dp=64,ep=64,weights=fp8,kv=fp8", "deepseek-ai/DeepSeek-R1", "gb200-nvl72", 64)
     assert "SGLang's default reserve leaves --mem-fraction-static at 0." in wide and "--memory-fraction F" in wide
     narrow = header("sglang", "tp=8,weights=fp8,kv=fp8,max_batch=64", "deepseek-ai/DeepSeek-R1", "h200-sxm-141gb", 8)
@@ -721,3 +722,14 @@ def test_a_calibration_without_held_out_error_says_so(tmp_path):
     result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "one.yaml")])
     assert result.exit_code == 0, result.output
     assert "no held-out error: 1 row(s) from one source group" in result.stderr
+
+
+def test_the_sglang_reserve_note_is_for_the_default_rule_only(tmp_path):
+    """The header said 'SGLang's default reserve leaves --mem-fraction-static at 0.3' and pointed to --memory-fraction
+    when the user had just set --memory-fraction 0.3."""
+    out = tmp_path / "set"
+    result = runner.invoke(app, ["emit", "tp=1,dp=64,ep=64,weights=fp8,kv=fp8", "--format", "sglang", "-m",
+                                 "deepseek-ai/DeepSeek-R1", "-H", "gb200-nvl72", "--gpus", "64", "--input-len", "2048",
+                                 "--output-len", "512", "--memory-fraction", "0.3", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "default reserve leaves" not in (out / "serve_sglang.sh").read_text()

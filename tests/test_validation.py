@@ -337,11 +337,11 @@ def test_a_calibration_says_what_it_cannot_vouch_for():
     disagree after the fit (calibrate prints them; --json carries them); none for a fit inside its ranges."""
     from autotune.training.calibration import CalibrationResult, FitSummary
 
-    def result(fitted, rows, after_pct):
+    def result(fitted, rows, after_pct, logo_pct=6.0):
         return CalibrationResult(params=("gemm", "cudnn_attention"), shared=(), fitted={"h100-sxm5-80gb": fitted},
                                  start={"h100-sxm5-80gb": dict(fitted)}, n_rows=rows,
                                  n_rows_by_profile={"h100-sxm5-80gb": rows}, before=FitSummary(40.0, None, {}),
-                                 after=FitSummary(after_pct, None, {}), logo={}, logo_mape_pct=None, success=True,
+                                 after=FitSummary(after_pct, None, {}), logo={}, logo_mape_pct=logo_pct, success=True,
                                  message="")
 
     assert result({"gemm": 0.59, "cudnn_attention": 0.35}, 20, 5.0).notes() == []
@@ -351,3 +351,5 @@ def test_a_calibration_says_what_it_cannot_vouch_for():
     assert "disagree" in result({"gemm": 0.5, "cudnn_attention": 0.3}, 3, 86.4).notes()[0]
     # an overhead fitted to zero is a value, not a wall
     assert result({"gemm": 0.5, "gemm_overhead_us": 0.0}, 20, 5.0).notes() == []
+    # one source group: no held-out error to vouch for the fit
+    assert result({"gemm": 0.59, "cudnn_attention": 0.35}, 20, 5.0, None).notes()[0].startswith("no held-out error")

@@ -161,6 +161,14 @@ def dispatch_copies(a, G, ep):
     return G * (1.0 - np.power(1.0 - 1.0 / ep, np.maximum(a["topk"], 1.0)))
 
 
+def _dispatch(a, G, ep, gather):
+    """(copies of a token, bytes per hidden element averaged over dispatch and combine) of a MoE layer's all-to-all.
+    DeepEP sends a token once per rank holding its experts, in fp8, and brings it back in bf16 (1.5 bytes); a
+    gathering backend (``gather`` 1: SGLang's default below ep = tp*dp) sends it to every GPU in bf16 both ways."""
+    gathers = np.asarray(gather) > 0
+    return np.where(gathers, G, dispatch_copies(a, G, ep)), np.where(gathers, ACTIVATION_BYTES, 1.5)
+
+
 def experts_touched(tokens, a):
     """Expected share of the E experts that at least one of ``tokens`` tokens (top-k each) routes to."""
     E_, k = a["E"], a["topk"]
@@ -232,8 +240,8 @@ def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep, gather=0.0):
     # the DeepEP dispatch, sglang/srt/layers/communicator.py); TensorRT-LLM's attention DP has tp 1; vLLM's
     # DP x TP with expert parallelism is taken to split its tokens the same way (not checked against its code).
     t_ar = 2.0 * a["L"] / pp * _allreduce_s(bm * a["h"] * ACTIVATION_BYTES, tp, g, p)
-    copies = np.where(np.asarray(gather) > 0, G, dispatch_copies(a, G, ep))
-    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm / tp * copies * a["h"] * 1.5, G, g, p), 0.0)
+    copies, wire = _dispatch(a, G, ep, gather)
+    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm / tp * copies * a["h"] * wire, G, g, p), 0.0)
     f = _overhead_factor(g, p)
     attn_layers = a["n_full"] + a["n_swa"] + a["n_lin"]
     stage = t_gemm + t_attn + t_ar + t_a2a + (p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]
@@ -267,8 +275,8 @@ def prefill_s(a, q, g, p, n, tp, pp, dp, ep, chunk, *, seqs=1.0, moe_share=1.0, 
     t_w = chunks * w / (g["hbm"] * p.weight_bandwidth)
     t_comp = np.maximum(t_lin + t_exp, t_w) + t_att
     t_ar = 2.0 * a["L"] * _allreduce_s(n * a["h"] * ACTIVATION_BYTES, tp, g, p)
-    copies = np.where(np.asarray(gather) > 0, G, dispatch_copies(a, G, ep))
-    t_a2a = np.where(dp > 1, a["n_moe"] * 2.0 * _alltoall_s(n / tp * copies * a["h"] * 1.5, G, g, p), 0.0)
+    copies, wire = _dispatch(a, G, ep, gather)
+    t_a2a = np.where(dp > 1, a["n_moe"] * 2.0 * _alltoall_s(n / tp * copies * a["h"] * wire, G, g, p), 0.0)
     send = np.where(pp > 1, (pp - 1.0) * (g["nvlink_lat"] + n * a["h"] * ACTIVATION_BYTES / g["nvlink"]), 0.0)
     t_fix = chunks * (p.step_us + p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]) * 1e-6 * _overhead_factor(g, p)
     return t_comp + t_ar + t_a2a + send + t_fix

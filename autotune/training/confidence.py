@@ -272,6 +272,7 @@ def confidence_for(plan_feature_names: Iterable[str], gpu: str, table: Mapping[s
         "basis": how,
         "n_runs": int(errors.size),
         "unvalidated": unvalidated,
+        "moe": "EP>1" in features,
     }
 
 
@@ -280,12 +281,17 @@ def with_confidence(estimate: dict, plan: Any, gpu: str) -> dict:
     return {**estimate, "confidence": confidence(plan, gpu)}
 
 
+def _signed(pct: float) -> str:
+    """A whole percent with its sign, never "-0" (a band's -0.3% reads +0)."""
+    return f"{int(round(pct)):+d}"
+
+
 def short_text(conf: Mapping[str, Any] | None) -> str:
     """Compact form for a table cell: ``-8..+12% (n=36)``, with ``!`` when a feature is unvalidated."""
     if not conf or conf.get("error_band_pct", [None])[0] is None:
         return "-"
     lo, hi = conf["error_band_pct"]
-    text = f"{lo:+.0f}..{hi:+.0f}% n={conf['n_runs']}"
+    text = f"{_signed(lo)}..{_signed(hi)}% n={conf['n_runs']}"
     return text + (" !" if conf.get("unvalidated") else "")
 
 
@@ -296,8 +302,10 @@ def sentence(conf: Mapping[str, Any] | None) -> str:
         return f"Expected error unknown: {basis or 'no validated runs'}; treat the estimate with care."
     lo, hi = conf["error_band_pct"]
     spread = "10th-90th percentile" if conf["n_runs"] >= PERCENTILE_MIN_RUNS else "range"
-    text = (f"Expected error {lo:+.0f}% to {hi:+.0f}% (predicted vs measured, {spread} over "
-            f"{conf['n_runs']} {conf['basis']}, each predicted with its source held out of the calibration).")
+    held = ("MoE runs no calibration is fitted to" if conf.get("moe")
+            else "each predicted with its source held out of the calibration")
+    text = (f"Expected error {_signed(lo)}% to {_signed(hi)}% (predicted vs measured, {spread} over "
+            f"{conf['n_runs']} {conf['basis']}, {held}).")
     if conf.get("unvalidated"):
         text += " Not validated: no run with " + "; ".join(conf["unvalidated"]) + "."
     return text

@@ -297,11 +297,11 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     if not mine["fits"]:
         note += f"; WARNING: {mine.get('infeasible_reason', 'the batch does not fit')}"
     elif engine_batch_limit and mine.get("max_batch_fit", plan.max_batch) < plan.max_batch:
-        # the engine's own batch limit: it admits what its KV cache holds, fewer than the flag's value
+        # the engine's own batch limit: its KV cache, not the flag, bounds the batch
         note += (f"; the batch limit {plan.max_batch} is the engine's default, and its KV cache holds "
-                 f"{mine['max_batch_fit']} sequences at full length: it admits those (set max_batch in the plan to "
-                 "have the limit checked)")
-    if format == "sglang" and knob < SGLANG_IDLE_NOTE_FRACTION:
+                 f"{mine['max_batch_fit']} sequences at full length, which bounds the batch instead (a few more "
+                 "while outputs are short; set max_batch in the plan to have a limit checked)")
+    if format == "sglang" and memory_fraction is None and knob < SGLANG_IDLE_NOTE_FRACTION:
         # SGLang's default reserve (its own heuristic, mirrored: engines.py) grows with attention DP and the CUDA-graph
         # batch; the static pool is then a small share of the GPU, which --memory-fraction (not searched) would raise
         note += (f"; SGLang's default reserve leaves {DEFAULTS[format].memory_knob} at {knob:g}, "

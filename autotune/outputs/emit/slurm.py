@@ -46,13 +46,18 @@ def _placement_note(context: EmitContext) -> list[str]:
     hold: it prices traffic between the nodes of one domain at NVLink rates, which a scattered allocation sends over
     the network instead.  Slurm's topology/block plugin keeps a job's nodes in blocks of ``--segment`` nodes."""
     hw = context.hardware_spec
-    domain, per_node = hw.scale_up_domain_gpus, hw.gpus_per_node
+    domain, per_node = hw.scale_up_domain_gpus, context.gpus_on_each_node
     if not domain or domain <= per_node or context.nodes < 2:
         return []
-    segment = min(context.nodes, domain // per_node)
-    return ["", f"The estimate takes each {segment} nodes ({segment * per_node} GPUs) to share one NVLink domain "
-                f"({hw.name}: {domain} GPUs); on a cluster with Slurm's topology/block, add #SBATCH --segment={segment} "
-                "above, else ask for nodes of one rack (a scattered allocation sends that traffic over the network)."]
+    in_domain = max(domain // per_node, 1)  # nodes one NVLink domain holds
+    # Slurm's --segment must divide the job's node count: the largest that does and fits in one domain
+    segment = max(k for k in range(1, min(context.nodes, in_domain) + 1) if context.nodes % k == 0)
+    where = ("all of them in one rack" if context.nodes <= in_domain
+             else f"each {in_domain} in one rack, a rack holding {in_domain} nodes of {per_node} GPUs")
+    return ["", f"The estimate takes these {context.nodes} nodes to share NVLink domains ({hw.name}: {domain} GPUs a "
+                f"domain), {where}. On a cluster with Slurm's topology/block, #SBATCH --segment={segment} above keeps "
+                f"blocks of {segment} nodes in one rack (if the site's block size allows it); a scattered allocation "
+                "sends that traffic over the network."]
 
 
 def sbatch_script(framework: Emitter, context: EmitContext) -> str:
