@@ -57,6 +57,9 @@ def test_an_expert_parallel_plan_is_judged_by_the_moe_runs():
     without = {**shipped, "rows": [r for r in shipped["rows"] if not r.get("moe")]}
     assert dense == conf.confidence({"tp": 8, "zero": 1}, "h100-sxm5-80gb", without) and not dense["moe"]
     assert "MoE runs no calibration is fitted to" in conf.sentence(moe)
+    # and how often the MoE runs' bands held a run from a source left out (below the nominal 80%: said)
+    held = shipped["coverage"]["moe_inside_pct"]
+    assert moe["held_pct"] == held and f"held {held:.0f}% of runs from a source left out" in conf.sentence(moe)
     assert "-0%" not in conf.sentence({**moe, "error_band_pct": [-0.3, 101.0]})
     assert conf.confidence({"ep": 8}, "b200-sxm-180gb")["n_runs"] >= 3  # MoE runs on Blackwell give a band
 
@@ -148,6 +151,6 @@ def test_predict_json_and_text_carry_the_confidence():
     result = CliRunner().invoke(app, args + ["--json"])
     assert result.exit_code == 0, result.output
     c = json.loads(result.stdout)["estimate"]["confidence"]
-    assert set(c) == {"error_band_pct", "basis", "n_runs", "unvalidated", "moe"}
+    assert set(c) == {"error_band_pct", "basis", "n_runs", "unvalidated", "moe", "held_pct"}
     text = CliRunner().invoke(app, args)
     assert "Expected error" in text.stdout

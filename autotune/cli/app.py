@@ -113,15 +113,20 @@ def path_option(text: str | Path) -> Path:
     return BlankPath(".") if not text.strip() else Path(text)
 
 
-def check_given_options() -> None:
-    """Every number given on the command line is finite and of a sane size (Click reads "nan" and "inf" as floats
-    and any length of digits as an int), no path is blank and no single-value option is given twice; the flag at
-    fault is named."""
+def _current_context():
+    """The click context of the command being run (None outside one)."""
     try:
         from typer.main import get_current_context  # typer with click vendored
     except ImportError:  # pragma: no cover - older typer on click
         from click import get_current_context
-    ctx = get_current_context(silent=True)
+    return get_current_context(silent=True)
+
+
+def check_given_options() -> None:
+    """Every number given on the command line is finite and of a sane size (Click reads "nan" and "inf" as floats
+    and any length of digits as an int), no path is blank and no single-value option is given twice; the flag at
+    fault is named."""
+    ctx = _current_context()
     if ctx is None:
         return
     repeated = ctx.meta.get(_REPEATED)
@@ -154,11 +159,7 @@ def given_on_command_line(name: str, value: object, default: object) -> bool:
     (``--engine vllm``, ``--trials 200``): such a flag where it does not apply is refused like any other, where a
     comparison with the default would let it pass unseen.  Called outside a command line (a command function
     used from Python), ``value`` differing from ``default`` is what counts."""
-    try:
-        from typer.main import get_current_context  # typer with click vendored
-    except ImportError:  # pragma: no cover - typer on click
-        from click import get_current_context
-    ctx = get_current_context(silent=True)
+    ctx = _current_context()
     source = ctx.get_parameter_source(name) if ctx is not None else None
     if source is None:
         return value != default
@@ -168,11 +169,7 @@ def given_on_command_line(name: str, value: object, default: object) -> bool:
 def note_framework_version() -> None:
     """A one-line note when ``--framework NAME@YYYY-MM`` is newer than any version profiled (its newest settings are
     used); every command that takes --framework says it the same way."""
-    try:
-        from typer.main import get_current_context  # typer with click vendored
-    except ImportError:  # pragma: no cover - older typer on click
-        from click import get_current_context
-    ctx = get_current_context(silent=True)
+    ctx = _current_context()
     spec = ctx.params.get("framework") if ctx is not None else None
     note = framework_version_note(spec) if isinstance(spec, str) else ""
     if note:
@@ -182,11 +179,7 @@ def note_framework_version() -> None:
 def note_borrowed_hardware_name() -> None:
     """A note when a --hardware profile file names itself as a bundled profile with other figures
     (``inputs.hardware.borrowed_name_note``); a file that cannot be read is the command's to report."""
-    try:
-        from typer.main import get_current_context  # typer with click vendored
-    except ImportError:  # pragma: no cover - older typer on click
-        from click import get_current_context
-    ctx = get_current_context(silent=True)
+    ctx = _current_context()
     names = (ctx.params if ctx is not None else {}).get("hardware")
     if not isinstance(names, str):
         return
@@ -205,11 +198,7 @@ def note_node_size() -> None:
     """A note when --gpus-per-node makes a node larger than the profile's: the profile's node link (NVLink) is then
     assumed between all of its GPUs, which the profiled system does not have; the user may mean it (another
     system), so it is said, not refused."""
-    try:
-        from typer.main import get_current_context  # typer with click vendored
-    except ImportError:  # pragma: no cover - older typer on click
-        from click import get_current_context
-    ctx = get_current_context(silent=True)
+    ctx = _current_context()
     params = ctx.params if ctx is not None else {}
     gpn, names = params.get("gpus_per_node"), params.get("hardware")
     if not isinstance(gpn, int) or not isinstance(names, str):

@@ -157,6 +157,7 @@ def band_coverage(table: Mapping[str, Any]) -> dict:
     """
     rows = table["rows"]
     inside = banded = 0
+    hits: list[tuple[Mapping[str, Any], int]] = []
     by_group: dict[str, list[int]] = {}
     for r in rows:
         others = {**table, "rows": [o for o in rows if o["source_group"] != r["source_group"]]}
@@ -167,12 +168,16 @@ def band_coverage(table: Mapping[str, Any]) -> dict:
         banded += 1
         hit = int(lo <= r["error_pct"] <= hi)
         inside += hit
+        hits.append((r, hit))
         by_group.setdefault(r["source_group"], []).append(hit)
+    moe_hits = [h for r, h in hits if r.get("moe")]
     return {
         "nominal_pct": BAND_PERCENTILES[1] - BAND_PERCENTILES[0],
         "rows_with_band": banded,
         "rows_without_band": len(rows) - banded,
         "inside_pct": round(100.0 * inside / banded, 1) if banded else None,
+        # the MoE runs' bands alone (they judge expert-parallel plans): what the band of such a plan holds
+        "moe_inside_pct": round(100.0 * sum(moe_hits) / len(moe_hits), 1) if moe_hits else None,
         "by_source_group": {g: round(100.0 * sum(v) / len(v), 1) for g, v in by_group.items()},
     }
 
@@ -273,6 +278,8 @@ def confidence_for(plan_feature_names: Iterable[str], gpu: str, table: Mapping[s
         "n_runs": int(errors.size),
         "unvalidated": unvalidated,
         "moe": "EP>1" in features,
+        # how often such a band held a run from a source it never saw (nominal 80%), said with the band
+        "held_pct": (table.get("coverage") or {}).get("moe_inside_pct" if "EP>1" in features else "inside_pct"),
     }
 
 
@@ -306,6 +313,9 @@ def sentence(conf: Mapping[str, Any] | None) -> str:
             else "each predicted with its source held out of the calibration")
     text = (f"Expected error {_signed(lo)}% to {_signed(hi)}% (predicted vs measured, {spread} over "
             f"{conf['n_runs']} {conf['basis']}, {held}).")
+    if conf.get("moe") and conf.get("held_pct") is not None:
+        text += (f" Bands from the MoE runs held {conf['held_pct']:.0f}% of runs from a source left out "
+                 f"(nominal {BAND_PERCENTILES[1] - BAND_PERCENTILES[0]:.0f}%).")
     if conf.get("unvalidated"):
         text += " Not validated: no run with " + "; ".join(conf["unvalidated"]) + "."
     return text
