@@ -733,3 +733,20 @@ def test_the_sglang_reserve_note_is_for_the_default_rule_only(tmp_path):
                                  "--output-len", "512", "--memory-fraction", "0.3", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "default reserve leaves" not in (out / "serve_sglang.sh").read_text()
+
+
+README_SEARCH = ["search", "--model", "llama3-70b", "--hardware", "h100-sxm5-80gb", "--gpus", "64", "--seq-len", "8192",
+                 "--global-batch", "512", "--top", "5"]
+
+
+def test_a_best_resting_on_unvalidated_features_names_the_validated_plan_beside_it():
+    """The README's #1 (optimizer offload, which no validated H100 run used) beat #2 (validated features
+    only) by 0.08%, far inside the estimate's error, without a word."""
+    result = runner.invoke(app, README_SEARCH)
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("#2 TP4 DP16"))
+    assert "within 0.1% of it" in line and "offload on h100-sxm5-80gb" in line and "prefer #2" in line
+    # a best without unvalidated features needs no such line
+    plain = runner.invoke(app, [*README_SEARCH, "--fix", "offload=none"])
+    assert plain.exit_code == 0, plain.output
+    assert "prefer #" not in plain.output

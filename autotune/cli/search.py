@@ -359,6 +359,9 @@ def _print_training_search(result, inputs, problem) -> None:
         stdout.print(tables.plans_table(result, hw.memory_gib))
         best = result.ranked[0]
         stdout.print(tables.winner_sentence(best.plan, best.estimate, hw.memory_gib), highlight=False, soft_wrap=True)
+        alternative = tables.validated_alternative(result)
+        if alternative:
+            stdout.print(alternative, highlight=False, soft_wrap=True)
     rejected = ", ".join(f"{reason}: {count:,}" for reason, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
     stdout.print(
         f"[dim]{result.sampler}: {result.evaluations:,} plans evaluated of a space of {result.space_size:,} "

@@ -70,6 +70,35 @@ def winner_sentence(plan: Plan, estimate: dict[str, Any], capacity_gib: float) -
     return text
 
 
+# Two estimates this close are one answer to the cost model (its held-out error is several percent), so
+# a plan whose features validated runs used is worth naming beside a best that rests on features none did.
+VALIDATED_ALTERNATIVE_WITHIN = 0.01
+
+
+def validated_alternative(result: SearchResult) -> str | None:
+    """A sentence naming the best-ranked plan within 1% of the best on the objective whose features all
+    have validated runs, when the best's do not (None otherwise, and for a Pareto set)."""
+    if result.pareto or len(result.ranked) < 2:
+        return None
+    best = result.ranked[0]
+    unvalidated = (best.estimate.get("confidence") or {}).get("unvalidated")
+    if not unvalidated:
+        return None
+    name, value = next(iter(best.objective_values.items()))
+    for other in result.ranked[1:]:
+        other_value = other.objective_values.get(name)
+        if other_value is None or abs(other_value - value) > VALIDATED_ALTERNATIVE_WITHIN * abs(value):
+            break
+        if (other.estimate.get("confidence") or {}).get("unvalidated"):
+            continue
+        gap_pct = abs(other_value - value) / abs(value) * 100 if value else 0.0
+        return (f"#{other.rank} {other.plan.layout()} ({settings_text(other.plan)}) is within {gap_pct:.1f}% of it "
+                f"and uses only features that validated runs used, where no validated run had the best's "
+                f"{'; '.join(unvalidated)}. The gap is inside the estimate's error: prefer #{other.rank} unless you "
+                f"have measured the best.")
+    return None
+
+
 def settings_short(plan: Plan) -> str:
     """Compact settings for a table cell, e.g. ``Z1 mb2 full fp8``."""
     recompute = {"none": "norc", "selective": "sel", "full": "full"}[plan.recompute]
