@@ -479,7 +479,8 @@ def borrowed_name_note(path: str) -> str:
         return ""
     data, bundled_source = read_named("hardware", bundled_name, what="hardware", field="--hardware", alternative="")
     mine, theirs = (hardware_to_mapping(h) for h in (hw, hardware_from_mapping(data, source=bundled_source)))
-    differ = [k for k in sorted(set(mine) | set(theirs))
+    # in the profile's own order (compute, memory, bandwidth, links, ...), the figures that decide a plan first
+    differ = [k for k in [*mine, *(k for k in theirs if k not in mine)]
               if k not in ("name", "price_usd_per_gpu_hour", "price_estimated") and mine.get(k) != theirs.get(k)]
     if not differ:
         return ""
