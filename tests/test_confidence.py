@@ -154,3 +154,23 @@ def test_predict_json_and_text_carry_the_confidence():
     assert set(c) == {"error_band_pct", "basis", "n_runs", "unvalidated", "moe", "held_pct"}
     text = CliRunner().invoke(app, args)
     assert "Expected error" in text.stdout
+
+
+def test_an_moe_model_without_expert_parallelism_is_judged_by_the_moe_runs():
+    """Qwen3-30B-A3B at EP1 had borrowed the dense runs' band (-15..+14% over 93 runs), though no dense run has
+    a router or expert GEMMs and every MoE run used EP>1."""
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    args = ["predict", "-m", "qwen3-30b-a3b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "64",
+            "--plan", "tp=4,zero=1,recompute=full", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code in (0, 1), result.output
+    c = json.loads(result.stdout)["estimate"]["confidence"]
+    assert c["moe"] is True and c["unvalidated"][0] == "EP=1 for an MoE model on h100-sxm5-80gb"
+    moe_runs = [r for r in conf.load_table()["rows"] if r.get("moe") and conf.silicon(r["gpu"]) == "gh100"]
+    assert c["n_runs"] <= len(moe_runs)
+    # a dense model's plan keeps the dense runs
+    dense = conf.confidence({"tp": 4}, "h100-sxm5-80gb")
+    assert dense["moe"] is False and dense["n_runs"] > len(moe_runs)

@@ -751,3 +751,29 @@ def test_a_best_resting_on_unvalidated_features_names_the_validated_plan_beside_
     plain = runner.invoke(app, [*README_SEARCH, "--fix", "offload=none"])
     assert plain.exit_code == 0, plain.output
     assert "prefer #" not in plain.output
+
+
+def test_a_config_whose_architectures_contradict_its_model_type_is_said(tmp_path):
+    """A Qwen3 config.json naming LlamaForCausalLM was planned as Qwen3 without a word, though vLLM and SGLang
+    build the class architectures names (a Llama, without Qwen3's QK norm)."""
+    import json
+    from pathlib import Path
+
+    from autotune.inputs.hf_config import architecture_note
+
+    config = json.loads((Path(__file__).parents[1] / "autotune" / "data" / "hf_configs" / "Qwen--Qwen3-30B-A3B.json")
+                        .read_text())
+    contradicting = tmp_path / "config.json"
+    contradicting.write_text(json.dumps({**config, "architectures": ["LlamaForCausalLM"]}))
+    args = ["predict", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "64", "-p", "tp=4"]
+    said = runner.invoke(app, [*args, "-m", str(tmp_path)])
+    assert said.exit_code == 0, said.output
+    assert "architectures names LlamaForCausalLM (a llama model) but model_type is 'qwen3_moe'" in said.stderr
+    # Kimi-K2 names the DeepSeek-V3 class its engines run it with; wrappers name their own class
+    assert architecture_note({"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}, source="k") == ""
+    assert architecture_note({"model_type": "qwen3_5_moe", "architectures": ["Qwen3_5MoeForConditionalGeneration"]},
+                             source="q") == ""
+    assert architecture_note({"model_type": "llama", "architectures": ["MyOwnForCausalLM"]}, source="m") == ""
+    agreeing = runner.invoke(app, [*args, "-m", str(Path(__file__).parents[1] / "autotune" / "data" / "hf_configs"
+                                                   / "Qwen--Qwen3-30B-A3B.json")])
+    assert agreeing.exit_code == 0 and "architectures names" not in agreeing.stderr

@@ -194,6 +194,28 @@ def note_borrowed_hardware_name() -> None:
             stderr.print(f"[yellow]note:[/] {escape(note)}.", highlight=False, soft_wrap=True)
 
 
+def note_model_architecture() -> None:
+    """A note when a --model config.json's ``architectures`` names another supported family than its
+    ``model_type`` (``inputs.hf_config.architecture_note``); a file that cannot be read is the command's to report."""
+    ctx = _current_context()
+    name = (ctx.params if ctx is not None else {}).get("model")
+    if not isinstance(name, str) or not name.strip():
+        return
+    from ..inputs import loading
+    from ..inputs.hf_config import architecture_note
+
+    path = Path(name)
+    try:
+        if path.is_dir():
+            path = path / "config.json"
+        if path.suffix != ".json" or not path.is_file():
+            return
+        # a multimodal wrapper's architectures name the wrapper's class: compared with its own model_type
+        say_note(architecture_note(loading.read_mapping(path), source=str(path)))
+    except (InputError, ValueError, OSError, RecursionError):
+        return  # the command reports it
+
+
 def note_node_size() -> None:
     """A note when --gpus-per-node makes a node larger than the profile's: the profile's node link (NVLink) is then
     assumed between all of its GPUs, which the profiled system does not have; the user may mean it (another
@@ -236,6 +258,7 @@ def user_errors() -> Iterator[None]:
         note_framework_version()
         note_node_size()
         note_borrowed_hardware_name()
+        note_model_architecture()
         yield
     except RecursionError:
         stderr.print("[bold red]error:[/] an input is nested too deeply to read; give a flat file", highlight=False)

@@ -753,7 +753,7 @@ def predict(
         hw = inputs.cluster.hardware
         estimate = add_training_totals(estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour,
                                        inputs.workload.tokens_per_step)
-        estimate = with_confidence(estimate, chosen, hw.name)
+        estimate = with_confidence(estimate, chosen, hw.name, moe_model=inputs.model.moe is not None)
         if not estimate["fits"]:
             estimate["infeasible_reason"] = "out of memory"
         if json_out:

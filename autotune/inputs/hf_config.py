@@ -83,6 +83,29 @@ STRETCHING_ROPE = ("yarn", "linear", "dynamic")
 FULL_WINDOW_ROPE = ("default", "llama3", "longrope", "su", "mrope")
 
 
+# Types whose checkpoints load through one another's class: Kimi-K2's config names DeepseekV3ForCausalLM, the class
+# vLLM and SGLang run it with (the same MLA layout).
+_SAME_LAYOUT = (frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"}),)
+
+
+def architecture_note(config: dict, *, source: str) -> str:
+    """What to say when ``architectures`` names the class of another supported type than ``model_type``: the plan
+    follows model_type (what transformers dispatches on), but vLLM and SGLang build the class ``architectures``
+    names, so the checkpoint is planned as one model and served as another.  "" when they agree, or when the class
+    is not one of a supported type."""
+    model_type, archs = config.get("model_type"), config.get("architectures")
+    if not isinstance(model_type, str) or not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        return ""
+    known = sorted({t.removesuffix("_text") for t in SUPPORTED_TYPES + WRAPPER_TYPES}, key=len, reverse=True)
+    squashed = archs[0].replace("_", "").lower()
+    arch_type = next((t for t in known if squashed.startswith(t.replace("_", ""))), None)
+    if arch_type is None or arch_type == model_type or any({arch_type, model_type} <= group for group in _SAME_LAYOUT):
+        return ""
+    return (f"{source}: architectures names {archs[0]} (a {arch_type} model) but model_type is {model_type!r}; "
+            f"autotune plans it as {model_type}, while vLLM and SGLang build the class architectures names. "
+            f"Correct whichever field is wrong")
+
+
 def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
     """The spec mapping (input of ``model_from_mapping``) for an HF ``config.json`` dict."""
     wrapper_type = config.get("model_type")

@@ -13,7 +13,7 @@ runs changed since), so that ``search`` and ``predict`` need no cost-model run t
 Its ``coverage`` is the share of rows whose held-out error falls inside the band built from the
 *other* groups' residuals -- the honest check that a nominal 80% band holds about 80%.
 
-A plan with expert parallelism (EP>1) is judged by the published MoE runs instead
+A plan of an MoE model, or with expert parallelism (EP>1), is judged by the published MoE runs instead
 (``autotune/data/moe_training_runs.csv``, marked ``moe`` in the table): no calibration is fitted to them, so their
 errors are held out as they stand, and dense runs say little about a MoE plan's dispatch and expert GEMMs (nor MoE
 runs about a dense plan).
@@ -213,7 +213,7 @@ def _band(errors: np.ndarray, groups: Sequence[str] | None = None) -> list[float
     return [round(float(lo), 1), round(float(hi), 1)]
 
 
-def confidence(plan: Any, gpu: str, table: Mapping[str, Any] | None = None) -> dict:
+def confidence(plan: Any, gpu: str, table: Mapping[str, Any] | None = None, *, moe_model: bool = False) -> dict:
     """Expected error band of a plan's estimate on ``gpu`` (a hardware profile name).
 
     Returns ``{"error_band_pct": [lo, hi], "basis": str, "n_runs": k, "unvalidated": [...]}``;
@@ -221,7 +221,7 @@ def confidence(plan: Any, gpu: str, table: Mapping[str, Any] | None = None) -> d
     validated runs like this one, predicted with their source held out of the calibration, the
     estimate was between 10 % too low and 5 % too high.
     """
-    return confidence_for(plan_features(plan), gpu, table)
+    return confidence_for(plan_features(plan), gpu, table, moe_model=moe_model)
 
 
 def silicon(gpu: str) -> str:
@@ -232,7 +232,8 @@ def silicon(gpu: str) -> str:
     return SILICON_FAMILIES.get(gpu, gpu)
 
 
-def confidence_for(plan_feature_names: Iterable[str], gpu: str, table: Mapping[str, Any] | None = None) -> dict:
+def confidence_for(plan_feature_names: Iterable[str], gpu: str, table: Mapping[str, Any] | None = None, *,
+                   moe_model: bool = False) -> dict:
     """:func:`confidence` for a plan given by its features (keys of :data:`FEATURES`).
 
     The basis is the narrowest of: runs on the GPU's silicon with the same features, runs using the
@@ -242,8 +243,11 @@ def confidence_for(plan_feature_names: Iterable[str], gpu: str, table: Mapping[s
     """
     table = load_table() if table is None else table
     features = set(plan_feature_names)
-    # a plan with expert parallelism is judged by the MoE runs, any other by the dense ones
-    rows = [r for r in table["rows"] if bool(r.get("moe")) == ("EP>1" in features)]
+    # A plan of an MoE model (``moe_model``) or with expert parallelism is judged by the MoE runs, any other by the
+    # dense ones: an MoE model at EP1 had borrowed the dense runs' band, though no dense run has its router, its
+    # token shuffles or its per-expert GEMMs.
+    moe = "EP>1" in features or moe_model
+    rows = [r for r in table["rows"] if bool(r.get("moe")) == moe]
     family = silicon(gpu)
     on_gpu = [r for r in rows if silicon(r["gpu"]) == family]
     seen = set().union(*(r["features"] for r in on_gpu)) if on_gpu else set()
@@ -251,6 +255,8 @@ def confidence_for(plan_feature_names: Iterable[str], gpu: str, table: Mapping[s
         unvalidated = [f"{f} on {gpu}" for f in FEATURES if f in features and f not in seen]
     else:
         unvalidated = [f"any plan on {gpu}"]
+    if moe and "EP>1" not in features and on_gpu and not any("EP>1" not in r["features"] for r in on_gpu):
+        unvalidated.insert(0, f"EP=1 for an MoE model on {gpu}")
     described = ", ".join(sorted(features, key=list(FEATURES).index)) or "no TP/PP/CP/EP, ZeRO-3 or fp8"
     exact = [r for r in on_gpu if set(r["features"]) == features]
     covered = features & seen
@@ -266,7 +272,7 @@ def confidence_for(plan_feature_names: Iterable[str], gpu: str, table: Mapping[s
         names = ", ".join(sorted(covered, key=list(FEATURES).index))
         basis, how = wider, f"validated runs on {where} that also use {names}"
     elif enough(on_gpu):
-        basis, how = on_gpu, f"all validated runs on {where}"
+        basis, how = on_gpu, f"validated runs on {where} (all of them)"
     else:
         # Errors measured on other GPUs say nothing about this one: no band rather than a borrowed one.
         basis, how = [], (f"no validated runs on {where}" if not on_gpu else
@@ -277,15 +283,16 @@ def confidence_for(plan_feature_names: Iterable[str], gpu: str, table: Mapping[s
         "basis": how,
         "n_runs": int(errors.size),
         "unvalidated": unvalidated,
-        "moe": "EP>1" in features,
+        "moe": moe,
         # how often such a band held a run from a source it never saw (nominal 80%), said with the band
-        "held_pct": (table.get("coverage") or {}).get("moe_inside_pct" if "EP>1" in features else "inside_pct"),
+        "held_pct": (table.get("coverage") or {}).get("moe_inside_pct" if moe else "inside_pct"),
     }
 
 
-def with_confidence(estimate: dict, plan: Any, gpu: str) -> dict:
-    """``estimate`` (a JSON-ready estimate row) with a ``confidence`` entry added."""
-    return {**estimate, "confidence": confidence(plan, gpu)}
+def with_confidence(estimate: dict, plan: Any, gpu: str, *, moe_model: bool = False) -> dict:
+    """``estimate`` (a JSON-ready estimate row) with a ``confidence`` entry added (``moe_model``: the model has
+    experts, whatever the plan's ep)."""
+    return {**estimate, "confidence": confidence(plan, gpu, moe_model=moe_model)}
 
 
 def _signed(pct: float) -> str:
