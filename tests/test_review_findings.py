@@ -777,3 +777,21 @@ def test_a_config_whose_architectures_contradict_its_model_type_is_said(tmp_path
     agreeing = runner.invoke(app, [*args, "-m", str(Path(__file__).parents[1] / "autotune" / "data" / "hf_configs"
                                                    / "Qwen--Qwen3-30B-A3B.json")])
     assert agreeing.exit_code == 0 and "architectures names" not in agreeing.stderr
+
+
+def test_a_plans_file_whose_workload_breaks_a_rule_names_its_fields_in_the_fix(tmp_path):
+    """A serving plans.json written before --output-len 1 with a TPOT target was refused told the reader to give
+    --output-len and drop --tpot-ms, flags of a command they were not running."""
+    import json
+
+    out = tmp_path / "p"
+    searched = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus",
+                                   "2", "--input-len", "1000", "--output-len", "100", "--tpot-ms", "50", "--out",
+                                   str(out)])
+    assert searched.exit_code == 0, searched.output
+    document = json.loads((out / "plans.json").read_text())
+    document["inputs"]["output_len"] = 1
+    (out / "plans.json").write_text(json.dumps(document))
+    result = runner.invoke(app, ["explain", str(out)])
+    assert_user_error(result, "plans.json", "inputs.tpot_ms")
+    assert "give inputs.output_len 2 or more, or drop inputs.tpot_ms" in result.stderr and "--" not in result.stderr

@@ -15,6 +15,7 @@ hand-edited or hostile ``plans.json`` is refused with the field at fault, never 
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -479,7 +480,10 @@ def serving_inputs_from_plans(inputs: Mapping[str, Any], source: str, *,
             raise
         flag = (exc.field or "").lstrip("-").replace("-", "_")  # --request-rate -> inputs.request_rate
         mapped = {"ttft": "ttft_ms", "tpot": "tpot_ms"}.get(flag, flag)
-        raise InputError(exc.message, source=source, field=f"inputs.{mapped}" if mapped else None) from None
+        # and its fix speaks of the flags too: in a file, the fields that hold them
+        message = re.sub(r"--(input-len|output-len|ttft-ms|tpot-ms|concurrency|request-rate)\b",
+                         lambda m: "inputs." + m.group(1).replace("-", "_"), exc.message)
+        raise InputError(message, source=source, field=f"inputs.{mapped}" if mapped else None) from None
     if inputs.get("mode") is not None and inputs["mode"] != workload.mode:  # a label the load it records implies
         raise InputError(f"must be the load the file records ({workload.mode}: from concurrency and request_rate), "
                          f"but got {inputs['mode']!r}; restore it or rerun the search", source=source,
