@@ -776,3 +776,24 @@ def test_megatron_pipeline_edge_cases_give_every_layer_once_and_the_priced_peak(
     assert (split is False) or (split is not None) or (layout is not None)
     if layout is not None:
         assert layout.count("t") == layers and len(layout.split("|")) == pp * vp
+
+
+def test_attention_biases_reach_the_megatron_file():
+    """Qwen2's q/k/v biases were dropped (--disable-bias-linear and nothing else), training another network than the
+    checkpoint's; gpt-oss's attention_bias (q/k/v/o) gets the q/k/v part and a note for the output projection's."""
+    from autotune.inputs.hf_config import spec_mapping_from_hf
+    from autotune.inputs.modelspec import model_from_mapping
+
+    base = {"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 2048, "num_attention_heads": 8,
+            "num_key_value_heads": 4, "vocab_size": 1000}
+    qwen2 = model_from_mapping(spec_mapping_from_hf({"model_type": "qwen2", **base}, source="c.json"), source="c.json")
+    llama = model_from_mapping(spec_mapping_from_hf({"model_type": "llama", **base}, source="c.json"), source="c.json")
+    biased = model_from_mapping(spec_mapping_from_hf({"model_type": "llama", "attention_bias": True, **base},
+                                                     source="c.json"), source="c.json")
+    assert (qwen2.attention_bias, llama.attention_bias, biased.attention_bias) == ("qkv", "none", "all")
+    assert ("--add-qkv-bias",) in megatron.model_args(qwen2, 4096)
+    assert ("--add-qkv-bias",) not in megatron.model_args(llama, 4096)
+    assert not any("output projection has a bias" in n for n in megatron.model_notes(qwen2))
+    gpt_oss = load_model("gpt-oss-120b")
+    assert gpt_oss.attention_bias == "all" and ("--add-qkv-bias",) in megatron.model_args(gpt_oss, 4096)
+    assert any("output projection has a bias too" in n for n in megatron.model_notes(gpt_oss))

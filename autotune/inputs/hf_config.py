@@ -187,6 +187,10 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
 # RoPE scalings a launch file can state (transformers' rope_type; Megatron-LM's --use-rope-scaling is Llama 3.1's)
 # and routers' score functions (scoring_func): the values a model spec takes (modelspec.ModelSpec, MoESpec).
 ROPE_SCALINGS = ("llama3", "yarn", "linear", "dynamic", "longrope", "mrope")
+# Biases on the attention projections: none, q/k/v (Qwen2's Qwen2Attention), or q/k/v/o (attention_bias: true in
+# Llama, Qwen3, gpt-oss and the others that read it).
+ATTENTION_BIASES = ("none", "qkv", "all")
+_QKV_BIAS_TYPES = ("qwen2", "qwen2_moe")
 ROUTER_SCORES = ("softmax", "sigmoid")
 # Qwen3's attention normalises each query and key head (Qwen3Attention.q_norm / k_norm, as do Qwen3-Next's and
 # Qwen3.5's); no config key says so, the architecture does.
@@ -216,6 +220,10 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
     if model_type in QK_NORM_TYPES or (config.get("use_qk_norm") is True
                                        and config.get("qk_norm_type", "per_head") == "per_head"):
         spec["qk_layernorm"] = True
+    if model_type in _QKV_BIAS_TYPES:
+        spec["attention_bias"] = "qkv"
+    elif config.get("attention_bias") is True and model_type not in MLA_TYPES:
+        spec["attention_bias"] = "all"
     moe = spec.get("moe")
     if isinstance(moe, dict):
         score = config.get("scoring_func")

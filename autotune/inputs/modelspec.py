@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 from ..errors import InputError, check_keys
 from . import loading
-from .hf_config import ROPE_SCALINGS, ROUTER_SCORES
+from .hf_config import ATTENTION_BIASES, ROPE_SCALINGS, ROUTER_SCORES
 from .loading import MAX_LAYERS, MAX_SIZE
 from .resources import bundled_dir, bundled_names, read_named, require_name
 
@@ -384,6 +384,9 @@ class ModelSpec:
     rope_theta: float | None = None
     rope_scaling: str | None = None  # ROPE_SCALINGS
     qk_layernorm: bool = False
+    # Biases on the attention projections (HF Qwen2's q/k/v; attention_bias: true puts them on q, k, v and o):
+    # "none", "qkv" or "all".  Megatron's default (--disable-bias-linear) drops them.
+    attention_bias: str = "none"
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "head_dim", "vocab_size"):
@@ -850,6 +853,8 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
             rope_theta=loading.number(data, "rope_theta", source=source, default=None, maximum=1e12),
             rope_scaling=loading.text(data, "rope_scaling", source=source, default=None, choices=ROPE_SCALINGS),
             qk_layernorm=loading.boolean(data, "qk_layernorm", source=source, default=False),
+            attention_bias=loading.text(data, "attention_bias", source=source, default="none",
+                                        choices=ATTENTION_BIASES),
         )
     except ValueError as exc:  # the constructor's own checks (sizes in range, heads divide)
         if isinstance(exc, InputError):
@@ -862,10 +867,10 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
 _OPTIONAL_MOE = {"routing_groups": 1, "routing_group_topk": 1, "router_score": "softmax", "router_expert_bias": False,
                  "router_topk_scaling": None, "router_aux_loss_coeff": None}
 _OPTIONAL_FIELDS = ("mla", "dsa", "linear_attention", "layer_types", "sliding_window", "attention_output_gate",
-                    "attention_sinks", "mtp_layers", "rope_theta", "rope_scaling", "qk_layernorm")
+                    "attention_sinks", "mtp_layers", "rope_theta", "rope_scaling", "qk_layernorm", "attention_bias")
 # What only the launch files read (search.fingerprint leaves them out of a study's problem record, so a study made
 # before a spec stated them goes on).
-LAUNCH_ONLY_FIELDS = frozenset({"rope_theta", "rope_scaling", "qk_layernorm"})
+LAUNCH_ONLY_FIELDS = frozenset({"rope_theta", "rope_scaling", "qk_layernorm", "attention_bias"})
 LAUNCH_ONLY_MOE_FIELDS = frozenset({"router_score", "router_expert_bias", "router_topk_scaling", "router_aux_loss_coeff"})
 
 

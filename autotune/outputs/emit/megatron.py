@@ -194,6 +194,10 @@ def model_args(model: ModelSpec, seq_len: int) -> list[Group]:
         groups.append(("--use-rope-scaling",))  # Llama 3.1's frequency scaling (factor 8, Megatron's default)
     if model.qk_layernorm:
         groups.append(("--qk-layernorm",))  # Qwen3: an RMSNorm on each query and key head
+    if model.attention_bias != "none":
+        # Qwen2's q/k/v biases; with q/k/v/o (attention_bias: true) the output projection's is said in model_notes:
+        # Megatron's --add-bias-linear would also bias every MLP projection
+        groups.append(("--add-qkv-bias",))
     if model.mlp == "swiglu":
         groups += [("--swiglu",), ("--disable-bias-linear",)]
     if not model.tied_embeddings:
@@ -410,6 +414,10 @@ def model_notes(model: ModelSpec) -> tuple[str, ...]:
         notes.append(f"{model.name}'s config.json states router_aux_loss_coef {coeff:g} (Hugging Face's weight of one "
                      "loss over all layers); --moe-aux-loss-coeff 0.01 is Megatron's per-layer weight: set it to "
                      "your recipe's.")
+    if model.attention_bias == "all":
+        notes.append(f"{model.name}'s attention output projection has a bias too (its config.json's attention_bias), "
+                     "which this file does not add: --add-qkv-bias biases q, k and v only, and --add-bias-linear "
+                     "would bias every linear layer, the MLP's included.")
     if model.position_embedding != "rope":
         return tuple(notes)
     if model.rope_theta is None:
