@@ -736,6 +736,14 @@ def test_minimax_per_layer_qk_norm_is_not_megatrons_per_head_one():
     assert spec_mapping_from_hf(base, source="c.json")["qk_layernorm"] is True
     assert "--qk-layernorm" not in _megatron_argv("minimax-m2.5", "tp=4,pp=2,ep=8,zero=1", 256)
     assert "--moe-router-enable-expert-bias" in _megatron_argv("minimax-m2.5", "tp=4,pp=2,ep=8,zero=1", 256)
+    # MiniMax-M2's per-layer norm is said, and its RoPE on 64 of 128 dims set (it had rotated every dim)
+    argv = _megatron_argv("minimax-m2.5", "tp=4,pp=2,ep=8,zero=1", 256)
+    assert argv[argv.index("--rotary-percent") + 1] == "0.5"
+    assert any("qk_norm_type per_layer" in n for n in megatron.model_notes(load_model("minimax-m2.5")))
+    assert spec_mapping_from_hf({**base, "qk_norm_type": "per_layer"}, source="c.json")["qk_norm_per_layer"] is True
+    assert spec_mapping_from_hf({**base, "rotary_dim": 32}, source="c.json")["rotary_percent"] == 0.25
+    assert "rotary_percent" not in spec_mapping_from_hf({**base, "partial_rotary_factor": 1.0}, source="c.json")
+    assert "--rotary-percent" not in _megatron_argv("llama3-8b", "tp=2,zero=1", 64)
 
 
 def test_rope_flags_follow_the_position_embedding_and_say_what_they_leave():

@@ -216,10 +216,25 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
     if kind in ROPE_SCALINGS:
         spec["rope_scaling"] = kind
     # Megatron's --qk-layernorm normalises each head; MiniMax-M2's qk_norm_type "per_layer" normalises all heads
-    # together, which it cannot state (left out; the launch file does not claim it)
+    # together, which it cannot state (recorded, and said in the launch file's header)
     if model_type in QK_NORM_TYPES or (config.get("use_qk_norm") is True
                                        and config.get("qk_norm_type", "per_head") == "per_head"):
         spec["qk_layernorm"] = True
+    elif config.get("use_qk_norm") is True and config.get("qk_norm_type") == "per_layer":
+        spec["qk_norm_per_layer"] = True
+    # RoPE on part of each head (MiniMax-M2's rotary_dim 64 of 128; partial_rotary_factor elsewhere): Megatron's
+    # --rotary-percent.  MLA states its RoPE part apart (qk_rope_head_dim).
+    if model_type not in MLA_TYPES:
+        factor = loading.number(config, "partial_rotary_factor", source=source, default=None, maximum=1.0)
+        if factor is None and "partial_rotary_factor" in rope:
+            factor = loading.number(rope, "partial_rotary_factor", source=source, section="rope_parameters",
+                                    default=None, maximum=1.0)
+        head_dim = spec.get("head_dim") or spec["hidden_size"] // spec["n_heads"]
+        if factor is None and config.get("rotary_dim") is not None:
+            rotary = loading.integer(config, "rotary_dim", source=source, maximum=head_dim)
+            factor = rotary / head_dim
+        if factor is not None and factor < 1.0:
+            spec["rotary_percent"] = float(factor)
     if model_type in _QKV_BIAS_TYPES:
         spec["attention_bias"] = "qkv"
     elif config.get("attention_bias") is True and model_type not in MLA_TYPES:

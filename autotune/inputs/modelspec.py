@@ -387,6 +387,11 @@ class ModelSpec:
     # Biases on the attention projections (HF Qwen2's q/k/v; attention_bias: true puts them on q, k, v and o):
     # "none", "qkv" or "all".  Megatron's default (--disable-bias-linear) drops them.
     attention_bias: str = "none"
+    # QK normalisation over all heads of a layer together (MiniMax-M2's qk_norm_type per_layer), which Megatron's
+    # per-head --qk-layernorm is not; and the share of each head that RoPE rotates (Megatron's --rotary-percent;
+    # None: all of it).
+    qk_norm_per_layer: bool = False
+    rotary_percent: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "head_dim", "vocab_size"):
@@ -855,6 +860,8 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
             qk_layernorm=loading.boolean(data, "qk_layernorm", source=source, default=False),
             attention_bias=loading.text(data, "attention_bias", source=source, default="none",
                                         choices=ATTENTION_BIASES),
+            qk_norm_per_layer=loading.boolean(data, "qk_norm_per_layer", source=source, default=False),
+            rotary_percent=loading.number(data, "rotary_percent", source=source, default=None, maximum=1.0),
         )
     except ValueError as exc:  # the constructor's own checks (sizes in range, heads divide)
         if isinstance(exc, InputError):
@@ -867,10 +874,12 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
 _OPTIONAL_MOE = {"routing_groups": 1, "routing_group_topk": 1, "router_score": "softmax", "router_expert_bias": False,
                  "router_topk_scaling": None, "router_aux_loss_coeff": None}
 _OPTIONAL_FIELDS = ("mla", "dsa", "linear_attention", "layer_types", "sliding_window", "attention_output_gate",
-                    "attention_sinks", "mtp_layers", "rope_theta", "rope_scaling", "qk_layernorm", "attention_bias")
+                    "attention_sinks", "mtp_layers", "rope_theta", "rope_scaling", "qk_layernorm", "attention_bias",
+                    "qk_norm_per_layer", "rotary_percent")
 # What only the launch files read (search.fingerprint leaves them out of a study's problem record, so a study made
 # before a spec stated them goes on).
-LAUNCH_ONLY_FIELDS = frozenset({"rope_theta", "rope_scaling", "qk_layernorm", "attention_bias"})
+LAUNCH_ONLY_FIELDS = frozenset({"rope_theta", "rope_scaling", "qk_layernorm", "attention_bias", "qk_norm_per_layer",
+                                "rotary_percent"})
 LAUNCH_ONLY_MOE_FIELDS = frozenset({"router_score", "router_expert_bias", "router_topk_scaling", "router_aux_loss_coeff"})
 
 

@@ -194,6 +194,8 @@ def model_args(model: ModelSpec, seq_len: int) -> list[Group]:
         groups.append(("--use-rope-scaling",))  # Llama 3.1's frequency scaling (factor 8, Megatron's default)
     if model.qk_layernorm:
         groups.append(("--qk-layernorm",))  # Qwen3: an RMSNorm on each query and key head
+    if model.rotary_percent is not None and model.mla is None and model.position_embedding == "rope":
+        groups.append(("--rotary-percent", f"{model.rotary_percent:g}"))  # MiniMax-M2: RoPE on 64 of 128 dims
     if model.attention_bias != "none":
         # Qwen2's q/k/v biases; with q/k/v/o (attention_bias: true) the output projection's is said in model_notes:
         # Megatron's --add-bias-linear would also bias every MLP projection
@@ -396,6 +398,10 @@ def _attention_notes(model: ModelSpec) -> list[str]:
     if model.dsa is not None:
         notes.append(f"{model.name}'s sparse attention (an indexer keeps {model.dsa.index_topk} keys per query), which "
                      "the estimate prices, is not set here: this file trains dense multi-latent attention.")
+    if model.qk_norm_per_layer:
+        notes.append(f"{model.name} normalises queries and keys over all heads of a layer together (its config.json's "
+                     "qk_norm_type per_layer), which this file does not set: Megatron's --qk-layernorm normalises "
+                     "each head.")
     if model.attention_output_gate:
         notes.append(f"{model.name}'s gate on the attention output is not set here.")
     return notes
