@@ -84,6 +84,8 @@ EXTRA = [
     ("deepseek-v3", 256, 4096, 1024, "pp=4,ep=32,zero=1,mbs=1,recompute=selective,precision=fp8"),
     ("qwen3-30b-a3b", 16, 4096, 64, "tp=2,etp=1,sp=true,ep=8,zero=1,mbs=1,recompute=full,precision=bf16"),
     ("gpt-oss-120b", 64, 4096, 256, "ep=8,zero=1,mbs=1,recompute=full,precision=bf16"),
+    # RoPE on half of each head (--rotary-percent), sigmoid router with expert bias, MTP
+    ("minimax-m2.5", 256, 4096, 256, "tp=4,pp=2,ep=8,sp=true,zero=1,mbs=1,recompute=full,precision=bf16"),
 ]
 
 
@@ -190,6 +192,11 @@ def test_megatron_parser_and_validation_accept_the_script(megatron_arguments, tm
         assert (args.q_lora_rank, args.kv_lora_rank, args.qk_head_dim, args.qk_pos_emb_head_dim, args.v_head_dim) == (
             mla.q_lora_rank, mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim)
     assert (args.mtp_num_layers or 0) == model.mtp_layers
+    # the attention biases and the share of each head RoPE rotates are the checkpoint's
+    # (GPT-3's biased linear layers: Megatron's default, which implies the q/k/v ones)
+    assert args.add_qkv_bias == (model.attention_bias != "none" or model.mlp != "swiglu")
+    assert args.add_bias_linear == (model.mlp != "swiglu")
+    assert args.rotary_percent == (model.rotary_percent or 1.0)
     if args.pipeline_model_parallel_layout is not None:
         # What TransformerConfig checks of a layout: embedding first, loss last, every decoder and MTP
         # layer once, MTP after the decoder layers in the last virtual stage of its rank.
