@@ -795,3 +795,17 @@ def test_a_plans_file_whose_workload_breaks_a_rule_names_its_fields_in_the_fix(t
     result = runner.invoke(app, ["explain", str(out)])
     assert_user_error(result, "plans.json", "inputs.tpot_ms")
     assert "give inputs.output_len 2 or more, or drop inputs.tpot_ms" in result.stderr and "--" not in result.stderr
+
+
+def test_search_emit_does_not_load_the_bf16_id_of_an_fp8_plan(tmp_path):
+    """search --emit with a bf16 Hugging Face id and --checkpoint fp8 wrote MODEL=<the bf16 id>: the engines would
+    load twice the planned weight bytes.  emit on the same plans.json asked for MODEL instead."""
+    out = tmp_path / "l70"
+    result = runner.invoke(app, ["search", "--workload", "serve", "-m", "meta-llama/Llama-3.1-70B-Instruct", "-H",
+                                 "h100-sxm5-80gb", "--gpus", "8", "--checkpoint", "fp8", "--input-len", "2048",
+                                 "--output-len", "512", "--concurrency", "64", "--out", str(out), "--emit",
+                                 "vllm,sglang"])
+    assert result.exit_code == 0, result.output
+    for script in ("serve_vllm.sh", "serve_sglang.sh"):
+        text = (out / script).read_text()
+        assert "MODEL=meta-llama/Llama-3.1-70B-Instruct" not in text and "MODEL must name" in text, script

@@ -70,7 +70,7 @@ from ..search.plans_file import (memory_headroom_of, model_from_plans, serving_i
                                  training_inputs_from_plans)
 from ..serving.calibrated import aggregated_only, release_name
 from ..search.serving import annotate_checkpoint
-from ..serving.checkpoint import with_held_weights
+from ..serving.checkpoint import checkpoint_conflict_note, with_held_weights
 from ..serving.estimate import add_serving_cost, estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
 from ..serving.space import IMPOSSIBLE as SERVE_IMPOSSIBLE
@@ -468,11 +468,14 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
             revision_note = model_revision_note(request.model)
             if revision_note:
                 stderr.print(f"[yellow]note:[/] {escape(revision_note)}.", highlight=False, soft_wrap=True)
+            # an id whose weights are not --checkpoint's: the scripts ask for MODEL rather than load the id's (as emit)
+            conflict = request.checkpoint is not None and checkpoint_conflict_note(request.model, request.checkpoint)
+            model_path = None if conflict else hf_model_name(request.model)
             for name in formats:
                 engine_files, on_engine = serving_files(name, best.plan, outcome.model, hw, workload.input_len,
                                                         workload.output_len,
                                                         best.estimate if name == request.engine else None,
-                                                        hf_model_name(request.model),
+                                                        model_path,
                                                         gpus_per_node=outcome.gpus_per_node,
                                                         checkpoint=outcome.checkpoint,
                                                         # the fraction is a value of the searched engine's flag
