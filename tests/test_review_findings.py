@@ -809,3 +809,18 @@ def test_search_emit_does_not_load_the_bf16_id_of_an_fp8_plan(tmp_path):
     for script in ("serve_vllm.sh", "serve_sglang.sh"):
         text = (out / script).read_text()
         assert "MODEL=meta-llama/Llama-3.1-70B-Instruct" not in text and "MODEL must name" in text, script
+
+
+def test_deepspeed_zero3_with_expert_parallelism_is_never_ranked():
+    """search --framework deepspeed ranked EPx DP64 ZeRO-3 plans first to fourth for Mixtral; DeepSpeed's MoE asserts
+    'MoE not supported with Stage 3', and emit refused the winner."""
+    args = ["-m", "mixtral-8x22b", "-H", "h100-sxm5-80gb", "--gpus", "64", "-s", "4096", "-b", "512"]
+    for framework in ("deepspeed", "megatron-deepspeed"):
+        searched = runner.invoke(app, ["search", *args, "--framework", framework, "--top", "5", "--json"])
+        assert searched.exit_code == 0, searched.output
+        import json
+
+        plans = [r["plan"] for r in json.loads(searched.stdout)["plans"]]
+        assert plans and not any(p["zero"] == 3 and p["ep"] > 1 for p in plans), framework
+    refused = runner.invoke(app, ["predict", *args, "--framework", "deepspeed", "-p", "ep=4,zero=3,mbs=1,recompute=full"])
+    assert refused.exit_code == 1 and "does not offer ZeRO-3 with expert parallelism (ep=4)" in refused.output

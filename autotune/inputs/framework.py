@@ -85,6 +85,7 @@ class Framework:
     # -- ZeRO / data parallel --
     zero_stages: tuple[int, ...]  # ZeRO stages offered (0 = DDP)
     zero_stages_with_pp: tuple[int, ...]  # of those, the ones usable with pipeline parallelism
+    zero3_with_ep: bool  # whether ZeRO-3 runs with expert parallelism (DeepSpeed's MoE refuses it)
     zero2: str  # accumulate_unsharded (FSDP SHARD_GRAD_OP) | reduce_per_microbatch (DeepSpeed ZeRO-2)
     zero3_collectives: str  # block (one gather per transformer block) | submodule (one per linear/norm)
     master_weights: str  # separate (bf16 weights + fp32 master) | sharded_param (FSDP: the fp32 shard is the master)
@@ -154,6 +155,7 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
     "selective_recompute": SELECTIVE,
     "zero_stages": ("subset", (0, 1, 2, 3)),
     "zero_stages_with_pp": ("subset", (0, 1, 2, 3)),
+    "zero3_with_ep": "bool",
     "zero2": ZERO2,
     "zero3_collectives": ZERO3_COLLECTIVES,
     "master_weights": MASTER_WEIGHTS,

@@ -84,8 +84,8 @@ def _remedy(reason: str, problem: TrainingProblem) -> str:
                               "offload=cpu, or give a framework that offers it (deepspeed, megatron-deepspeed, "
                               "megatron-bridge, megatron-lm from 2025-03, nemo from 25.04)"),
         REASONS[FW_ZERO]: (f"{problem.framework.label} offers ZeRO {', '.join(map(str, problem.framework.zero_stages))}"
-                           f" ({', '.join(map(str, problem.framework.zero_stages_with_pp)) or 'none'} with pp > 1): "
-                           "fix one of those"),
+                           f" ({', '.join(map(str, problem.framework.zero_stages_with_pp)) or 'none'} with pp > 1"
+                           f"{'' if problem.framework.zero3_with_ep else '; not 3 with ep > 1'}): fix one of those"),
         REASONS[MTP_STAGE]: (f"choose a pp whose last stage keeps the {model.mtp_layers} MTP module(s): "
                              f"{model.n_layers + model.mtp_layers} blocks minus (pp-1) x ceil(blocks/pp) must be at "
                              f"least {model.mtp_layers}"),

@@ -44,7 +44,7 @@ REASONS: tuple[str, ...] = (
     "optimizer offload needs zero >= 1",
     "sp=false with tp > 1 (space rule sp_with_tp)",
     "parallelism the framework does not offer",
-    "ZeRO stage the framework does not offer (with this pipeline)",
+    "ZeRO stage the framework does not offer (with this pipeline or expert parallelism)",
     "selective recompute the framework does not offer",
     "interleaved schedule the framework does not offer for this pp",
     "interleaved schedule needs the micro-batches to be a multiple of pp",
@@ -64,7 +64,7 @@ NOT_EXPRESSIBLE = len(REASONS) - 1
 VALID = 0
 # The framework's rules (codes into REASONS).
 FW_PARALLELISM = REASONS.index("parallelism the framework does not offer")
-FW_ZERO = REASONS.index("ZeRO stage the framework does not offer (with this pipeline)")
+FW_ZERO = REASONS.index("ZeRO stage the framework does not offer (with this pipeline or expert parallelism)")
 FW_SELECTIVE = REASONS.index("selective recompute the framework does not offer")
 FW_INTERLEAVED = REASONS.index("interleaved schedule the framework does not offer for this pp")
 FW_INTERLEAVE_MICROBATCHES = REASONS.index("interleaved schedule needs the micro-batches to be a multiple of pp")
@@ -288,6 +288,7 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         checks[15] = (plans.offload == 1) & (plans.zero == 0)
         checks[FW_OFFLOAD] = (plans.offload == 1) & (not fw.optimizer_offload)
         zero_ok = np.where(pp > 1, np.isin(plans.zero, fw.zero_stages_with_pp), np.isin(plans.zero, fw.zero_stages))
+        zero_ok &= ~((plans.zero == 3) & (plans.ep > 1) & (not fw.zero3_with_ep))
         checks[FW_ZERO] = ~zero_ok
         checks[FW_SELECTIVE] = (plans.recompute == CATEGORIES["recompute"].index("selective")) & (fw.selective_recompute == "none")
         # Megatron-Core and torch.distributed.pipelining refuse an interleaved schedule whose
@@ -352,6 +353,10 @@ def reason_text(reason: int, plan: Plan, framework: Framework | None = None, *, 
         missing = [f"{d}={getattr(plan, d)}" for d, on in used.items() if on and d not in fw.parallel_dims]
         text = (f"{fw.label} does not offer {', '.join(missing)} (it offers "
                 f"{', '.join(fw.parallel_dims) or 'data parallelism only'})")
+    elif reason == FW_ZERO and plan.zero == 3 and plan.ep > 1 and not fw.zero3_with_ep and 3 in (
+            fw.zero_stages_with_pp if plan.pp > 1 else fw.zero_stages):
+        text = (f"{fw.label} does not offer ZeRO-3 with expert parallelism (ep={plan.ep}): its MoE layers run with "
+                "ZeRO stages 0 to 2 only; use zero=2 or less, or ep=1")
     elif reason == FW_ZERO:
         offered = fw.zero_stages_with_pp if plan.pp > 1 else fw.zero_stages
         text = (f"{fw.label} does not offer ZeRO-{plan.zero}" + (" with pipeline parallelism" if plan.pp > 1 else "")
