@@ -824,3 +824,20 @@ def test_deepspeed_zero3_with_expert_parallelism_is_never_ranked():
         assert plans and not any(p["zero"] == 3 and p["ep"] > 1 for p in plans), framework
     refused = runner.invoke(app, ["predict", *args, "--framework", "deepspeed", "-p", "ep=4,zero=3,mbs=1,recompute=full"])
     assert refused.exit_code == 1 and "does not offer ZeRO-3 with expert parallelism (ep=4)" in refused.output
+
+
+def test_sglang_dense_dp_replicas_each_admit_their_share_of_the_batch(tmp_path):
+    """A dense TP2 DP2 plan with max_batch 256 (128 a replica, as its memory and TPOT were estimated) wrote
+    --dp-size 2 --max-running-requests 256: each dense replica admits the whole flag, 512 in all."""
+    out = tmp_path / "q"
+    result = runner.invoke(app, ["search", "--workload", "serve", "-m", "Qwen/Qwen3-32B", "-H", "h100-sxm5-80gb",
+                                 "--gpus", "8", "--engine", "sglang", "--fix", "dp=2", "--fix", "mode=agg",
+                                 "--input-len", "1024", "--output-len", "1024", "--concurrency", "512", "--out",
+                                 str(out), "--emit", "sglang"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    plan = json.loads((out / "plans.json").read_text())["plans"][0]["plan"]
+    script = (out / "serve_sglang.sh").read_text()
+    assert plan["dp"] == 2 and "--dp-size 2" in script and "--attn-dp-size" not in script
+    assert f"--max-running-requests {plan['max_batch'] // 2}" in script

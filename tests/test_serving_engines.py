@@ -57,7 +57,8 @@ def test_llama70b_on_8_h100_top_plan_fits_the_emitted_budget(tmp_path, engine):
         fraction = float(_flag(script, "--mem-fraction-static"))
         assert memory["weights"] + memory["kv_cache"] <= fraction * 80 + 1e-6  # weights + KV under the fraction
         assert memory["activations"] + memory["cuda_graphs"] + memory["runtime"] <= (1 - fraction) * 80
-        assert int(_flag(script, "--max-running-requests")) == plan.max_batch
+        # a dense model's --dp-size replicas each admit the flag (SGLang divides it among attention-DP ranks only)
+        assert int(_flag(script, "--max-running-requests")) * plan.pools()[1].dp == plan.max_batch
     assert est["max_batch_fit"] >= plan.max_batch
     assert est["fits"]
 

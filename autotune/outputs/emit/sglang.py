@@ -15,7 +15,8 @@ Mapping:
 * Weights: read from the checkpoint where it holds them (SGLang reads the scheme from the config; ModelOpt
   NVFP4 is named ``modelopt_fp4``), else quantized at load (``fp8``; ``nvfp4_online`` on Blackwell).
 * Memory: ``--mem-fraction-static`` caps weights plus KV cache (activations and CUDA graphs use the rest):
-  the value the plan's batch was checked against; ``--max-running-requests`` the batch limit;
+  the value the plan's batch was checked against; ``--max-running-requests`` the batch limit (of the engine with
+  attention DP, which SGLang divides among its ranks; of each replica of a dense ``--dp-size``);
   ``--chunked-prefill-size`` the prefill chunk; ``--context-length`` with slack.
 * Disaggregated plans: ``--disaggregation-mode prefill|decode`` with the NIXL transfer backend and a bootstrap
   port on each prefill server, ``python -m sglang_router.launch_router --pd-disaggregation`` in front;
@@ -131,7 +132,10 @@ def sglang_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[E
             groups.append(("--deepep-mode", mode))
     groups += quantization_flags(ctx)[0]
     groups.append(("--kv-cache-dtype", "fp8_e4m3" if p.kv == "fp8" else "auto"))
-    groups.append(("--max-running-requests", p.max_batch))
+    # the plan's batch is the engine's; SGLang divides the flag among attention-DP ranks only (its KV configurator:
+    # max_running_requests // attn_dp_size), while each of a dense --dp-size's replicas admits the whole flag
+    dense_dp = not (ctx.model.is_moe and pool.dp > 1) and pool.dp > 1
+    groups.append(("--max-running-requests", max(p.max_batch // pool.dp, 1) if dense_dp else p.max_batch))
     if ctx.prefill_tokens:
         groups.append(("--chunked-prefill-size", ctx.prefill_tokens))
     groups.append(("--context-length", ctx.context_length))
