@@ -570,6 +570,11 @@ def test_a_rack_scale_slurm_script_says_how_to_keep_its_nodes_in_one_rack(tmp_pa
     rack = script("gb200-nvl72", 72, "tp=4,zero=1", "rack")
     assert "#SBATCH --segment=18" in rack and "\n#SBATCH --segment" not in rack  # said, not imposed
     assert "--segment" not in script("h200-sxm-141gb", 72, "tp=8,zero=1", "hgx")
+    # 256 GPUs fill no whole racks: the estimate groups 64 GPUs (16 trays) of each, and so does the note (it had said
+    # 18 nodes a rack and pointed at an --segment line 'above' that the file does not have)
+    wide = script("gb200-nvl72", 256, "tp=4,zero=1", "wide").replace("\n# ", " ")
+    assert "each 16 nodes of 4 GPUs (64 of a rack's 72) in one rack" in wide
+    assert "add #SBATCH --segment=16 to the lines above" in wide
 
 
 def test_explain_says_when_its_better_move_leaves_the_searched_space(tmp_path):

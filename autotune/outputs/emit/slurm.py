@@ -45,19 +45,24 @@ def _placement_note(context: EmitContext) -> list[str]:
     """Where the nodes of a rack-scale NVLink domain (GB200/GB300 NVL72: 18 trays of 4) must lie for the estimate to
     hold: it prices traffic between the nodes of one domain at NVLink rates, which a scattered allocation sends over
     the network instead.  Slurm's topology/block plugin keeps a job's nodes in blocks of ``--segment`` nodes."""
+    from ...inputs.hardware import Cluster
+
     hw = context.hardware_spec
     domain, per_node = hw.scale_up_domain_gpus, context.gpus_on_each_node
     if not domain or domain <= per_node or context.nodes < 2:
         return []
-    in_domain = max(domain // per_node, 1)  # nodes one NVLink domain holds
+    # the GPUs of a domain the estimate's process groups use: all 72 of an NVL72 rack where the job fills its racks,
+    # else the largest power-of-two number of its trays (64), as Cluster.usable_scale_up_domain prices it
+    usable = Cluster(hw, context.n_gpus, per_node).usable_scale_up_domain
+    in_domain = max(usable // per_node, 1)  # nodes of one domain the estimate groups together
     # Slurm's --segment must divide the job's node count: the largest that does and fits in one domain
     segment = max(k for k in range(1, min(context.nodes, in_domain) + 1) if context.nodes % k == 0)
     where = ("all of them in one rack" if context.nodes <= in_domain
-             else f"each {in_domain} in one rack, a rack holding {in_domain} nodes of {per_node} GPUs")
+             else f"each {in_domain} nodes of {per_node} GPUs ({in_domain * per_node} of a rack's {domain}) in one rack")
     return ["", f"The estimate takes these {context.nodes} nodes to share NVLink domains ({hw.name}: {domain} GPUs a "
-                f"domain), {where}. On a cluster with Slurm's topology/block, #SBATCH --segment={segment} above keeps "
-                f"blocks of {segment} nodes in one rack (if the site's block size allows it); a scattered allocation "
-                "sends that traffic over the network."]
+                f"domain), {where}. On a cluster with Slurm's topology/block, add #SBATCH --segment={segment} to the "
+                f"lines above to keep blocks of {segment} nodes in one rack (if the site's block size allows it); a "
+                "scattered allocation sends that traffic over the network."]
 
 
 def sbatch_script(framework: Emitter, context: EmitContext) -> str:
