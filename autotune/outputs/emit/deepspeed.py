@@ -102,7 +102,9 @@ def ds_config(context: EmitContext) -> dict:
         config["bf16"] = {"enabled": True}
     zero: dict = {"stage": plan.zero}
     if plan.zero >= 1:
-        zero.update({"overlap_comm": True, "contiguous_gradients": True})
+        # DeepSpeed's defaults, which the deepspeed profile prices (dp_overlap 0; zero3_overlap for stage 3):
+        # stages 1-2 reduce gradients after the backward, stage 3 overlaps its collectives
+        zero.update({"overlap_comm": plan.zero == 3, "contiguous_gradients": True})
     if plan.zero == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
     if plan.offload == "cpu":
@@ -145,6 +147,10 @@ def _notes(context: EmitContext) -> tuple[str, ...]:
     if plan.recompute == "full":
         notes.append("Full recompute: checkpoint every layer (deepspeed.checkpointing.checkpoint, or "
                      "model.gradient_checkpointing_enable() for a Hugging Face model).")
+    if plan.zero in (1, 2):
+        notes.append("overlap_comm is false, DeepSpeed's default for ZeRO stages 1 and 2 and what the estimate prices "
+                     "(gradients reduced after the backward); true overlaps the reduction with the backward, for "
+                     "bucket memory the estimate does not count.")
     if plan.tp > 1 or plan.ep > 1:
         notes.append("AutoTP/AutoEP shard a Hugging Face model at deepspeed.initialize "
                      "(tensor_parallel.autotp_size, expert_parallel.autoep_size).")

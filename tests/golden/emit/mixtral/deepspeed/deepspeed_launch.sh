@@ -8,6 +8,7 @@
 # The training script is yours: it calls deepspeed.initialize(args=args, model=model, ...) after
 # deepspeed.add_config_arguments(parser), which reads --deepspeed and --deepspeed_config.
 # Full recompute: checkpoint every layer (deepspeed.checkpointing.checkpoint, or model.gradient_checkpointing_enable() for a Hugging Face model).
+# overlap_comm is false, DeepSpeed's default for ZeRO stages 1 and 2 and what the estimate prices (gradients reduced after the backward); true overlaps the reduction with the backward, for bucket memory the estimate does not count.
 # AutoTP/AutoEP shard a Hugging Face model at deepspeed.initialize (tensor_parallel.autotp_size, expert_parallel.autoep_size).
 #
 # Run once, on the first node: the deepspeed launcher starts 8 processes on each of the
