@@ -846,3 +846,26 @@ def test_sglang_dense_dp_replicas_each_admit_their_share_of_the_batch(tmp_path):
     script = (out / "serve_sglang.sh").read_text()
     assert plan["dp"] == 2 and "--dp-size 2" in script and "--attn-dp-size" not in script
     assert f"--max-running-requests {plan['max_batch'] // 2}" in script
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "deepspeed", "slurm"])
+def test_optimizer_offload_scripts_give_cpu_adam_the_nodes_cores(tmp_path, fmt):
+    """Offload plans ran CPU Adam with OMP_NUM_THREADS=1 a rank (the Slurm script's, or torchrun's default), far
+    below the host optimizer rate the estimate takes."""
+    import subprocess
+
+    out = tmp_path / fmt
+    plan = "zero=2,mbs=1,recompute=full,offload=cpu"
+    result = runner.invoke(app, ["emit", plan, "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "64", "-s", "8192",
+                                 "-b", "512", "--format", fmt, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = "\n".join(p.read_text() for p in out.iterdir() if p.suffix in (".sh", ".sbatch"))
+    line = next(x for x in text.splitlines() if x.startswith("export OMP_NUM_THREADS="))
+    assert "OMP_NUM_THREADS=1" not in text
+    threads = subprocess.run(["bash", "-c", f"nproc() {{ echo 224; }}; {line}; echo $OMP_NUM_THREADS"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert threads == "28"  # 224 cores shared by 8 ranks
+    plain = runner.invoke(app, ["emit", plan.replace("offload=cpu", "offload=none"), "-m", "llama3-8b", "-H",
+                                "h100-sxm5-80gb", "--gpus", "64", "-s", "8192", "-b", "512", "--format", fmt, "--out",
+                                str(tmp_path / "plain")])
+    assert plain.exit_code == 0 and "$(nproc)" not in "\n".join(p.read_text() for p in (tmp_path / "plain").iterdir())

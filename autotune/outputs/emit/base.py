@@ -224,6 +224,17 @@ def header(emitter_release: str, context: EmitContext, extra: Sequence[str] = ()
 HERE_SCRIPT = Raw('"$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"')
 
 
+def offload_threads(context: "EmitContext") -> list[tuple[str, shell.Word]]:
+    """``OMP_NUM_THREADS`` for a plan that runs its optimizer on the host: the node's cores shared among its GPU
+    ranks.  torchrun and the Slurm script otherwise give each rank one thread, and CPU Adam (DeepSpeed's OpenMP
+    kernel, the torch CPU optimizer behind Megatron's offload) would run single-threaded, far below the host
+    optimizer rate the estimate takes (the profile's cpu_optimizer_params_per_s)."""
+    if context.plan.offload != "cpu":
+        return []
+    n = context.gpus_on_each_node
+    return [("OMP_NUM_THREADS", Raw(f'"$(( $(nproc) > {n} ? $(nproc) / {n} : 1 ))"'))]
+
+
 def launch_body(launch: Launch) -> list[str]:
     """Settings, exports and argument arrays of a launch, as script lines."""
     lines: list[str] = []

@@ -26,7 +26,8 @@ import numpy as np
 
 from ...training.plan import CATEGORIES
 from . import shell
-from .base import HERE_SCRIPT, EmitContext, Emitter, Launch, Limit, header, launch_body, refuse_token_dropping
+from .base import (HERE_SCRIPT, EmitContext, Emitter, Launch, Limit, header, launch_body, offload_threads,
+                   refuse_token_dropping)
 from .shell import Raw
 
 RELEASE = "DeepSpeed 0.19.8"
@@ -165,8 +166,9 @@ def launch(context: EmitContext) -> Launch:
     if context.tokenizer is not None:
         exports.append(("TOKENIZER", context.tokenizer))
     notes = _notes(context)
-    if exports:
+    if context.data_path is not None or context.tokenizer is not None:
         notes += ("--data-path and --tokenizer reach the script as the environment variables DATA_PATH and TOKENIZER.",)
+    exports += offload_threads(context)
     return Launch(
         program=(Raw('"${TRAIN_SCRIPT}"'),),
         arrays=(("DEEPSPEED_ARGS", (("--deepspeed",), ("--deepspeed_config", Raw('"${HERE}/ds_config.json"')))),),

@@ -42,7 +42,7 @@ import numpy as np
 from ...inputs.hardware import Cluster, Hardware
 from ...inputs.modelspec import ModelSpec
 from ...training.plan import Plan, PlanBatch
-from .base import EmitContext, Emitter, Launch, Limit, model_limit, node_script
+from .base import EmitContext, Emitter, Launch, Limit, model_limit, node_script, offload_threads
 from .shell import Group, Raw
 
 RELEASE = "Megatron-LM core_r0.19 (megatron-core 0.19.2)"
@@ -452,6 +452,7 @@ def launch(context: EmitContext) -> Launch:
     if (plan.tp > 1 or plan.cp > 1) and not uses_fsdp(plan):
         # Megatron requires it with TP or CP before Blackwell, so that communication overlaps in issue order.
         exports.append(("CUDA_DEVICE_MAX_CONNECTIONS", 1))
+    exports += offload_threads(context)
     return Launch(
         program=(Raw('"${MEGATRON_LM_DIR}/pretrain_gpt.py"'),),
         arrays=(

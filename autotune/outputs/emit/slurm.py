@@ -93,7 +93,9 @@ def sbatch_script(framework: Emitter, context: EmitContext) -> str:
         "export MASTER_ADDR MASTER_PORT",
         "",
     ]
-    lines += ["export " + shell.assignment(name, value) for name, value in BASE_ENV]
+    # a plan whose optimizer runs on the host sets its own OMP_NUM_THREADS (base.offload_threads)
+    lines += ["export " + shell.assignment(name, value) for name, value in BASE_ENV
+              if not (name == "OMP_NUM_THREADS" and context.plan.offload == "cpu")]
     lines.append("")
     lines += launch_body(run)
     srun = [("srun",), ("--kill-on-bad-exit=1",), ("--ntasks-per-node=1",), (f"--nodes={context.nodes}",)]
