@@ -869,3 +869,20 @@ def test_optimizer_offload_scripts_give_cpu_adam_the_nodes_cores(tmp_path, fmt):
                                 "h100-sxm5-80gb", "--gpus", "64", "-s", "8192", "-b", "512", "--format", fmt, "--out",
                                 str(tmp_path / "plain")])
     assert plain.exit_code == 0 and "$(nproc)" not in "\n".join(p.read_text() for p in (tmp_path / "plain").iterdir())
+
+
+def test_a_calibration_overlay_says_the_error_band_is_the_bundled_fits(tmp_path):
+    """predict --calibration moved the estimate and still printed the bundled calibration's band as its expected
+    error, without a word."""
+    import json
+
+    overlay = tmp_path / "cal.yaml"
+    overlay.write_text("hardware:\n  h100-sxm5-80gb:\n    efficiency:\n      gemm: 0.57\n")
+    args = ["predict", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "64", "-p",
+            "tp=2,zero=1,recompute=full"]
+    said = runner.invoke(app, [*args, "--calibration", str(overlay)])
+    assert said.exit_code == 0, said.output
+    assert f"with --calibration {overlay.name} they do not describe this estimate" in said.stdout.replace("\n", " ")
+    as_json = runner.invoke(app, [*args, "--calibration", str(overlay), "--json"])
+    assert json.loads(as_json.stdout)["estimate"]["confidence"]["calibration"] == overlay.name
+    assert "do not describe" not in runner.invoke(app, args).stdout

@@ -357,6 +357,10 @@ def _print_training_search(result, inputs, problem) -> None:
         stdout.print(f"[dim]{note}[/]", highlight=False)
     if result.ranked:
         stdout.print(tables.plans_table(result, hw.memory_gib))
+        if inputs.calibration is not None:
+            stdout.print(f"[dim]err band: the bundled calibration's errors; with --calibration {escape(inputs.calibration)}"
+                         " they do not describe these estimates (`autotune calibrate` reports that fit's held-out "
+                         "error).[/]", highlight=False, soft_wrap=True)
         best = result.ranked[0]
         stdout.print(tables.winner_sentence(best.plan, best.estimate, hw.memory_gib), highlight=False, soft_wrap=True)
         alternative = tables.validated_alternative(result)
@@ -756,7 +760,8 @@ def predict(
         hw = inputs.cluster.hardware
         estimate = add_training_totals(estimate, inputs.cluster.n_gpus, tokens, hw.price_usd_per_gpu_hour,
                                        inputs.workload.tokens_per_step)
-        estimate = with_confidence(estimate, chosen, hw.name, moe_model=inputs.model.moe is not None)
+        estimate = with_confidence(estimate, chosen, hw.name, moe_model=inputs.model.moe is not None,
+                                   calibration=inputs.calibration)
         if not estimate["fits"]:
             estimate["infeasible_reason"] = "out of memory"
         if json_out:

@@ -166,7 +166,8 @@ def _annotate(result: SearchResult, inputs: TrainingInputs) -> SearchResult:
     return dataclasses.replace(result, ranked=[
         dataclasses.replace(ranked, estimate=with_confidence(add_training_totals(
             ranked.estimate, inputs.cluster.n_gpus, inputs.workload.tokens, hw.price_usd_per_gpu_hour,
-            inputs.workload.tokens_per_step), ranked.plan, hw.name, moe_model=inputs.model.moe is not None))
+            inputs.workload.tokens_per_step), ranked.plan, hw.name, moe_model=inputs.model.moe is not None,
+            calibration=inputs.calibration))
         for ranked in result.ranked
     ])
 

@@ -272,7 +272,7 @@ def confidence_for(plan_feature_names: Iterable[str], gpu: str, table: Mapping[s
         names = ", ".join(sorted(covered, key=list(FEATURES).index))
         basis, how = wider, f"validated runs on {where} that also use {names}"
     elif enough(on_gpu):
-        basis, how = on_gpu, f"validated runs on {where} (all of them)"
+        basis, how = on_gpu, f"runs, all those validated on {where}"
     else:
         # Errors measured on other GPUs say nothing about this one: no band rather than a borrowed one.
         basis, how = [], (f"no validated runs on {where}" if not on_gpu else
@@ -289,10 +289,15 @@ def confidence_for(plan_feature_names: Iterable[str], gpu: str, table: Mapping[s
     }
 
 
-def with_confidence(estimate: dict, plan: Any, gpu: str, *, moe_model: bool = False) -> dict:
+def with_confidence(estimate: dict, plan: Any, gpu: str, *, moe_model: bool = False,
+                    calibration: str | None = None) -> dict:
     """``estimate`` (a JSON-ready estimate row) with a ``confidence`` entry added (``moe_model``: the model has
-    experts, whatever the plan's ep)."""
-    return {**estimate, "confidence": confidence(plan, gpu, moe_model=moe_model)}
+    experts, whatever the plan's ep; ``calibration``: the --calibration overlay the estimate used, whose own error
+    the bundled band does not describe)."""
+    conf = confidence(plan, gpu, moe_model=moe_model)
+    if calibration is not None:
+        conf["calibration"] = calibration
+    return {**estimate, "confidence": conf}
 
 
 def _signed(pct: float) -> str:
@@ -325,6 +330,9 @@ def sentence(conf: Mapping[str, Any] | None) -> str:
                  f"(nominal {BAND_PERCENTILES[1] - BAND_PERCENTILES[0]:.0f}%).")
     if conf.get("unvalidated"):
         text += " Not validated: no run with " + "; ".join(conf["unvalidated"]) + "."
+    if conf.get("calibration"):
+        text += (f" These are the bundled calibration's errors: with --calibration {conf['calibration']} they do not "
+                 "describe this estimate (`autotune calibrate` reports that fit's held-out error).")
     return text
 
 
