@@ -770,7 +770,7 @@ def test_a_config_whose_architectures_contradict_its_model_type_is_said(tmp_path
                         .read_text())
     contradicting = tmp_path / "config.json"
     contradicting.write_text(json.dumps({**config, "architectures": ["LlamaForCausalLM"]}))
-    args = ["predict", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "64", "-p", "tp=4"]
+    args = ["predict", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "64", "-p", "tp=4,zero=3,recompute=full"]
     said = runner.invoke(app, [*args, "-m", str(tmp_path)])
     assert said.exit_code == 0, said.output
     assert "architectures names LlamaForCausalLM (a llama model) but model_type is 'qwen3_moe'" in said.stderr
@@ -886,3 +886,25 @@ def test_a_calibration_overlay_says_the_error_band_is_the_bundled_fits(tmp_path)
     as_json = runner.invoke(app, [*args, "--calibration", str(overlay), "--json"])
     assert json.loads(as_json.stdout)["estimate"]["confidence"]["calibration"] == overlay.name
     assert "do not describe" not in runner.invoke(app, args).stdout
+
+
+def test_the_serving_reports_table_says_which_plans_need_another_checkpoint(tmp_path):
+    """The search's table marks int8 plans of an fp8 checkpoint NEEDS; the report's top-plans table listed them
+    as 'meets' only."""
+    out = tmp_path / "s"
+    searched = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3.1-70b", "-H", "h200-sxm-141gb",
+                                   "--checkpoint", "fp8", "--gpus", "1..32", "--input-len", "2048", "--output-len",
+                                   "256", "--request-rate", "20", "--ttft-ms", "1000", "--tpot-ms", "30", "--top", "5",
+                                   "--out", str(out), "--json"])
+    assert searched.exit_code == 0, searched.output
+    import json
+
+    plans = json.loads(searched.stdout)["plans"]
+    needing = [p["rank"] for p in plans if p["estimate"].get("weights_from") == "needs"]
+    assert needing, "the case needs a plan that runs only from another checkpoint"
+    reported = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "r")])
+    assert reported.exit_code == 0, reported.output
+    html = (tmp_path / "r" / "report.html").read_text()
+    rows = html.split("<h2>Top plans</h2>")[1].split("</table>")[0].split("<tr>")[2:]
+    for rank, row in enumerate(rows, start=1):
+        assert ("; needs " in row) == (rank in needing), row

@@ -103,8 +103,11 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
     fraction = served.memory_fraction
     est = estimate_serving(model, cluster, workload, ServePlanBatch.from_plans(chosen), params, engine=engine,
                            memory_fraction=fraction)
+    from ...serving.checkpoint import requirement
+
     plans = [{"rank": entry["rank"], "plan": p.as_dict(), "text": p.as_string(), "estimate": est.row(i),
-              "layout": f"{p.layout()} {p.weights}/{p.kv} b{p.max_batch}"}
+              "layout": f"{p.layout()} {p.weights}/{p.kv} b{p.max_batch}",
+              "needs": requirement(p.weights, served.checkpoint, engine, model.is_moe, fp4_cores=hw.supports("fp4"))}
              for i, (p, entry) in enumerate(zip(chosen, entries))]
     search = document.get("search") if isinstance(document.get("search"), dict) else {}
     load = {"max-throughput": "maximum throughput", "concurrency": f"{workload.concurrency} concurrent users",
@@ -301,6 +304,8 @@ def render_serving(data: ServingReportData, figures: list) -> str:
         est = p["estimate"]
         meets = est.get("meets_targets")
         verdict = "meets" if meets else ("misses: " + str(est.get("misses", ""))) if meets is False else "-"
+        if p.get("needs"):  # as the search's table says (NEEDS): it runs only from another checkpoint
+            verdict += f"; {p['needs']}"
         rows.append(f"<tr><td class=n>{p['rank']}</td><td>{e(p['layout'])}</td><td>{e(p['text'])}</td>"
                     f"<td class=n>{_cell(est.get('output_tokens_per_s'), ',.0f')}</td>"
                     f"<td class=n>{_cell(est.get('output_tokens_per_s_per_gpu'), ',.0f')}</td>"
