@@ -16,7 +16,7 @@ from autotune.inputs.modelspec import load_model
 from autotune.inputs.workload import ServeWorkload
 from autotune.outputs.emit.formats import serving_files
 from autotune.serving.calibrated import CURRENT
-from autotune.serving.estimate import GIB, estimate_serving
+from autotune.serving.estimate import GIB, ServingParams, estimate_serving
 from autotune.serving.plan import ServePlan, ServePlanBatch, parse_serve_plan
 
 runner = CliRunner()
@@ -462,6 +462,69 @@ def test_the_moe_dispatch_sends_a_token_once_per_rank_holding_its_experts():
     assert float(dispatch_copies(a, 16.0, 16.0)) == pytest.approx(16 * (1 - (15 / 16) ** 8)) == pytest.approx(6.452, abs=1e-3)
     assert float(dispatch_copies(a, 16.0, 1.0)) == 16.0
     assert float(dispatch_copies(a, 256.0, 256.0)) == pytest.approx(7.89, abs=0.01)
+
+
+def test_an_all_to_all_across_nodes_sends_only_the_remote_copies_over_the_nic():
+    """Hand-checked: DeepSeek's top-8 (h 7168), 1000 tokens a GPU, 1.5 bytes an element (fp8 dispatch, bf16
+    combine): 10.752 MB per copy of the GPU's tokens; H100 NVLink 450 GB/s and NIC 50 GB/s a GPU, both at a
+    link_bandwidth of 0.5, alltoall_us 20.  c16 = 1 - (15/16)^8 = 0.40328 (EP 16: a GPU holds one of the
+    token's experts), c8 = 1 - (7/8)^8 = 0.65639 (EP 8).
+
+    * EP 8 in one node: 7 c8 = 4.5947 copies over NVLink, 20 us + 10.752 MB x 4.5947 / 225 GB/s = 239.6 us
+      (what the one-tier formula gave).
+    * EP 16 over two nodes, prefill (DeepEP normal kernels): one RDMA copy to the other node when it holds any of
+      the token's experts, 1 - (1/2)^8 = 0.99609 copies, 428.4 us on the NIC; NVLink carries the node's own
+      copies and the ones forwarded from the other node, 2 x 7 c16 = 5.6459 copies, 269.8 us; the two overlap:
+      20 + 428.4 = 448.4 us.
+    * the same over two nodes, decode (low-latency kernels, one RDMA write per remote GPU): 8 c16 = 3.2262 copies
+      on the NIC, 1387.5 us, NVLink's 7 c16 hidden under it: 1407.5 us.
+    * every copy priced at the NIC, as before: 20 + 15 c16 x 10.752 MB / 25 GB/s = 2621.6 us, 5.8x prefill's.
+    * SGLang's gathering path (ep below tp*dp) stays an all-gather at the slowest link: 16 bf16 copies,
+      20 + 15/16 x 16 x 14.336 MB / 25 GB/s = 8621.6 us; on an NVL72 rack 16 GPUs stay one NVLink island:
+      20 + 15 c16 x 10.752 MB / 450 GB/s = 164.5 us."""
+    from autotune.serving.arch import gpu_scalars
+    from autotune.serving.estimate import _moe_alltoall_s, dispatch_copies_by_link
+
+    a = {"topk": 8.0, "h": 7168.0}
+    g = gpu_scalars(load_hardware("h100-sxm5-80gb"))
+    p = ServingParams(link_bandwidth=0.5, alltoall_us=20.0)
+
+    def us(G, ep, gather=0.0, per_island=True, gpu=g):  # one all-to-all of 1000 tokens a GPU, microseconds
+        return float(_moe_alltoall_s(1000.0, a, G, ep, gather, gpu, p, per_island=per_island)) * 1e6
+
+    nvlink, nic = dispatch_copies_by_link(a, 16.0, 16.0, 8.0, per_island=True)
+    assert float(nvlink) == pytest.approx(5.6459, abs=1e-4) and float(nic) == pytest.approx(0.99609, abs=1e-5)
+    nvlink, nic = dispatch_copies_by_link(a, 16.0, 16.0, 8.0, per_island=False)
+    assert float(nvlink) == pytest.approx(2.8230, abs=1e-4) and float(nic) == pytest.approx(3.2262, abs=1e-4)
+    assert us(8.0, 8.0) == pytest.approx(239.6, abs=0.05)
+    assert us(8.0, 8.0, per_island=False) == pytest.approx(us(8.0, 8.0))  # one node: the two kernels alike
+    assert us(16.0, 16.0) == pytest.approx(448.4, abs=0.05)
+    assert us(16.0, 16.0, per_island=False) == pytest.approx(1407.5, abs=0.05)
+    assert 2621.6 / us(16.0, 16.0) == pytest.approx(5.85, abs=0.01)
+    assert us(16.0, 1.0, gather=1.0) == pytest.approx(8621.6, abs=0.05)
+    rack = gpu_scalars(load_hardware("gb200-nvl72"))
+    assert us(16.0, 16.0, gpu=rack) == pytest.approx(20 + 15 * 0.4032805 * 10.752e6 / 450e9 * 1e6, rel=1e-6)
+    assert us(16.0, 16.0, gpu=rack) == pytest.approx(164.5, abs=0.05)
+    assert us(16.0, 16.0, gpu=rack, per_island=False) == pytest.approx(us(16.0, 16.0, gpu=rack))
+
+
+def test_wide_ep_prefill_over_nodes_is_not_priced_at_the_nic_for_every_copy():
+    """LMSYS's 96 x H100 DeepSeek deployment (blog, 2025-05-05, large-scale EP) measured about 50k input tokens/s
+    per node for EP 32 prefill over 4 nodes with 4K prompts, about what one EP 8 engine per node reaches.  With
+    every dispatched copy priced at the NIC the estimate gave EP 32 a third of 4 x EP 8 (18.1k against 52.2k per
+    node); with the node-local copies on NVLink and one RDMA copy per remote node it gives over half (30.5k: the
+    rest is SGLang's chunk split over 32 ranks and comm not overlapped with compute, which the plan does not ask
+    for)."""
+    hw, model = load_hardware("h100-sxm5-80gb"), load_model("deepseek-v3")
+    decode = "decode_workers=1,decode_dp=64,decode_ep=64,weights=fp8,kv=fp8,max_batch=8192"
+    plans = ServePlanBatch.from_plans([parse_serve_plan(f"prefill_workers={32 // dp},prefill_dp={dp},prefill_ep={dp},"
+                                                        f"{decode}", 96) for dp in (32, 8)])
+    est = estimate_serving(model, Cluster(hw, 96, 8), ServeWorkload(4096, 100), plans, CURRENT["sglang"],
+                           engine="sglang")
+    per_node = est.requests_per_s * 4096 / 4  # the prefill pool is 4 nodes either way
+    assert per_node[1] == pytest.approx(52.2e3, rel=0.01)  # one node per engine: NVLink only, unchanged
+    assert 0.55 < per_node[0] / per_node[1] < 1.0
+    assert per_node[0] == pytest.approx(30.5e3, rel=0.02)
 
 
 def test_expert_parallelism_changes_the_estimate_of_attention_dp():

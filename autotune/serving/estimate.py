@@ -12,9 +12,9 @@ Per engine, in steady state:
   top-k routing the touched share is ``1 - (1 - k/E)^T``; with expert parallelism the round waits
   for the EP group that drew the most) against the GEMM FLOPs at their precision's peak; the
   attention's KV/state bytes against its FLOPs; two TP all-reduces per layer; for attention DP with
-  MoE a dispatch and a combine all-to-all per MoE layer over the link tier the group spans
-  (NVLink in a node or an NVL72 rack, else the network); fixed costs per step, per layer, per MoE
-  layer and per running sequence.  Pipeline stages run ``pp`` micro-batches.
+  MoE a dispatch and a combine all-to-all per MoE layer, its copies split between NVLink (in a node or
+  an NVL72 rack) and the network by where they go (``dispatch_copies_by_link``); fixed costs per step,
+  per layer, per MoE layer and per running sequence.  Pipeline stages run ``pp`` micro-batches.
 * **Prefill** (``prefill_s``): a prompt's GEMMs (routed experts at a grouped-GEMM efficiency),
   causal attention (bounded by sliding windows and DSA's top-k), the weights streamed once per chunk
   of the engine's token budget (chunked prefill), collectives and fixed costs per chunk.
@@ -146,6 +146,8 @@ def _allreduce_s(nbytes, group, g, p):
 
 
 def _alltoall_s(nbytes, group, g, p):
+    """An all-to-all of ``nbytes`` per GPU over ``group`` GPUs, every byte at the slowest link's rate (the
+    gathering MoE path: an all-gather and reduce-scatter over NCCL runs at the ring's slowest hop)."""
     t = p.alltoall_us * 1e-6 + (group - 1.0) / np.maximum(group, 1.0) * nbytes / (_link_bw(g, group) * p.link_bandwidth)
     return np.where(group > 1, t, 0.0)
 
@@ -161,12 +163,52 @@ def dispatch_copies(a, G, ep):
     return G * (1.0 - np.power(1.0 - 1.0 / ep, np.maximum(a["topk"], 1.0)))
 
 
-def _dispatch(a, G, ep, gather):
-    """(copies of a token, bytes per hidden element averaged over dispatch and combine) of a MoE layer's all-to-all.
-    DeepEP sends a token once per rank holding its experts, in fp8, and brings it back in bf16 (1.5 bytes); a
-    gathering backend (``gather`` 1: SGLang's default below ep = tp*dp) sends it to every GPU in bf16 both ways."""
+def dispatch_copies_by_link(a, G, ep, island, *, per_island):
+    """(copies over the NVLink island, copies over the NIC) one GPU sends of each of its tokens in a deduplicating
+    MoE dispatch (``dispatch_copies``) over ``G`` GPUs in islands of ``island`` GPUs (a node; an NVL72 rack).
+
+    A GPU of the engine needs the token with probability c = 1 - (1 - 1/ep)^k (its rank holds one of the token's
+    top-k experts).  Of the G - 1 other GPUs, island - 1 share the sender's island (NVLink) and G - island do not.
+    DeepEP's low-latency kernels (decode) write each remote GPU's copy over RDMA: (G - island) c on the NIC.  Its
+    normal kernels (prefill; ``per_island``) send one copy per remote island that holds any of the token's ranks,
+    to the GPU of the sender's local index there, which forwards it over NVLink (DeepEP README, "normal kernels":
+    NVLink-to-RDMA forwarding; DeepSeek-V3 tech report section 3.2.2, one IB copy per node): the island is hit
+    with probability 1 - (1 - max(island, G/ep)/G)^k (experts spread evenly; a rank wider than an island takes
+    every island it spans), and each GPU's NVLink then carries its own island's copies plus the ones it forwards,
+    (island - 1) c for each of the G/island islands.  One island (G <= island) gives (G - 1) c on NVLink and
+    nothing on the NIC: the whole-engine all-to-all it always was."""
+    ep = np.maximum(np.asarray(ep, float), 1.0)
+    k = np.maximum(a["topk"], 1.0)
+    G = np.maximum(np.asarray(G, float), 1.0)
+    island = np.clip(island, 1.0, G)
+    islands = G / island
+    hit_gpu = 1.0 - np.power(1.0 - 1.0 / ep, k)
+    hit_island = 1.0 - np.power(1.0 - np.maximum(island, G / ep) / G, k)
+    nvlink = (island - 1.0) * hit_gpu * np.where(per_island, islands, 1.0)
+    nic = np.where(per_island, (islands - 1.0) * hit_island, (G - island) * hit_gpu)
+    return nvlink, nic
+
+
+def _moe_alltoall_s(tokens, a, G, ep, gather, g, p, *, per_island):
+    """Seconds of one MoE all-to-all (a dispatch or a combine) of ``tokens`` tokens a GPU sends over an engine of
+    ``G`` GPUs with ``ep`` expert ranks.
+
+    A gathering backend (``gather`` 1: SGLang's default below ep = tp*dp) sends every token to every GPU in bf16
+    both ways, an all-gather at the slowest link's rate (``_alltoall_s``).  DeepEP sends a token once per rank
+    holding its experts, in fp8, and brings it back in bf16 (1.5 bytes an element over the two): its copies split
+    between the NVLink island (a node; the whole rack on NVL72) and the NIC (``dispatch_copies_by_link``), and the
+    kernels move the two at once (NVLink forwarding overlaps the RDMA sends), so the slower of the two parts sets
+    the time.  ``per_island``: DeepEP's normal kernels (prefill), one RDMA copy per remote island; else its
+    low-latency kernels (decode), one per remote GPU."""
     gathers = np.asarray(gather) > 0
-    return np.where(gathers, G, dispatch_copies(a, G, ep)), np.where(gathers, ACTIVATION_BYTES, 1.5)
+    t_gather = _alltoall_s(tokens * G * a["h"] * ACTIVATION_BYTES, G, g, p)
+    island = np.minimum(G, g["domain"])  # NVLink joins a scale-up domain (a node on HGX, 72 GPUs on NVL72)
+    nvlink_copies, nic_copies = dispatch_copies_by_link(a, G, ep, island, per_island=per_island)
+    token_bytes = tokens * a["h"] * 1.5
+    t_nvlink = token_bytes * nvlink_copies / (_link_bw(g, island) * p.link_bandwidth)
+    t_nic = token_bytes * nic_copies / (g["net"] * p.link_bandwidth)
+    t_dedup = np.where(G > 1, p.alltoall_us * 1e-6 + np.maximum(t_nvlink, t_nic), 0.0)
+    return np.where(gathers, t_gather, t_dedup)
 
 
 def experts_touched(tokens, a):
@@ -240,8 +282,8 @@ def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep, gather=0.0):
     # the DeepEP dispatch, sglang/srt/layers/communicator.py); TensorRT-LLM's attention DP has tp 1; vLLM's
     # DP x TP with expert parallelism is taken to split its tokens the same way (not checked against its code).
     t_ar = 2.0 * a["L"] / pp * _allreduce_s(bm * a["h"] * ACTIVATION_BYTES, tp, g, p)
-    copies, wire = _dispatch(a, G, ep, gather)
-    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _alltoall_s(bm / tp * copies * a["h"] * wire, G, g, p), 0.0)
+    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _moe_alltoall_s(bm / tp, a, G, ep, gather, g, p, per_island=False),
+                     0.0)
     f = _overhead_factor(g, p)
     attn_layers = a["n_full"] + a["n_swa"] + a["n_lin"]
     stage = t_gemm + t_attn + t_ar + t_a2a + (p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]
@@ -275,8 +317,7 @@ def prefill_s(a, q, g, p, n, tp, pp, dp, ep, chunk, *, seqs=1.0, moe_share=1.0, 
     t_w = chunks * w / (g["hbm"] * p.weight_bandwidth)
     t_comp = np.maximum(t_lin + t_exp, t_w) + t_att
     t_ar = 2.0 * a["L"] * _allreduce_s(n * a["h"] * ACTIVATION_BYTES, tp, g, p)
-    copies, wire = _dispatch(a, G, ep, gather)
-    t_a2a = np.where(dp > 1, a["n_moe"] * 2.0 * _alltoall_s(n / tp * copies * a["h"] * wire, G, g, p), 0.0)
+    t_a2a = np.where(dp > 1, a["n_moe"] * 2.0 * _moe_alltoall_s(n / tp, a, G, ep, gather, g, p, per_island=True), 0.0)
     send = np.where(pp > 1, (pp - 1.0) * (g["nvlink_lat"] + n * a["h"] * ACTIVATION_BYTES / g["nvlink"]), 0.0)
     t_fix = chunks * (p.step_us + p.layer_us * a["L"] + p.moe_layer_us * a["n_moe"]) * 1e-6 * _overhead_factor(g, p)
     return t_comp + t_ar + t_a2a + send + t_fix
