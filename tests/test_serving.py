@@ -87,6 +87,49 @@ def test_kv_capacity_by_hand():
         assert max_batch_fit(model, Cluster(hw, 1, 8), _batch(1, weights="bf16"), 2304, engine)[0] == 0
 
 
+def test_sglangs_sliding_window_pool_by_hand():
+    """gpt-oss-120b: 18 full and 18 sliding (128-token window) layers of 8 KV heads x 64 x (K, V) = 1,024
+    elements, 2,048 bytes a token-layer in bf16 (tp 1).  SGLang sizes a sliding pool of --swa-full-tokens-ratio
+    0.8 times its full pool's tokens from the same budget (set_num_tokens_hybrid_swa), so a token of the full pool
+    costs 18 x 2,048 + 0.8 x 18 x 2,048 = 66,355.2 bytes and a 2,048-token sequence 135,895,449.6: the 6.107 GiB
+    pool holds 48 of them, not the 81 that window-sized sliding pages give (18 x 2,048 x (2,048 + 128) =
+    80,216,064 bytes a sequence: vLLM's hybrid allocator, kept).  Below the window the sliding pool runs out
+    first: 100 tokens take 66,355.2 x 100 / 0.8 = 8,294,400 bytes (vLLM: 2 x 36,864 x 100 = 7,372,800)."""
+    from autotune.serving import engines as E
+    from autotune.serving.arch import model_scalars
+
+    model, hw = load_model("gpt-oss-120b"), load_hardware("h100-sxm5-80gb")
+    a = model_scalars(model)
+    assert (a["n_full"], a["n_swa"], a["window"], a["kv_elems"]) == (18.0, 18.0, 128.0, 1024.0)
+
+    def per_seq(engine, tokens):  # bytes of a tp-1 GPU's pool one sequence takes, bf16 KV
+        return float(E.kv_pool_bytes_per_sequence(a, 2.0, 1.0, 1.0, tokens, E.swa_pool_ratio(engine)))
+
+    def sglang(tokens):
+        return per_seq("sglang", tokens)
+
+    def vllm(tokens):
+        return per_seq("vllm", tokens)
+
+    assert sglang(2048.0) == pytest.approx(135_895_449.6)
+    assert vllm(2048.0) == 80_216_064 == float(E.kv_bytes_per_sequence(a, 2.0, 1.0, 1.0, 2048.0))
+    assert E.swa_pool_ratio("trtllm") == 0.0
+    assert sglang(100.0) == pytest.approx(8_294_400.0) and vllm(100.0) == pytest.approx(7_372_800.0)
+    plans = _batch(1, tp=1, weights="mxfp4", kv="bf16")
+    cluster = Cluster(hw, 1, 8)
+    pool = engine_memory(model, cluster, plans, "sglang").kv_pool[0]
+    assert pool / GIB == pytest.approx(6.107, abs=1e-3)
+    assert max_batch_fit(model, cluster, plans, 2048, "sglang")[0] == int(pool // 135_895_449.6) == 48
+    assert int(pool // 80_216_064) == 81  # what the window-sized pages said
+    from autotune.serving.calibrated import CURRENT
+
+    est = estimate_serving(model, cluster, ServeWorkload(1024, 1024, concurrency=64), plans, CURRENT["sglang"],
+                           engine="sglang")
+    assert est.max_batch_fit[0] == 48
+    vpool = engine_memory(model, cluster, plans, "vllm").kv_pool[0]
+    assert max_batch_fit(model, cluster, plans, 2048, "vllm")[0] == int(vpool // 80_216_064)
+
+
 def test_sglang_and_trtllm_budget_rules_by_hand():
     """SGLang's --mem-fraction-static caps weights plus KV (its default reserve for activations and CUDA graphs:
     512 MiB + 1.5 MiB per chunk token + 1 GiB per 8 GPUs + 2 MiB per decode graph batch, at least 10 GiB on

@@ -75,6 +75,11 @@ class EngineDefaults:
     # the whole attention-DP engine (ep = tp*dp): SGLang's --moe-a2a-backend deepep sets ep to the engine's size,
     # and below it the default backend gathers every token to every GPU (and reduce-scatters the result back)
     dedup_needs_full_ep: bool = False
+    # a model of full and sliding-window layers: SGLang splits its KV pool into a full-attention pool and a
+    # sliding-window pool of swa_full_tokens_ratio times as many tokens (--swa-full-tokens-ratio, 0.8 by default;
+    # sglang/srt/model_executor/model_runner_kv_cache_mixin.py set_num_tokens_hybrid_swa), whatever the window;
+    # None: a sliding layer's pages hold its window of each sequence (vLLM's hybrid KV-cache manager)
+    swa_full_tokens_ratio: float | None = None
 
     def gathers(self, tp, dp, ep):
         """1.0 where the MoE dispatch of an attention-DP pool gathers every token to every GPU, else 0.0."""
@@ -110,7 +115,7 @@ class EngineDefaults:
 DEFAULTS: Mapping[str, EngineDefaults] = {
     "vllm": EngineDefaults("vllm", "--gpu-memory-utilization", 0.92, True, adp_lockstep=True),
     "sglang": EngineDefaults("sglang", "--mem-fraction-static", None, False, adp_lockstep=True,
-                             dedup_needs_full_ep=True),
+                             dedup_needs_full_ep=True, swa_full_tokens_ratio=0.8),
     "trtllm": EngineDefaults("trtllm", "kv_cache_config.free_gpu_memory_fraction", 0.90, True,
                              adp_balance_timeout_iters=60.0),
 }
@@ -237,6 +242,36 @@ def kv_bytes_per_sequence(a, kv_b, tp, pp, tokens):
     sliding = a["n_swa"] * per_layer * np.minimum(a["window"], tokens) / pp
     state = a["n_lin"] * a["lin_state_bytes"] / np.maximum(tp, 1.0) / pp
     return full * tokens + sliding + state
+
+
+def swa_pool_ratio(engine: str) -> float:
+    """The engine's sliding-window pool size relative to its full-attention pool (``EngineDefaults.
+    swa_full_tokens_ratio``), 0.0 where its sliding layers hold only their window (``kv_pool_bytes_per_sequence``)."""
+    return float(DEFAULTS[engine_family(engine)].swa_full_tokens_ratio or 0.0)
+
+
+def kv_pool_bytes_per_sequence(a, kv_b, tp, pp, tokens, swa_ratio=0.0):
+    """Bytes of the engine's KV pool that one sequence of ``tokens`` tokens takes on one GPU (the pool divided by
+    this is the sequences it holds).
+
+    ``swa_ratio`` 0: the bytes the sequence's cache occupies (``kv_bytes_per_sequence``: sliding layers up to their
+    window), as vLLM's hybrid allocator and TensorRT-LLM's per-window pools hand them out.  ``swa_ratio`` r > 0
+    (SGLang, ``EngineDefaults.swa_full_tokens_ratio``) for a model of full and sliding layers: the engine sizes a
+    full-attention pool of T tokens and a sliding pool of r T tokens from one budget, so a token of the full pool
+    costs ``F + r S`` bytes (F and S the bytes per token of all full and of all sliding layers) and a sequence
+    takes ``tokens`` of the full pool and ``min(window, tokens)`` of the sliding one, whichever pool runs out
+    first: ``(F + r S) max(tokens, min(window, tokens) / r)``.  gpt-oss-120b (18 full, 18 sliding layers): 1.8x the
+    full layers' bytes per token at any length past the window, where the occupied bytes approach 1x."""
+    occupied = kv_bytes_per_sequence(a, kv_b, tp, pp, tokens)
+    full, per_layer = kv_bytes_per_token(a, kv_b, tp, pp)
+    sliding = a["n_swa"] * per_layer / pp
+    r = np.asarray(swa_ratio, dtype=np.float64)
+    split = (r > 0) & (a["n_full"] > 0) & (a["n_swa"] > 0)
+    r_safe = np.where(r > 0, r, 1.0)
+    state = a["n_lin"] * a["lin_state_bytes"] / np.maximum(tp, 1.0) / pp
+    tokens = np.asarray(tokens, dtype=np.float64)
+    pooled = (full + r_safe * sliding) * np.maximum(tokens, np.minimum(a["window"], tokens) / r_safe) + state
+    return np.where(split, pooled, occupied)
 
 
 def activation_bytes(a, tokens, tp, dp, ep, max_batch):

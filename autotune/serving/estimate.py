@@ -397,11 +397,18 @@ class Rows:
     n: int
     p_gather: Any = 0.0  # 1: the pool's MoE dispatch gathers every token to every GPU (engines.EngineDefaults.gathers)
     d_gather: Any = 0.0
+    swa_ratio: Any = 0.0  # the engine's sliding pool over its full pool (engines.swa_pool_ratio); 0: window-sized pages
 
 
 def kv_seq_bytes(r: Rows, tokens):
     """Cache bytes one sequence of ``tokens`` tokens holds on one GPU of a decode rank."""
     return E.kv_bytes_per_sequence(r.a, r.q["kv_b"], r.d_tp, r.d_pp, tokens)
+
+
+def kv_pool_seq_bytes(r: Rows, tokens):
+    """Bytes of a decode GPU's KV pool one sequence of ``tokens`` tokens takes under the engine's pool layout
+    (``engines.kv_pool_bytes_per_sequence``): what admission divides the pool by."""
+    return E.kv_pool_bytes_per_sequence(r.a, r.q["kv_b"], r.d_tp, r.d_pp, tokens, r.swa_ratio)
 
 
 def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
@@ -419,7 +426,7 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
     ctx = I + O / 2.0
     # admission: sequences the KV pool holds per decode rank (a sequence reserves its prompt and a
     # share of its output), capped by the engine's batch limit
-    per_seq = kv_seq_bytes(r, I + p.kv_reserve * O)
+    per_seq = kv_pool_seq_bytes(r, I + p.kv_reserve * O)
     kv_fit = np.asarray(r.kv_pool, float) / np.maximum(per_seq, 1.0)
     cap_rank = np.maximum(np.minimum(kv_fit, np.asarray(r.limit, float) * ones), 1.0)
     cap = cap_rank * d_ranks
@@ -752,7 +759,8 @@ def max_batch_fit(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, max
     mem = engine_memory(model, cluster, plans, engine, fraction=fraction)
     a = model_scalars(model)
     q = plan_precisions(model, cluster, plans)
-    per_seq = E.kv_bytes_per_sequence(a, q["kv_b"], plans.d_tp, plans.d_pp, float(max_len))
+    per_seq = E.kv_pool_bytes_per_sequence(a, q["kv_b"], plans.d_tp, plans.d_pp, float(max_len),
+                                           E.swa_pool_ratio(engine))
     return (np.floor(mem.kv_pool / np.maximum(per_seq, 1.0)) * plans.d_dp).astype(np.int64)
 
 
@@ -773,7 +781,8 @@ def plan_rows(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans
                 chunk=d.prefill_chunk(cluster.hardware.memory_gib, f("p_dp")), mixed=float(d.mixed_prefill), limit=per_rank_limit,
                 kv_pool=mem.kv_pool, n=len(plans), lockstep=float(d.adp_lockstep),
                 balance_iters=float(d.adp_balance_timeout_iters),
-                p_gather=d.gathers(plans.p_tp, plans.p_dp, plans.p_ep), d_gather=d.gathers(plans.d_tp, plans.d_dp, plans.d_ep))
+                p_gather=d.gathers(plans.p_tp, plans.p_dp, plans.p_ep), d_gather=d.gathers(plans.d_tp, plans.d_dp, plans.d_ep),
+                swa_ratio=E.swa_pool_ratio(engine))
 
 
 def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans: ServePlanBatch,
@@ -791,7 +800,7 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
     rows = plan_rows(model, cluster, workload, plans, engine, mem)
     a, q = rows.a, rows.q
     max_len = float(workload.max_len)
-    per_seq_full = E.kv_bytes_per_sequence(a, q["kv_b"], rows.d_tp, rows.d_pp, max_len)
+    per_seq_full = E.kv_pool_bytes_per_sequence(a, q["kv_b"], rows.d_tp, rows.d_pp, max_len, rows.swa_ratio)
     fit_rank = np.floor(mem.kv_pool / np.maximum(per_seq_full, 1.0))
     fit = (fit_rank * plans.d_dp).astype(np.int64)
     per_rank = plans.max_batch / plans.d_dp.astype(np.float64)
@@ -801,7 +810,8 @@ def estimate_serving(model: ModelSpec, cluster: Cluster, workload: ServeWorkload
     prefill_used = prefill_knob = pmem = None
     if (plans.disagg).any():  # the prefill engines must hold their weights and one prompt
         pmem = engine_memory(model, cluster, plans, engine, side="p", fraction=memory_fraction)
-        p_seq = E.kv_bytes_per_sequence(a, q["kv_b"], rows.p_tp, rows.p_pp, float(workload.input_len))
+        p_seq = E.kv_pool_bytes_per_sequence(a, q["kv_b"], rows.p_tp, rows.p_pp, float(workload.input_len),
+                                             rows.swa_ratio)
         reason[plans.disagg & (pmem.kv_pool < p_seq)] = "the prefill engines' weights leave no room for a prompt's KV cache"
         # One prefill GPU: its weights, reserve and the KV of the prompt in flight (then handed to decode).
         used = (pmem.weights + pmem.activations + pmem.cuda_graphs + pmem.runtime + p_seq) * np.ones(n)

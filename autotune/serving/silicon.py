@@ -638,7 +638,8 @@ def _skip_beyond_default_budget(parsed: list) -> list:
                          ("prefill", [r.input_len for r in rows])):
         pool = default_pools(rows, side)
         col = lambda k: np.array([float(getattr(getattr(r, side), k)) for r in rows])  # noqa: E731
-        need = E.kv_bytes_per_sequence(a, kv_b, col("tp"), col("pp"), np.array(tokens, dtype=np.float64))
+        need = E.kv_pool_bytes_per_sequence(a, kv_b, col("tp"), col("pp"), np.array(tokens, dtype=np.float64),
+                                            np.array([E.swa_pool_ratio(r.engine) for r in rows]))
         for k, (r, p, n, t) in enumerate(zip(rows, pool, need, tokens)):
             if k not in bad and p < n and (side == "decode" or r.mode == "disagg"):
                 bad[k] = NO_DEFAULT_BUDGET.format(engine=r.engine, tokens=t, side=side)

@@ -105,7 +105,8 @@ def silicon_rows(rows: Sequence[SiliconRow]) -> Rows:
                 limit=limit, kv_pool=pools, n=len(rows), lockstep=np.array([float(f.adp_lockstep) for f in fam]),
                 balance_iters=np.array([f.adp_balance_timeout_iters for f in fam]),
                 p_gather=np.array([float(f.gathers(tp, dp, ep)) for f, tp, dp, ep in zip(fam, p["p_tp"], p["p_dp"], p["p_ep"])]),
-                d_gather=np.array([float(f.gathers(tp, dp, ep)) for f, tp, dp, ep in zip(fam, d["d_tp"], d["d_dp"], d["d_ep"])]))
+                d_gather=np.array([float(f.gathers(tp, dp, ep)) for f, tp, dp, ep in zip(fam, d["d_tp"], d["d_dp"], d["d_ep"])]),
+                swa_ratio=np.array([E.swa_pool_ratio(r.engine) for r in rows]))
 
 
 def predict_silicon(rows: Sequence[SiliconRow], params: Mapping[str, ServingParams],
@@ -342,7 +343,8 @@ def _legacy_batch(runs: Sequence[ServingRun], hardware_loader: Callable[[str], H
                 I=np.array([float(r.input_len) for r in expanded]), O=np.array([float(r.output_len) for r in expanded]),
                 C=users, lam=np.array([float(r.request_rate or 0.0) for r in expanded]), chunk=chunk,
                 mixed=mixed, limit=limit, kv_pool=pool, lockstep=0.0, balance_iters=0.0,
-                n=len(expanded))  # dp=1: no lockstep, no balance
+                n=len(expanded),  # dp=1: no lockstep, no balance
+                swa_ratio=np.array([E.swa_pool_ratio(f) for f in families]))
     batch = np.array([float(r.batch or 1) for r in expanded])
     return _LegacyBatch(expanded, np.array(owner), rows, kind, batch, requests, tp * pp)
 
