@@ -908,3 +908,23 @@ def test_the_serving_reports_table_says_which_plans_need_another_checkpoint(tmp_
     rows = html.split("<h2>Top plans</h2>")[1].split("</table>")[0].split("<tr>")[2:]
     for rank, row in enumerate(rows, start=1):
         assert ("; needs " in row) == (rank in needing), row
+
+
+def test_search_emit_quotes_the_other_engine_with_the_overlays_parameters(tmp_path):
+    """With --calibration, the SGLang script of a search ranked for vLLM quoted the shipped fit (3,123 tok/s) where
+    predict --engine sglang with the same overlay gave 3,602."""
+    overlay = tmp_path / "cal.yaml"
+    overlay.write_text("schema: serving\nengines:\n  vllm: {kv_handoff_ms: 5.0, layer_us: 20.0}\n"
+                       "  sglang: {kv_handoff_ms: 5.0, layer_us: 20.0}\n")
+    common = ["--workload", "serve", "-m", "llama3.1-70b", "--checkpoint", "fp8", "-H", "h100-sxm5-80gb", "--gpus",
+              "8", "--input-len", "2048", "--output-len", "512", "--concurrency", "64", "--calibration", str(overlay)]
+    out = tmp_path / "s"
+    searched = runner.invoke(app, ["search", *common, "--out", str(out), "--emit", "vllm,sglang"])
+    assert searched.exit_code == 0, searched.output
+    import json
+
+    plan = json.loads((out / "plans.json").read_text())["plans"][0]["plan"]
+    predicted = runner.invoke(app, ["predict", *common, "--engine", "sglang", "--json", "-p",
+                                    ",".join(f"{k}={v}" for k, v in plan.items())])
+    tokens = json.loads(predicted.stdout)["estimate"]["output_tokens_per_s"]
+    assert f"# predicted: {tokens:,.0f} output tokens/s" in (out / "serve_sglang.sh").read_text()

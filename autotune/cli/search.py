@@ -476,6 +476,14 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
             conflict = request.checkpoint is not None and checkpoint_conflict_note(request.model, request.checkpoint)
             model_path = None if conflict else hf_model_name(request.model)
             for name in formats:
+                # the other engine's files quote its estimate with the overlay's parameters for it, as predict would
+                other_params = None
+                if name != request.engine and request.calibration is not None:
+                    try:
+                        other_params = serving_parameters(name, request.calibration)[0]
+                    except InputError:
+                        stderr.print(f"[yellow]note:[/] {escape(request.calibration)} has no parameters for {name}: "
+                                     f"the {name} files quote the shipped ones.", highlight=False, soft_wrap=True)
                 engine_files, on_engine = serving_files(name, best.plan, outcome.model, hw, workload.input_len,
                                                         workload.output_len,
                                                         best.estimate if name == request.engine else None,
@@ -486,7 +494,7 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                                                         memory_fraction=outcome.request.memory_fraction
                                                         if name == request.engine else None,
                                                         release=outcome.request.engine_release,
-                                                        workload=workload)
+                                                        workload=workload, params=other_params)
                 other = other_release(name, outcome.request.engine_release)
                 if other:
                     stderr.print(f"[yellow]note:[/] {escape(other.removeprefix('WARNING: '))}.", highlight=False,

@@ -229,7 +229,8 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                   gpus_per_node: int | None = None, checkpoint: str = "bf16",
                   engine_batch_limit: bool = False,
                   memory_fraction: float | None = None,
-                  release: str | None = None, workload: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+                  release: str | None = None, workload: Any = None,
+                  params: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
     """The launch files of a serve plan for ``vllm`` or ``sglang``, and the plan's estimate on that engine.
 
     The memory flag in the files is the engine budget the plan's batch is checked against here (a plan
@@ -241,6 +242,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     files say when their flags are another release's (the emitters write vLLM 0.33's and SGLang 0.5.23's).
     ``workload``: the search's ``ServeWorkload`` (its load and targets), so a plan re-estimated on another engine
     is estimated at the same load and says whether it misses the targets there; None: the lengths alone.
+    ``params``: the engine's serving parameters (a --calibration overlay's); None: the shipped ones.
     """
     from ...inputs.hardware import Cluster, load_hardware
     from ...inputs.workload import ServeWorkload
@@ -262,7 +264,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     gpn = gpus_per_node or hw.gpus_per_node
     cluster = Cluster(hw, plan.n_gpus, min(gpn, plan.n_gpus))
     batch = ServePlanBatch.from_plans([plan])
-    est = estimate_serving(model, cluster, workload, batch, CURRENT[format], engine=format,
+    est = estimate_serving(model, cluster, workload, batch, CURRENT[format] if params is None else params, engine=format,
                            engine_batch_limit=engine_batch_limit, memory_fraction=memory_fraction)
     mine = annotate_checkpoint(est.row(0), plan, checkpoint, format, model.is_moe, fp4_cores=hw.supports("fp4"))
     # The estimate checks memory only; a precision the GPU lacks is a rule of the search space, which `predict`
