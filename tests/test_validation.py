@@ -353,3 +353,21 @@ def test_a_calibration_says_what_it_cannot_vouch_for():
     assert result({"gemm": 0.5, "gemm_overhead_us": 0.0}, 20, 5.0).notes() == []
     # one source group: no held-out error to vouch for the fit
     assert result({"gemm": 0.59, "cudnn_attention": 0.35}, 20, 5.0, None).notes()[0].startswith("no held-out error")
+
+
+def test_a_calibration_that_generalises_worse_than_its_start_says_so():
+    """calibrate on the MoE runs wrote a fit whose held-out error (23.2%) was worse than the bundled parameters'
+    (21.6%) without a word."""
+    from autotune.training.calibration import CalibrationResult, FitSummary
+
+    def result(before_pct, logo_pct):
+        fitted = {"gemm": 0.59, "cudnn_attention": 0.35}
+        return CalibrationResult(params=("gemm", "cudnn_attention"), shared=(), fitted={"h100-sxm5-80gb": fitted},
+                                 start={"h100-sxm5-80gb": dict(fitted)}, n_rows=20,
+                                 n_rows_by_profile={"h100-sxm5-80gb": 20}, before=FitSummary(before_pct, None, {}),
+                                 after=FitSummary(5.0, None, {}), logo={}, logo_mape_pct=logo_pct, success=True,
+                                 message="")
+
+    worse = result(21.6, 23.2).notes()
+    assert len(worse) == 1 and "held out, the fit predicts worse (23.2%" in worse[0] and "(21.6%)" in worse[0]
+    assert result(21.6, 14.0).notes() == []

@@ -203,6 +203,11 @@ class CalibrationResult:
             notes.append(f"no held-out error: {self.n_rows} row(s) from one source group fit their own parameters "
                          "(down to 0% error with as many parameters as rows), and nothing measures how the fit "
                          "predicts another source; add rows from other sources before applying it widely")
+        elif self.logo_mape_pct > self.before.mape_pct:
+            # held out, the fit does worse than what it started from: it learns these rows, not the hardware
+            notes.append(f"held out, the fit predicts worse ({self.logo_mape_pct:.1f}% leave-one-source-group-out) than "
+                         f"the parameters it started from ({self.before.mape_pct:.1f}%): it fits these rows rather "
+                         "than the hardware; keep the bundled calibration, or add rows from more sources")
         if self.after.mape_pct > 25.0:
             notes.append(f"the rows disagree with each other or with the model ({self.after.mape_pct:.1f}% after the "
                          "fit): check them with `autotune validate` before using this calibration")
