@@ -20,6 +20,9 @@ A profile is a YAML file in ``profiles/frameworks/``::
         traits: {attention: flash}
         source: "..."
 
+A trait added after profiles were written may be left out (``_OPTIONAL``: ``fp8_weight_cache_bytes``);
+it then takes its documented default with that default's source.
+
 ``load_framework("megatron-lm@2021-04")`` returns a frozen :class:`Framework` with every
 trait resolved for that version; without ``@VERSION`` it is the newest behaviour the profile
 knows.  A version is a release named in the profile or a date ``YYYY-MM`` (the date of the
@@ -45,7 +48,7 @@ DEFAULT_FRAMEWORK = "megatron-lm"
 
 ATTENTION = ("unfused", "flash", "cudnn")
 SELECTIVE = ("core_attention", "op_sac", "none")
-ZERO2 = ("accumulate_unsharded", "reduce_per_microbatch")
+ZERO2 = ("accumulate_unsharded", "reduce_per_microbatch", "fsdp2_sync_unless_pp")
 ZERO3_COLLECTIVES = ("block", "submodule")
 MASTER_WEIGHTS = ("separate", "sharded_param")
 PIPELINE_RUNTIMES = ("megatron", "torch")
@@ -86,7 +89,11 @@ class Framework:
     zero_stages: tuple[int, ...]  # ZeRO stages offered (0 = DDP)
     zero_stages_with_pp: tuple[int, ...]  # of those, the ones usable with pipeline parallelism
     zero3_with_ep: bool  # whether ZeRO-3 runs with expert parallelism (DeepSpeed's MoE refuses it)
-    zero2: str  # accumulate_unsharded (FSDP SHARD_GRAD_OP) | reduce_per_microbatch (DeepSpeed ZeRO-2)
+    # accumulate_unsharded (FSDP with gradient sync off: unsharded fp32 accumulation, one reduce-scatter a step)
+    # | reduce_per_microbatch (DeepSpeed ZeRO-2: each micro-batch reduced into the shard, weights kept whole)
+    # | fsdp2_sync_unless_pp (FSDP2 as torchtitan drives it: without PP every micro-batch reduce-scatters and
+    # reshards, so the next gathers again; under torch.distributed.pipelining as accumulate_unsharded)
+    zero2: str
     zero3_collectives: str  # block (one gather per transformer block) | submodule (one per linear/norm)
     master_weights: str  # separate (bf16 weights + fp32 master) | sharded_param (FSDP: the fp32 shard is the master)
     grad_bytes: float  # bytes per parameter of the gradient buffer
@@ -124,6 +131,12 @@ class Framework:
     # -- fp8 --
     fp8_recipe: str  # none = no fp8 training
     fp8_cast_bytes: float  # HBM bytes per element cast to fp8 (read bf16, write fp8 and its transpose)
+    # Bytes per local GEMM weight that fp8 plans keep beyond the 16-bit weights, from step to step:
+    # TransformerEngine's cached row-wise fp8 copy and its column-wise/transposed one (1 + 1) next to bf16
+    # parameters (Megatron-LM's default); 0 where the framework casts anew every GEMM and keeps nothing
+    # (torchao Float8Linear) or holds the parameters in fp8, the copies replacing the bf16 weights
+    # (fp8_param_gather recipes of NeMo and Megatron-Bridge).
+    fp8_weight_cache_bytes: float
     # -- memory --
     logits_bytes: float  # bytes per logit element at the loss's peak
     workspace_gib: float  # CUDA context, library workspaces, communication buffers
@@ -187,9 +200,18 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
     "pp_overlap": "fraction",
     "fp8_recipe": FP8_RECIPES,
     "fp8_cast_bytes": ("number", 0.0, 16.0),
+    "fp8_weight_cache_bytes": ("number", 0.0, 8.0),
     "logits_bytes": ("number", 0.0, 32.0),
     "workspace_gib": ("number", 0.0, 32.0),
     "allocator_overhead": ("number", 0.0, 1.0),
+})
+
+# Traits added after the profiles were written, with the value a profile that omits them gets and the
+# source that value cites: a profile written before a trait existed keeps loading, and says nothing it
+# did not say.  Every bundled profile that needs another value states it.
+_OPTIONAL: Mapping[str, tuple[Any, str]] = MappingProxyType({
+    "fp8_weight_cache_bytes": (0.0, "default for a profile that does not state it: no fp8 weight copies kept between "
+                                    "GEMMs (right for a framework without fp8 training, fp8_recipe none)"),
 })
 
 _TOP_KEYS = frozenset({"name", "description", "first_release", "releases", "traits", "sources", "changes"})
@@ -246,10 +268,13 @@ def _traits(raw: Any, *, source: str, section: str, complete: bool) -> dict[str,
         raise InputError("must be a mapping of trait names to values", source=source, field=section)
     check_keys(raw, frozenset(TRAITS), source=source, section=section)
     if complete:
-        missing = [t for t in TRAITS if t not in raw]
+        missing = [t for t in TRAITS if t not in raw and t not in _OPTIONAL]
         if missing:
             raise InputError(f"must state every trait; missing {', '.join(missing)}", source=source, field=section)
-    return {k: _trait(v, k, source=source, where=f"{section}.{k}") for k, v in raw.items()}
+    out = {k: _trait(v, k, source=source, where=f"{section}.{k}") for k, v in raw.items()}
+    if complete:
+        out.update({k: default for k, (default, _) in _OPTIONAL.items() if k not in out})
+    return out
 
 
 # A version date before this is a typo (0000-01, 1900-01): Megatron-LM, the oldest framework profiled, was
@@ -343,10 +368,13 @@ def profile_from_mapping(data: dict, *, source: str) -> FrameworkProfile:
     if not isinstance(sources_raw, dict):
         raise InputError("must map every trait to its source", source=source, field="sources")
     check_keys(sources_raw, frozenset(TRAITS), source=source, section="sources")
-    unsourced = [t for t in TRAITS if not str(sources_raw.get(t) or "").strip()]
+    stated = data.get("traits") or {}
+    unsourced = [t for t in TRAITS if not str(sources_raw.get(t) or "").strip()
+                 and not (t in _OPTIONAL and t not in stated)]
     if unsourced:
         raise InputError(f"every trait needs a source; none for {', '.join(unsourced)}", source=source,
                          field=f"sources.{unsourced[0]}")
+    sources_raw = {**{k: why for k, (_, why) in _OPTIONAL.items() if k not in stated}, **sources_raw}
     releases_raw = data.get("releases") or {}
     if not isinstance(releases_raw, dict):
         raise InputError("must map release names to dates YYYY-MM", source=source, field="releases")

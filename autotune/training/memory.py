@@ -31,7 +31,11 @@ buffer (``logits_bytes`` per logit), how the weights and master copy are held
 (``master_weights``: FSDP's fp32 shard *is* the master copy), the gather buffers of
 ZeRO-3 and the unsharded gradient accumulation of FSDP's ZeRO-2 (none when the shard
 group has one rank), ``workspace_gib`` and the allocator's overhead on everything
-allocated during the step (activations, logits and those buffers).
+allocated during the step (activations, logits and those buffers).  fp8 plans also keep
+the framework's persistent fp8 weight copies beyond the bf16 weights
+(``fp8_weight_cache_bytes`` per local GEMM weight: TransformerEngine's cached fp8 weight and
+its transpose under Megatron-LM's bf16 parameters; none where the parameters are fp8
+themselves or nothing is cached), counted with the weights.
 """
 
 from __future__ import annotations
@@ -97,6 +101,25 @@ def model_state_bytes(
         optimizer = optimizer_bytes * params / np.where(zero >= 1, shard, 1.0)
     optimizer = np.where(np.asarray(offload, dtype=bool), 0.0, optimizer)
     return {"weights": weights, "gradients": grads, "optimizer": optimizer}
+
+
+def fp8_weight_cache_bytes(model: ModelSpec, geo, stage_layers: np.ndarray, bytes_per_param: float) -> np.ndarray:
+    """Bytes of the fp8 weight copies a framework keeps beside its bf16 weights for one stage's ``stage_layers`` blocks.
+
+    TransformerEngine under Megatron-Core (``is_first_microbatch`` passed, ``disable_parameter_transpose_cache``
+    False by default) casts every GEMM weight to fp8 on a step's first micro-batch and keeps the row-wise copy
+    and the column-wise (transposed) one for the other micro-batches and the backward: ``bytes_per_param``
+    (the framework's ``fp8_weight_cache_bytes``, 1 + 1) per local GEMM weight -- the blocks' attention and MLP
+    projections and routed experts after TP and EP.  The norms and the MoE router are no TE fp8 GEMMs, nor are
+    the embedding and the output layer (Megatron-Core builds them outside TE and runs them in bf16), so they
+    keep no copy.  DualPipe's second stage copy is cached as well.
+    """
+    copies = np.where(geo.dualpipe, 2.0, 1.0)
+    h = float(model.hidden_size)
+    router = geo.moe_fraction * h * (model.moe.n_experts if model.moe else 0)
+    not_gemm = (model.norm_params_per_layer + router) / geo.tp
+    gemm_params = geo.dense_params_per_layer - not_gemm + geo.expert_params_per_layer
+    return bytes_per_param * copies * stage_layers * gemm_params
 
 
 def activation_bytes_per_layer(
@@ -324,13 +347,29 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
     # FSDP's ZeRO-2 with several micro-batches accumulates the unsharded gradients (in fp32,
     # ACCUMULATED_GRAD_BYTES) until the step's reduce-scatter (FSDP2 under torch.distributed.pipelining,
     # FSDP no_sync); DeepSpeed-style ZeRO-2 reduces every micro-batch into the shard instead.
-    accumulate = (zero == 2) & (geo.microbatches > 1) & (fw.zero2 == "accumulate_unsharded")
+    # FSDP2 as torchtitan drives it (`fsdp2_sync_unless_pp`) accumulates only under torch.distributed.pipelining,
+    # which turns gradient sync off until the last backward (PipelineStage.backward_maybe_with_nosync:
+    # set_requires_gradient_sync(False)); without PP torchtitan's Trainer.train_step calls loss.backward()
+    # per micro-batch with sync on, so each is reduce-scattered into the fp32 shard (step_time.py).
+    pipelined_fsdp2 = (fw.zero2 == "fsdp2_sync_unless_pp") & (geo.pp > 1)
+    accumulate = (zero == 2) & (geo.microbatches > 1) & ((fw.zero2 == "accumulate_unsharded") | pipelined_fsdp2)
     for st, extra in ((first, geo.embedding_params), (last, geo.output_params)):
         unsharded = ACCUMULATED_GRAD_BYTES * (np.where(sharded_dense, dense_layers + extra, 0.0) + np.where(sharded_expert, expert_layers, 0.0))
         # The fp32 accumulation buffer holds the gradients until the step's reduce-scatter, whose
         # sharded output replaces it unit by unit: it stands in for the sharded gradients (a
         # persistent per-parameter allocation like them, so no allocator overhead).
         st["gradients"] = np.where(accumulate & (unsharded > 0), unsharded, st["gradients"])
+    # fp8 weight copies kept between GEMMs (TransformerEngine's cache, `fp8_weight_cache_bytes`): persistent,
+    # allocated once, so counted with the weights and without allocator overhead.  Not under ZeRO-3: the
+    # sharded frameworks drop a unit's fp8 copies with its gathered weights and rebuild them when next
+    # needed (TransformerEngine PR #1648, 2025-04: 'In FSDP, we may delete the FP8 transpose cache and then
+    # regenerate it in backward'), so only the current units' copies exist, within the gather buffers' margin.
+    if fw.fp8_weight_cache_bytes > 0.0:
+        cached = fp8 & (zero < 3)
+        first["weights"] = first["weights"] + np.where(
+            cached, fp8_weight_cache_bytes(model, geo, layers, fw.fp8_weight_cache_bytes), 0.0)
+        last["weights"] = last["weights"] + np.where(
+            cached, fp8_weight_cache_bytes(model, geo, last_layers, fw.fp8_weight_cache_bytes), 0.0)
     # ZeRO-3 materialises the current and the prefetched unit's full bf16 weights and
     # gradients: two layers, or the embedding / output layer if that is larger.
     unit = np.maximum(2.0 * (np.where(sharded_dense, geo.dense_params_per_layer, 0.0)

@@ -539,11 +539,20 @@ def step_time_parts(
     zero3_mb = (exposed_behind(gather_s, fw.zero3_overlap, stage_fwd)
                 + exposed_behind(gather_s + scatter_s, fw.zero3_overlap, stage_bwd))
     # ZeRO-2: DeepSpeed (and FSDP without no_sync) reduce-scatter each micro-batch's gradients into
-    # the shard (`reduce_per_microbatch`, DeepSpeed issue #2252); FSDP2 under torch.distributed.pipelining
-    # accumulates them unsharded and reduce-scatters once per step (`accumulate_unsharded`, below;
-    # memory.py holds the buffer).
-    per_microbatch_rs = (fw.zero2 == "reduce_per_microbatch") & (zero == 2) & (geo.microbatches > 1)
-    zero2_mb = np.where(per_microbatch_rs, exposed_behind(scatter_once, fw.dp_overlap, stage_bwd), 0.0)
+    # the shard (`reduce_per_microbatch`, DeepSpeed issue #2252); FSDP with sync off accumulates them
+    # unsharded and reduce-scatters once per step (`accumulate_unsharded`, below; memory.py holds the
+    # buffer).  FSDP2 as torchtitan drives it (`fsdp2_sync_unless_pp`) does the latter only under
+    # torch.distributed.pipelining, which sets requires_gradient_sync and reshard_after_backward False
+    # until the last backward (PipelineStage.backward_maybe_with_nosync).  Without PP, Trainer.train_step
+    # (torchtitan/train.py) calls loss.backward() per micro-batch with sync on: every micro-batch
+    # reduce-scatters, and FSDP2 reshards after it (FSDPParamGroup.reshard_after_backward, True by
+    # default), so the next micro-batch's forward all-gathers the weights again.
+    fsdp2_unpiped = (fw.zero2 == "fsdp2_sync_unless_pp") & (geo.pp == 1)
+    zero2_each = (zero == 2) & (geo.microbatches > 1)
+    per_microbatch_rs = zero2_each & ((fw.zero2 == "reduce_per_microbatch") | fsdp2_unpiped)
+    regather = zero2_each & fsdp2_unpiped
+    zero2_mb = (np.where(per_microbatch_rs, exposed_behind(scatter_once, fw.dp_overlap, stage_bwd), 0.0)
+                + np.where(regather, exposed_behind(gather_once_s, fw.dp_overlap, stage_fwd), 0.0))
     dp_per_microbatch = np.where(zero >= 3, zero3_mb, zero2_mb)
 
     # Pipeline sends: the h-wide activation forward and its gradient backward, per chunk boundary.
@@ -604,15 +613,14 @@ def step_time_parts(
     # Once per step: gradient reduction not hidden behind the last micro-batch's backward,
     # and (ZeRO 0-2) the all-gather of updated weights not hidden behind the next forward.
     dense_grads = grad_comm_bytes * (dense_params + edge_params)
-    once_zero2 = np.where(fw.zero2 == "reduce_per_microbatch", np.where(geo.microbatches > 1, 0.0, scatter_once),
-                          scatter_once)
+    once_zero2 = np.where(per_microbatch_rs, 0.0, scatter_once)
     reduce_once = np.where(
         zero == 0,
         comm.all_reduce_s(dense_grads, geo.dp_group, cluster)
         + comm.all_reduce_s(grad_comm_bytes * expert_params, geo.expert_dp_group, cluster),
         np.where(zero == 1, scatter_once, np.where(zero == 2, once_zero2, 0.0)),
     )
-    gather_once = np.where((zero == 1) | (zero == 2), gather_once_s, 0.0)
+    gather_once = np.where((zero == 1) | ((zero == 2) & ~regather), gather_once_s, 0.0)
     parts["dp_comm"] = (
         parts["dp_comm"]
         + exposed_behind(reduce_once, fw.dp_overlap, stage_bwd)
