@@ -165,6 +165,8 @@ def test_megatron_parser_and_validation_accept_the_script(megatron_arguments, tm
     assert args.use_distributed_optimizer == (plan.zero >= 1)
     assert args.bf16 == (plan.precision in ("bf16", "fp8")) and args.fp16 == (plan.precision == "fp16")
     assert (args.fp8 is not None) == (plan.precision == "fp8")
+    # fp8 parameters under the distributed optimizer, as the estimate counts them (framework fp8_param_gather)
+    assert bool(args.fp8_param_gather) == (plan.precision == "fp8" and plan.zero == 1)
     if model.moe:
         assert (args.num_experts, args.moe_router_topk, args.expert_model_parallel_size) == (
             model.moe.n_experts, model.moe.top_k, plan.ep)

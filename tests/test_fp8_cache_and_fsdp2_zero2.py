@@ -26,7 +26,9 @@ PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles" / "frameworks"
 
 
 def _weights_gib(framework: str, precision: str, **plan) -> float:
-    fields = dict(tp=8, zero=1, mbs=1, precision=precision, **plan)
+    # ZeRO-0 unless stated: Megatron's distributed optimizer (ZeRO-1) holds fp8 parameters (--fp8-param-gather)
+    fields = dict(tp=8, zero=0, mbs=1, precision=precision, recompute="full")
+    fields.update(plan)
     row = estimate("llama3.1-70b", "h100-sxm5-80gb", 64, fields, TrainWorkload(8192, 512), load_framework(framework))
     return row["memory_breakdown_gib"]["weights"]
 
@@ -74,7 +76,7 @@ def test_moe_fp8_copies_cover_the_local_experts_but_not_router_or_norms():
     # 32 layers x 208 Mi x 2 bytes = 13,312 MiB = 13.0 GiB.
     fw = load_framework("megatron-lm")
     wl = TrainWorkload(4096, 64)
-    plan = dict(ep=8, zero=1, mbs=1, recompute="full")
+    plan = dict(ep=8, zero=0, mbs=1, recompute="full")
     fp8 = estimate("mixtral-8x7b", "h100-sxm5-80gb", 8, {**plan, "precision": "fp8"}, wl, fw)
     bf16 = estimate("mixtral-8x7b", "h100-sxm5-80gb", 8, {**plan, "precision": "bf16"}, wl, fw)
     extra = fp8["memory_breakdown_gib"]["weights"] - bf16["memory_breakdown_gib"]["weights"]
@@ -136,3 +138,19 @@ def test_torchtitan_zero2_without_pp_pays_its_collectives_every_microbatch():
     ds_eight = estimate("llama3.1-8b", "h100-sxm5-80gb", 64, plan, TrainWorkload(1024, 512), deepspeed_like)
     assert ds_one["time_breakdown_s"]["dp_comm"] == pytest.approx(one["time_breakdown_s"]["dp_comm"], rel=1e-9)
     assert ds_one["time_breakdown_s"]["dp_comm"] < ds_eight["time_breakdown_s"]["dp_comm"] < eight["time_breakdown_s"]["dp_comm"]
+
+
+def test_megatron_fp8_parameters_under_the_distributed_optimizer_add_no_copies():
+    """With --fp8-param-gather (Megatron-Core 0.8, 2024-07; the launch files pass it at ZeRO-1) the parameters are fp8
+    and TE's copies take the bf16 weights' place: a published 405B fp8 run (MLM-LLAMAEX-3) read 27.8% low when the
+    copies were counted beside them.  At ZeRO-0 Megatron refuses the flag and the copies stay."""
+    from autotune.outputs.emit import megatron
+    from autotune.inputs.hardware import load_hardware
+    from autotune.training.plan import Plan
+
+    assert _weights_gib("megatron-lm", "fp8", zero=1) == pytest.approx(_weights_gib("megatron-lm", "bf16", zero=1))
+    assert _weights_gib("megatron-lm", "fp8", zero=0) - _weights_gib("megatron-lm", "bf16", zero=0) > 15.0
+    assert not load_framework("megatron-lm@2024-06").fp8_param_gather and load_framework("megatron-lm").fp8_param_gather
+    h100 = load_hardware("h100-sxm5-80gb")
+    assert ("--fp8-param-gather",) in megatron.precision_args(Plan(n_gpus=64, tp=8, zero=1, precision="fp8"), h100)
+    assert ("--fp8-param-gather",) not in megatron.precision_args(Plan(n_gpus=64, tp=8, zero=0, precision="fp8"), h100)

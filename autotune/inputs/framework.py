@@ -20,7 +20,8 @@ A profile is a YAML file in ``profiles/frameworks/``::
         traits: {attention: flash}
         source: "..."
 
-A trait added after profiles were written may be left out (``_OPTIONAL``: ``fp8_weight_cache_bytes``);
+A trait added after profiles were written may be left out (``_OPTIONAL``: ``fp8_weight_cache_bytes``,
+``fp8_param_gather``);
 it then takes its documented default with that default's source.
 
 ``load_framework("megatron-lm@2021-04")`` returns a frozen :class:`Framework` with every
@@ -137,6 +138,9 @@ class Framework:
     # (torchao Float8Linear) or holds the parameters in fp8, the copies replacing the bf16 weights
     # (fp8_param_gather recipes of NeMo and Megatron-Bridge).
     fp8_weight_cache_bytes: float
+    # Parameters held in fp8 themselves under the distributed optimizer (Megatron --fp8-param-gather): the cached fp8
+    # copies then take the bf16 weights' place, so fp8_weight_cache_bytes applies at ZeRO-0 only.
+    fp8_param_gather: bool
     # -- memory --
     logits_bytes: float  # bytes per logit element at the loss's peak
     workspace_gib: float  # CUDA context, library workspaces, communication buffers
@@ -201,6 +205,7 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
     "fp8_recipe": FP8_RECIPES,
     "fp8_cast_bytes": ("number", 0.0, 16.0),
     "fp8_weight_cache_bytes": ("number", 0.0, 8.0),
+    "fp8_param_gather": "bool",
     "logits_bytes": ("number", 0.0, 32.0),
     "workspace_gib": ("number", 0.0, 32.0),
     "allocator_overhead": ("number", 0.0, 1.0),
@@ -212,6 +217,8 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
 _OPTIONAL: Mapping[str, tuple[Any, str]] = MappingProxyType({
     "fp8_weight_cache_bytes": (0.0, "default for a profile that does not state it: no fp8 weight copies kept between "
                                     "GEMMs (right for a framework without fp8 training, fp8_recipe none)"),
+    "fp8_param_gather": (False, "default for a profile that does not state it: parameters in the training precision "
+                              "(bf16), never fp8"),
 })
 
 _TOP_KEYS = frozenset({"name", "description", "first_release", "releases", "traits", "sources", "changes"})

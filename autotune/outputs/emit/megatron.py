@@ -340,6 +340,10 @@ def precision_args(plan: Plan, hardware: Hardware, model: ModelSpec | None = Non
         recipe = fp8_recipe(hardware, model)
         # DeepSeek's blockwise recipe is e4m3 throughout (forward and backward; DeepSeek-V3 §3.3.2).
         groups += [("--fp8-format", "e4m3" if recipe == "blockwise" else "hybrid"), ("--fp8-recipe", recipe)]
+        if plan.zero == 1:
+            # parameters in fp8 under the distributed optimizer (Megatron refuses the flag without it): TE's fp8 copies
+            # replace the bf16 weights rather than sit beside them, as the estimate counts (framework fp8_param_gather)
+            groups.append(("--fp8-param-gather",))
     return groups
 
 

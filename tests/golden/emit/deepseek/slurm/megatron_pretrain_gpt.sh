@@ -84,6 +84,7 @@ PRECISION_ARGS=(
     --bf16
     --fp8-format e4m3
     --fp8-recipe blockwise
+    --fp8-param-gather
 )
 BATCH_ARGS=(
     --micro-batch-size 1
