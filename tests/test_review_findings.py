@@ -928,3 +928,33 @@ def test_search_emit_quotes_the_other_engine_with_the_overlays_parameters(tmp_pa
                                     ",".join(f"{k}={v}" for k, v in plan.items())])
     tokens = json.loads(predicted.stdout)["estimate"]["output_tokens_per_s"]
     assert f"# predicted: {tokens:,.0f} output tokens/s" in (out / "serve_sglang.sh").read_text()
+
+
+def test_review_of_this_sessions_diff_small_findings(tmp_path):
+    """The independent review's small findings: Qwen3.5's text config was told its architectures contradict it;
+    a stray rotary_dim outside MiniMax-M2 set --rotary-percent; attention_bias 'yes' was ignored; a framework
+    profile written before zero3_with_ep no longer loaded; a 19-node NVL72 job was told --segment=1."""
+    import yaml
+    from pathlib import Path
+
+    from autotune.errors import InputError
+    from autotune.inputs.framework import load_profile
+    from autotune.inputs.hf_config import architecture_note, spec_mapping_from_hf
+
+    assert architecture_note({"model_type": "qwen3_5_moe_text", "architectures": ["Qwen3_5MoeForCausalLM"]},
+                             source="q") == ""
+    base = {"model_type": "qwen2", "num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 2048,
+            "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 1000}
+    assert "rotary_percent" not in spec_mapping_from_hf({**base, "rotary_dim": 64}, source="c.json")
+    with pytest.raises(InputError, match="attention_bias"):
+        spec_mapping_from_hf({**base, "model_type": "llama", "attention_bias": "yes"}, source="c.json")
+    data = yaml.safe_load((Path(__file__).parents[1] / "profiles" / "frameworks" / "other.yaml").read_text())
+    del data["traits"]["zero3_with_ep"], data["sources"]["zero3_with_ep"]
+    old = tmp_path / "fw.yaml"
+    old.write_text(yaml.safe_dump(data))
+    assert load_profile(str(old)).at().zero3_with_ep is True
+    out = tmp_path / "s"
+    result = runner.invoke(app, ["emit", "tp=2,zero=1", "-m", "llama3-8b", "-H", "gb200-nvl72", "-n", "76", "-s", "4096",
+                                 "-b", "608", "--format", "slurm", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "--segment=1 " not in (out / "launch.sbatch").read_text()

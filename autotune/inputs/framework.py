@@ -21,7 +21,7 @@ A profile is a YAML file in ``profiles/frameworks/``::
         source: "..."
 
 A trait added after profiles were written may be left out (``_OPTIONAL``: ``fp8_weight_cache_bytes``,
-``fp8_param_gather``);
+``fp8_param_gather``, ``zero3_with_ep``);
 it then takes its documented default with that default's source.
 
 ``load_framework("megatron-lm@2021-04")`` returns a frozen :class:`Framework` with every
@@ -219,6 +219,8 @@ _OPTIONAL: Mapping[str, tuple[Any, str]] = MappingProxyType({
                                     "GEMMs (right for a framework without fp8 training, fp8_recipe none)"),
     "fp8_param_gather": (False, "default for a profile that does not state it: parameters in the training precision "
                               "(bf16), never fp8"),
+    "zero3_with_ep": (True, "default for a profile that does not state it: ZeRO-3 composes with expert parallelism "
+                           "(as FSDP does with Megatron-Core's and torchtitan's MoE)"),
 })
 
 _TOP_KEYS = frozenset({"name", "description", "first_release", "releases", "traits", "sources", "changes"})

@@ -96,6 +96,7 @@ def architecture_note(config: dict, *, source: str) -> str:
     model_type, archs = config.get("model_type"), config.get("architectures")
     if not isinstance(model_type, str) or not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
         return ""
+    model_type = model_type.removesuffix("_text")  # Qwen3.5's text model is the class of qwen3_5_moe
     known = sorted({t.removesuffix("_text") for t in SUPPORTED_TYPES + WRAPPER_TYPES}, key=len, reverse=True)
     squashed = archs[0].replace("_", "").lower()
     arch_type = next((t for t in known if squashed.startswith(t.replace("_", ""))), None)
@@ -230,14 +231,15 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
             factor = loading.number(rope, "partial_rotary_factor", source=source, section="rope_parameters",
                                     default=None, maximum=1.0)
         head_dim = spec.get("head_dim") or spec["hidden_size"] // spec["n_heads"]
-        if factor is None and config.get("rotary_dim") is not None:
+        # rotary_dim: a key of MiniMax-M2's config only (transformers reads it there); elsewhere it is not the model's
+        if factor is None and model_type == "minimax_m2" and config.get("rotary_dim") is not None:
             rotary = loading.integer(config, "rotary_dim", source=source, maximum=head_dim)
             factor = rotary / head_dim
         if factor is not None and factor < 1.0:
             spec["rotary_percent"] = float(factor)
     if model_type in _QKV_BIAS_TYPES:
         spec["attention_bias"] = "qkv"
-    elif config.get("attention_bias") is True and model_type not in MLA_TYPES:
+    elif model_type not in MLA_TYPES and loading.boolean(config, "attention_bias", source=source, default=False):
         spec["attention_bias"] = "all"
     moe = spec.get("moe")
     if isinstance(moe, dict):

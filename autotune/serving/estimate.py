@@ -182,10 +182,10 @@ def dispatch_copies_by_link(a, G, ep, island, *, per_island):
     G = np.maximum(np.asarray(G, float), 1.0)
     island = np.clip(island, 1.0, G)
     islands = G / island
-    hit_gpu = 1.0 - np.power(1.0 - 1.0 / ep, k)
     hit_island = 1.0 - np.power(1.0 - np.maximum(island, G / ep) / G, k)
-    nvlink = (island - 1.0) * hit_gpu * np.where(per_island, islands, 1.0)
-    nic = np.where(per_island, (islands - 1.0) * hit_island, (G - island) * hit_gpu)
+    # the copies to the other GPUs of one's own island (per island forwarded, on every island), and to remote GPUs
+    nvlink = dispatch_copies(a, island - 1.0, ep) * np.where(per_island, islands, 1.0)
+    nic = np.where(per_island, (islands - 1.0) * hit_island, dispatch_copies(a, G - island, ep))
     return nvlink, nic
 
 

@@ -161,7 +161,7 @@ def band_coverage(table: Mapping[str, Any]) -> dict:
     by_group: dict[str, list[int]] = {}
     for r in rows:
         others = {**table, "rows": [o for o in rows if o["source_group"] != r["source_group"]]}
-        conf = confidence_for(r["features"], r["gpu"], others)
+        conf = confidence_for(r["features"], r["gpu"], others, moe_model=bool(r.get("moe")))
         lo, hi = conf["error_band_pct"]
         if lo is None:
             continue

@@ -59,10 +59,14 @@ def _placement_note(context: EmitContext) -> list[str]:
     segment = max(k for k in range(1, min(context.nodes, in_domain) + 1) if context.nodes % k == 0)
     where = ("all of them in one rack" if context.nodes <= in_domain
              else f"each {in_domain} nodes of {per_node} GPUs ({in_domain * per_node} of a rack's {domain}) in one rack")
-    return ["", f"The estimate takes these {context.nodes} nodes to share NVLink domains ({hw.name}: {domain} GPUs a "
-                f"domain), {where}. On a cluster with Slurm's topology/block, add #SBATCH --segment={segment} to the "
-                f"lines above to keep blocks of {segment} nodes in one rack (if the site's block size allows it); a "
-                "scattered allocation sends that traffic over the network."]
+    text = (f"The estimate takes these {context.nodes} nodes to share NVLink domains ({hw.name}: {domain} GPUs a "
+            f"domain), {where}; a scattered allocation sends that traffic over the network.")
+    if segment > 1:  # a block of one node keeps nothing together: no --segment to advise
+        text += (f" On a cluster with Slurm's topology/block, add #SBATCH --segment={segment} to the lines above to keep "
+                 f"blocks of {segment} nodes in one rack (if the site's block size allows it).")
+    else:
+        text += f" No block of several nodes divides {context.nodes} nodes: ask your site how to keep them in racks."
+    return ["", text]
 
 
 def sbatch_script(framework: Emitter, context: EmitContext) -> str:
