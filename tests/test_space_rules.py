@@ -135,6 +135,10 @@ CASES = [
     ("fw-zero3-with-ep", MIXTRAL, 16, 8, H100, TrainWorkload(4096, 32), Rules(), dict(ep=4, zero=3),
      dict(ep=4, zero=2), "ZeRO stage the framework does not offer (with this pipeline or expert parallelism)", set(),
      "deepspeed"),
+    # Megatron-DeepSpeed builds DeepSpeed MoE layers at any ep, which refuse ZeRO-3 too
+    ("fw-zero3-with-moe", MIXTRAL, 16, 8, H100, TrainWorkload(4096, 32), Rules(), dict(zero=3), dict(zero=1),
+     "ZeRO stage the framework does not offer (with this pipeline or expert parallelism)", set(),
+     "megatron-deepspeed"),
     ("fw-selective", LLAMA8, 16, 8, H100, WL, Rules(), dict(zero=3, recompute="selective"),
      dict(zero=3, recompute="full"), "selective recompute the framework does not offer", set(), "llm-foundry"),
     ("fw-interleave-pp", LLAMA8, 16, 8, H100, WL, Rules(), dict(pp=2, vp=2, zero=0), dict(pp=4, vp=2, zero=0),

@@ -21,7 +21,7 @@ A profile is a YAML file in ``profiles/frameworks/``::
         source: "..."
 
 A trait added after profiles were written may be left out (``_OPTIONAL``: ``fp8_weight_cache_bytes``,
-``fp8_param_gather``, ``zero3_with_ep``);
+``fp8_param_gather``, ``zero3_with_ep``, ``zero3_with_moe``);
 it then takes its documented default with that default's source.
 
 ``load_framework("megatron-lm@2021-04")`` returns a frozen :class:`Framework` with every
@@ -90,6 +90,7 @@ class Framework:
     zero_stages: tuple[int, ...]  # ZeRO stages offered (0 = DDP)
     zero_stages_with_pp: tuple[int, ...]  # of those, the ones usable with pipeline parallelism
     zero3_with_ep: bool  # whether ZeRO-3 runs with expert parallelism (DeepSpeed's MoE refuses it)
+    zero3_with_moe: bool  # whether ZeRO-3 runs with a mixture of experts at any ep (Megatron-DeepSpeed's MoE layers refuse it)
     # accumulate_unsharded (FSDP with gradient sync off: unsharded fp32 accumulation, one reduce-scatter a step)
     # | reduce_per_microbatch (DeepSpeed ZeRO-2: each micro-batch reduced into the shard, weights kept whole)
     # | fsdp2_sync_unless_pp (FSDP2 as torchtitan drives it: without PP every micro-batch reduce-scatters and
@@ -173,6 +174,7 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
     "zero_stages": ("subset", (0, 1, 2, 3)),
     "zero_stages_with_pp": ("subset", (0, 1, 2, 3)),
     "zero3_with_ep": "bool",
+    "zero3_with_moe": "bool",
     "zero2": ZERO2,
     "zero3_collectives": ZERO3_COLLECTIVES,
     "master_weights": MASTER_WEIGHTS,
@@ -221,6 +223,8 @@ _OPTIONAL: Mapping[str, tuple[Any, str]] = MappingProxyType({
                               "(bf16), never fp8"),
     "zero3_with_ep": (True, "default for a profile that does not state it: ZeRO-3 composes with expert parallelism "
                            "(as FSDP does with Megatron-Core's and torchtitan's MoE)"),
+    "zero3_with_moe": (True, "default for a profile that does not state it: a mixture of experts at ep 1 trains under "
+                            "ZeRO-3 like a dense model"),
 })
 
 _TOP_KEYS = frozenset({"name", "description", "first_release", "releases", "traits", "sources", "changes"})

@@ -289,6 +289,7 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         checks[FW_OFFLOAD] = (plans.offload == 1) & (not fw.optimizer_offload)
         zero_ok = np.where(pp > 1, np.isin(plans.zero, fw.zero_stages_with_pp), np.isin(plans.zero, fw.zero_stages))
         zero_ok &= ~((plans.zero == 3) & (plans.ep > 1) & (not fw.zero3_with_ep))
+        zero_ok &= ~((plans.zero == 3) & (model.moe is not None) & (not fw.zero3_with_moe))
         checks[FW_ZERO] = ~zero_ok
         checks[FW_SELECTIVE] = (plans.recompute == CATEGORIES["recompute"].index("selective")) & (fw.selective_recompute == "none")
         # Megatron-Core and torch.distributed.pipelining refuse an interleaved schedule whose
@@ -353,6 +354,9 @@ def reason_text(reason: int, plan: Plan, framework: Framework | None = None, *, 
         missing = [f"{d}={getattr(plan, d)}" for d, on in used.items() if on and d not in fw.parallel_dims]
         text = (f"{fw.label} does not offer {', '.join(missing)} (it offers "
                 f"{', '.join(fw.parallel_dims) or 'data parallelism only'})")
+    elif reason == FW_ZERO and plan.zero == 3 and model is not None and model.moe is not None and not fw.zero3_with_moe:
+        text = (f"{fw.label} does not offer ZeRO-3 for a mixture of experts (its MoE layers assert 'MoE not supported "
+                "with Stage 3' at any ep): use zero=2 or less")
     elif reason == FW_ZERO and plan.zero == 3 and plan.ep > 1 and not fw.zero3_with_ep and 3 in (
             fw.zero_stages_with_pp if plan.pp > 1 else fw.zero_stages):
         text = (f"{fw.label} does not offer ZeRO-3 with expert parallelism (ep={plan.ep}): its MoE layers run with "
