@@ -958,3 +958,18 @@ def test_review_of_this_sessions_diff_small_findings(tmp_path):
                                  "-b", "608", "--format", "slurm", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "--segment=1 " not in (out / "launch.sbatch").read_text()
+
+
+def test_a_study_of_an_older_framework_profile_says_to_start_anew():
+    """A study stored before a framework trait was added was told to 'run with the study's flags', which it was."""
+    from autotune.errors import InputError
+    from autotune.search.fingerprint import check_same_problem
+
+    stored = {"framework": {"name": "megatron-lm", "version": None, "zero2": "accumulate_unsharded"}}
+    current = {"framework": {"name": "megatron-lm", "version": None, "zero2": "accumulate_unsharded",
+                             "fp8_weight_cache_bytes": 2.0}}
+    with pytest.raises(InputError, match="another version of its framework profile .* pass --new"):
+        check_same_problem(stored, current, study="s")
+    other = {"framework": {"name": "torchtitan", "version": None, "zero2": "accumulate_unsharded"}}
+    with pytest.raises(InputError, match="made for another problem"):
+        check_same_problem(stored, other, study="s")

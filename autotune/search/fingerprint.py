@@ -192,6 +192,12 @@ def check_same_problem(stored: Mapping[str, Any] | None, current: Mapping[str, A
     diff = differences(_without_launch_only(stored), _without_launch_only(current))
     if diff:
         shown = "; ".join(diff[:8]) + (f"; and {len(diff) - 8} more" if len(diff) > 8 else "")
+        chosen = ("framework.name:", "framework.version:", "framework.date:")  # what --framework NAME@VERSION picks
+        if all(d.startswith("framework.") and not d.startswith(chosen) for d in diff):
+            # the same flags, a framework profile that changed since (an autotune upgrade): no flag gives the old one
+            raise InputError(f"study {study!r} was estimated with another version of its framework profile ({shown}), "
+                             "so its trials and new ones would not compare; pass --new to replace it, or choose "
+                             "another --study name", field="--study")
         raise InputError(f"study {study!r} was made for another problem: {shown}. Run with the study's flags to "
                          "continue it, pass --new to replace it, or choose another --study name", field="--study")
 
