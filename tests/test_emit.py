@@ -741,7 +741,8 @@ def test_minimax_per_layer_qk_norm_is_not_megatrons_per_head_one():
     assert argv[argv.index("--rotary-percent") + 1] == "0.5"
     assert any("qk_norm_type per_layer" in n for n in megatron.model_notes(load_model("minimax-m2.5")))
     assert spec_mapping_from_hf({**base, "qk_norm_type": "per_layer"}, source="c.json")["qk_norm_per_layer"] is True
-    assert spec_mapping_from_hf({**base, "rotary_dim": 32}, source="c.json")["rotary_percent"] == 0.25
+    assert spec_mapping_from_hf({**base, "partial_rotary_factor": 0.25}, source="c.json")["rotary_percent"] == 0.25
+    assert "rotary_percent" not in spec_mapping_from_hf({**base, "rotary_dim": 32}, source="c.json")  # MiniMax-M2 only
     assert "rotary_percent" not in spec_mapping_from_hf({**base, "partial_rotary_factor": 1.0}, source="c.json")
     assert "--rotary-percent" not in _megatron_argv("llama3-8b", "tp=2,zero=1", 64)
 

@@ -84,6 +84,8 @@ EXTRA = [
     ("deepseek-v3", 256, 4096, 1024, "pp=4,ep=32,zero=1,mbs=1,recompute=selective,precision=fp8"),
     ("qwen3-30b-a3b", 16, 4096, 64, "tp=2,etp=1,sp=true,ep=8,zero=1,mbs=1,recompute=full,precision=bf16"),
     ("gpt-oss-120b", 64, 4096, 256, "ep=8,zero=1,mbs=1,recompute=full,precision=bf16"),
+    # CPU Adam over two nodes: the threads reach every node (DeepSpeed's DS_ENV_FILE)
+    ("llama3-8b", 16, 4096, 64, "zero=2,mbs=1,recompute=full,precision=bf16,offload=cpu"),
     # RoPE on half of each head (--rotary-percent), sigmoid router with expert bias, MTP
     ("minimax-m2.5", 256, 4096, 256, "tp=4,pp=2,ep=8,sp=true,zero=1,mbs=1,recompute=full,precision=bf16"),
 ]
@@ -281,6 +283,40 @@ def test_deepspeed_launcher_parses_the_command(tmp_path, name):
     assert args.num_nodes * args.num_gpus == context.n_gpus
     assert args.user_script == "train.py"
     assert args.user_args == ["--deepspeed", "--deepspeed_config", str(tmp_path / "ds_config.json")]
+
+
+def test_deepspeed_runner_exports_the_offload_threads_to_every_node(tmp_path):
+    """An offload plan over several nodes: DeepSpeed's pdsh runner passes on only a few variables, so the threads
+    for CPU Adam go through the file DS_ENV_FILE names; the runner's own reading of it, run by a node's shell,
+    gives the node's cores over its ranks."""
+    import subprocess
+
+    need("deepspeed.launcher.runner", "the deepspeed launcher")
+    from deepspeed.launcher.multinode_runner import MultiNodeRunner
+
+    index = next(i for i, e in enumerate(EXTRA) if "offload=cpu" in e[4] and "tp=" not in e[4])
+    context = extra_context(index)
+    files = render("deepspeed", context)
+    write(files, tmp_path)
+    call = run_script(tmp_path / "deepspeed_launch.sh", tmp_path)[-1]
+    env_file = Path(call["env"]["DS_ENV_FILE"])
+    assert env_file == tmp_path / "deepspeed_env" and context.nodes > 1
+
+    class Runner(MultiNodeRunner):  # the base class's add_export, as the pdsh runner builds its exports
+        def backend_exists(self):
+            return True
+
+        def get_cmd(self, environment, active_resources):
+            return []
+
+    runner = Runner(argparse.Namespace(user_script="train.py", user_args=[]), "")
+    for line in env_file.read_text().splitlines():
+        key, value = line.split("=", maxsplit=1)
+        runner.add_export(key, value)
+    exports = "".join(f"export {k}={v}; " for k, v in runner.exports.items())
+    shell = subprocess.run(["bash", "-c", f"nproc() {{ echo 96; }}; {exports} echo $OMP_NUM_THREADS"],
+                           capture_output=True, text=True, check=True)
+    assert shell.stdout.strip() == str(96 // context.gpus_on_each_node)
 
 
 # --- torchtitan ----------------------------------------------------------------------------

@@ -66,7 +66,8 @@ import json, os, sys
 name = os.path.basename(sys.argv[0])
 if name == "scontrol":
     print("node-a"); print("node-b"); sys.exit(0)
-keep = ("MASTER_ADDR", "MASTER_PORT", "PYTHONPATH", "CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_DEBUG", "DATA_PATH", "TOKENIZER")
+keep = ("MASTER_ADDR", "MASTER_PORT", "PYTHONPATH", "CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_DEBUG", "DATA_PATH", "TOKENIZER",
+        "DS_ENV_FILE", "OMP_NUM_THREADS")
 record = {{"prog": name, "argv": sys.argv[1:], "env": {{k: os.environ[k] for k in keep if k in os.environ}}}}
 with open(os.environ["STUB_LOG"], "a") as log:
     log.write(json.dumps(record) + "\\n")

@@ -207,17 +207,37 @@ def launch_script(context: EmitContext) -> str:
               shell.default_assignment("MASTER_ADDR", Raw('"$(hostname)"')),
               shell.default_assignment("MASTER_PORT", 29500), ""]
     lines += launch_body(run)
+    if env_file_lines(context):
+        # the deepspeed launcher's pdsh runner passes on only a few variables (MLFLOW*, PYTHON*, MV2*, UCX*) and those
+        # of the file DS_ENV_FILE names (deepspeed/launcher/runner.py), exported by the remote shell on each node
+        lines += shell.comment_lines([f"{ENV_FILE}: what each node exports before its ranks start (the offload threads)."])
+        lines += ["export " + shell.assignment("DS_ENV_FILE", Raw(f'"${{HERE}}/{ENV_FILE}"')), ""]
     lines += shell.command(launcher_groups(context))
     return "\n".join(lines) + "\n"
+
+
+ENV_FILE = "deepspeed_env"
+
+
+def env_file_lines(context: EmitContext) -> list[str]:
+    """Lines of the DS_ENV_FILE for a plan over several nodes whose ranks need an environment the launcher does not
+    pass on: OMP_NUM_THREADS for CPU Adam (base.offload_threads), evaluated by each node's shell."""
+    if context.nodes < 2:
+        return []
+    # the value unquoted: the runner writes 'export NAME=VALUE;' into each node's command line
+    return [f"{name}={str(value).strip(chr(34))}" for name, value in offload_threads(context)]
 
 
 def render(context: EmitContext) -> dict[str, str]:
     # The emitted AutoEP config states no expert capacity, and autotune has not checked one there.
     refuse_token_dropping(context, "the DeepSpeed config autotune writes", "states no expert capacity (AutoEP)")
-    return {
+    files = {
         CONFIG: json.dumps(ds_config(context), indent=2) + "\n",
         SCRIPT: launch_script(context),
     }
+    if env_file_lines(context):
+        files[ENV_FILE] = "\n".join(env_file_lines(context)) + "\n"
+    return files
 
 
 EMITTER = Emitter(
