@@ -928,6 +928,10 @@ def test_search_emit_quotes_the_other_engine_with_the_overlays_parameters(tmp_pa
                                     ",".join(f"{k}={v}" for k, v in plan.items())])
     tokens = json.loads(predicted.stdout)["estimate"]["output_tokens_per_s"]
     assert f"# predicted: {tokens:,.0f} output tokens/s" in (out / "serve_sglang.sh").read_text()
+    # emit on the plans.json records the overlay for vLLM only: it says that its SGLang figures are the shipped fit's
+    emitted = runner.invoke(app, ["emit", str(out / "plans.json"), "--format", "sglang", "--out", str(tmp_path / "e")])
+    assert emitted.exit_code == 0, emitted.output
+    assert "its sglang figures use the shipped sglang parameters" in emitted.stderr.replace("\n", " ")
 
 
 def test_review_of_this_sessions_diff_small_findings(tmp_path):

@@ -424,6 +424,13 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
                     "keeps its default; --memory-fraction sets one)")
             stderr.print(f"[yellow]note:[/] the plan was searched for {served.engine}; its batch is re-checked "
                          f"against {format}'s memory budget{kept}.", highlight=False, soft_wrap=True)
+            recorded = inputs.get("parameters")
+            if isinstance(recorded, str) and "overlay" in recorded:
+                # the file records the overlay's parameters for the searched engine only
+                stderr.print(f"[yellow]note:[/] its {format} figures use the shipped {format} parameters: the search's "
+                             f"calibration ({recorded}) is recorded for {served.engine} only; `autotune search ... "
+                             f"--calibration FILE --emit {format}` quotes {format} with the overlay's.",
+                             highlight=False, soft_wrap=True)
     else:
         if (model is None or hardware is None or (gpus is None and nodes is None)
                 or (seq_len is None and (input_len is None or output_len is None))):
