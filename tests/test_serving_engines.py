@@ -536,3 +536,18 @@ def test_expert_parallelism_changes_the_estimate_of_attention_dp():
     est = estimate_serving(model, Cluster(hw, 16, 8), ServeWorkload(2000, 500, concurrency=1024), plans,
                            CURRENT["sglang"], engine="sglang")
     assert est.tpot_ms[1] < est.tpot_ms[0] and est.output_tokens_per_s[1] > est.output_tokens_per_s[0]
+
+
+def test_the_decode_dispatch_is_priced_with_the_kernels_the_launch_files_choose():
+    """vLLM's aggregated engine runs DeepEP's high-throughput kernels (--all2all-backend deepep_high_throughput) and
+    SGLang's decode batches above 1,024 a rank its normal ones; the decode estimate had priced the low-latency
+    kernels (one RDMA copy per remote GPU) for every engine."""
+    import numpy as np
+
+    from autotune.serving.engines import DEEPEP_LL_MAX_TOKENS, DEFAULTS
+
+    vllm, sglang, trtllm = DEFAULTS["vllm"], DEFAULTS["sglang"], DEFAULTS["trtllm"]
+    assert list(vllm.decode_dispatch_per_island(np.array([False, True]), np.array([64, 64]))) == [1.0, 0.0]
+    assert list(sglang.decode_dispatch_per_island(np.array([False, True]),
+                                                  np.array([DEEPEP_LL_MAX_TOKENS, DEEPEP_LL_MAX_TOKENS + 1]))) == [0.0, 1.0]
+    assert list(trtllm.decode_dispatch_per_island(np.array([False]), np.array([4096]))) == [0.0]

@@ -52,6 +52,10 @@ DEFAULT_ENGINE = "vllm"
 MAX_LENGTH = 10_000_000
 
 
+# DeepEP's internode low-latency kernels count a rank pair's tokens below 1,024: SGLang's launch files run the normal
+# kernels above it (outputs/emit/sglang.py), and the decode estimate prices what they run.
+DEEPEP_LL_MAX_TOKENS = 1024
+
 @dataclass(frozen=True)
 class EngineDefaults:
     """What an engine does when the command leaves it to the engine."""
@@ -80,6 +84,19 @@ class EngineDefaults:
     # sglang/srt/model_executor/model_runner_kv_cache_mixin.py set_num_tokens_hybrid_swa), whatever the window;
     # None: a sliding layer's pages hold its window of each sequence (vLLM's hybrid KV-cache manager)
     swa_full_tokens_ratio: float | None = None
+
+    def decode_dispatch_per_island(self, disagg, per_rank_batch):
+        """1.0 where a decode step's DeepEP dispatch runs the normal (high-throughput) kernels, one RDMA copy per
+        remote node (``estimate.dispatch_copies_by_link``), else 0.0 (low-latency kernels, one per remote GPU), as
+        the launch files choose them: vLLM's aggregated engine --all2all-backend deepep_high_throughput (its
+        decode servers deepep_low_latency); SGLang --deepep-mode auto (low-latency for decode batches) up to
+        ``DEEPEP_LL_MAX_TOKENS`` sequences a rank, normal above it."""
+        disagg = np.asarray(disagg, bool)
+        if self.name == "vllm":
+            return np.where(disagg, 0.0, 1.0)
+        if self.name == "sglang":
+            return np.where(np.asarray(per_rank_batch, float) > DEEPEP_LL_MAX_TOKENS, 1.0, 0.0)
+        return np.zeros(np.shape(disagg))
 
     def gathers(self, tp, dp, ep):
         """1.0 where the MoE dispatch of an attention-DP pool gathers every token to every GPU, else 0.0."""

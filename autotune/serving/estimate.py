@@ -242,10 +242,11 @@ def _overhead_factor(g, p):
     return np.where(g["blackwell"] > 0, 1.0, p.older_overhead)
 
 
-def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep, gather=0.0):
+def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep, gather=0.0, per_island=0.0):
     """Seconds of one decode round of an engine: each of its ``dp`` ranks advances ``b`` sequences
     (mean context ``ctx``) by one token, through ``pp`` stages.  ``gather`` 1: the MoE dispatch sends every token to
-    every GPU (``engines.EngineDefaults.gathers``), not once per rank holding its experts."""
+    every GPU (``engines.EngineDefaults.gathers``), not once per rank holding its experts; ``per_island`` 1: DeepEP's
+    normal kernels (``engines.EngineDefaults.decode_dispatch_per_island``), else its low-latency ones."""
     G = tp * dp
     micro = np.clip(b, 1.0, pp)
     bm = b / micro
@@ -282,7 +283,8 @@ def decode_step_s(a, q, g, p, b, ctx, tp, pp, dp, ep, gather=0.0):
     # the DeepEP dispatch, sglang/srt/layers/communicator.py); TensorRT-LLM's attention DP has tp 1; vLLM's
     # DP x TP with expert parallelism is taken to split its tokens the same way (not checked against its code).
     t_ar = 2.0 * a["L"] / pp * _allreduce_s(bm * a["h"] * ACTIVATION_BYTES, tp, g, p)
-    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _moe_alltoall_s(bm / tp, a, G, ep, gather, g, p, per_island=False),
+    t_a2a = np.where(dp > 1, a["n_moe"] / pp * 2.0 * _moe_alltoall_s(bm / tp, a, G, ep, gather, g, p,
+                                                                            per_island=np.asarray(per_island) > 0),
                      0.0)
     f = _overhead_factor(g, p)
     attn_layers = a["n_full"] + a["n_swa"] + a["n_lin"]
@@ -397,6 +399,7 @@ class Rows:
     n: int
     p_gather: Any = 0.0  # 1: the pool's MoE dispatch gathers every token to every GPU (engines.EngineDefaults.gathers)
     d_gather: Any = 0.0
+    d_per_island: Any = 0.0  # 1: the decode dispatch runs DeepEP's normal kernels (EngineDefaults.decode_dispatch_per_island)
     swa_ratio: Any = 0.0  # the engine's sliding pool over its full pool (engines.swa_pool_ratio); 0: window-sized pages
 
 
@@ -443,7 +446,7 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
 
     def t_dec_of(nd):
         b = np.maximum(nd / d_ranks, 1e-9)
-        t = decode_step_s(a, q, g, p, np.maximum(b, 1.0), ctx, r.d_tp, r.d_pp, r.d_dp, r.d_ep, r.d_gather)
+        t = decode_step_s(a, q, g, p, np.maximum(b, 1.0), ctx, r.d_tp, r.d_pp, r.d_dp, r.d_ep, r.d_gather, r.d_per_island)
         return t + np.where(dis, p.transfer_poll_us * 1e-6 * _overhead_factor(g, p), 0.0)
 
     def prefill_at(rho):  # a prompt's prefill when a share rho of the other DP ranks prefill with it
@@ -782,6 +785,7 @@ def plan_rows(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans
                 kv_pool=mem.kv_pool, n=len(plans), lockstep=float(d.adp_lockstep),
                 balance_iters=float(d.adp_balance_timeout_iters),
                 p_gather=d.gathers(plans.p_tp, plans.p_dp, plans.p_ep), d_gather=d.gathers(plans.d_tp, plans.d_dp, plans.d_ep),
+                d_per_island=d.decode_dispatch_per_island(plans.disagg, np.ceil(per_rank_limit)),
                 swa_ratio=E.swa_pool_ratio(engine))
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ...errors import InputError
-from ...serving.engines import redundant_experts
+from ...serving.engines import DEEPEP_LL_MAX_TOKENS, redundant_experts
 from ...serving.checkpoint import checkpoint_format, how
 from . import shell
 from .serve_common import (
@@ -82,7 +82,6 @@ def quantization_flags(ctx: ServeContext) -> tuple[list[shell.Group], str]:
 
 
 DEEPEP_MODES = {"engine": "auto", "prefill": "normal", "decode": "low_latency"}
-DEEPEP_LL_MAX_TOKENS = 1024  # DeepEP's internode low-latency kernels count a rank pair's tokens below 1,024
 
 
 def bootstrap_port(slot: EngineSlot, slots: list[EngineSlot]) -> int:
