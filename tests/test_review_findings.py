@@ -977,3 +977,18 @@ def test_a_study_of_an_older_framework_profile_says_to_start_anew():
     other = {"framework": {"name": "torchtitan", "version": None, "zero2": "accumulate_unsharded"}}
     with pytest.raises(InputError, match="made for another problem"):
         check_same_problem(stored, other, study="s")
+
+
+@pytest.mark.parametrize("key", ["off", "yes", "7", "~"])
+def test_a_yaml_key_that_reads_as_no_name_is_refused_naming_it(tmp_path, key):
+    """YAML 1.1 reads off:, yes:, 7: and ~: as a boolean, a number and null: the key checks crashed with a
+    TypeError traceback on them (fuzz review: 16 tracebacks over --model, --hardware, --space, --calibration)."""
+    from pathlib import Path
+
+    bundled = (Path(__file__).parents[1] / "profiles" / "hardware" / "h100-sxm5-80gb.yaml").read_text()
+    path = tmp_path / "hw.yaml"
+    path.write_text(bundled + f"{key}: 1\n")
+    for args in (["hardware", "show", str(path)],
+                 ["predict", "-p", "tp=1", "-m", "llama3-8b", "-H", str(path), "--gpus", "8", "-s", "2048", "-b", "32"]):
+        result = runner.invoke(app, args)
+        assert_user_error(result, "hw.yaml", "which YAML reads as")

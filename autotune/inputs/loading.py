@@ -95,6 +95,35 @@ def _duplicate_key(node: yaml.Node, path: tuple[str, ...] = (), seen_nodes: set 
     return None
 
 
+_KEY_READS_AS = {"tag:yaml.org,2002:bool": "true/false", "tag:yaml.org,2002:int": "a number",
+                 "tag:yaml.org,2002:float": "a number", "tag:yaml.org,2002:null": "null"}
+
+
+def _non_text_key(node: yaml.Node, path: tuple[str, ...] = (), seen_nodes: set | None = None) -> tuple[str, str, int, str] | None:
+    """``(dotted path, key, line, what it reads as)`` of the first mapping key YAML reads as other than text: YAML
+    1.1 reads ``off:``, ``yes:`` and ``on:`` as booleans, ``7:`` as a number and ``~:`` as null, which no field of
+    these files is named (they had crashed the key checks).  Nodes are visited once."""
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:
+        return None
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag in _KEY_READS_AS:
+                return (".".join(path), key_node.value, key_node.start_mark.line + 1, _KEY_READS_AS[key_node.tag])
+            if not isinstance(key_node, yaml.ScalarNode):
+                return (".".join(path), "a list or mapping", key_node.start_mark.line + 1, "a collection")
+            found = _non_text_key(value_node, (*path, key_node.value), seen_nodes)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _non_text_key(item, (*path, str(i)), seen_nodes)
+            if found:
+                return found
+    return None
+
+
 class _SelfReference(Exception):
     def __init__(self, line: int) -> None:
         self.line = line
@@ -132,6 +161,11 @@ def _load_yaml(text: str, *, source: str) -> Any:
             key, line = found
             raise InputError(f"holds the key {key.rsplit('.', 1)[-1]!r} twice (line {line}), and YAML keeps only "
                              "the last; keep one", source=source, field=key)
+        odd = _non_text_key(node) if node is not None else None
+        if odd:
+            where, key, line, what = odd
+            raise InputError(f"has the key {key!r} at line {line}, which YAML reads as {what}, not a name; quote it "
+                             f"('{key}') if it is meant, or remove it", source=source, field=where or None)
         if node is not None:
             try:
                 values = _expanded_values(node, {}, set())
