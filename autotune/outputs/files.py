@@ -210,7 +210,7 @@ def write_search_folder(out: Path, document: Mapping[str, Any], files: Mapping[s
     ``force`` removes the ones it does not write again: they would launch another search's plan beside a
     plans.json that no longer holds it.  Only files the record names, inside ``out`` (no symbolic link on the
     way) and unchanged since (their sha256 matches) are removed; an edited one is kept and said so.  Which to
-    remove is settled before anything is written."""
+    remove is settled before anything is written; a file named by an older record without hashes is kept."""
     done = SearchFolder()
     earlier = _recorded_launch_files(out) if force and out.is_dir() else {}
     doomed: list[Path] = []
@@ -218,6 +218,12 @@ def write_search_folder(out: Path, document: Mapping[str, Any], files: Mapping[s
         path = _inside(out, name)
         if name in files or path is None or path in doomed:
             continue  # rewritten, or not what a search wrote (a link, a folder, a file elsewhere): not removed
+        if digest is None:
+            # a plans.json of an older release names its files without their hashes: whether one was edited since
+            # cannot be told, so it is kept (--force replaces what is written again, never what it cannot vouch for)
+            done.kept.append((path, "cannot tell whether it was edited (plans.json of an older release records no "
+                                    "hash); remove it yourself if it is the old search's"))
+            continue
         if digest is not None:
             try:
                 unchanged = _sha256(path.read_bytes()) == digest
