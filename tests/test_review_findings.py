@@ -992,3 +992,25 @@ def test_a_yaml_key_that_reads_as_no_name_is_refused_naming_it(tmp_path, key):
                  ["predict", "-p", "tp=1", "-m", "llama3-8b", "-H", str(path), "--gpus", "8", "-s", "2048", "-b", "32"]):
         result = runner.invoke(app, args)
         assert_user_error(result, "hw.yaml", "which YAML reads as")
+
+
+def test_fuzz_review_silent_accepts(tmp_path):
+    """Accepted without a word: a profile priced at $1,000,000 a GPU-hour (--price refuses above 1,000); a MoE
+    layer_interval past the last layer (Mixtral shrank to 8.5B); --precision bf16,bf16; plan digits of another
+    script (tp=٢ ran as TP2)."""
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    priced = tmp_path / "hw.yaml"
+    priced.write_text((root / "profiles" / "hardware" / "h100-sxm5-80gb.yaml").read_text().replace(
+        "price_usd_per_gpu_hour:", "price_usd_per_gpu_hour: 1000000 #", 1))
+    base = ["-m", "llama3-8b", "--gpus", "8", "-s", "2048", "-b", "32"]
+    assert_user_error(runner.invoke(app, ["predict", "-p", "tp=1", *base, "-H", str(priced)]), "hw.yaml",
+                      "price_usd_per_gpu_hour")
+    spec = tmp_path / "moe.yaml"
+    spec.write_text((root / "profiles" / "models" / "mixtral-8x7b.yaml").read_text().replace(
+        "moe:\n", "moe:\n  layer_interval: 100\n", 1))
+    assert_user_error(runner.invoke(app, ["models", "show", str(spec)]), "moe.yaml", "layer_interval")
+    assert_user_error(runner.invoke(app, ["search", *base, "-H", "h100-sxm5-80gb", "--precision", "bf16,bf16"]),
+                      "--precision", "once")
+    assert_user_error(runner.invoke(app, ["predict", "-p", "tp=\u0662", *base, "-H", "h100-sxm5-80gb"]), "ASCII digits")

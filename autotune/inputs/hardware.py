@@ -33,6 +33,11 @@ BLOCK_SCALED_BASE = MappingProxyType({"mxfp8": "fp8", "nvfp4": "fp4", "mxfp4": "
 LINK_TIERS = ("none", "intra_node", "scale_up", "inter_node")
 
 
+# The most a price may state, USD per GPU-hour (--price and a profile's price_usd_per_gpu_hour): the dearest GPUs rent
+# for about $10 an hour (hardware.md's sources), so more is a price per node, per month or in cents, which would rank
+# plans by a wrong cost.
+MAX_PRICE_USD_PER_GPU_HOUR = 1000.0
+
 @dataclass(frozen=True)
 class Link:
     """One tier of the network, per GPU: unidirectional bandwidth and per-hop latency."""
@@ -447,7 +452,8 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         cpu_optimizer_params_per_s=_physical(data, "cpu_optimizer_params_per_s", source=source),
         tdp_w=tdp,
         average_power_w=average_power,
-        price_usd_per_gpu_hour=loading.number(data, "price_usd_per_gpu_hour", source=source),
+        price_usd_per_gpu_hour=loading.number(data, "price_usd_per_gpu_hour", source=source,
+                                              maximum=MAX_PRICE_USD_PER_GPU_HOUR),
         efficiency=efficiency_from_mapping(eff_raw, source=source),
         sources=MappingProxyType({str(k): str(v) for k, v in sources.items()}),
         calibrated=loading.boolean(data, "calibrated", source=source, default=False),

@@ -409,6 +409,11 @@ class ModelSpec:
             raise ValueError("moe.first_dense_layers must be < n_layers (some layer must hold the experts; a model "
                              "without any is dense: drop the moe section), but got "
                              f"(first_dense_layers={self.moe.first_dense_layers}, n_layers={self.n_layers})")
+        if self.moe is not None and self.moe.layer_interval > self.n_layers - self.moe.first_dense_layers:
+            # an interval past the last layer leaves one MoE layer: Mixtral with 100 had shrunk to 8.5B parameters
+            raise ValueError("moe.layer_interval must be <= n_layers - first_dense_layers (the layers it steps over), "
+                             f"but got (layer_interval={self.moe.layer_interval}, n_layers={self.n_layers}, "
+                             f"first_dense_layers={self.moe.first_dense_layers})")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads must be a multiple of n_kv_heads, but got (n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads})")
         if self.mlp not in MLP_KINDS:

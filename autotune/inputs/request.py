@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping
 from ..errors import InputError
 from .calibration import calibrated_hardware
 from .framework import Framework, load_framework
-from .hardware import Cluster, Hardware, hardware_from_mapping, load_hardware
+from .hardware import MAX_PRICE_USD_PER_GPU_HOUR, Cluster, Hardware, hardware_from_mapping, load_hardware
 from .modelspec import ModelSpec, load_model
 from .workload import ServeWorkload, TrainWorkload, capacity_factor_problem, tokens_problem
 
@@ -70,9 +70,6 @@ def single_gpu_count(text: str | int | None) -> int | None:
     return count
 
 
-# The most --price may state, USD per GPU-hour: the dearest GPUs rent for about $10 an hour (hardware.md's
-# sources), so more is a price per node, per month or in cents, which would rank plans by a wrong cost.
-MAX_PRICE_USD_PER_GPU_HOUR = 1000.0
 
 
 def check_price(price: float) -> None:

@@ -77,7 +77,12 @@ def parse_precisions(text: str | None) -> tuple[str, ...] | None:
     """``--precision bf16,fp8`` -> ("bf16", "fp8"); None -> None (the search space's precision axis)."""
     if text is None:
         return None
-    names = tuple(dict.fromkeys(comma_items(text, what="--precision", field="--precision")))
+    items = comma_items(text, what="--precision", field="--precision")
+    twice = sorted({n for n in items if items.count(n) > 1})
+    if twice:  # as --objective and --hardware refuse a repeat: a typo for another precision, most likely
+        raise InputError(f"each precision may appear once, but got {text!r} ({', '.join(twice)} twice)",
+                         field="--precision")
+    names = tuple(items)
     bad = [n for n in names if n not in PRECISION]
     if not names or bad:
         raise InputError(f"must be a comma-separated list of {', '.join(PRECISION)}, but got {text!r}",

@@ -224,6 +224,8 @@ def parse_serve_fields(text: str) -> dict[str, Any]:
         if key in fields:
             raise ValueError(f"plan key {key!r} is given twice")
         if key == "replicas" or key in SERVE_INT_KEYS:
+            if not raw.isascii():  # int() reads other scripts' digits ('٢' as 2); --gpus does not
+                raise ValueError(f"{key} must be an integer in ASCII digits, but got ({key}={raw!r})")
             try:
                 fields[key] = int(raw)
             except ValueError:

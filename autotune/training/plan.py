@@ -214,6 +214,9 @@ def parse_plan_fields(text: str) -> dict[str, Any]:
 
 
 def _parse_int(raw: str, key: str) -> int:
+    # ASCII digits only: Python's int() also reads other scripts' digits ('٢' as 2), which --gpus refuses
+    if not raw.isascii():
+        raise ValueError(f"{key} must be an integer in ASCII digits, but got ({key}={raw!r})")
     try:
         return int(raw)
     except ValueError:
