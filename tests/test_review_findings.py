@@ -1014,3 +1014,12 @@ def test_fuzz_review_silent_accepts(tmp_path):
     assert_user_error(runner.invoke(app, ["search", *base, "-H", "h100-sxm5-80gb", "--precision", "bf16,bf16"]),
                       "--precision", "once")
     assert_user_error(runner.invoke(app, ["predict", "-p", "tp=\u0662", *base, "-H", "h100-sxm5-80gb"]), "ASCII digits")
+
+
+def test_a_misspelled_benchmark_result_key_is_said():
+    """tune kept {"peak_memory_gb": 70} under 'extra' and dropped the memory comparison without a word."""
+    from autotune.search.tune import unread_result_keys_note
+
+    note = unread_result_keys_note({"peak_memory_gb": 70, "loss": 2.1})
+    assert "'peak_memory_gb' (did you mean 'peak_memory_gib'?)" in note and "loss" not in note
+    assert unread_result_keys_note({"loss": 2.1}) == "" and unread_result_keys_note(None) == ""

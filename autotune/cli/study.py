@@ -34,6 +34,7 @@ from ..search.tune import (
     run_benchmark,
     sigterm_as_interrupt,
     trials_to_best,
+    unread_result_keys_note,
 )
 from ..training.problem import TrainingProblem, parse_objectives
 from ..training.space import load_space
@@ -103,9 +104,16 @@ def trial_printer(json_out: bool):
 
 def measure_with(command, shell: bool, timeout: float | None, inputs: dict):
 
+    said: set[str] = set()
+
     def measure(plan, estimate, number):
-        return run_benchmark(command, plan, estimate=estimate, inputs=inputs, trial=number, timeout_s=timeout,
-                             shell=shell)
+        result = run_benchmark(command, plan, estimate=estimate, inputs=inputs, trial=number, timeout_s=timeout,
+                               shell=shell)
+        note = unread_result_keys_note(result.extra)
+        if note and note not in said:  # once a study, not once a trial
+            said.add(note)
+            say_note(note)
+        return result
     return measure
 
 def no_success(document: dict, study: str) -> None:

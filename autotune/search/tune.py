@@ -294,6 +294,24 @@ def run_benchmark(command: list[str] | str, plan: Mapping[str, Any], *, estimate
                            wall_s=wall, extra=extra or None)
 
 
+READ_RESULT_KEYS = ("tokens_per_s_per_gpu", "peak_memory_gib")
+
+
+def unread_result_keys_note(extra: Mapping[str, Any] | None) -> str:
+    """A note naming a benchmark result key that is not read but looks like one that is ('peak_memory_gb' for
+    peak_memory_gib): kept under ``extra``, such a key had dropped the memory comparison without a word.  Other
+    keys (a benchmark's own figures) are the user's and pass silently.  "" when there is nothing to say."""
+    import difflib
+
+    said = []
+    for key in extra or {}:
+        match = difflib.get_close_matches(str(key), READ_RESULT_KEYS, n=1, cutoff=0.75)
+        if match:
+            said.append(f"{key!r} (did you mean {match[0]!r}?)")
+    return ("result key(s) " + ", ".join(said) + " are not read: the benchmark's JSON must use the names autotune "
+            "reads") if said else ""
+
+
 # A measurement beyond these is a benchmark bug (wrong units, all GPUs summed, a counter overflow), not a result:
 # its throughput past training.validation's ceiling (a multiple of the GPU's peak), or its peak memory past the GPU's
 # memory by more than a small margin (Hardware.plausible_memory_gib: decimal GB counted as GiB).
