@@ -1023,3 +1023,22 @@ def test_a_misspelled_benchmark_result_key_is_said():
     note = unread_result_keys_note({"peak_memory_gb": 70, "loss": 2.1})
     assert "'peak_memory_gb' (did you mean 'peak_memory_gib'?)" in note and "loss" not in note
     assert unread_result_keys_note({"loss": 2.1}) == "" and unread_result_keys_note(None) == ""
+
+
+def test_a_silicon_rows_duplicate_primary_must_be_a_boolean(tmp_path):
+    """duplicate_primary 'maybe' was counted as a primary measurement."""
+    import csv
+    from pathlib import Path
+
+    source = Path(__file__).parents[1] / "autotune" / "data" / "serving_silicon.csv"
+    with source.open(newline="") as f:
+        reader = csv.DictReader(f)
+        rows = [next(reader)]
+        fields = reader.fieldnames
+    rows[0]["duplicate_primary"] = "maybe"
+    path = tmp_path / "rows.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    assert_user_error(runner.invoke(app, ["validate", str(path)]), "rows.csv", "duplicate_primary", "maybe")

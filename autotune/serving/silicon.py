@@ -426,7 +426,10 @@ def implausible_latency(row: SiliconRow) -> tuple[str, str] | None:
 def _parse(row: dict, rid: str, engine: str, mode: str, skip: Callable[[str], SkippedRow],
            hardware_loader: Callable[[str], Hardware], model_loader: Callable[[str], ModelSpec],
            primary_only: bool) -> SiliconRow | SkippedRow:
-    if primary_only and (row.get("duplicate_primary") or "").strip().lower() == "false":
+    primary = (row.get("duplicate_primary") or "").strip().lower()
+    if primary not in ("", "true", "false"):  # 'maybe' had been read as a primary measurement
+        raise _BadCell("duplicate_primary", row.get("duplicate_primary"), "true, false or empty")
+    if primary_only and primary == "false":
         return skip("a copy of another row's measurement (duplicate_primary false)")
     flags = set(filter(None, (row.get("quality_flags") or "").split(";")))
     for flag, why in UNKNOWN_DEPLOYMENT_FLAGS.items():
