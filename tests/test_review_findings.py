@@ -1042,3 +1042,18 @@ def test_a_silicon_rows_duplicate_primary_must_be_a_boolean(tmp_path):
         writer.writeheader()
         writer.writerows(rows)
     assert_user_error(runner.invoke(app, ["validate", str(path)]), "rows.csv", "duplicate_primary", "maybe")
+
+
+@pytest.mark.parametrize("key, value", [("tokens_per_s_per_gpu", -5), ("memory_gib_per_gpu", 1e300), ("mfu", 3.0)])
+def test_the_training_report_refuses_an_estimate_no_search_writes(tmp_path, key, value):
+    """report printed a hand-edited plans.json's '-5 tokens/s per GPU' and a 300-digit GiB figure as they stood."""
+    import json
+
+    out = tmp_path / "s"
+    assert runner.invoke(app, ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "2048", "-b",
+                               "32", "--out", str(out)]).exit_code == 0
+    document = json.loads((out / "plans.json").read_text())
+    document["plans"][0]["estimate"][key] = value
+    (out / "plans.json").write_text(json.dumps(document))
+    result = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "r"), "--trials", "0"])
+    assert_user_error(result, "plans.json", f"estimate.{key}")

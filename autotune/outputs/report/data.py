@@ -86,6 +86,11 @@ class StudySource:
 _ESTIMATE_NUMBERS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib_per_gpu", "cost_usd_per_million_tokens")
 _ESTIMATE_PARTS = ("time_breakdown_s", "memory_breakdown_gib")
 _TOTALS = ("training_days", "gpu_hours", "cost_usd", "energy_mwh", "co2e_t")
+# What a search could have written: a step, a throughput and a memory above zero, an MFU of at most the peak, and
+# nothing astronomically large (the estimates' own bounds are far below).
+_MAX_ESTIMATE = 1e15
+_POSITIVE = frozenset({"step_time_s", "tokens_per_s_per_gpu", "memory_gib_per_gpu"})
+_ESTIMATE_RANGES = {"mfu": (0.0, 1.0)}
 
 
 def _check_estimate(estimate: Any, where: str, source: str) -> None:
@@ -97,11 +102,19 @@ def _check_estimate(estimate: Any, where: str, source: str) -> None:
         if not is_finite_number(estimate.get(key)):
             raise InputError(f"{where}: estimate.{key} must be a number, but got {estimate.get(key)!r}{fix}",
                              source=source, field=f"estimate.{key}")
+        # the report prints these as they stand: a hand edit to -5 tokens/s or 1e300 GiB had been drawn and quoted
+        low, high = _ESTIMATE_RANGES.get(key, (0.0, _MAX_ESTIMATE))
+        value = float(estimate[key])
+        above_low = value > low if key in _POSITIVE else value >= low
+        if not (above_low and value <= high):
+            raise InputError(f"{where}: {low:g} {'<' if key in _POSITIVE else '<='} estimate.{key} <= {high:g} must "
+                             f"hold, but got ({key}={value:g}){fix}", source=source, field=f"estimate.{key}")
     for key in _ESTIMATE_PARTS:
         parts = estimate.get(key)
-        if not isinstance(parts, dict) or not all(isinstance(k, str) and is_finite_number(v) for k, v in parts.items()):
-            raise InputError(f"{where}: estimate.{key} must map parts to numbers{fix}", source=source,
-                             field=f"estimate.{key}")
+        if not isinstance(parts, dict) or not all(isinstance(k, str) and is_finite_number(v) and 0 <= v <= _MAX_ESTIMATE
+                                                  for k, v in parts.items()):
+            raise InputError(f"{where}: estimate.{key} must map parts to numbers from 0 to {_MAX_ESTIMATE:g}{fix}",
+                             source=source, field=f"estimate.{key}")
     for key in _TOTALS:
         if key in estimate and not is_finite_number(estimate[key]):
             raise InputError(f"{where}: estimate.{key} must be a number, but got {estimate[key]!r}{fix}",
