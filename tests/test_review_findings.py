@@ -1057,3 +1057,19 @@ def test_the_training_report_refuses_an_estimate_no_search_writes(tmp_path, key,
     (out / "plans.json").write_text(json.dumps(document))
     result = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "r"), "--trials", "0"])
     assert_user_error(result, "plans.json", f"estimate.{key}")
+
+
+def test_a_file_of_another_kind_given_as_a_model_or_profile_is_named(tmp_path):
+    """A plans.json given to --model said 'missing required key(s) model_type', and a runs CSV given to --model or
+    --hardware 'malformed YAML at line 2, column 346'."""
+    from pathlib import Path
+
+    out = tmp_path / "s"
+    assert runner.invoke(app, ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "2048", "-b",
+                               "32", "--out", str(out)]).exit_code == 0
+    base = ["predict", "-p", "tp=1", "--gpus", "8", "-s", "2048", "-b", "32"]
+    assert_user_error(runner.invoke(app, [*base, "-m", str(out / "plans.json"), "-H", "h100-sxm5-80gb"]),
+                      "is a plans.json", "autotune explain")
+    runs = Path(__file__).parents[1] / "examples" / "data" / "my_runs.csv"
+    for args in (["-m", str(runs), "-H", "h100-sxm5-80gb"], ["-m", "llama3-8b", "-H", str(runs)]):
+        assert_user_error(runner.invoke(app, [*base, *args]), "my_runs.csv", "is a table (CSV)")

@@ -227,6 +227,9 @@ def read_mapping(path: Path) -> dict[str, Any]:
     number)."""
     source = str(path)
     check_regular_file(path)
+    if path.suffix.lower() in (".csv", ".tsv"):  # a table of runs: its first row read as YAML said 'malformed YAML'
+        raise InputError("is a table (CSV), not the YAML or JSON this option reads; a runs or silicon CSV goes to "
+                         "`autotune validate` or `autotune calibrate`", source=source)
     try:
         text = path.read_text()
     except UnicodeDecodeError:
@@ -252,7 +255,7 @@ def read_mapping(path: Path) -> dict[str, Any]:
                              source=source) from None
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
+        problem = (getattr(exc, "problem", None) or str(exc)).splitlines()[0]  # not PyYAML's '<unicode string>' line
         raise InputError(f"malformed YAML{where}: {problem}", source=source) from None
     if data is None:
         raise InputError("is empty; it must hold a mapping of keys to values", source=source)

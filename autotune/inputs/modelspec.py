@@ -962,6 +962,9 @@ def load_model(name_or_path: str) -> ModelSpec:
         if path.is_dir():
             path = path / "config.json"
         data = loading.read_mapping(path)
+        if "plans" in data and "inputs" in data and "model_type" not in data:  # a search's result, not a model
+            raise InputError("is a plans.json (a search's result), not a model; give it to `autotune explain`, `emit` "
+                             "or `report`, and --model the model's name, spec YAML or config.json", source=str(path))
         return model_from_mapping(spec_mapping_from_hf(data, source=str(path)), source=str(path))
     if "/" in name_or_path and not path.exists() and not (bundled_dir("models") / f"{name_or_path}.yaml").exists():
         from .catalogue import hf_id_problem, resolve_hf_id
