@@ -1073,3 +1073,10 @@ def test_a_file_of_another_kind_given_as_a_model_or_profile_is_named(tmp_path):
     runs = Path(__file__).parents[1] / "examples" / "data" / "my_runs.csv"
     for args in (["-m", str(runs), "-H", "h100-sxm5-80gb"], ["-m", "llama3-8b", "-H", str(runs)]):
         assert_user_error(runner.invoke(app, [*base, *args]), "my_runs.csv", "is a table (CSV)")
+
+
+def test_capacity_planning_names_what_is_wrong_before_what_is_missing():
+    """An unknown profile or a bad --deadline were reported only as 'capacity planning needs the training budget'."""
+    base = ["search", "-m", "llama3-8b", "--gpus", "8..16", "-s", "2048", "-b", "32"]
+    assert_user_error(runner.invoke(app, [*base, "-H", "h100-sxm5-80gb,foo"]), "--hardware", "foo")
+    assert_user_error(runner.invoke(app, [*base, "-H", "h100-sxm5-80gb", "--deadline", "0d"]), "--deadline")

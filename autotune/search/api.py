@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import InputError, comma_items
 from ..inputs.calibration import load_calibration
-from ..inputs.hardware import Hardware
+from ..inputs.hardware import Hardware, load_hardware
 from ..inputs.modelspec import ModelSpec, load_model
 from ..inputs.request import (
     TrainingInputs,
@@ -342,13 +342,16 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
     """Search every (hardware, GPU count) pair; the cheapest plan in time, the fastest, and the one asked for."""
     given, settings = request.request, request.settings
     names = cap.split_hardware(given.hardware)
+    # what is wrong with what was given first (an unknown profile, a bad --deadline), then what is missing
+    for name in names:
+        load_hardware(name)
+    deadline_days = cap.parse_duration_days(request.deadline)
     if given.tokens is None:
         raise InputError("capacity planning needs the training budget, e.g. --tokens 1.5e12", field="--tokens")
     if given.nodes is not None:
         raise InputError("give the range of cluster sizes with --gpus LOW..HIGH, not --nodes", field="--nodes")
     if request.gpu_range is None and given.gpus is None:
         raise InputError("give a GPU count or a range, e.g. --gpus 64..2048", field="--gpus")
-    deadline_days = cap.parse_duration_days(request.deadline)
     pue, grid = cap.check_pue(request.pue), cap.check_grid_intensity(request.grid_intensity)
     objectives = parse_objectives(settings.objective, tokens=given.tokens)
     if len(objectives) > 1:
