@@ -66,32 +66,37 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _duplicate_key(node: yaml.Node, path: tuple[str, ...] = (), seen_nodes: set | None = None) -> tuple[str, int] | None:
+def _mappings(node: yaml.Node, path: tuple[str, ...] = (), seen_nodes: set | None = None):
+    """Every mapping node under ``node`` with its dotted path, each visited once (aliases share nodes, so anchors
+    cannot loop or blow up)."""
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        yield path, node
+        for key_node, value_node in node.value:
+            name = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            yield from _mappings(value_node, (*path, name) if name is not None else path, seen_nodes)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            yield from _mappings(item, (*path, str(i)), seen_nodes)
+
+
+def _duplicate_key(node: yaml.Node) -> tuple[str, int] | None:
     """``(dotted key, line)`` of the first key a YAML mapping holds twice, else None.
 
     A YAML mapping keeps the last of two equal keys, so a second ``vllm:`` under ``engines:`` would drop the
-    first block without a word. Nodes are visited once (aliases share them), so anchors cannot loop or blow up.
+    first block without a word.
     """
-    seen_nodes = set() if seen_nodes is None else seen_nodes
-    if id(node) in seen_nodes:
-        return None
-    seen_nodes.add(id(node))
-    if isinstance(node, yaml.MappingNode):
+    for path, mapping in _mappings(node):
         keys: set[str] = set()
-        for key_node, value_node in node.value:
+        for key_node, _ in mapping.value:
             name = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
             if name is not None and key_node.tag != "tag:yaml.org,2002:merge":  # `<<:` merges may repeat
                 if name in keys:
                     return ".".join((*path, name)), key_node.start_mark.line + 1
                 keys.add(name)
-            found = _duplicate_key(value_node, (*path, name) if name is not None else path, seen_nodes)
-            if found:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            found = _duplicate_key(item, (*path, str(i)), seen_nodes)
-            if found:
-                return found
     return None
 
 
@@ -99,28 +104,16 @@ _KEY_READS_AS = {"tag:yaml.org,2002:bool": "true/false", "tag:yaml.org,2002:int"
                  "tag:yaml.org,2002:float": "a number", "tag:yaml.org,2002:null": "null"}
 
 
-def _non_text_key(node: yaml.Node, path: tuple[str, ...] = (), seen_nodes: set | None = None) -> tuple[str, str, int, str] | None:
+def _non_text_key(node: yaml.Node) -> tuple[str, str, int, str] | None:
     """``(dotted path, key, line, what it reads as)`` of the first mapping key YAML reads as other than text: YAML
     1.1 reads ``off:``, ``yes:`` and ``on:`` as booleans, ``7:`` as a number and ``~:`` as null, which no field of
-    these files is named (they had crashed the key checks).  Nodes are visited once."""
-    seen_nodes = set() if seen_nodes is None else seen_nodes
-    if id(node) in seen_nodes:
-        return None
-    seen_nodes.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag in _KEY_READS_AS:
-                return (".".join(path), key_node.value, key_node.start_mark.line + 1, _KEY_READS_AS[key_node.tag])
+    these files is named (they had crashed the key checks)."""
+    for path, mapping in _mappings(node):
+        for key_node, _ in mapping.value:
             if not isinstance(key_node, yaml.ScalarNode):
-                return (".".join(path), "a list or mapping", key_node.start_mark.line + 1, "a collection")
-            found = _non_text_key(value_node, (*path, key_node.value), seen_nodes)
-            if found:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            found = _non_text_key(item, (*path, str(i)), seen_nodes)
-            if found:
-                return found
+                return ".".join(path), "a list or mapping", key_node.start_mark.line + 1, "a collection"
+            if key_node.tag in _KEY_READS_AS:
+                return ".".join(path), key_node.value, key_node.start_mark.line + 1, _KEY_READS_AS[key_node.tag]
     return None
 
 
