@@ -196,3 +196,20 @@ def test_the_canonical_id_of_an_unlisted_model_is_its_plain_id_in_lower_case():
     assert canonical_hf_id("https://huggingface.co/moonshotai/kimi-k2.5/tree/v2") == "moonshotai/Kimi-K2.5"
     assert canonical_hf_id("https://huggingface.co/Someone/Unlisted-Model/tree/v2") == "someone/unlisted-model"
     assert canonical_hf_id("Someone/Unlisted-Model@main") == "someone/unlisted-model"
+
+
+# --- bundled names mistyped: the error says which one was likely meant ------------------------------------------
+
+@pytest.mark.parametrize("typed, meant", [("llama-3.1-70b", "llama3.1-70b"), ("Llama3.1-70B", "llama3.1-70b"),
+                                          ("deepseek_v3", "deepseek-v3"), ("qwen3-32", "qwen3-32b")])
+def test_a_mistyped_bundled_model_name_says_which_one_it_likely_meant(typed, meant):
+    result = runner.invoke(app, ["predict", "-m", typed, "-H", "h100-sxm", "--gpus", "8", "-p", "tp=8",
+                                 "--workload", "serve", "--input-len", "64", "--output-len", "16"])
+    assert_user_error(result, "field '--model'", f"unknown model {typed!r} (did you mean {meant!r}?)")
+
+
+def test_a_name_like_none_of_the_bundled_ones_gets_no_guess():
+    from autotune.inputs.resources import closest_name
+
+    assert closest_name("foo", ["llama3.1-8b", "deepseek-v3"]) is None
+    assert closest_name("b200-sxm-180GB", ["b200-sxm-180gb", "b300-sxm-288gb"]) == "b200-sxm-180gb"

@@ -46,6 +46,22 @@ def bundled_names(kind: str) -> list[str]:
     return sorted(p.stem for p in bundled_dir(kind).glob("*.yaml"))
 
 
+def closest_name(name: str, names: list[str]) -> str | None:
+    """The bundled name a mistyped one most likely meant: the same letters and digits whatever the separators and
+    case (``llama-3.1-70b`` -> ``llama3.1-70b``), else a close spelling (difflib), else None."""
+    import difflib
+    import re
+
+    def key(text: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", text.lower())
+
+    same = [n for n in names if key(n) == key(name)]
+    if same:
+        return same[0]
+    close = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
 def require_name(name_or_path: str, *, kind: str, what: str, field: str) -> None:
     """Refuse an empty name (``-m ''``): as a path it is the working folder, which reads as "is a folder"."""
     from ..errors import InputError
@@ -71,7 +87,10 @@ def read_named(kind: str, name_or_path: str, *, what: str, field: str, alternati
         return loading.read_mapping(path), str(path)
     bundled = bundled_dir(kind) / f"{name_or_path}.yaml"
     if not bundled.exists():
-        raise InputError(f"unknown {what} {name_or_path!r}; bundled: {', '.join(bundled_names(kind))} ({alternative})",
+        names = bundled_names(kind)
+        close = closest_name(name_or_path, names)
+        hint = f" (did you mean {close!r}?)" if close else ""
+        raise InputError(f"unknown {what} {name_or_path!r}{hint}; bundled: {', '.join(names)} ({alternative})",
                          field=field)
     folder = "search_spaces" if kind == "search_spaces" else f"profiles/{kind}"
     return loading.read_mapping(bundled), f"{folder}/{bundled.name}"
