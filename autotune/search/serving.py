@@ -72,7 +72,7 @@ def with_fit_batches(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, 
     max_batch.  The budget shrinks as max_batch grows (activations, CUDA graphs and sampler buffers are sized for
     it), so the fit worked out at a smaller batch can be more than the engine then holds: the largest multiple b of
     the decode ranks with fit(b) >= b is found by bisection (fit falls as b grows, so the condition holds below it
-    and fails above)."""
+    and fails above).  Under a concurrency the engine's share of the users is added too (at most the fit)."""
     key = plans.key_matrix()
     key[:, -1] = 0  # max_batch
     _, first = np.unique(key, axis=0, return_index=True)
@@ -95,7 +95,20 @@ def with_fit_batches(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, 
         lo = np.where(holds, mid, lo)
         hi = np.where(holds, hi, mid)
     extra = extra.take(np.flatnonzero(keep))
-    extra = extra.with_column("max_batch", (lo * dp)[keep])
+    fit = (lo * dp)[keep]
+    added = [extra.with_column("max_batch", fit)]
+    if workload.mode == "concurrency" and workload.concurrency:
+        # under a closed loop of C users a decode engine never holds more than its share of them: a limit at that
+        # share (a whole number per rank) serves the same load as the fit, with the smaller reserve that SGLang's
+        # CUDA-graph rule (per rank, times the attention-DP width) and the sampler size for the limit
+        engines = (extra.replicas * extra.d_workers).astype(np.int64)
+        ranks = extra.d_dp.astype(np.int64)
+        share = -(-int(workload.concurrency) // np.maximum(engines, 1))
+        added.append(extra.with_column("max_batch", np.minimum(fit, -(-share // ranks) * ranks)))
+    extra = ServePlanBatch.from_columns(plans.n_gpus, {k: np.concatenate([getattr(b, k) for b in added])
+                                                       for k in ("mode", "tp", "pp", "dp", "ep", "weights", "kv",
+                                                                 "max_batch", *(f"{s}_{c}" for s in "pd" for c in
+                                                                                ("workers", "tp", "pp", "dp", "ep")))})
     merged = ServePlanBatch.from_columns(plans.n_gpus, {k: np.concatenate([getattr(plans, k), getattr(extra, k)])
                                                         for k in ("mode", "tp", "pp", "dp", "ep", "weights", "kv",
                                                                   "max_batch", *(f"{s}_{c}" for s in "pd" for c in

@@ -1,0 +1,50 @@
+"""Serving review, round 7: what a practitioner's search, emit and report runs found."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from autotune.cli import app
+
+runner = CliRunner()
+
+
+def _search_json(*args: str) -> dict:
+    result = runner.invoke(app, ["search", "--workload", "serve", *args, "--json"])
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.stdout)
+
+
+def test_concurrency_search_offers_the_engines_share_of_the_users_as_the_batch_limit():
+    # 100 users on one DP8 engine: no listed limit is a multiple of 8 at or above 100, and the KV-bound fit (16k
+    # sequences) made SGLang reserve CUDA-graph memory for 2,076 a rank; the engine's share, 104, serves the same
+    # load with the smaller reserve
+    doc = _search_json("-m", "qwen3-30b-a3b", "-H", "h200-sxm-141gb", "--gpus", "8", "--input-len", "1024",
+                       "--output-len", "256", "--concurrency", "100", "--engine", "sglang", "--fix", "mode=agg",
+                       "--fix", "dp=8", "--fix", "tp=1", "--top", "3")
+    best = doc["plans"][0]
+    assert best["plan"]["max_batch"] == 104
+    assert best["estimate"]["max_batch_fit"] > 104
+    fit = runner.invoke(app, ["predict", "--workload", "serve", "-m", "qwen3-30b-a3b", "-H", "h200-sxm-141gb",
+                              "--gpus", "8", "--input-len", "1024", "--output-len", "256", "--concurrency", "100",
+                              "--engine", "sglang", "-p", ",".join(f"{k}={v}" for k, v in best["plan"].items()
+                                                                   if k not in ("max_batch", "replicas"))
+                              + f",max_batch={best['estimate']['max_batch_fit'] // 8 * 8}", "--json"])
+    fitted = json.loads(fit.stdout)["estimate"]
+    assert fitted["output_tokens_per_s"] == best["estimate"]["output_tokens_per_s"]
+    assert best["estimate"]["memory_gib_per_gpu"] < fitted["memory_gib_per_gpu"]
+
+
+def test_report_of_a_search_without_targets_gives_no_verdict(tmp_path):
+    out = tmp_path / "s"
+    result = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3.1-8b", "-H", "h100-sxm5-80gb",
+                                 "--gpus", "2", "--input-len", "1024", "--output-len", "128", "--top", "3",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "rep")])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert "meet the targets" not in page and "no latency target set" in page
+    assert "<td>meets</td>" not in page
