@@ -50,6 +50,7 @@ class ServingReportData:
     targets: dict[str, float | None]
     cloud: ServingCloud | None = None
     notes: list[str] = field(default_factory=list)
+    targets_set: bool = True  # a TTFT or TPOT target or a request rate to meet (Workload.has_targets)
 
 
 def _number(estimate: Mapping[str, Any] | None, key: str) -> float:
@@ -116,7 +117,8 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
              f"{workload.output_len} tokens, {load}")
     data = ServingReportData(title=title, inputs=dict(inputs), plans=plans, search=search,
                              capacity_gib=hw.memory_gib,
-                             targets={"ttft_ms": workload.ttft_ms, "tpot_ms": workload.tpot_ms}, notes=[note])
+                             targets={"ttft_ms": workload.ttft_ms, "tpot_ms": workload.tpot_ms}, notes=[note],
+                             targets_set=workload.has_targets)
     if progress:
         progress("evaluating the space", 0, 1)
     enumeration = enumerate_serve(model, cluster, served.space, engine=engine, checkpoint=served.checkpoint)
@@ -300,9 +302,11 @@ def render_serving(data: ServingReportData, figures: list) -> str:
 
     e = _html.escape
     rows = []
+    # a search without a latency target has no verdict to give (its table says "-", not "met")
+    targets_set = data.targets_set
     for p in data.plans:
         est = p["estimate"]
-        meets = est.get("meets_targets")
+        meets = est.get("meets_targets") if targets_set else None
         verdict = "meets" if meets else ("misses: " + str(est.get("misses", ""))) if meets is False else "-"
         if p.get("needs"):  # as the search's table says (NEEDS): it runs only from another checkpoint
             verdict += f"; {p['needs']}"
@@ -324,7 +328,8 @@ def render_serving(data: ServingReportData, figures: list) -> str:
     if s:
         summary += (f"<br><span class=note>exact search: {_cell(s.get('evaluations'), ',')} plans evaluated of "
                     f"{_cell(s.get('space_size'), ',')}; {_cell(s.get('feasible'), ',')} fit, "
-                    f"{_cell(s.get('meeting_targets'), ',')} meet the targets.</span>")
+                    + (f"{_cell(s.get('meeting_targets'), ',')} meet the targets.</span>" if targets_set else
+                       "no latency target set.</span>"))
     parts = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
         '<meta name=viewport content="width=device-width, initial-scale=1">',
