@@ -48,3 +48,20 @@ def test_report_of_a_search_without_targets_gives_no_verdict(tmp_path):
     page = (tmp_path / "rep" / "report.html").read_text()
     assert "meet the targets" not in page and "no latency target set" in page
     assert "<td>meets</td>" not in page
+
+
+def _sglang_fraction(plan: str, model: str = "llama3.1-70b", gpus: str = "16") -> float:
+    result = runner.invoke(app, ["predict", "--workload", "serve", "-m", model, "-H", "h100-sxm5-80gb", "--gpus", gpus,
+                                 "-p", plan, "--engine", "sglang", "--input-len", "2048", "--output-len", "256",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["estimate"]["engine_memory_flag"]["--mem-fraction-static"]
+
+
+def test_sglang_default_reserve_of_a_dense_dp_engine_is_that_of_its_tp_ranks():
+    # a dense model's --dp-size runs separate schedulers of --tp-size 4: SGLang reserves 512 MiB + 1.5 MiB x 8,192
+    # chunk tokens + 4/8 GiB + 2 MiB x 64 graph batches = 13,440 MiB of 80 GiB, with no attention-DP term
+    dense_dp = _sglang_fraction("tp=4,dp=2,weights=fp8,kv=fp8,max_batch=128")
+    assert dense_dp == _sglang_fraction("tp=4,weights=fp8,kv=fp8,max_batch=64") == 0.835
+    # a MoE engine's dp is attention DP: --tp-size tp*dp and the 3 MiB per graph batch and rank term stay
+    assert _sglang_fraction("tp=1,dp=8,ep=8,kv=fp8,max_batch=128", model="qwen3-30b-a3b", gpus="8") < dense_dp

@@ -313,12 +313,16 @@ def runtime_bytes(tp, pp, dp, ep):
     return 0.75 * GIB + np.where(parallel, 0.5 * GIB, 0.0) + np.where((dp > 1) & (ep > 1), 1.0 * GIB, 0.0)
 
 
-def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes):
-    """SGLang 0.5.23's own default reserve (memory_hook.py), in bytes."""
-    graph_bs = np.minimum(np.where(memory_bytes >= 160 * GIB, 512.0, np.where(tp < 4, 256.0, 512.0)),
+def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, moe=True):
+    """SGLang 0.5.23's own default reserve (memory_hook.py), in bytes.  Its ``tp_size`` is the engine's
+    ``--tp-size``: tp*dp with attention DP (a MoE engine's dp), but tp for a dense engine's ``--dp-size``, whose
+    ranks are separate schedulers, each with the server's arguments and without the attention-DP term."""
+    attn_dp = (np.asarray(dp) > 1) & np.asarray(moe, dtype=bool)
+    tp_size = np.where(attn_dp, tp * dp, tp)
+    graph_bs = np.minimum(np.where(memory_bytes >= 160 * GIB, 512.0, np.where(tp_size < 4, 256.0, 512.0)),
                           np.maximum(max_batch, 1.0))
-    mib = 512.0 + np.maximum(chunk, 2048.0) * 1.5 + tp * dp * pp / 8.0 * 1024.0 + graph_bs * 2.0
-    mib = mib + np.where(dp > 1, graph_bs * dp * 3.0, 0.0)
+    mib = 512.0 + np.maximum(chunk, 2048.0) * 1.5 + tp_size * pp / 8.0 * 1024.0 + graph_bs * 2.0
+    mib = mib + np.where(attn_dp, graph_bs * dp * 3.0, 0.0)
     mib = np.where(memory_bytes > 60 * GIB, np.maximum(mib, 10 * 1024.0), mib)
     return mib * MIB
 
@@ -366,7 +370,7 @@ def memory_budget(engine: str, a, q, g, tp, pp, dp, ep, max_batch, chunk, *, fra
     rt = runtime_bytes(tp, pp, dp, ep)
     if fam == "sglang":
         if fraction is None:
-            reserved = np.maximum(sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, M), act + graphs + rt)
+            reserved = np.maximum(sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, M, a["E"] > 0), act + graphs + rt)
             fraction = np.floor((M - reserved) / M * 1000.0) / 1000.0
         knob = np.asarray(fraction, dtype=np.float64) + 0.0 * M
         pool = knob * M - w
