@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from autotune.cli import app
@@ -65,3 +67,19 @@ def test_sglang_default_reserve_of_a_dense_dp_engine_is_that_of_its_tp_ranks():
     assert dense_dp == _sglang_fraction("tp=4,weights=fp8,kv=fp8,max_batch=64") == 0.835
     # a MoE engine's dp is attention DP: --tp-size tp*dp and the 3 MiB per graph batch and rank term stay
     assert _sglang_fraction("tp=1,dp=8,ep=8,kv=fp8,max_batch=128", model="qwen3-30b-a3b", gpus="8") < dense_dp
+
+
+@pytest.mark.parametrize("engine, said", [
+    ("vllm", "within the vllm budget of"),
+    ("sglang", "of the GPU's 80.0 GiB (--mem-fraction-static"),
+    ("trtllm", "of the GPU's 80.0 GiB (kv_cache_config.free_gpu_memory_fraction 0.9 sizes the KV cache)"),
+])
+def test_the_best_line_says_what_the_engines_memory_flag_governs(engine, said):
+    """SGLang's flag sizes weights and KV cache and TensorRT-LLM's the KV cache, both inside the whole GPU; only vLLM's
+    caps the process, so only vLLM has a budget below the GPU's memory.  'within the sglang budget of 80.0 GiB
+    (--mem-fraction-static 0.834)' read as if the flag gave 80 GiB."""
+    result = runner.invoke(app, ["search", "-m", "llama3.1-8b", "-H", "h100-sxm5-80gb", "--gpus", "1", "--workload",
+                                 "serve", "--engine", engine, "--input-len", "1024", "--output-len", "128", "--top", "1"])
+    assert result.exit_code == 0, result.output
+    best = next(line for line in result.stdout.splitlines() if line.startswith("Best:"))
+    assert said in " ".join(result.stdout.split()), best

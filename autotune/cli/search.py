@@ -71,6 +71,7 @@ from ..search.plans_file import (memory_headroom_of, model_from_plans, serving_i
 from ..serving.calibrated import aggregated_only, release_name
 from ..search.serving import annotate_checkpoint
 from ..serving.checkpoint import checkpoint_conflict_note, with_held_weights
+from ..serving.engines import engine_family
 from ..serving.estimate import add_serving_cost, estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
 from ..serving.space import IMPOSSIBLE as SERVE_IMPOSSIBLE
@@ -553,8 +554,7 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                      f"output tokens/s ({num(e['output_tokens_per_s_per_gpu'], ',.0f')} per GPU), "
                      f"TTFT {tables.latency_text(e['ttft_ms'])}, "
                      f"TPOT {tables.latency_text(e['tpot_ms'], 1)}; {verdict}; {e['memory_gib_per_gpu']:.1f} GiB per GPU "
-                     f"within the {request.engine} budget of {e['memory_budget_gib']:.1f} GiB "
-                     f"({memory_flag_text(e['engine_memory_flag'])}).{needs}",
+                     f"{budget_text(request.engine, e)}.{needs}",
                      highlight=False, soft_wrap=True)
         stdout.print(cost_text(e), highlight=False, soft_wrap=True)
     rejected = ", ".join(f"{k}: {v:,}" for k, v in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
@@ -893,6 +893,16 @@ def batch_text(batch: float | None, fit: int) -> str:
     if not fit:
         return "no batch per replica (the KV budget holds no sequence)"
     return f"batch {tables.number_text(batch, '.1f')} per replica (the KV budget holds {fit} at full length)"
+
+
+def budget_text(engine: str, e: dict) -> str:
+    """Where a plan's memory sits: vLLM's flag caps the whole process (its budget is the flag's share of the GPU);
+    SGLang's and TensorRT-LLM's size the weights and KV cache or the KV cache alone, within the whole GPU."""
+    flag = memory_flag_text(e["engine_memory_flag"])
+    if engine_family(engine) == "vllm":
+        return f"within the {engine} budget of {e['memory_budget_gib']:.1f} GiB ({flag})"
+    sized = "the weights and KV cache" if engine_family(engine) == "sglang" else "the KV cache"
+    return f"of the GPU's {e['memory_budget_gib']:.1f} GiB ({flag} sizes {sized})"
 
 
 def memory_flag_text(flags: dict) -> str:
