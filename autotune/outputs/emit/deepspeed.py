@@ -76,10 +76,17 @@ LIMITS = (
            "from data-parallel ranks and splits the experts like the rest of the model (no separate expert TP, "
            "no EP across the AutoTP ranks); use etp=tp with ep dividing dp*cp, or --format megatron"),
     # DeepSpeed's AutoEP documentation: "ZeRO compatibility: Stages 0, 1, and 2. Stage 3 is not supported" (its
-    # partitioned-parameter APIs are outside AutoEP); its validator refuses stage 3 with AutoTP outright
+    # partitioned-parameter APIs are outside AutoEP)
     _limit("zero", lambda p: (p.ep > 1) & (p.zero == 3),
            lambda plan, model: f"plan fields ep={plan.ep}, zero={plan.zero}: DeepSpeed's AutoEP supports ZeRO stages 0, "
            "1 and 2 only; use zero<=2 or ep=1, or --format megatron or torchtitan"),
+    # deepspeed/runtime/engine.py _configure_tensor_parallel_states: AutoTP asserts ZeRO stage <= 2 at
+    # deepspeed.initialize (later releases raise NotImplementedError for AutoTP + ZeRO-3 with an optimizer);
+    # the AutoTP training tutorial lists stages 0, 1 and 2
+    _limit("zero", lambda p: (p.tp > 1) & (p.zero == 3),
+           lambda plan, model: f"plan fields tp={plan.tp}, zero={plan.zero}: DeepSpeed's AutoTP trains with ZeRO "
+           "stages 0, 1 and 2 only (deepspeed.initialize refuses stage 3 with tensor_parallel.autotp_size > 1); "
+           "use zero<=2 or tp=1, or --format megatron or torchtitan"),
     _limit("offload", lambda p: (p.ep > 1) & (p.tp > 1) & (p.offload == _code("offload", "cpu")),
            lambda plan, model: "plan field offload=cpu: DeepSpeed does not support optimizer offload with "
            "AutoEP and AutoTP together; use offload=none, or --format megatron"),
