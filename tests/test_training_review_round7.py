@@ -38,3 +38,25 @@ def test_deepspeed_search_winner_is_not_autotp_zero3(tmp_path):
     assert result.exit_code == 0, result.output
     config = json.loads((tmp_path / "o" / "ds_config.json").read_text())
     assert not ("tensor_parallel" in config and config["zero_optimization"]["stage"] == 3)
+
+
+def _predict(plan: str) -> dict:
+    result = invoke("predict", "-m", "llama3.1-70b", "-H", "h100-sxm5-80gb", "--gpus", 64, "-s", 8192, "-b", 512,
+                    "--plan", plan, "--json")
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.output)["estimate"]
+
+
+def test_megatron_zero2_fp8_counts_te_weight_copies():
+    # The launch files pass --fp8-param-gather under the distributed optimizer (ZeRO-1) only; ZeRO-2 runs on
+    # Megatron-FSDP optim_grads with bf16 parameters, so TransformerEngine's cached fp8 copies sit beside them.
+    z2_fp8 = _predict("tp=8,zero=2,mbs=2,precision=fp8")["memory_breakdown_gib"]["weights"]
+    z2_bf16 = _predict("tp=8,zero=2,mbs=2,precision=bf16")["memory_breakdown_gib"]["weights"]
+    z1_fp8 = _predict("tp=8,zero=1,mbs=2,precision=fp8")["memory_breakdown_gib"]["weights"]
+    z1_bf16 = _predict("tp=8,zero=1,mbs=2,precision=bf16")["memory_breakdown_gib"]["weights"]
+    assert z2_fp8 - z2_bf16 > 15.0
+    assert abs(z1_fp8 - z1_bf16) < 0.01
+    files = invoke("emit", "tp=8,zero=2,mbs=2,precision=fp8,offload=cpu", "-m", "llama3.1-70b", "-H", "h100-sxm5-80gb",
+                   "--gpus", 64, "-s", 8192, "-b", 512, "--format", "megatron", "--json")
+    assert files.exit_code == 0, files.output
+    assert "--fp8-param-gather" not in files.output

@@ -365,8 +365,10 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
     # needed (TransformerEngine PR #1648, 2025-04: 'In FSDP, we may delete the FP8 transpose cache and then
     # regenerate it in backward'), so only the current units' copies exist, within the gather buffers' margin.
     if fw.fp8_weight_cache_bytes > 0.0:
-        # with fp8 parameters (fp8_param_gather, the distributed optimizer's) the copies replace the bf16 weights
-        cached = fp8 & (zero < 3) & ~((zero >= 1) & fw.fp8_param_gather)
+        # with fp8 parameters (fp8_param_gather, the distributed optimizer's: ZeRO-1, where the launch files pass
+        # --fp8-param-gather) the copies replace the bf16 weights; ZeRO-2 (Megatron-FSDP optim_grads) keeps bf16
+        # parameters beside them
+        cached = fp8 & (zero < 3) & ~((zero == 1) & fw.fp8_param_gather)
         first["weights"] = first["weights"] + np.where(
             cached, fp8_weight_cache_bytes(model, geo, layers, fw.fp8_weight_cache_bytes), 0.0)
         last["weights"] = last["weights"] + np.where(
