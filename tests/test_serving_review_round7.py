@@ -83,3 +83,36 @@ def test_the_best_line_says_what_the_engines_memory_flag_governs(engine, said):
     assert result.exit_code == 0, result.output
     best = next(line for line in result.stdout.splitlines() if line.startswith("Best:"))
     assert said in " ".join(result.stdout.split()), best
+
+
+def test_a_serving_plan_string_is_emitted_at_the_load_and_targets_given(tmp_path):
+    """emit of a plan string quoted its figures at maximum throughput only (TTFT of tens of seconds, every request
+    queued), whatever load the user plans for: --concurrency / --request-rate and --ttft-ms / --tpot-ms now set the
+    load and targets the header quotes, as predict reads them; a plans.json keeps its search's."""
+    base = ["emit", "tp=8,weights=fp8,kv=fp8,max_batch=64", "-f", "vllm", "-m", "llama3.1-70b", "-H",
+            "h100-sxm5-80gb", "--gpus", "8", "--input-len", "2048", "--output-len", "256"]
+    full = runner.invoke(app, base)
+    users = runner.invoke(app, [*base, "--concurrency", "16", "--tpot-ms", "10"])
+    assert full.exit_code == 0 and users.exit_code == 0, (full.output, users.output)
+    assert "# predicted at maximum throughput (all requests queued):" in full.stdout
+    assert "# predicted at 16 concurrent users:" in users.stdout
+    assert "MISSES the targets (TPOT" in users.stdout and "misses the targets on vllm" in users.stderr
+    predicted = runner.invoke(app, ["predict", "-m", "llama3.1-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+                                    "--workload", "serve", "-p", "tp=8,weights=fp8,kv=fp8,max_batch=64",
+                                    "--input-len", "2048", "--output-len", "256", "--concurrency", "16", "--json"])
+    ttft = json.loads(predicted.stdout)["estimate"]["ttft_ms"]
+    assert f"TTFT {ttft:,.0f} ms" in users.stdout
+    rate = runner.invoke(app, [*base, "--request-rate", "2"])
+    assert rate.exit_code == 0 and "# predicted at 2 requests/s:" in rate.stdout
+    both = runner.invoke(app, [*base, "--request-rate", "2", "--concurrency", "4"])
+    assert both.exit_code == 2 and "give the load once" in both.stderr
+    training = runner.invoke(app, ["emit", "tp=8", "-m", "llama3.1-70b", "-H", "h100-sxm5-80gb", "--gpus", "8",
+                                   "-s", "4096", "-b", "8", "--concurrency", "4"])
+    assert training.exit_code == 2 and "field '--concurrency'" in training.stderr
+    out = tmp_path / "s"
+    searched = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3.1-8b", "-H", "h100-sxm5-80gb",
+                                   "--gpus", "1", "--input-len", "128", "--output-len", "16", "--top", "1",
+                                   "--out", str(out)])
+    assert searched.exit_code == 0, searched.output
+    kept = runner.invoke(app, ["emit", str(out), "-f", "vllm", "--concurrency", "4"])
+    assert kept.exit_code == 2 and "comes from" in kept.stderr and "field '--concurrency'" in kept.stderr

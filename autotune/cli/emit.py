@@ -14,7 +14,7 @@ from ..errors import InputError
 from ..inputs.framework import DEFAULT_FRAMEWORK
 from ..inputs.hardware import load_hardware
 from ..inputs.modelspec import load_model
-from ..inputs.request import TrainingRequest, cluster_from_options, single_gpu_count
+from ..inputs.request import TrainingRequest, cluster_from_options, serve_workload, single_gpu_count
 from ..outputs.emit import (
     EMITTERS,
     FORMATS,
@@ -58,6 +58,7 @@ from .app import (
     MoeImbalance,
     Calibration,
     CheckpointOpt,
+    Concurrency,
     MemoryFractionOpt,
     Gpus,
     GpusPerNode,
@@ -65,7 +66,10 @@ from .app import (
     JsonOut,
     Nodes,
     OutputLen,
+    RequestRate,
     Tokens,
+    TpotMs,
+    TtftMs,
     app,
     given_on_command_line,
     path_option,
@@ -118,6 +122,10 @@ def emit(
     input_len: InputLen = None,
     output_len: OutputLen = None,
     checkpoint: CheckpointOpt = None,
+    concurrency: Concurrency = None,
+    request_rate: RequestRate = None,
+    ttft_ms: TtftMs = None,
+    tpot_ms: TpotMs = None,
     memory_fraction: MemoryFractionOpt = None,
     model_path: Annotated[Optional[str], typer.Option("--model-path", help="Serving: the weights the script loads (a Hugging Face name or folder) [default: the model name].")] = None,
     allow_no_fit: Annotated[bool, typer.Option("--allow-no-fit", help="Write the files of a plan the cost model predicts does not fit in memory or cannot run on the GPU (default: refuse, saying why; a serving batch limit above what the KV cache holds is written with a warning).")] = False,
@@ -175,13 +183,16 @@ def emit(
                 files, estimate = _serving(format, plan_source, plan, rank, model, hardware, gpus, seq_len,
                                            input_len=input_len, output_len=output_len, gpus_per_node=gpus_per_node,
                                            nodes=nodes, checkpoint=checkpoint, model_path=model_path,
-                                           memory_fraction=serving_memory_fraction(memory_fraction))
+                                           memory_fraction=serving_memory_fraction(memory_fraction),
+                                           load=Load(concurrency, request_rate, ttft_ms, tpot_ms))
             else:
                 if format not in EMITTERS:
                     raise InputError(f"unknown format {format!r}; choose from {', '.join(FORMATS + SERVING_FORMATS)}",
                                      field="--format")
                 reject_flags({"--input-len": input_len, "--output-len": output_len, "--checkpoint": checkpoint,
-                              "--model-path": model_path, "--memory-fraction": memory_fraction},
+                              "--model-path": model_path, "--memory-fraction": memory_fraction,
+                              "--concurrency": concurrency, "--request-rate": request_rate, "--ttft-ms": ttft_ms,
+                              "--tpot-ms": tpot_ms},
                              f"a training launch config (--format {format}; serving: --format vllm or sglang)")
                 given = TrainingRequest(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus_per_node, nodes=nodes,
                                         seq_len=seq_len, global_batch=global_batch, tokens=tokens, calibration=calibration,
@@ -359,14 +370,26 @@ def _context_from_string(plan_text: str, given: TrainingRequest, options: dict[s
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Load:
+    """A serving emit's load and latency targets (--concurrency or --request-rate, --ttft-ms, --tpot-ms)."""
+
+    concurrency: int | None = None
+    request_rate: float | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+
+
 def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: int, model: str | None,
              hardware: str | None, gpus: int | None, seq_len: int | None, *, input_len: int | None = None,
              output_len: int | None = None, gpus_per_node: int | None = None, nodes: int | None = None,
              checkpoint: str | None = None, model_path: str | None = None,
-             memory_fraction: float | None = None) -> tuple[dict[str, str], Any]:
+             memory_fraction: float | None = None, load: "Load | None" = None) -> tuple[dict[str, str], Any]:
     """The launch files of a serve plan: from a serving plans.json, or a plan string with --model,
     --hardware, --gpus (or --nodes, as search and predict read them) and the request shape (--input-len and --output-len, or --seq-len: prompt + output).
-    ``memory_fraction`` (--memory-fraction) overrides the engine memory flag a plans.json records."""
+    ``memory_fraction`` (--memory-fraction) overrides the engine memory flag a plans.json records; ``load`` the
+    load and targets a plan string's files quote their figures at (a plans.json holds its search's)."""
+    load = load or Load()
     input_len_given, output_len_given = input_len, output_len
     source = plan_source or plan_text
     if source is None:
@@ -385,7 +408,9 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         # an older plans.json records no node size: --gpus-per-node then gives it (the profile's otherwise)
         recorded_gpn = gpus_per_node if inputs.get("gpus_per_node") is not None else None
         for flag, value in (("--hardware", hardware), ("--gpus", gpus), ("--gpus-per-node", recorded_gpn),
-                            ("--nodes", nodes), ("--seq-len", seq_len), ("--input-len", input_len), ("--output-len", output_len)):
+                            ("--nodes", nodes), ("--seq-len", seq_len), ("--input-len", input_len), ("--output-len", output_len),
+                            ("--concurrency", load.concurrency), ("--request-rate", load.request_rate),
+                            ("--ttft-ms", load.ttft_ms), ("--tpot-ms", load.tpot_ms)):
             if value is not None:
                 raise InputError(f"comes from {path}; leave it out, or emit a plan string instead", field=flag)
         engine_limit = False  # a searched plan states its max_batch
@@ -470,6 +495,9 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
                 output_len = seq_len - input_len
             if input_len is None:
                 input_len = seq_len - output_len
+        # the load and targets the files quote their figures at, as predict reads them (no load: the engine full)
+        searched_load = serve_workload(input_len, output_len, load.ttft_ms, load.tpot_ms, load.concurrency,
+                                       load.request_rate)
     window = spec.max_seq_len
     if window and input_len + output_len > window:
         # the engines refuse --max-model-len / --context-length beyond the model's window: no script to write
@@ -490,7 +518,8 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
                                 memory_fraction=memory_fraction, release=release, workload=searched_load)
     misses = (estimate or mine).get("misses")
     if misses:
-        stderr.print(f"[yellow]note:[/] this plan misses the search's targets on {format} ({escape(misses)}); the "
+        whose = "the search's" if path is not None else "the"  # a plan string's are --ttft-ms / --tpot-ms
+        stderr.print(f"[yellow]note:[/] this plan misses {whose} targets on {format} ({escape(misses)}); the "
                      "launch file says so.", highlight=False, soft_wrap=True)
     other = other_release(format, release)
     if other:

@@ -517,9 +517,7 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
         if missed:
             _say_missed(result.ranked[0].estimate, request, checkpoint=outcome.checkpoint)
         return 0 if result and result.ranked and not missed else 1
-    load = {"max-throughput": "maximum throughput (all requests queued)",
-            "concurrency": f"{workload.concurrency} concurrent users",
-            "rate": f"{workload.request_rate or 0:g} requests/s"}[workload.mode]
+    load = workload.load_text
     targets = ", ".join(t for t in (f"TTFT <= {workload.ttft_ms:g} ms" if workload.ttft_ms else "",
                                     f"TPOT <= {workload.tpot_ms:g} ms" if workload.tpot_ms else "") if t) or "none"
     capacity = outcome.capacity

@@ -149,6 +149,13 @@ class ServeWorkload:
         return "max-throughput"
 
     @property
+    def load_text(self) -> str:
+        """The load in words, as the search's header and the launch files' predictions say it."""
+        return {"max-throughput": "maximum throughput (all requests queued)",
+                "concurrency": f"{self.concurrency} concurrent users",
+                "rate": f"{self.request_rate or 0:g} requests/s"}[self.mode]
+
+    @property
     def has_targets(self) -> bool:
         """Whether a plan has anything to meet: a TTFT or TPOT target, or a request rate to keep up with."""
         return bool(self.ttft_ms or self.tpot_ms or self.request_rate is not None)

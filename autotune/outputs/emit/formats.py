@@ -317,7 +317,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                        fp4_cores=hw.supports("fp4"), memory_fraction=knob,
                        prefill_memory_fraction=prefill_knob,
                        prefill_tokens=int(DEFAULTS[format].chunk_tokens(hw.memory_gib)), estimate=shown,
-                       engine_note=note, remote_code=needs_remote_code(model, model_path))
+                       engine_note=note, remote_code=needs_remote_code(model, model_path), load=workload.load_text)
     return SERVING_EMITTERS[format](ctx), mine
 
 

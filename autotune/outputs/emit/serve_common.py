@@ -54,6 +54,7 @@ class ServeContext:
     remote_code: bool = False  # the model loads only with --trust-remote-code (serving.checkpoint.needs_remote_code)
     estimate: Mapping | None = None
     engine_note: str = ""
+    load: str = ""  # the load the estimate is for, in words (ServeWorkload.load_text)
 
     @property
     def context_length(self) -> int:
@@ -228,7 +229,8 @@ def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[Engin
              f"length {ctx.context_length} tokens (planned prompt + output {ctx.max_model_len}, with slack)"]
     if ctx.estimate:
         e = ctx.estimate
-        lines.append(f"predicted: {number_text(e['output_tokens_per_s'], ',.0f')} output tokens/s in total, TTFT "
+        at = f" at {ctx.load}" if ctx.load else ""
+        lines.append(f"predicted{at}: {number_text(e['output_tokens_per_s'], ',.0f')} output tokens/s in total, TTFT "
                      f"{_ms(e.get('ttft_ms'), '.0f')}, TPOT {_ms(e.get('tpot_ms'), '.1f')} (autotune's analytic serving "
                      f"model); {e.get('memory_gib_per_gpu', 0):.1f} GiB per GPU of the engine's budget")
         if e.get("misses"):  # the search's best plan when none met the targets: said where the user will look
