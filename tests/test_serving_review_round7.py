@@ -116,3 +116,20 @@ def test_a_serving_plan_string_is_emitted_at_the_load_and_targets_given(tmp_path
     assert searched.exit_code == 0, searched.output
     kept = runner.invoke(app, ["emit", str(out), "-f", "vllm", "--concurrency", "4"])
     assert kept.exit_code == 2 and "comes from" in kept.stderr and "field '--concurrency'" in kept.stderr
+
+
+def test_vllm_on_an_a100_takes_its_small_defaults():
+    """vLLM 0.33 keeps an A100 80GB on its small serving defaults (2,048 batched tokens, 256 sequences) whatever its
+    memory (EngineArgs.get_batch_defaults: '"a100" not in device_name'); other GPUs of 70 GiB or more take 8,192 and
+    1,024, and 160 GiB or more 16,384."""
+    from autotune.serving.engines import DEFAULTS
+
+    vllm = DEFAULTS["vllm"]
+    assert (vllm.chunk_tokens(80.0, "a100-sxm4-80gb"), vllm.max_batch(80.0, "a100-sxm4-80gb")) == (2048.0, 256)
+    assert (vllm.chunk_tokens(80.0, "h100-sxm5-80gb"), vllm.max_batch(80.0, "h100-sxm5-80gb")) == (8192.0, 1024)
+    assert (vllm.chunk_tokens(180.0, "b200-sxm-180gb"), vllm.max_batch(180.0, "b200-sxm-180gb")) == (16384.0, 1024)
+    assert DEFAULTS["sglang"].chunk_tokens(80.0, "a100-sxm4-80gb") == 8192.0  # SGLang's rule is by memory only
+    result = runner.invoke(app, ["emit", "tp=1", "-f", "vllm", "-m", "llama3.1-8b", "-H", "a100-sxm4-80gb", "--gpus",
+                                 "1", "--input-len", "1000", "--output-len", "100"])
+    assert result.exit_code == 0, result.output
+    assert "--max-num-seqs 256" in result.stdout and "--max-num-batched-tokens 2048" in result.stdout

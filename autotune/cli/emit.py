@@ -475,7 +475,8 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
         note = serving_checkpoint_note(model, checkpoint)
         if note:
             stderr.print(f"[yellow]note:[/] {escape(note)}.", highlight=False, soft_wrap=True)
-        chosen, engine_limit = predict_serve_plan(fields, cluster.n_gpus, format, hw.memory_gib, checkpoint=ckpt)
+        chosen, engine_limit = predict_serve_plan(fields, cluster.n_gpus, format, hw.memory_gib, checkpoint=ckpt,
+                                                      gpu=hw.name)
         code = int(serve_rejection_reasons(spec, cluster, ServePlanBatch.from_plans([chosen]), frozenset({"dp"}),
                                            engine=format, checkpoint=ckpt)[0])
         # Refuse what no engine can launch; a search-space preference (tp within one node) stays the user's call.

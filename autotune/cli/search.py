@@ -813,7 +813,8 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
     params, note = serving_parameters(engine, calibration)
     ckpt = serving_checkpoint(model, checkpoint, spec)
     _say_checkpoint_note(model, checkpoint)
-    chosen, engine_limit = predict_serve_plan(fields, cluster.n_gpus, family, hw.memory_gib, checkpoint=ckpt)
+    chosen, engine_limit = predict_serve_plan(fields, cluster.n_gpus, family, hw.memory_gib, checkpoint=ckpt,
+                                              gpu=hw.name)
     if chosen.disaggregated and aggregated_only(release):
         raise InputError(f"{release_name(release)} is planned aggregated only (its parameters come from aggregated "
                          "tables); give an agg plan or a 1.x release", field="--plan")

@@ -546,7 +546,7 @@ def serving_parameters(engine: str, calibration: str | None,
 
 
 def predict_serve_plan(fields: Mapping[str, Any], n_gpus: int, engine: str, memory_gib: float, *,
-                       checkpoint: str) -> tuple[ServePlan, bool]:
+                       checkpoint: str, gpu: str = "") -> tuple[ServePlan, bool]:
     """The plan ``predict`` estimates from ``--plan`` fields, and whether its max_batch is the engine's own: left
     out, max_batch is the engine's default limit per attention-DP rank (vLLM max_num_seqs, SGLang's, TensorRT-LLM's
     max_batch_size), under which the engine admits what its KV cache holds, as a deployment launched without the
@@ -561,7 +561,7 @@ def predict_serve_plan(fields: Mapping[str, Any], n_gpus: int, engine: str, memo
     if "max_batch" in fields:
         return plan, False
     dp = plan.decode.dp if plan.disaggregated else plan.dp
-    limit = int(ENGINE_DEFAULTS[check_serving_engine(engine)].max_batch(memory_gib)) * dp
+    limit = int(ENGINE_DEFAULTS[check_serving_engine(engine)].max_batch(memory_gib, gpu)) * dp
     return dataclasses.replace(plan, max_batch=limit), True
 
 

@@ -103,30 +103,37 @@ class EngineDefaults:
         full = np.asarray(ep) >= np.asarray(tp) * np.asarray(dp)
         return np.where(self.dedup_needs_full_ep & ~full, 1.0, 0.0)
 
-    def chunk_tokens(self, memory_gib: float) -> float:
+    def chunk_tokens(self, memory_gib: float, gpu: str = "") -> float:
         """Prefill token budget per step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size,
-        TensorRT-LLM max_num_tokens) for a GPU of ``memory_gib``."""
+        TensorRT-LLM max_num_tokens) for a GPU of ``memory_gib`` named ``gpu`` (its profile's name)."""
         if self.name == "vllm":
-            return 16384.0 if memory_gib >= 160 else (8192.0 if memory_gib >= 70 else 2048.0)
+            return 16384.0 if memory_gib >= 160 else (8192.0 if _vllm_large_tier(memory_gib, gpu) else 2048.0)
         if self.name == "sglang":
             return 16384.0 if memory_gib >= 160 else (8192.0 if memory_gib >= 60 else 4096.0)
         return 8192.0
 
-    def prefill_chunk(self, memory_gib: float, dp) -> float:
+    def prefill_chunk(self, memory_gib: float, dp, gpu: str = "") -> float:
         """Prefill tokens per step of one attention-DP rank: SGLang divides ``chunked_prefill_size`` by
         the attention-DP width (sglang/srt/server_args.py, "DP attention is enabled. The chunked prefill
         size is adjusted"); vLLM and TensorRT-LLM keep their budget per rank."""
-        chunk = self.chunk_tokens(memory_gib)
+        chunk = self.chunk_tokens(memory_gib, gpu)
         if self.name == "sglang":
             return np.maximum(np.floor(chunk / np.maximum(dp, 1.0)), 1.0)
         return chunk * np.ones_like(np.asarray(dp, float))
 
-    def max_batch(self, memory_gib: float) -> int:
+    def max_batch(self, memory_gib: float, gpu: str = "") -> int:
         """Sequences in flight per engine rank by default (vLLM max_num_seqs, SGLang max_running_requests,
         TensorRT-LLM max_batch_size)."""
         if self.name == "vllm":
-            return 1024 if memory_gib >= 70 else 256
+            return 1024 if memory_gib >= 160 or _vllm_large_tier(memory_gib, gpu) else 256
         return 2048
+
+
+def _vllm_large_tier(memory_gib: float, gpu: str) -> bool:
+    """vLLM 0.33's larger serving defaults (8,192 batched tokens, 1,024 sequences) below 160 GiB: GPUs of 70 GiB or
+    more except the A100, where a larger max_num_batched_tokens lowered throughput (vllm/engine/arg_utils.py,
+    EngineArgs.get_batch_defaults: '"a100" not in device_name'; its GB10 exception has no profile here)."""
+    return memory_gib >= 70 and "a100" not in gpu.lower()
 
 
 DEFAULTS: Mapping[str, EngineDefaults] = {

@@ -577,8 +577,8 @@ def default_pools(rows, side: str = "decode") -> np.ndarray:
     q = precision_arrays([r.formats for r in rows], gs, [r.kv for r in rows])
     col = lambda k: np.array([float(getattr(getattr(r, side), k)) for r in rows])  # noqa: E731
     mem_gib = [r.hardware.memory_gib for r in rows]
-    limit = np.array([float(E.DEFAULTS[r.engine].max_batch(m)) for r, m in zip(rows, mem_gib)])
-    chunk = np.array([E.DEFAULTS[r.engine].chunk_tokens(m) for r, m in zip(rows, mem_gib)])
+    limit = np.array([float(E.DEFAULTS[r.engine].max_batch(m, r.hardware.name)) for r, m in zip(rows, mem_gib)])
+    chunk = np.array([E.DEFAULTS[r.engine].chunk_tokens(m, r.hardware.name) for r, m in zip(rows, mem_gib)])
     pools = np.zeros(len(rows))
     for engine in ENGINES:
         idx = np.array([r.engine == engine for r in rows])

@@ -93,14 +93,15 @@ def silicon_rows(rows: Sequence[SiliconRow]) -> Rows:
     p = {f"p_{k}": col("prefill", k) for k in ("workers", "tp", "pp", "dp", "ep")}
     fam = [E.DEFAULTS[r.engine] for r in rows]
     mem_gib = np.array([r.hardware.memory_gib for r in rows])
-    limit = np.array([float(f.max_batch(m)) for f, m in zip(fam, mem_gib)])
+    limit = np.array([float(f.max_batch(m, r.hardware.name)) for f, m, r in zip(fam, mem_gib, rows)])
     # the KV pool under each engine's default memory rule, as `autotune predict` takes it (rows it cannot
     # hold one sequence in are skipped when read: silicon.read_silicon_rows)
     pools = default_pools(rows)
     return Rows(a=a, g=g, q=q, disagg=np.array([float(r.mode == "disagg") for r in rows]), **p, **d,
                 load=np.full(len(rows), LOAD_CONCURRENCY), I=np.array([float(r.input_len) for r in rows]),
                 O=np.array([float(r.output_len) for r in rows]), C=np.array([r.concurrency for r in rows]),
-                lam=np.zeros(len(rows)), chunk=np.array([f.prefill_chunk(m, dp) for f, m, dp in zip(fam, mem_gib, p["p_dp"])]),
+                lam=np.zeros(len(rows)), chunk=np.array([f.prefill_chunk(m, dp, r.hardware.name)
+                                                for f, m, dp, r in zip(fam, mem_gib, p["p_dp"], rows)]),
                 mixed=np.array([float(f.mixed_prefill) for f in fam]),
                 limit=limit, kv_pool=pools, n=len(rows), lockstep=np.array([float(f.adp_lockstep) for f in fam]),
                 balance_iters=np.array([f.adp_balance_timeout_iters for f in fam]),

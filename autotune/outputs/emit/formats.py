@@ -316,7 +316,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                        max_model_len=max_model_len, model_path=model_path, checkpoint=checkpoint,
                        fp4_cores=hw.supports("fp4"), memory_fraction=knob,
                        prefill_memory_fraction=prefill_knob,
-                       prefill_tokens=int(DEFAULTS[format].chunk_tokens(hw.memory_gib)), estimate=shown,
+                       prefill_tokens=int(DEFAULTS[format].chunk_tokens(hw.memory_gib, hw.name)), estimate=shown,
                        engine_note=note, remote_code=needs_remote_code(model, model_path), load=workload.load_text)
     return SERVING_EMITTERS[format](ctx), mine
 
