@@ -343,8 +343,16 @@ def plan_capacity_search(request: CapacitySearch, progress: Progress | None = No
     given, settings = request.request, request.settings
     names = cap.split_hardware(given.hardware)
     # what is wrong with what was given first (an unknown profile, a bad --deadline), then what is missing
+    loaded: list[tuple[str, Hardware]] = []
     for name in names:
-        load_hardware(name)
+        hardware = load_hardware(name)
+        # an alias beside its profile's name ('b200,b200-sxm-180gb'), or a copy of a bundled profile beside its
+        # name, is one GPU: its rows would be searched and listed twice
+        twin = next((earlier for earlier, other in loaded if other == hardware), None)
+        if twin is not None:
+            raise InputError(f"each profile may appear once, but got ({twin!r} and {name!r}, both the profile "
+                             f"{hardware.name}); drop one of them", field="--hardware")
+        loaded.append((name, hardware))
     deadline_days = cap.parse_duration_days(request.deadline)
     if given.tokens is None:
         raise InputError("capacity planning needs the training budget, e.g. --tokens 1.5e12", field="--tokens")
