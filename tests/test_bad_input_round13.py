@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,33 @@ def test_a_capacity_list_of_an_edited_copy_beside_its_bundled_profile_is_still_s
     result = CliRunner().invoke(app, ["search", "-H", f"{edited},h100-sxm5-80gb", *CAPACITY])
     assert result.exit_code == 0, result.output
     assert "each profile may appear once" not in result.output
+
+
+def _bench(tmp_path: Path, line: str) -> list[str]:
+    script = tmp_path / "bench.py"
+    script.write_text(f"print({line!r})\n")
+    return [sys.executable, str(script)]
+
+
+@pytest.mark.parametrize("line", [
+    '{"oom": "no", "tokens_per_s_per_gpu": 3000}',   # was recorded as a measurement of 3,000 tokens/s/GPU
+    '{"oom": "true", "tokens_per_s_per_gpu": 3000}',  # likewise, though it says the run ran out of memory
+    '{"oom": 1}',                                     # was failed for a missing throughput
+])
+def test_a_benchmark_oom_that_is_not_a_json_boolean_fails_the_trial_naming_it(tmp_path, line):
+    from autotune.search.tune import run_benchmark
+
+    measured = run_benchmark(_bench(tmp_path, line), {"tp": 1}, timeout_s=30)
+    assert measured.status == "failed", measured
+    assert "oom must be true or false" in measured.reason and "but got" in measured.reason
+
+
+@pytest.mark.parametrize("line, status", [
+    ('{"oom": true}', "infeasible"),
+    ('{"oom": false, "tokens_per_s_per_gpu": 3000}', "ok"),
+    ('{"oom": null, "tokens_per_s_per_gpu": 3000}', "ok"),
+])
+def test_a_benchmark_oom_boolean_is_still_read(tmp_path, line, status):
+    from autotune.search.tune import run_benchmark
+
+    assert run_benchmark(_bench(tmp_path, line), {"tp": 1}, timeout_s=30).status == status

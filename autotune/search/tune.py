@@ -166,7 +166,11 @@ def _result_from_json(data: Any) -> tuple[float | None, float | None, bool, str]
     """(tokens/s/GPU, peak GiB, oom, problem) from a result object."""
     if not isinstance(data, dict):
         return None, None, False, "the result is not a JSON object"
-    if data.get("oom") is True:
+    oom = data.get("oom")
+    if oom is not None and not isinstance(oom, bool):
+        # "oom": "no" was read as no marker and "oom": 1 or "true" as a missing throughput: say what JSON takes
+        return None, None, False, f"oom must be true or false (JSON booleans), but got {oom!r}"
+    if oom is True:
         return None, None, True, ""
     value = data.get("tokens_per_s_per_gpu")
     if not is_finite_number(value) or value <= 0:
