@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -68,3 +69,35 @@ def test_a_benchmark_oom_boolean_is_still_read(tmp_path, line, status):
     from autotune.search.tune import run_benchmark
 
     assert run_benchmark(_bench(tmp_path, line), {"tp": 1}, timeout_s=30).status == status
+
+
+def _gpt_oss(tmp_path: Path, **fields) -> Path:
+    config = json.loads((HF / "openai--gpt-oss-120b.json").read_text())
+    config.update(fields)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize("value, says", [
+    (8, "must equal num_experts_per_tok"),  # 4 routed per token is what num_experts_per_tok states
+    (0, "must equal num_experts_per_tok"),
+    ("abc", "must be an integer"),
+    (1e30, "must be an integer"),
+])
+def test_a_gpt_oss_experts_per_token_that_disagrees_is_refused(tmp_path, value, says):
+    """gpt-oss states its top-k twice; an edit to experts_per_token was ignored and num_experts_per_tok planned."""
+    path = _gpt_oss(tmp_path, experts_per_token=value)
+    serve = ["search", "--workload", "serve", "-m", str(path), "-H", "h200-sxm-141gb", "--gpus", "8",
+             "--input-len", "512", "--output-len", "128"]
+    for command in (["models", "show", str(path)], serve):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert "config.json" in result.output and "field 'experts_per_token'" in result.output
+        assert says in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("fields", [{"experts_per_token": 4}, {"experts_per_token": None}])
+def test_a_gpt_oss_config_whose_top_k_agrees_or_is_left_out_is_read(tmp_path, fields):
+    result = CliRunner().invoke(app, ["models", "show", str(_gpt_oss(tmp_path, **fields))])
+    assert result.exit_code == 0, result.output

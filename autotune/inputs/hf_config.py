@@ -602,6 +602,14 @@ def _minimax_m2_extras(config: dict, source: str) -> dict:
 def _moe(config: dict, model_type: str, source: str) -> dict | None:
     if model_type in ("mixtral", "gpt_oss", "minimax_m2"):  # every layer MoE, experts as wide as intermediate_size
         experts, top_k = _expert_pair(config, "num_local_experts", source)
+        if model_type == "gpt_oss" and config.get("experts_per_token") is not None:
+            # gpt-oss states its top-k twice (experts_per_token for OpenAI's own code, num_experts_per_tok for
+            # transformers and the engines); an edit to one of them was ignored while the other was planned
+            stated = loading.integer(config, "experts_per_token", source=source, minimum=0)
+            if stated != top_k:
+                raise InputError(f"experts_per_token must equal num_experts_per_tok, but got (experts_per_token="
+                                 f"{stated}, num_experts_per_tok={top_k}); set both to the experts each token is "
+                                 "routed to", source=source, field="experts_per_token")
         if not experts:
             return None
         moe = {
