@@ -101,3 +101,22 @@ def test_a_gpt_oss_experts_per_token_that_disagrees_is_refused(tmp_path, value, 
 def test_a_gpt_oss_config_whose_top_k_agrees_or_is_left_out_is_read(tmp_path, fields):
     result = CliRunner().invoke(app, ["models", "show", str(_gpt_oss(tmp_path, **fields))])
     assert result.exit_code == 0, result.output
+
+
+def test_a_remedy_below_one_token_per_second_is_not_written_as_zero(tmp_path):
+    """A model of 100,000 layers fits on 4,096 GPUs at a fraction of a token/s/GPU; the remedy said 'best 0'."""
+    config = json.loads((ROOT / "tests" / "data" / "hf_configs" / "Meta-Llama-3-8B" / "config.json").read_text())
+    config["num_hidden_layers"] = 100_000
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = CliRunner().invoke(app, ["search", "-m", str(path), "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096",
+                                      "-b", "16"])
+    assert result.exit_code == 1, result.output
+    assert "more GPUs (--gpus" in result.output and "fits, best 0 tokens" not in result.output
+    assert "Traceback" not in result.output
+
+
+def test_remedy_rates_keep_two_digits_below_ten():
+    from autotune.search.diagnose import _rate
+
+    assert _rate(0.1234) == "0.12" and _rate(3.456) == "3.5" and _rate(9_229.4) == "9,229"

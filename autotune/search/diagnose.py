@@ -101,7 +101,7 @@ def diagnose(problem: TrainingProblem, rejected: dict[str, int], *, sampler: str
     capacity = problem.cluster.hardware.memory_gib
     if sampler != "exact" and best > 0:
         binding = (f"the {sampler} sampler tried only {evaluations:,} plan{'s' if evaluations != 1 else ''}, none of "
-                   f"which fits; the space holds {valid:,} valid plans, and some fit (best {best:,.0f} tokens/s/GPU)")
+                   f"which fits; the space holds {valid:,} valid plans, and some fit (best {_rate(best)} tokens/s/GPU)")
         return Diagnosis(binding, [f"more trials (--trials {max(200, 10 * evaluations):,})",
                                    "every plan of the space (--sampler exact)"])
     if valid == 0:
@@ -157,17 +157,23 @@ def diagnose(problem: TrainingProblem, rejected: dict[str, int], *, sampler: str
     for label, alternative in candidates:
         _, low, best = _best_fit(alternative)
         if best > 0:
-            fixes.append(f"{label}: fits, best {best:,.0f} tokens/s/GPU")
+            fixes.append(f"{label}: fits, best {_rate(best)} tokens/s/GPU")
     # The fewest GPUs that fit with this space, doubling up to 1024x.
     for doublings in range(1, 11):
         n = problem.cluster.n_gpus * 2**doublings
         _, _, best = _best_fit(_with_gpus(problem, n))
         if best > 0:
-            fixes.append(f"more GPUs (--gpus {n}): fits, best {best:,.0f} tokens/s/GPU")
+            fixes.append(f"more GPUs (--gpus {n}): fits, best {_rate(best)} tokens/s/GPU")
             break
     if not fixes:
         fixes.append("a GPU with more memory (see `autotune hardware list`), or a smaller model")
     return Diagnosis(binding, fixes)
+
+
+def _rate(tokens_per_s: float) -> str:
+    """A throughput for a remedy: whole tokens/s, or two significant digits below 10 (a model of 100,000 layers
+    fits on more GPUs at 0.04 tokens/s/GPU, which whole numbers wrote as 'best 0')."""
+    return f"{tokens_per_s:,.0f}" if tokens_per_s >= 10 else f"{tokens_per_s:.2g}"
 
 
 def top_rejection(problem: TrainingProblem, rejected: dict[str, int]) -> str:
