@@ -120,3 +120,27 @@ def test_remedy_rates_keep_two_digits_below_ten():
     from autotune.search.diagnose import _rate
 
     assert _rate(0.1234) == "0.12" and _rate(3.456) == "3.5" and _rate(9_229.4) == "9,229"
+
+
+@pytest.mark.parametrize("value", ["false", "true", 0, 1])
+def test_a_minimax_use_mtp_that_is_not_a_boolean_is_refused(tmp_path, value):
+    """`"use_mtp": "false"` was truthy and planned the MTP modules it meant to leave out."""
+    config = json.loads((ROOT / "tests" / "data" / "hf_configs" / "MiniMax-M2.5" / "config.json").read_text())
+    config["use_mtp"] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = CliRunner().invoke(app, ["models", "show", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "config.json" in result.output and "field 'use_mtp'" in result.output and "true or false" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("value, layers", [(True, 3), (False, 0), (None, 0)])
+def test_a_minimax_use_mtp_boolean_or_null_is_read(tmp_path, value, layers):
+    from autotune.inputs.modelspec import load_model
+
+    config = json.loads((ROOT / "tests" / "data" / "hf_configs" / "MiniMax-M2.5" / "config.json").read_text())
+    config["use_mtp"] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert load_model(str(path)).mtp_layers == layers

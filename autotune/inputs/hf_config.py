@@ -590,7 +590,8 @@ def _minimax_m2_extras(config: dict, source: str) -> dict:
         raise InputError("lightning (linear) attention layers of MiniMax-01/M1 cannot be expressed; "
                          "write a model spec YAML instead; see profiles/models/", source=source, field="attn_type_list")
     out: dict = {}
-    if config.get("use_mtp"):
+    # a boolean: "use_mtp": "false" (a string) was truthy and planned the MTP modules it meant to leave out
+    if loading.boolean(config, "use_mtp", source=source, default=False):
         per_module = loading.integer(config, "mtp_transformer_layers", source=source, default=1)
         if per_module != 1:
             raise InputError(f"MTP modules of more than one transformer layer cannot be expressed, but got {per_module}",
