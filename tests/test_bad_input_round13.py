@@ -144,3 +144,36 @@ def test_a_minimax_use_mtp_boolean_or_null_is_read(tmp_path, value, layers):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     assert load_model(str(path)).mtp_layers == layers
+
+
+@pytest.mark.parametrize("fields, field", [
+    ({"use_qk_norm": "true"}, "use_qk_norm"),            # a string was read as no QK norm at all
+    ({"qk_norm_type": "per_token"}, "qk_norm_type"),     # neither kind: likewise dropped
+    ({"use_routing_bias": "yes"}, "use_routing_bias"),
+])
+def test_a_minimax_qk_norm_or_routing_bias_that_is_not_what_hf_takes_is_refused(tmp_path, fields, field):
+    config = json.loads((ROOT / "tests" / "data" / "hf_configs" / "MiniMax-M2.5" / "config.json").read_text())
+    config.update(fields)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = CliRunner().invoke(app, ["models", "show", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "config.json" in result.output and f"field '{field}'" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("fields, per_layer, per_head", [
+    ({}, True, False),                                        # the published config: per_layer
+    ({"qk_norm_type": "per_head"}, False, True),
+    ({"qk_norm_type": None}, False, True),                    # HF's default kind
+    ({"use_qk_norm": False, "qk_norm_type": "anything"}, False, False),  # no norm: its kind is not read
+])
+def test_a_minimax_qk_norm_as_hf_writes_it_is_read(tmp_path, fields, per_layer, per_head):
+    from autotune.inputs.modelspec import load_model
+
+    config = json.loads((ROOT / "tests" / "data" / "hf_configs" / "MiniMax-M2.5" / "config.json").read_text())
+    config.update(fields)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    spec = load_model(str(path))
+    assert spec.qk_norm_per_layer is per_layer and spec.qk_layernorm is per_head

@@ -218,10 +218,16 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
         spec["rope_scaling"] = kind
     # Megatron's --qk-layernorm normalises each head; MiniMax-M2's qk_norm_type "per_layer" normalises all heads
     # together, which it cannot state (recorded, and said in the launch file's header)
-    if model_type in QK_NORM_TYPES or (config.get("use_qk_norm") is True
-                                       and config.get("qk_norm_type", "per_head") == "per_head"):
+    # (booleans and names checked: "use_qk_norm": "true" or a qk_norm_type of neither kind planned no norm at all,
+    # and the launch file left --qk-layernorm out)
+    qk_norm = loading.boolean(config, "use_qk_norm", source=source, default=False)
+    qk_norm_type = config.get("qk_norm_type")
+    if qk_norm and qk_norm_type is not None and qk_norm_type not in ("per_head", "per_layer"):
+        raise InputError(f"must be per_head or per_layer, but got (qk_norm_type={qk_norm_type!r})", source=source,
+                         field="qk_norm_type")
+    if model_type in QK_NORM_TYPES or (qk_norm and qk_norm_type in (None, "per_head")):
         spec["qk_layernorm"] = True
-    elif config.get("use_qk_norm") is True and config.get("qk_norm_type") == "per_layer":
+    elif qk_norm and qk_norm_type == "per_layer":
         spec["qk_norm_per_layer"] = True
     # RoPE on part of each head (MiniMax-M2's rotary_dim 64 of 128; partial_rotary_factor elsewhere): Megatron's
     # --rotary-percent.  MLA states its RoPE part apart (qk_rope_head_dim).
@@ -247,7 +253,7 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
         if score in ROUTER_SCORES:
             moe["router_score"] = score
         # DeepSeek's topk_method noaux_tc and MiniMax-M2's use_routing_bias: an expert bias on sigmoid scores
-        if score == "sigmoid" and (config.get("topk_method") == "noaux_tc" or config.get("use_routing_bias") is True):
+        if score == "sigmoid" and (config.get("topk_method") == "noaux_tc" or loading.boolean(config, "use_routing_bias", source=source, default=False)):
             moe["router_expert_bias"] = True
         scale = loading.number(config, "routed_scaling_factor", source=source, default=None, maximum=1e3)
         if scale is not None and scale != 1.0:
