@@ -253,7 +253,8 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
         if score in ROUTER_SCORES:
             moe["router_score"] = score
         # DeepSeek's topk_method noaux_tc and MiniMax-M2's use_routing_bias: an expert bias on sigmoid scores
-        if score == "sigmoid" and (config.get("topk_method") == "noaux_tc" or loading.boolean(config, "use_routing_bias", source=source, default=False)):
+        routing_bias = loading.boolean(config, "use_routing_bias", source=source, default=False)
+        if score == "sigmoid" and (config.get("topk_method") == "noaux_tc" or routing_bias):
             moe["router_expert_bias"] = True
         scale = loading.number(config, "routed_scaling_factor", source=source, default=None, maximum=1e3)
         if scale is not None and scale != 1.0:
