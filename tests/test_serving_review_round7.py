@@ -133,3 +133,43 @@ def test_vllm_on_an_a100_takes_its_small_defaults():
                                  "1", "--input-len", "1000", "--output-len", "100"])
     assert result.exit_code == 0, result.output
     assert "--max-num-seqs 256" in result.stdout and "--max-num-batched-tokens 2048" in result.stdout
+
+
+def test_sglang_reserve_follows_its_memory_hook_for_each_kind_of_server():
+    """Hand-checked against SGLang 0.5.23's arg_groups/memory_hook.py, for DeepSeek-V3 (MLA) at DP8 EP8 with DeepEP on
+    a 180 GiB GPU, 64 sequences a rank, a 16,384-token prefill budget (MiB): 512 + 1.5 x 16,384 + 1,024 (8 GPUs of
+    --tp-size) + 2 x 64 and 3 x 64 x 8 (decode graphs, attention DP) + 1,536 (MLA prefill graphs) = 29,312, then
+    2,048 for DeepEP's buffers = 31,360.  A prefill server captures no decode graphs and has no DeepEP decode buffers
+    (27,648); a decode server runs no prefill chunk (its graphs' 2,048-token floor: 512 + 3,072 + 1,024 + 128 +
+    1,536 = 6,272, raised to the 10 GiB floor, + 2,048)."""
+    from autotune.serving.engines import GIB, MIB, ROLE_AGG, ROLE_DECODE, ROLE_PREFILL, sglang_reserved_bytes
+
+    def mib(role, ep=8.0, mla=True):
+        return float(sglang_reserved_bytes(16384.0, 1.0, 1.0, 8.0, 64.0, 180 * GIB, True, ep=ep, mla=mla,
+                                           role=role)) / MIB
+
+    assert mib(ROLE_AGG) == 31360.0
+    assert mib(ROLE_PREFILL) == 27648.0
+    assert mib(ROLE_DECODE) == 10240.0 + 2048.0
+    assert mib(ROLE_AGG, ep=4.0) == 29312.0  # ep below tp*dp: SGLang's default all-to-all, no DeepEP buffers
+    assert mib(ROLE_AGG, mla=False) == 31360.0 - 1536.0
+
+
+def test_sglang_attention_dp_servers_capture_graphs_for_the_batch_a_rank_runs():
+    """Under attention DP SGLang caps its decode graphs (512 sequences a rank on a B200) by the whole server's
+    --max-running-requests, so a rank running 64 would capture graphs, and reserve memory, for 512: the launch file
+    pins them at 64 with --cuda-graph-max-bs-decode, as the estimate counts them; not past the default, not for a
+    prefill server."""
+    def emitted(plan, gpus=8):
+        result = runner.invoke(app, ["emit", plan, "-f", "sglang", "-m", "deepseek-v3", "-H", "b200-sxm-180gb",
+                                     "--gpus", str(gpus), "--input-len", "1024", "--output-len", "256",
+                                     "--checkpoint", "fp8"])
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    assert "--cuda-graph-max-bs-decode 64" in emitted("tp=1,dp=8,ep=8,weights=fp8,kv=fp8,max_batch=512")
+    assert "--cuda-graph-max-bs-decode" not in emitted("tp=1,dp=8,ep=8,weights=fp8,kv=fp8,max_batch=4096")
+    assert "--cuda-graph-max-bs-decode" not in emitted("tp=8,ep=8,weights=fp8,kv=fp8,max_batch=64")
+    disagg = emitted("prefill_tp=1,prefill_dp=8,prefill_ep=8,decode_tp=1,decode_dp=8,decode_ep=8,weights=fp8,"
+                     "kv=fp8,max_batch=256", gpus=16)
+    assert disagg.count("--cuda-graph-max-bs-decode 32") == 1  # the decode server's, not the prefill server's

@@ -320,17 +320,52 @@ def runtime_bytes(tp, pp, dp, ep):
     return 0.75 * GIB + np.where(parallel, 0.5 * GIB, 0.0) + np.where((dp > 1) & (ep > 1), 1.0 * GIB, 0.0)
 
 
-def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, moe=True):
-    """SGLang 0.5.23's own default reserve (memory_hook.py), in bytes.  Its ``tp_size`` is the engine's
-    ``--tp-size``: tp*dp with attention DP (a MoE engine's dp), but tp for a dense engine's ``--dp-size``, whose
-    ranks are separate schedulers, each with the server's arguments and without the attention-DP term."""
+# Which engines of a plan a memory budget is for: an aggregated engine, or a disaggregated plan's prefill or decode
+# engines (SGLang reserves for each differently: a prefill server captures no decode graphs)
+ROLE_AGG, ROLE_PREFILL, ROLE_DECODE = 0.0, 1.0, 2.0
+
+
+def sglang_graph_batch(tp, dp, max_batch, memory_bytes, moe=True):
+    """The largest decode batch a rank's CUDA graphs capture (SGLang 0.5.23, arg_groups/memory_hook.py): 512 on GPUs
+    of 160 GiB or more, else 256 under 4 GPUs of ``--tp-size`` and 512 from 4, capped by the sequences a rank runs
+    (the launch files pin it there with ``--cuda-graph-max-bs-decode`` under attention DP, whose default cap is the
+    whole server's ``--max-running-requests``)."""
     attn_dp = (np.asarray(dp) > 1) & np.asarray(moe, dtype=bool)
     tp_size = np.where(attn_dp, tp * dp, tp)
-    graph_bs = np.minimum(np.where(memory_bytes >= 160 * GIB, 512.0, np.where(tp_size < 4, 256.0, 512.0)),
-                          np.maximum(max_batch, 1.0))
-    mib = 512.0 + np.maximum(chunk, 2048.0) * 1.5 + tp_size * pp / 8.0 * 1024.0 + graph_bs * 2.0
-    mib = mib + np.where(attn_dp, graph_bs * dp * 3.0, 0.0)
+    default = np.where(memory_bytes >= 160 * GIB, 512.0, np.where(tp_size < 4, 256.0, 512.0))
+    return np.minimum(default, np.maximum(max_batch, 1.0))
+
+
+def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, moe=True, *, ep=1.0, mla=False,
+                          role=ROLE_AGG):
+    """SGLang 0.5.23's own default reserve (arg_groups/memory_hook.py: handle_gpu_memory_settings,
+    reserve_for_graph_mb, reserve_for_deepep_a2a_mb), in bytes, for the engines of ``role``.  Its ``tp_size`` is the
+    engine's ``--tp-size``: tp*dp with attention DP (a MoE engine's dp), but tp for a dense engine's ``--dp-size``,
+    whose ranks are separate schedulers, each with the server's arguments and without the attention-DP term.
+    ``max_batch`` is a rank's batch limit.
+
+    512 MiB, 1.5 MiB per activation token (the chunked-prefill budget; a decode server's graph batch), 1 GiB
+    per 8 GPUs of ``--tp-size``; decode graphs 2 MiB per captured sequence, with attention DP 3 MiB per sequence of
+    every DP rank; prefill graphs 1.5 GiB for MLA models; at least 10 GiB on GPUs over
+    60 GiB; then 2 GiB for DeepEP's buffers on engines that decode."""
+    attn_dp = (np.asarray(dp) > 1) & np.asarray(moe, dtype=bool)
+    tp_size = np.where(attn_dp, tp * dp, tp)
+    role = np.asarray(role, dtype=np.float64)
+    decodes = role != ROLE_PREFILL
+    graph_bs = sglang_graph_batch(tp, dp, max_batch, memory_bytes, moe)
+    # a decode server runs no prefill chunk: SGLang sizes its activations by the running requests, or without
+    # --max-running-requests by the graphs' batch (the default this takes; the launch files state the limit, and
+    # their memory fraction, which SGLang then keeps, counts the decode batch's activations, not the limit's)
+    tokens = np.where(role == ROLE_DECODE, np.maximum(graph_bs, 2048.0), np.maximum(chunk, 2048.0))
+    mib = 512.0 + tokens * 1.5 + tp_size * pp / 8.0 * 1024.0
+    # (SGLang adds 1.5 MiB more past 300 sequences, but DeepSeek-R1 ran at DP72 on GB200 with 512-sequence graphs,
+    # where that rule leaves its weights no room: the measured runs bound what is reserved, not the heuristic)
+    per_dp_rank = graph_bs * dp * 3.0
+    mib = mib + np.where(decodes, graph_bs * 2.0 + np.where(attn_dp, per_dp_rank, 0.0), 0.0)
+    mib = mib + np.where((role != ROLE_DECODE) & np.asarray(mla, dtype=bool), 1.5 * 1024.0, 0.0)
     mib = np.where(memory_bytes > 60 * GIB, np.maximum(mib, 10 * 1024.0), mib)
+    deepep = attn_dp & (np.asarray(ep) > 1) & (np.asarray(ep) == tp * dp)  # the launch files' DeepEP rule
+    mib = mib + np.where(deepep & decodes, 2.0 * 1024.0, 0.0)
     return mib * MIB
 
 
@@ -363,11 +398,13 @@ def check_memory_fraction(value) -> float:
     return round(f, 3)
 
 
-def memory_budget(engine: str, a, q, g, tp, pp, dp, ep, max_batch, chunk, *, fraction=None) -> MemoryBudget:
+def memory_budget(engine: str, a, q, g, tp, pp, dp, ep, max_batch, chunk, *, fraction=None,
+                  role=ROLE_AGG) -> MemoryBudget:
     """The KV pool an engine allots on each GPU, with the parts of its budget.
 
     ``fraction`` overrides the knob (vLLM gpu-memory-utilization, SGLang mem-fraction-static,
-    TensorRT-LLM free_gpu_memory_fraction); default: the engine's default (SGLang: its computed one).
+    TensorRT-LLM free_gpu_memory_fraction); default: the engine's default (SGLang: its computed one, for the
+    engines of ``role``: ROLE_AGG, ROLE_PREFILL or ROLE_DECODE, per row).
     """
     fam = engine_family(engine)
     M = g["mem"]
@@ -377,7 +414,8 @@ def memory_budget(engine: str, a, q, g, tp, pp, dp, ep, max_batch, chunk, *, fra
     rt = runtime_bytes(tp, pp, dp, ep)
     if fam == "sglang":
         if fraction is None:
-            reserved = np.maximum(sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, M, a["E"] > 0), act + graphs + rt)
+            reserved = np.maximum(sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, M, a["E"] > 0, ep=ep,
+                                                        mla=a["mla"] > 0, role=role), act + graphs + rt)
             fraction = np.floor((M - reserved) / M * 1000.0) / 1000.0
         knob = np.asarray(fraction, dtype=np.float64) + 0.0 * M
         pool = knob * M - w

@@ -736,8 +736,9 @@ def engine_memory(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, eng
     cols = {k: getattr(plans, f"{side}_{k}").astype(np.float64) for k in ("tp", "pp", "dp", "ep")}
     per_rank = plans.max_batch / cols["dp"]
     chunk = E.DEFAULTS[E.engine_family(engine)].chunk_tokens(cluster.hardware.memory_gib, cluster.hardware.name)
+    role = np.where(plans.disagg > 0, E.ROLE_PREFILL if side == "p" else E.ROLE_DECODE, E.ROLE_AGG)
     return E.memory_budget(engine, a, q, g, cols["tp"], cols["pp"], cols["dp"], cols["ep"], per_rank, chunk,
-                           fraction=fraction)
+                           fraction=fraction, role=role)
 
 
 def kv_bytes_per_token(model: ModelSpec, kv: str) -> float:

@@ -579,6 +579,8 @@ def default_pools(rows, side: str = "decode") -> np.ndarray:
     mem_gib = [r.hardware.memory_gib for r in rows]
     limit = np.array([float(E.DEFAULTS[r.engine].max_batch(m, r.hardware.name)) for r, m in zip(rows, mem_gib)])
     chunk = np.array([E.DEFAULTS[r.engine].chunk_tokens(m, r.hardware.name) for r, m in zip(rows, mem_gib)])
+    role = np.array([E.ROLE_AGG if r.mode != "disagg" else E.ROLE_PREFILL if side == "prefill" else E.ROLE_DECODE
+                     for r in rows])
     pools = np.zeros(len(rows))
     for engine in ENGINES:
         idx = np.array([r.engine == engine for r in rows])
@@ -586,7 +588,7 @@ def default_pools(rows, side: str = "decode") -> np.ndarray:
             continue
         sub = lambda d: {k: (v[idx] if isinstance(v, np.ndarray) else v) for k, v in d.items()}  # noqa: E731
         mem = E.memory_budget(engine, sub(a), sub(q), sub(g), col("tp")[idx], col("pp")[idx], col("dp")[idx],
-                              col("ep")[idx], limit[idx], chunk[idx])
+                              col("ep")[idx], limit[idx], chunk[idx], role=role[idx])
         pools[idx] = mem.kv_pool
     return pools
 

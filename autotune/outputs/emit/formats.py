@@ -317,7 +317,8 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                        fp4_cores=hw.supports("fp4"), memory_fraction=knob,
                        prefill_memory_fraction=prefill_knob,
                        prefill_tokens=int(DEFAULTS[format].chunk_tokens(hw.memory_gib, hw.name)), estimate=shown,
-                       engine_note=note, remote_code=needs_remote_code(model, model_path), load=workload.load_text)
+                       engine_note=note, remote_code=needs_remote_code(model, model_path), load=workload.load_text,
+                       gpu_memory_gib=hw.memory_gib)
     return SERVING_EMITTERS[format](ctx), mine
 
 

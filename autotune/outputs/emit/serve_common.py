@@ -55,6 +55,7 @@ class ServeContext:
     estimate: Mapping | None = None
     engine_note: str = ""
     load: str = ""  # the load the estimate is for, in words (ServeWorkload.load_text)
+    gpu_memory_gib: float | None = None  # the GPU's memory (SGLang sizes its default CUDA-graph batch by it)
 
     @property
     def context_length(self) -> int:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ...errors import InputError
-from ...serving.engines import DEEPEP_LL_MAX_TOKENS, redundant_experts
+from ...serving.engines import DEEPEP_LL_MAX_TOKENS, GIB, redundant_experts, sglang_graph_batch
 from ...serving.checkpoint import checkpoint_format, how
 from . import shell
 from .serve_common import (
@@ -135,6 +135,15 @@ def sglang_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[E
     # max_running_requests // attn_dp_size), while each of a dense --dp-size's replicas admits the whole flag
     dense_dp = not (ctx.model.is_moe and pool.dp > 1) and pool.dp > 1
     groups.append(("--max-running-requests", max(p.max_batch // pool.dp, 1) if dense_dp else p.max_batch))
+    if ctx.model.is_moe and pool.dp > 1 and slot.role != "prefill" and ctx.gpu_memory_gib:
+        # SGLang captures decode graphs up to 512 sequences a rank (256 on smaller GPUs and engines), capped under
+        # attention DP by the whole server's --max-running-requests, not a rank's share: a rank running fewer would
+        # capture graphs, and reserve 3 MiB per sequence of every DP rank, for batches it never runs.  Pinned at the
+        # rank's batch, as the estimate and its memory fraction count them (engines.sglang_reserved_bytes)
+        per_rank = -(-p.max_batch // pool.dp)
+        memory = ctx.gpu_memory_gib * GIB
+        if per_rank < int(sglang_graph_batch(pool.tp, pool.dp, 1e9, memory)):
+            groups.append(("--cuda-graph-max-bs-decode", per_rank))
     if ctx.prefill_tokens:
         groups.append(("--chunked-prefill-size", ctx.prefill_tokens))
     groups.append(("--context-length", ctx.context_length))
