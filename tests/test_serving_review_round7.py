@@ -173,3 +173,18 @@ def test_sglang_attention_dp_servers_capture_graphs_for_the_batch_a_rank_runs():
     disagg = emitted("prefill_tp=1,prefill_dp=8,prefill_ep=8,decode_tp=1,decode_dp=8,decode_ep=8,weights=fp8,"
                      "kv=fp8,max_batch=256", gpus=16)
     assert disagg.count("--cuda-graph-max-bs-decode 32") == 1  # the decode server's, not the prefill server's
+
+
+@pytest.mark.parametrize("engine, said", [
+    ("vllm", "per GPU within the vllm budget of"),
+    ("sglang", "per GPU of the GPU's 80.0 GiB (--mem-fraction-static"),
+    ("trtllm", "per GPU of the GPU's 80.0 GiB (kv_cache_config.free_gpu_memory_fraction 0.9 sizes the KV cache)"),
+])
+def test_predict_says_what_the_engines_memory_flag_governs_as_search_does(engine, said):
+    """predict's memory sentence read 'of the engine's 80.0 (--mem-fraction-static 0.825)', the misreading the
+    search's best line no longer makes: both now say it one way."""
+    result = runner.invoke(app, ["predict", "-m", "llama3.1-8b", "-H", "h100-sxm5-80gb", "--gpus", "1", "--workload",
+                                 "serve", "--engine", engine, "-p", "tp=1", "--input-len", "1024", "--output-len", "128"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert said in text and "of the engine's" not in text, text

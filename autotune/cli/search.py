@@ -854,7 +854,6 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
                  highlight=False)
     stdout.print(f"[dim]engine {engine}: {note}; checkpoint {ckpt}[/]", highlight=False, soft_wrap=True)
     mem = e["memory_breakdown_gib"]
-    flag = memory_flag_text(e["engine_memory_flag"])
     num = tables.number_text
     # a disaggregated plan's headline is the fuller pool's GPU (as search ranks and explain shows), its parts the
     # decode GPU's: each said, with both pools' totals
@@ -866,8 +865,8 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
                  if workload.output_len == 1 else tables.latency_text(e['tpot_ms'], 1))
     stdout.print(f"{num(e['output_tokens_per_s'], ',.0f')} output tokens/s ({num(e['output_tokens_per_s_per_gpu'], ',.0f')} "
                  f"per GPU, {e['tokens_per_s_per_user']:,.1f} per user); TTFT {tables.latency_text(e['ttft_ms'])}, TPOT "
-                 f"{tpot_text}; {batch_text(e['batch'], e['max_batch_fit'])}; memory {e['memory_gib_per_gpu']:.1f} GiB per GPU of the engine's "
-                 f"{e['memory_budget_gib']:.1f} ({flag}){parts_of}: weights {mem['weights']:.1f}, KV {mem['kv_cache']:.1f} "
+                 f"{tpot_text}; {batch_text(e['batch'], e['max_batch_fit'])}; memory {e['memory_gib_per_gpu']:.1f} GiB per GPU "
+                 f"{budget_text(engine, e)}{parts_of}: weights {mem['weights']:.1f}, KV {mem['kv_cache']:.1f} "
                  f"(pool {mem['kv_pool']:.1f}), activations {mem['activations']:.1f}, CUDA graphs "
                  f"{mem['cuda_graphs']:.1f}, runtime {mem['runtime']:.1f}.", highlight=False, soft_wrap=True)
     if e["fits"]:  # a plan that cannot run has no cost to quote
