@@ -188,3 +188,21 @@ def test_predict_says_what_the_engines_memory_flag_governs_as_search_does(engine
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     assert said in text and "of the engine's" not in text, text
+
+
+def test_a_plan_string_that_misses_its_targets_is_not_called_the_closest_plan_found(tmp_path):
+    """With --ttft-ms on a plan string the launch file said the plan 'is the closest plan found, not one that meets
+    them', though no search had looked for one: that clause is a search's plan's only."""
+    given = runner.invoke(app, ["emit", "tp=4", "-f", "vllm", "-m", "llama3.1-70b", "-H", "h100-sxm5-80gb", "--gpus",
+                                "4", "--input-len", "2000", "--output-len", "500", "--concurrency", "16",
+                                "--ttft-ms", "50"])
+    assert given.exit_code == 0, given.output
+    assert "MISSES the targets (TTFT" in given.stdout and "closest plan found" not in given.stdout
+    out = tmp_path / "s"
+    searched = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3.1-8b", "-H", "h100-sxm5-80gb",
+                                   "--gpus", "1", "--input-len", "1024", "--output-len", "128", "--ttft-ms", "1",
+                                   "--top", "1", "--out", str(out)])
+    assert searched.exit_code == 1, searched.output  # nothing meets a TTFT of 1 ms
+    emitted = runner.invoke(app, ["emit", str(out), "-f", "vllm"])
+    assert emitted.exit_code == 0, emitted.output
+    assert "MISSES the targets" in emitted.stdout and "closest plan found" in emitted.stdout

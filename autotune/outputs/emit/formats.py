@@ -230,7 +230,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                   engine_batch_limit: bool = False,
                   memory_fraction: float | None = None,
                   release: str | None = None, workload: Any = None,
-                  params: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+                  params: Any = None, searched: bool = True) -> tuple[dict[str, str], dict[str, Any]]:
     """The launch files of a serve plan for ``vllm`` or ``sglang``, and the plan's estimate on that engine.
 
     The memory flag in the files is the engine budget the plan's batch is checked against here (a plan
@@ -243,6 +243,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     ``workload``: the search's ``ServeWorkload`` (its load and targets), so a plan re-estimated on another engine
     is estimated at the same load and says whether it misses the targets there; None: the lengths alone.
     ``params``: the engine's serving parameters (a --calibration overlay's); None: the shipped ones.
+    ``searched``: the plan is a search's (False: a plan string, which no search found as the closest to the targets).
     """
     from ...inputs.hardware import Cluster, load_hardware
     from ...inputs.workload import ServeWorkload
@@ -318,7 +319,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                        prefill_memory_fraction=prefill_knob,
                        prefill_tokens=int(DEFAULTS[format].chunk_tokens(hw.memory_gib, hw.name)), estimate=shown,
                        engine_note=note, remote_code=needs_remote_code(model, model_path), load=workload.load_text,
-                       gpu_memory_gib=hw.memory_gib)
+                       gpu_memory_gib=hw.memory_gib, searched=searched)
     return SERVING_EMITTERS[format](ctx), mine
 
 

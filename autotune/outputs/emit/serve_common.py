@@ -56,6 +56,7 @@ class ServeContext:
     engine_note: str = ""
     load: str = ""  # the load the estimate is for, in words (ServeWorkload.load_text)
     gpu_memory_gib: float | None = None  # the GPU's memory (SGLang sizes its default CUDA-graph batch by it)
+    searched: bool = True  # the plan is a search's (False: a plan string the user gave, with its own targets)
 
     @property
     def context_length(self) -> int:
@@ -234,9 +235,10 @@ def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[Engin
         lines.append(f"predicted{at}: {number_text(e['output_tokens_per_s'], ',.0f')} output tokens/s in total, TTFT "
                      f"{_ms(e.get('ttft_ms'), '.0f')}, TPOT {_ms(e.get('tpot_ms'), '.1f')} (autotune's analytic serving "
                      f"model); {e.get('memory_gib_per_gpu', 0):.1f} GiB per GPU of the engine's budget")
-        if e.get("misses"):  # the search's best plan when none met the targets: said where the user will look
-            lines.append(f"WARNING: this plan MISSES the targets ({e['misses']}); it is the closest plan found, not "
-                         "one that meets them")
+        if e.get("misses"):  # said where the user will look
+            # a search's plan is the closest it found; a plan string was given, not found, so no search stands behind it
+            closest = "; it is the closest plan found, not one that meets them" if ctx.searched else ""
+            lines.append(f"WARNING: this plan MISSES the targets ({e['misses']}){closest}")
     lines += notes
     if n_nodes > 1:
         lines.append(f"Run this script on each of the {n_nodes} nodes: NODE_RANK=k NODE_ADDRS='addr0 addr1 ...' "
