@@ -145,7 +145,7 @@ def test_sglang_reserve_follows_its_memory_hook_for_each_kind_of_server():
     from autotune.serving.engines import GIB, MIB, ROLE_AGG, ROLE_DECODE, ROLE_PREFILL, sglang_reserved_bytes
 
     def mib(role, ep=8.0, mla=True):
-        return float(sglang_reserved_bytes(16384.0, 1.0, 1.0, 8.0, 64.0, 180 * GIB, True, ep=ep, mla=mla,
+        return float(sglang_reserved_bytes(16384.0, 1.0, 1.0, 8.0, 64.0, 180 * GIB, moe=True, ep=ep, mla=mla,
                                            role=role)) / MIB
 
     assert mib(ROLE_AGG) == 31360.0
@@ -206,3 +206,14 @@ def test_a_plan_string_that_misses_its_targets_is_not_called_the_closest_plan_fo
     emitted = runner.invoke(app, ["emit", str(out), "-f", "vllm"])
     assert emitted.exit_code == 0, emitted.output
     assert "MISSES the targets" in emitted.stdout and "closest plan found" in emitted.stdout
+
+
+def test_sglang_divides_the_prefill_budget_among_attention_dp_ranks_only():
+    """SGLang divides --chunked-prefill-size by the attention-DP width; a dense engine's --dp-size ranks are schedulers
+    of their own, each with the whole budget (8,192 tokens on an 80 GiB GPU)."""
+    from autotune.serving.engines import DEFAULTS
+
+    sglang = DEFAULTS["sglang"]
+    assert float(sglang.prefill_chunk(80.0, 2.0, "h100-sxm5-80gb", moe=True)) == 4096.0
+    assert float(sglang.prefill_chunk(80.0, 2.0, "h100-sxm5-80gb", moe=False)) == 8192.0
+    assert float(DEFAULTS["vllm"].prefill_chunk(80.0, 2.0, "h100-sxm5-80gb", moe=True)) == 8192.0

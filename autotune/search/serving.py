@@ -105,14 +105,7 @@ def with_fit_batches(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, 
         ranks = extra.d_dp.astype(np.int64)
         share = -(-int(workload.concurrency) // np.maximum(engines, 1))
         added.append(extra.with_column("max_batch", np.minimum(fit, -(-share // ranks) * ranks)))
-    extra = ServePlanBatch.from_columns(plans.n_gpus, {k: np.concatenate([getattr(b, k) for b in added])
-                                                       for k in ("mode", "tp", "pp", "dp", "ep", "weights", "kv",
-                                                                 "max_batch", *(f"{s}_{c}" for s in "pd" for c in
-                                                                                ("workers", "tp", "pp", "dp", "ep")))})
-    merged = ServePlanBatch.from_columns(plans.n_gpus, {k: np.concatenate([getattr(plans, k), getattr(extra, k)])
-                                                        for k in ("mode", "tp", "pp", "dp", "ep", "weights", "kv",
-                                                                  "max_batch", *(f"{s}_{c}" for s in "pd" for c in
-                                                                                 ("workers", "tp", "pp", "dp", "ep")))})
+    merged = ServePlanBatch.concat(plans.n_gpus, [plans, *added])
     _, unique = np.unique(merged.key_matrix(), axis=0, return_index=True)
     return merged.take(np.sort(unique))
 

@@ -112,13 +112,15 @@ class EngineDefaults:
             return 16384.0 if memory_gib >= 160 else (8192.0 if memory_gib >= 60 else 4096.0)
         return 8192.0
 
-    def prefill_chunk(self, memory_gib: float, dp, gpu: str = "") -> float:
-        """Prefill tokens per step of one attention-DP rank: SGLang divides ``chunked_prefill_size`` by
-        the attention-DP width (sglang/srt/server_args.py, "DP attention is enabled. The chunked prefill
-        size is adjusted"); vLLM and TensorRT-LLM keep their budget per rank."""
+    def prefill_chunk(self, memory_gib: float, dp, gpu: str = "", *, moe) -> float:
+        """Prefill tokens per step of one DP rank: SGLang divides ``chunked_prefill_size`` by the attention-DP
+        width (sglang/srt/server_args.py, "DP attention is enabled. The chunked prefill size is adjusted"), which a
+        MoE engine's dp is; a dense engine's --dp-size ranks are schedulers of their own with the whole budget, as
+        vLLM's and TensorRT-LLM's ranks are."""
         chunk = self.chunk_tokens(memory_gib, gpu)
         if self.name == "sglang":
-            return np.maximum(np.floor(chunk / np.maximum(dp, 1.0)), 1.0)
+            width = np.where(np.asarray(moe, dtype=bool), np.maximum(dp, 1.0), 1.0)
+            return np.maximum(np.floor(chunk / width), 1.0)
         return chunk * np.ones_like(np.asarray(dp, float))
 
     def max_batch(self, memory_gib: float, gpu: str = "") -> int:
@@ -325,7 +327,7 @@ def runtime_bytes(tp, pp, dp, ep):
 ROLE_AGG, ROLE_PREFILL, ROLE_DECODE = 0.0, 1.0, 2.0
 
 
-def sglang_graph_batch(tp, dp, max_batch, memory_bytes, moe=True):
+def sglang_graph_batch(tp, dp, max_batch, memory_bytes, *, moe):
     """The largest decode batch a rank's CUDA graphs capture (SGLang 0.5.23, arg_groups/memory_hook.py): 512 on GPUs
     of 160 GiB or more, else 256 under 4 GPUs of ``--tp-size`` and 512 from 4, capped by the sequences a rank runs
     (the launch files pin it there with ``--cuda-graph-max-bs-decode`` under attention DP, whose default cap is the
@@ -336,8 +338,7 @@ def sglang_graph_batch(tp, dp, max_batch, memory_bytes, moe=True):
     return np.minimum(default, np.maximum(max_batch, 1.0))
 
 
-def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, moe=True, *, ep=1.0, mla=False,
-                          role=ROLE_AGG):
+def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, *, moe, ep=1.0, mla=False, role=ROLE_AGG):
     """SGLang 0.5.23's own default reserve (arg_groups/memory_hook.py: handle_gpu_memory_settings,
     reserve_for_graph_mb, reserve_for_deepep_a2a_mb), in bytes, for the engines of ``role``.  Its ``tp_size`` is the
     engine's ``--tp-size``: tp*dp with attention DP (a MoE engine's dp), but tp for a dense engine's ``--dp-size``,
@@ -352,7 +353,7 @@ def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, moe=True, 
     tp_size = np.where(attn_dp, tp * dp, tp)
     role = np.asarray(role, dtype=np.float64)
     decodes = role != ROLE_PREFILL
-    graph_bs = sglang_graph_batch(tp, dp, max_batch, memory_bytes, moe)
+    graph_bs = sglang_graph_batch(tp, dp, max_batch, memory_bytes, moe=moe)
     # a decode server runs no prefill chunk: SGLang sizes its activations by the running requests, or without
     # --max-running-requests by the graphs' batch (the default this takes; the launch files state the limit, and
     # their memory fraction, which SGLang then keeps, counts the decode batch's activations, not the limit's)
@@ -414,7 +415,7 @@ def memory_budget(engine: str, a, q, g, tp, pp, dp, ep, max_batch, chunk, *, fra
     rt = runtime_bytes(tp, pp, dp, ep)
     if fam == "sglang":
         if fraction is None:
-            reserved = np.maximum(sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, M, a["E"] > 0, ep=ep,
+            reserved = np.maximum(sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, M, moe=a["E"] > 0, ep=ep,
                                                         mla=a["mla"] > 0, role=role), act + graphs + rt)
             fraction = np.floor((M - reserved) / M * 1000.0) / 1000.0
         knob = np.asarray(fraction, dtype=np.float64) + 0.0 * M

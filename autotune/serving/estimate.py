@@ -782,7 +782,7 @@ def plan_rows(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans
                 d_workers=f("d_workers"), d_tp=f("d_tp"), d_pp=f("d_pp"), d_dp=f("d_dp"), d_ep=f("d_ep"),
                 load=load, I=float(workload.input_len), O=float(workload.output_len),
                 C=(workload.concurrency or 0) / replicas, lam=(workload.request_rate or 0.0) / replicas,
-                chunk=d.prefill_chunk(cluster.hardware.memory_gib, f("p_dp"), cluster.hardware.name), mixed=float(d.mixed_prefill), limit=per_rank_limit,
+                chunk=d.prefill_chunk(cluster.hardware.memory_gib, f("p_dp"), cluster.hardware.name, moe=model.is_moe), mixed=float(d.mixed_prefill), limit=per_rank_limit,
                 kv_pool=mem.kv_pool, n=len(plans), lockstep=float(d.adp_lockstep),
                 balance_iters=float(d.adp_balance_timeout_iters),
                 p_gather=d.gathers(plans.p_tp, plans.p_dp, plans.p_ep), d_gather=d.gathers(plans.d_tp, plans.d_dp, plans.d_ep),

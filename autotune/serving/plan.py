@@ -332,6 +332,12 @@ class ServePlanBatch:
         return self.n_gpus // self.gpus_per_replica
 
     @classmethod
+    def concat(cls, n_gpus: int, batches: Iterable["ServePlanBatch"]) -> "ServePlanBatch":
+        """The plans of several batches (of one GPU count), in order."""
+        batches = list(batches)
+        return cls.from_columns(n_gpus, {k: np.concatenate([getattr(b, k) for b in batches]) for k in BATCH_COLUMNS})
+
+    @classmethod
     def from_columns(cls, n_gpus: int, columns: Mapping[str, Iterable]) -> "ServePlanBatch":
         """Columns by name; ``mode`` and the pool columns may be left out (agg plans)."""
         arrays: dict[str, np.ndarray] = {}

@@ -100,7 +100,7 @@ def silicon_rows(rows: Sequence[SiliconRow]) -> Rows:
     return Rows(a=a, g=g, q=q, disagg=np.array([float(r.mode == "disagg") for r in rows]), **p, **d,
                 load=np.full(len(rows), LOAD_CONCURRENCY), I=np.array([float(r.input_len) for r in rows]),
                 O=np.array([float(r.output_len) for r in rows]), C=np.array([r.concurrency for r in rows]),
-                lam=np.zeros(len(rows)), chunk=np.array([f.prefill_chunk(m, dp, r.hardware.name)
+                lam=np.zeros(len(rows)), chunk=np.array([f.prefill_chunk(m, dp, r.hardware.name, moe=r.model.is_moe)
                                                 for f, m, dp, r in zip(fam, mem_gib, p["p_dp"], rows)]),
                 mixed=np.array([float(f.mixed_prefill) for f in fam]),
                 limit=limit, kv_pool=pools, n=len(rows), lockstep=np.array([float(f.adp_lockstep) for f in fam]),
@@ -324,7 +324,8 @@ def _legacy_batch(runs: Sequence[ServingRun], hardware_loader: Callable[[str], H
     # each engine's own defaults and memory rule (TensorRT-LLM: its free-memory fraction, 0.95 in the v0.20 tables)
     families = np.array([E.engine_family(r.engine) for r in expanded], dtype=object)
     mem_gib = np.array([hws[r.gpu].memory_gib for r in expanded])
-    chunk = np.array([E.DEFAULTS[f].chunk_tokens(m) if f != "trtllm" else 8192.0 for f, m in zip(families, mem_gib)])
+    chunk = np.array([E.DEFAULTS[f].chunk_tokens(m, hws[r.gpu].name) if f != "trtllm" else 8192.0
+                      for f, m, r in zip(families, mem_gib, expanded)])
     mixed = np.array([float(E.DEFAULTS[f].mixed_prefill) for f in families])
     pool = np.zeros(len(expanded))
     for fam in set(families):
