@@ -213,3 +213,13 @@ def test_a_name_like_none_of_the_bundled_ones_gets_no_guess():
 
     assert closest_name("foo", ["llama3.1-8b", "deepseek-v3"]) is None
     assert closest_name("b200-sxm-180GB", ["b200-sxm-180gb", "b300-sxm-288gb"]) == "b200-sxm-180gb"
+
+
+def test_a_shortened_name_suggests_the_one_bundled_name_holding_all_its_parts():
+    from autotune.inputs.resources import bundled_names, closest_name
+
+    assert closest_name("a100-80gb", bundled_names("hardware")) == "a100-sxm4-80gb"
+    assert closest_name("qwen3-235b", bundled_names("models")) == "qwen3-235b-a22b"
+    result = runner.invoke(app, ["predict", "-m", "llama3.1-8b", "-H", "a100-80gb", "--gpus", "8", "-p", "tp=8",
+                                 "--workload", "serve", "--input-len", "64", "--output-len", "16"])
+    assert_user_error(result, "field '--hardware'", "(did you mean 'a100-sxm4-80gb'?)")

@@ -48,7 +48,8 @@ def bundled_names(kind: str) -> list[str]:
 
 def closest_name(name: str, names: list[str]) -> str | None:
     """The bundled name a mistyped one most likely meant: the same letters and digits whatever the separators and
-    case (``llama-3.1-70b`` -> ``llama3.1-70b``), else a close spelling (difflib), else None."""
+    case (``llama-3.1-70b`` -> ``llama3.1-70b``), else the one name holding all its parts, else a close spelling
+    (difflib), else None."""
     import difflib
     import re
 
@@ -58,6 +59,11 @@ def closest_name(name: str, names: list[str]) -> str | None:
     same = [n for n in names if key(n) == key(name)]
     if same:
         return same[0]
+    # every part of a shortened name in one bundled name only (a100-80gb -> a100-sxm4-80gb)
+    parts = [p for p in re.split(r"[^a-z0-9.]+", name.lower()) if p]
+    holding = [n for n in names if parts and all(p in n.lower() for p in parts)]
+    if len(holding) == 1:
+        return holding[0]
     close = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.8)
     return close[0] if close else None
 
