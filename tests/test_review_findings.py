@@ -927,7 +927,7 @@ def test_search_emit_quotes_the_other_engine_with_the_overlays_parameters(tmp_pa
     predicted = runner.invoke(app, ["predict", *common, "--engine", "sglang", "--json", "-p",
                                     ",".join(f"{k}={v}" for k, v in plan.items())])
     tokens = json.loads(predicted.stdout)["estimate"]["output_tokens_per_s"]
-    assert f"# predicted: {tokens:,.0f} output tokens/s" in (out / "serve_sglang.sh").read_text()
+    assert f"# predicted at 64 concurrent users: {tokens:,.0f} output tokens/s" in (out / "serve_sglang.sh").read_text()
     # emit on the plans.json records the overlay for vLLM only: it says that its SGLang figures are the shipped fit's
     emitted = runner.invoke(app, ["emit", str(out / "plans.json"), "--format", "sglang", "--out", str(tmp_path / "e")])
     assert emitted.exit_code == 0, emitted.output
