@@ -88,6 +88,9 @@ EXTRA = [
     ("llama3-8b", 16, 4096, 64, "zero=2,mbs=1,recompute=full,precision=bf16,offload=cpu"),
     # RoPE on half of each head (--rotary-percent), sigmoid router with expert bias, MTP
     ("minimax-m2.5", 256, 4096, 256, "tp=4,pp=2,ep=8,sp=true,zero=1,mbs=1,recompute=full,precision=bf16"),
+    # ZeRO-3 with CPU offload and no tensor parallelism (DeepSpeed's AutoTP refuses stage 3, so the tp=2 case above
+    # no longer reaches DeepSpeed's config classes)
+    ("llama3-8b", 64, 8192, 256, "tp=1,zero=3,mbs=2,recompute=full,precision=bf16,offload=cpu"),
 ]
 
 
