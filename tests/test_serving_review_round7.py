@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 from autotune.cli import app
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _search_json(*args: str) -> dict:
@@ -217,3 +219,21 @@ def test_sglang_divides_the_prefill_budget_among_attention_dp_ranks_only():
     assert float(sglang.prefill_chunk(80.0, 2.0, "h100-sxm5-80gb", moe=True)) == 4096.0
     assert float(sglang.prefill_chunk(80.0, 2.0, "h100-sxm5-80gb", moe=False)) == 8192.0
     assert float(DEFAULTS["vllm"].prefill_chunk(80.0, 2.0, "h100-sxm5-80gb", moe=True)) == 8192.0
+
+
+def test_search_writes_no_launch_file_for_another_engine_the_best_plan_cannot_start_on(tmp_path):
+    """Ranked for vLLM, Llama-3.1-70B fp8 on one GPU of 77 GiB fits vLLM's budget but not SGLang's (its 10 GiB reserve
+    leaves no room for a sequence's KV cache): `search --emit sglang` wrote a script marked WARNING that would not start,
+    while `emit --format sglang` refused the same plan.  Now it writes none and says how to get one."""
+    text = (ROOT / "profiles" / "hardware" / "h100-sxm5-80gb.yaml").read_text()
+    profile = tmp_path / "gpu77.yaml"
+    profile.write_text(text.replace("name: h100-sxm5-80gb", "name: gpu77").replace("memory_gib: 80", "memory_gib: 77"))
+    out = tmp_path / "s"
+    result = runner.invoke(app, ["search", "-m", "llama3.1-70b", "--checkpoint", "fp8", "-H", str(profile), "--gpus",
+                                 "1", "--workload", "serve", "--engine", "vllm", "--input-len", "512", "--output-len",
+                                 "64", "--fix", "weights=fp8", "--emit", "sglang", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "cannot run on sglang" in " ".join(result.stderr.split()) and "--allow-no-fit" in result.stderr
+    assert not (out / "serve_sglang.sh").exists() and (out / "plans.json").exists()
+    refused = runner.invoke(app, ["emit", str(out), "-f", "sglang"])
+    assert refused.exit_code == 2 and "does not fit" in refused.stderr

@@ -30,6 +30,7 @@ from ..outputs.emit.formats import (
     hf_model_name,
     model_revision_note,
     other_release,
+    runs_short,
     serving_files,
 )
 from ..outputs.files import (
@@ -203,7 +204,7 @@ def emit(
                 context = _context(plan_source, plan, rank, given, options, framework_given=framework is not None)
                 files, estimate = render(format, context), context.estimate
             if isinstance(estimate, dict) and estimate.get("fits") is False and not allow_no_fit \
-                    and not _runs_short(format, estimate):
+                    and not runs_short(format, estimate):
                 # a launch that runs out of memory costs the user a queue wait and a crash: refused, with the way
                 # out, unless they know better (--allow-no-fit)
                 raise InputError(f"the cost model predicts this plan does not fit "
@@ -230,14 +231,6 @@ def emit(
         if isinstance(estimate, dict) and estimate.get("fits") is False:
             stderr.print(f"[bold yellow]warning:[/] the cost model predicts this plan does not fit "
                          f"({estimate.get('infeasible_reason', 'out of memory')}).", soft_wrap=True)
-
-
-def _runs_short(format: str, estimate: dict) -> bool:
-    """A serving plan whose only shortfall is a batch limit above what the engine's KV cache holds: the engine starts
-    and admits fewer sequences than the limit (vLLM and SGLang queue or preempt the rest), so the files are written
-    with a warning (a plan searched for another engine, re-checked against this one's budget, is often so); weights
-    or a reserve past the budget, or a precision the GPU lacks, stop the engine, and are refused."""
-    return format in SERVING_FORMATS and str(estimate.get("infeasible_reason", "")).startswith("max_batch exceeds")
 
 
 # Names the launch formats go by, accepted for the framework they run.

@@ -34,6 +34,7 @@ from ..outputs.emit.formats import (
     other_release,
     parse_formats,
     render_formats,
+    runs_short,
     search_context,
     serving_files,
 )
@@ -501,8 +502,17 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                     stderr.print(f"[yellow]note:[/] {escape(other.removeprefix('WARNING: '))}.", highlight=False,
                                  soft_wrap=True)
                 if name != request.engine:
+                    reason = on_engine.get("infeasible_reason", "see emit")
+                    if not on_engine.get("fits") and not runs_short(name, on_engine):
+                        # weights or a reserve past that engine's budget, or a precision the GPU lacks: the engine
+                        # would not start, and `emit` refuses the same plan; nothing is written for it
+                        stderr.print(f"[yellow]note:[/] the plans were ranked for {request.engine}; the best of them "
+                                     f"cannot run on {name} ({escape(reason)}), so no {name} files are written; "
+                                     f"`autotune emit --format {name} --allow-no-fit` on the plans.json writes them "
+                                     "anyway, or search with --engine " + name + ".", highlight=False, soft_wrap=True)
+                        continue
                     verdict = ("its batch fits that engine's memory budget" if on_engine.get("fits") else
-                               f"it does not fit there: {on_engine.get('infeasible_reason', 'see emit')}")
+                               f"it does not fit there: {reason}")
                     stderr.print(f"[yellow]note:[/] the plans were ranked for {request.engine}; the {name} files "
                                  f"launch the best of them on {name}, re-checked: {verdict}.", highlight=False,
                                  soft_wrap=True)

@@ -224,6 +224,14 @@ def model_revision_note(name: str | None) -> str | None:
 _UNSUPPORTED_BY_GPU = frozenset({"weight precision not supported by the GPU", "KV-cache dtype not supported by the GPU"})
 
 
+def runs_short(format: str, estimate: dict) -> bool:
+    """A serving plan whose only shortfall is a batch limit above what the engine's KV cache holds: the engine starts
+    and admits fewer sequences than the limit (vLLM and SGLang queue or preempt the rest), so the files are written
+    with a warning (a plan searched for another engine, re-checked against this one's budget, is often so); weights
+    or a reserve past the budget, or a precision the GPU lacks, stop the engine, and are refused."""
+    return format in SERVING_FORMATS and str(estimate.get("infeasible_reason", "")).startswith("max_batch exceeds")
+
+
 def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, input_len: int, output_len: int,
                   estimate: Mapping[str, Any] | None = None, model_path: str | None = None, *,
                   gpus_per_node: int | None = None, checkpoint: str = "bf16",
@@ -346,5 +354,5 @@ def other_release(format: str, release: str | None) -> str:
             f"{format} {target[0]}.{target[1]}'s; an older release may not accept them")
 
 
-__all__ = ["FORMAT_FRAMEWORKS", "other_release", "FRAMEWORK_FORMATS", "hf_model_name", "model_revision_note", "SERVING_FORMATS", "framework_for_formats", "check_formats", "context_from_plans", "express_all", "expressible_mask",
+__all__ = ["FORMAT_FRAMEWORKS", "other_release", "runs_short", "FRAMEWORK_FORMATS", "hf_model_name", "model_revision_note", "SERVING_FORMATS", "framework_for_formats", "check_formats", "context_from_plans", "express_all", "expressible_mask",
            "parse_formats", "render_formats", "search_context", "serving_files"]
