@@ -327,15 +327,25 @@ def runtime_bytes(tp, pp, dp, ep):
 ROLE_AGG, ROLE_PREFILL, ROLE_DECODE = 0.0, 1.0, 2.0
 
 
-def sglang_graph_batch(tp, dp, max_batch, memory_bytes, *, moe):
-    """The largest decode batch a rank's CUDA graphs capture (SGLang 0.5.23, arg_groups/memory_hook.py): 512 on GPUs
-    of 160 GiB or more, else 256 under 4 GPUs of ``--tp-size`` and 512 from 4, capped by the sequences a rank runs
-    (the launch files pin it there with ``--cuda-graph-max-bs-decode`` under attention DP, whose default cap is the
-    whole server's ``--max-running-requests``)."""
+def _sglang_tp_size(tp, dp, moe):
+    """(attention DP on, SGLang's ``--tp-size``): tp*dp with attention DP (a MoE engine's dp), else tp (a dense
+    engine's ``--dp-size`` ranks are schedulers of their own)."""
     attn_dp = (np.asarray(dp) > 1) & np.asarray(moe, dtype=bool)
-    tp_size = np.where(attn_dp, tp * dp, tp)
-    default = np.where(memory_bytes >= 160 * GIB, 512.0, np.where(tp_size < 4, 256.0, 512.0))
-    return np.minimum(default, np.maximum(max_batch, 1.0))
+    return attn_dp, np.where(attn_dp, tp * dp, tp)
+
+
+def sglang_default_graph_batch(tp, dp, memory_bytes, *, moe):
+    """SGLang 0.5.23's default largest decode-graph batch a rank (arg_groups/memory_hook.py): 512 on GPUs of 160 GiB
+    or more, else 256 under 4 GPUs of ``--tp-size`` and 512 from 4."""
+    _, tp_size = _sglang_tp_size(tp, dp, moe)
+    return np.where(memory_bytes >= 160 * GIB, 512.0, np.where(tp_size < 4, 256.0, 512.0))
+
+
+def sglang_graph_batch(tp, dp, max_batch, memory_bytes, *, moe):
+    """The largest decode batch a rank's CUDA graphs capture: the default, capped by the sequences a rank runs (the
+    launch files pin it there with ``--cuda-graph-max-bs-decode`` under attention DP, whose default cap is the whole
+    server's ``--max-running-requests``)."""
+    return np.minimum(sglang_default_graph_batch(tp, dp, memory_bytes, moe=moe), np.maximum(max_batch, 1.0))
 
 
 def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, *, moe, ep=1.0, mla=False, role=ROLE_AGG):
@@ -349,8 +359,7 @@ def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, *, moe, ep
     per 8 GPUs of ``--tp-size``; decode graphs 2 MiB per captured sequence, with attention DP 3 MiB per sequence of
     every DP rank; prefill graphs 1.5 GiB for MLA models; at least 10 GiB on GPUs over
     60 GiB; then 2 GiB for DeepEP's buffers on engines that decode."""
-    attn_dp = (np.asarray(dp) > 1) & np.asarray(moe, dtype=bool)
-    tp_size = np.where(attn_dp, tp * dp, tp)
+    attn_dp, tp_size = _sglang_tp_size(tp, dp, moe)
     role = np.asarray(role, dtype=np.float64)
     decodes = role != ROLE_PREFILL
     graph_bs = sglang_graph_batch(tp, dp, max_batch, memory_bytes, moe=moe)

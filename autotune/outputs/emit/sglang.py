@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ...errors import InputError
-from ...serving.engines import DEEPEP_LL_MAX_TOKENS, GIB, redundant_experts, sglang_graph_batch
+from ...serving.engines import DEEPEP_LL_MAX_TOKENS, GIB, redundant_experts, sglang_default_graph_batch
 from ...serving.checkpoint import checkpoint_format, how
 from . import shell
 from .serve_common import (
@@ -142,7 +142,7 @@ def sglang_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[E
         # rank's batch, as the estimate and its memory fraction count them (engines.sglang_reserved_bytes)
         per_rank = -(-p.max_batch // pool.dp)
         memory = ctx.gpu_memory_gib * GIB
-        if per_rank < int(sglang_graph_batch(pool.tp, pool.dp, 1e9, memory, moe=True)):
+        if per_rank < int(sglang_default_graph_batch(pool.tp, pool.dp, memory, moe=True)):
             groups.append(("--cuda-graph-max-bs-decode", per_rank))
     if ctx.prefill_tokens:
         groups.append(("--chunked-prefill-size", ctx.prefill_tokens))
