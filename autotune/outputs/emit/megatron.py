@@ -133,6 +133,17 @@ LIMITS = (
         lambda plan, model: "model field position_embedding=alibi: Megatron-LM core has no ALiBi "
         "(its --position-embedding-type takes learned_absolute, rope, yarn, mrope, relative or none)",
     ),
+    # Megatron-Core's MoELayer.forward raises "During training, performance may degrade if MoE and tensor
+    # parallelism are enabled without also enabling sequence parallelism" on the first training step (a
+    # ValueError, not a warning) whenever the attention TP group has more than one rank and
+    # sequence_parallel is off: validate_args lets such a script through, the run dies at its first forward.
+    Limit(
+        "sp",
+        lambda plans, model: np.full(len(plans), model.moe is not None) & (plans.tp > 1) & ~np.asarray(plans.sp, bool),
+        lambda plan, model: f"plan fields tp={plan.tp}, sp=false: Megatron-Core's MoE layer refuses to train "
+        f"{model.name}'s experts with tensor parallelism but no sequence parallelism (MoELayer.forward raises "
+        "ValueError at the first step); use sp=true, or tp=1",
+    ),
     Limit(
         "pp",
         _uneven_unsplittable,
