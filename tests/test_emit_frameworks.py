@@ -91,6 +91,9 @@ EXTRA = [
     # ZeRO-3 with CPU offload and no tensor parallelism (DeepSpeed's AutoTP refuses stage 3, so the tp=2 case above
     # no longer reaches DeepSpeed's config classes)
     ("llama3-8b", 64, 8192, 256, "tp=1,zero=3,mbs=2,recompute=full,precision=bf16,offload=cpu"),
+    # fp8 parameters with the optimizer on the host: validate_args accepts the pair only under delayed scaling,
+    # which the script runs in place of the MoE's blockwise recipe
+    ("qwen3-30b-a3b", 64, 4096, 256, "tp=2,etp=1,sp=true,pp=4,ep=8,zero=1,mbs=1,recompute=full,precision=fp8,offload=cpu"),
 ]
 
 

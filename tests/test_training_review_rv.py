@@ -31,3 +31,34 @@ def test_megatron_refuses_moe_with_tensor_parallelism_but_no_sequence_parallelis
     dense = invoke("emit", "tp=2,sp=false,zero=1,mbs=1,recompute=full", "-m", "llama3-8b", "-H", "h100-sxm5-80gb",
                    "--gpus", 64, "-s", 4096, "-b", 512, "--format", "megatron", "--json")
     assert dense.exit_code == 0, dense.output
+
+
+def _precision_args(output: str) -> list[str]:
+    block = output.split("PRECISION_ARGS=(", 1)[1].split(")", 1)[0]
+    return block.split()
+
+
+def test_megatron_fp8_with_optimizer_offload_runs_delayed_scaling():
+    # validate_args: "When `--fp8-param-gather` is enabled, the optimizer cpu offload must be used in conjunction
+    # with `--fp8-recipe delayed`"; the distributed optimizer's fp8 plans pass --fp8-param-gather (as the estimate
+    # counts), so an offload plan on a GPU that would take MXFP8 (B200) or a MoE's blockwise recipe (H100) runs
+    # delayed scaling, and says so.
+    dense = ("tp=4,pp=2,zero=1,mbs=1,recompute=full,precision=fp8", "-m", "llama3.1-70b", "-H", "b200-sxm-180gb",
+             "--gpus", 64, "-s", 8192, "-b", 256, "--format", "megatron")
+    moe = ("tp=2,pp=4,ep=8,etp=1,zero=1,mbs=1,recompute=full,precision=fp8", "-m", "qwen3-30b-a3b", "-H",
+           "h100-sxm5-80gb", "--gpus", 64, "-s", 4096, "-b", 256, "--format", "megatron")
+    for args, recipe in ((dense, "mxfp8"), (moe, "blockwise")):
+        plain = invoke("emit", *args)
+        assert plain.exit_code == 0, plain.output
+        assert _precision_args(plain.output)[-3:] == ["--fp8-recipe", recipe, "--fp8-param-gather"]
+        offload = invoke("emit", args[0] + ",offload=cpu", *args[1:])
+        assert offload.exit_code == 0, offload.output
+        flags = _precision_args(offload.output)
+        assert flags[-3:] == ["--fp8-recipe", "delayed", "--fp8-param-gather"] and "hybrid" in flags
+        assert "--optimizer-cpu-offload" in offload.output
+        assert f"delayed scaling rather than {recipe}" in offload.output
+    # where delayed is the recipe anyway (a dense model on H100) nothing changes and no note is written
+    h100 = invoke("emit", "tp=8,pp=2,zero=1,mbs=1,recompute=full,precision=fp8,offload=cpu", "-m", "llama3.1-70b",
+                  "-H", "h100-sxm5-80gb", "--gpus", 64, "-s", 8192, "-b", 256, "--format", "megatron")
+    assert h100.exit_code == 0, h100.output
+    assert "--fp8-recipe delayed" in " ".join(_precision_args(h100.output)) and "rather than" not in h100.output

@@ -343,12 +343,21 @@ def recompute_args(plan: Plan, model: ModelSpec | None = None) -> list[Group]:
     return []
 
 
+def offload_forces_delayed(plan: Plan, hardware: Hardware, model: ModelSpec | None = None) -> bool:
+    """Whether the plan runs delayed scaling where the GPU would take a block-scaled recipe: Megatron-LM's
+    validate_args accepts --optimizer-cpu-offload with --fp8-param-gather (which the distributed optimizer's fp8
+    plans pass, as the estimate counts) only under --fp8-recipe delayed ("When `--fp8-param-gather` is enabled, the
+    optimizer cpu offload must be used in conjunction with `--fp8-recipe delayed`")."""
+    return (plan.precision == "fp8" and plan.zero == 1 and plan.offload == "cpu"
+            and fp8_recipe(hardware, model) != "delayed")
+
+
 def precision_args(plan: Plan, hardware: Hardware, model: ModelSpec | None = None) -> list[Group]:
     if plan.precision == "fp16":
         return [("--fp16",)]
     groups: list[Group] = [("--bf16",)]
     if plan.precision == "fp8":
-        recipe = fp8_recipe(hardware, model)
+        recipe = "delayed" if offload_forces_delayed(plan, hardware, model) else fp8_recipe(hardware, model)
         # DeepSeek's blockwise recipe is e4m3 throughout (forward and backward; DeepSeek-V3 §3.3.2).
         groups += [("--fp8-format", "e4m3" if recipe == "blockwise" else "hybrid"), ("--fp8-recipe", recipe)]
         if plan.zero == 1:
@@ -487,7 +496,11 @@ def launch(context: EmitContext) -> Launch:
             "Without --data-path, Megatron trains on mock data with a NullTokenizer of the model's vocabulary.",
         ) + model_notes(context.model) + ((f"fp8 recipe: delayed scaling, because the hardware profile ({context.hardware_spec.name}) states no "
               "compute_capability; add it to the profile for MXFP8 (10.x) or the blockwise MoE recipe (9.0 and later).",)
-             if plan.precision == "fp8" and context.hardware_spec.compute_capability is None else ()),
+             if plan.precision == "fp8" and context.hardware_spec.compute_capability is None else ())
+        + ((f"fp8 recipe: delayed scaling rather than {fp8_recipe(context.hardware_spec, context.model)}, because "
+            "Megatron-LM accepts --optimizer-cpu-offload with --fp8-param-gather only under delayed scaling; "
+            "use offload=none for the block-scaled recipe.",)
+           if offload_forces_delayed(plan, context.hardware_spec, context.model) else ()),
     )
 
 
