@@ -62,3 +62,28 @@ def test_megatron_fp8_with_optimizer_offload_runs_delayed_scaling():
                   "-H", "h100-sxm5-80gb", "--gpus", 64, "-s", 8192, "-b", 256, "--format", "megatron")
     assert h100.exit_code == 0, h100.output
     assert "--fp8-recipe delayed" in " ".join(_precision_args(h100.output)) and "rather than" not in h100.output
+
+
+def test_emit_refusal_of_a_reestimated_plan_says_why_it_no_longer_fits(tmp_path):
+    # A NeMo search keeps bf16 gradient buffers (grad_bytes 2); Megatron-LM's launch files keep fp32 ones, so the plan
+    # the NeMo search found to fit is estimated again and does not. The refusal is the one line printed: it carries the
+    # figures and the reason they differ from the plans.json's, which the note it replaces used to say.
+    out = tmp_path / "nemo"
+    searched = invoke("search", "-m", "llama3.1-70b", "-H", "h100-sxm5-80gb", "--gpus", 64, "-s", 8192, "-b", 256,
+                      "--framework", "nemo", "--precision", "fp8", "--fix", "tp=8", "--fix", "pp=1", "--fix", "cp=1",
+                      "--fix", "zero=1", "--fix", "mbs=1", "--fix", "recompute=none", "--fix", "offload=none",
+                      "--out", out)
+    assert searched.exit_code == 0, searched.output
+    refused = invoke("emit", out, "--format", "megatron")
+    assert refused.exit_code == 2, refused.output
+    text = " ".join(refused.output.split())
+    assert "does not fit (out of memory: " in text and "of 80 GiB per GPU" in text
+    assert "was searched for nemo; the files run megatron-lm" in text
+    written = invoke("emit", out, "--format", "megatron", "--allow-no-fit")
+    assert written.exit_code == 0, written.output
+    assert "of 80 GiB per GPU)." in " ".join(written.output.split())
+    # a plan string names no other search: the figures only
+    plain = invoke("emit", "tp=8,zero=1,mbs=1,precision=fp8", "-m", "llama3.1-70b", "-H", "h100-sxm5-80gb", "--gpus", 64,
+                   "-s", 8192, "-b", 256, "--format", "megatron")
+    assert plain.exit_code == 2 and "of 80 GiB per GPU)" in " ".join(plain.output.split()), plain.output
+    assert "searched for" not in plain.output

@@ -166,6 +166,7 @@ def emit(
         # The notes of the plan wait until its files can be written: a refusal (--out would be overwritten, a
         # bad plan) is one line on stderr, not notes about files that were never written and then the error.
         with stderr.capture() as notes:
+            reestimated = ""  # a plans.json's plan estimated again for the framework the files run: why
             if format in SERVING_FORMATS:
                 for flag, value in (("--moe-imbalance", moe_imbalance), ("--moe-capacity-factor", moe_capacity_factor)):
                     if value is not None:
@@ -201,14 +202,22 @@ def emit(
                 software, runs = _software(framework, format)
                 given = dataclasses.replace(given, framework=software)
                 options = dict(data_path=data_path, tokenizer=tokenizer, framework=runs)
-                context = _context(plan_source, plan, rank, given, options, framework_given=framework is not None)
+                context, reestimated = _context(plan_source, plan, rank, given, options,
+                                                framework_given=framework is not None)
+                if reestimated:
+                    stderr.print(f"[yellow]note:[/] {reestimated}", soft_wrap=True, highlight=False)
                 files, estimate = render(format, context), context.estimate
             if isinstance(estimate, dict) and estimate.get("fits") is False and not allow_no_fit \
                     and not runs_short(format, estimate):
                 # a launch that runs out of memory costs the user a queue wait and a crash: refused, with the way
-                # out, unless they know better (--allow-no-fit)
+                # out, unless they know better (--allow-no-fit); the figures, and why they differ from the plans.json's
+                # where the plan was estimated again for the framework the files run (the refusal is the one line
+                # printed, so the note it would have followed goes into it)
+                reason = _no_fit_reason(format, estimate)
+                if reestimated:
+                    reason += f"; {reestimated}"
                 raise InputError(f"the cost model predicts this plan does not fit "
-                                 f"({estimate.get('infeasible_reason', 'out of memory')}); emit another plan (--rank "
+                                 f"({reason}); emit another plan (--rank "
                                  "of a plans.json, a smaller batch), or pass --allow-no-fit to write it anyway",
                                  field="--plan" if plan is not None or plans_path(plan_source or "") is None
                                  else "--rank")
@@ -230,7 +239,17 @@ def emit(
                 print(text, end="")
         if isinstance(estimate, dict) and estimate.get("fits") is False:
             stderr.print(f"[bold yellow]warning:[/] the cost model predicts this plan does not fit "
-                         f"({estimate.get('infeasible_reason', 'out of memory')}).", soft_wrap=True)
+                         f"({_no_fit_reason(format, estimate)}).", soft_wrap=True)
+
+
+def _no_fit_reason(format: str, estimate: dict) -> str:
+    """Why an estimate does not fit, with a training plan's memory against the GPU's (``83.0 of 80 GiB per GPU``)."""
+    reason = str(estimate.get("infeasible_reason", "out of memory"))
+    memory, headroom = estimate.get("memory_gib_per_gpu"), estimate.get("memory_headroom_gib")
+    if (format not in SERVING_FORMATS and reason == "out of memory" and isinstance(memory, (int, float))
+            and isinstance(headroom, (int, float))):
+        reason += f": {memory:.1f} of {memory + headroom:.0f} GiB per GPU"
+    return reason
 
 
 # Names the launch formats go by, accepted for the framework they run.
@@ -254,8 +273,9 @@ def _software(framework: str | None, format: str) -> tuple[str, str]:
 
 
 def _context(plan_source: str | None, plan_text: str | None, rank: int, given: TrainingRequest,
-             options: dict[str, Any], *, framework_given: bool = False) -> EmitContext:
-    """The training plan to emit, from a plans.json or a plan string.
+             options: dict[str, Any], *, framework_given: bool = False) -> tuple[EmitContext, str]:
+    """The training plan to emit, from a plans.json or a plan string, and the note to print when a plans.json's plan
+    was estimated again for the framework the files run ("" otherwise).
 
     ``given`` holds the training flags as given: any may be None here, and a plan string needs --model,
     --hardware, --seq-len and --global-batch.
@@ -286,10 +306,8 @@ def _context(plan_source: str | None, plan_text: str | None, rank: int, given: T
                                            framework_given, path)
         context = context_from_plans(document, rank, model=spec, source=str(path), software=framework,
                                      software_field="--framework" if framework_given else "--format", **options)
-        if note:
-            stderr.print(f"[yellow]note:[/] {note}", soft_wrap=True, highlight=False)
-        return context
-    return _context_from_string(plan_text or plan_source, given, options)
+        return context, note
+    return _context_from_string(plan_text or plan_source, given, options), ""
 
 
 def _model_override(model: str | None, inputs: dict, path: Path):
