@@ -21,7 +21,7 @@ A profile is a YAML file in ``profiles/frameworks/``::
         source: "..."
 
 A trait added after profiles were written may be left out (``_OPTIONAL``: ``fp8_weight_cache_bytes``,
-``fp8_param_gather``, ``zero3_with_ep``, ``zero3_with_moe``);
+``fp8_param_gather``, ``zero3_with_ep``, ``zero3_with_moe``, ``moe_tp_needs_sp``);
 it then takes its documented default with that default's source.
 
 ``load_framework("megatron-lm@2021-04")`` returns a frozen :class:`Framework` with every
@@ -91,6 +91,10 @@ class Framework:
     zero_stages_with_pp: tuple[int, ...]  # of those, the ones usable with pipeline parallelism
     zero3_with_ep: bool  # whether ZeRO-3 runs with expert parallelism (DeepSpeed's MoE refuses it)
     zero3_with_moe: bool  # whether ZeRO-3 runs with a mixture of experts at any ep (Megatron-DeepSpeed's MoE layers refuse it)
+    # whether a mixture of experts trains with tp > 1 only under sequence parallelism (Megatron-Core's
+    # MoELayer.forward raises ValueError in training when the attention TP group has more than one rank and
+    # sequence_parallel is off)
+    moe_tp_needs_sp: bool
     # accumulate_unsharded (FSDP with gradient sync off: unsharded fp32 accumulation, one reduce-scatter a step)
     # | reduce_per_microbatch (DeepSpeed ZeRO-2: each micro-batch reduced into the shard, weights kept whole)
     # | fsdp2_sync_unless_pp (FSDP2 as torchtitan drives it: without PP every micro-batch reduce-scatters and
@@ -175,6 +179,7 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
     "zero_stages_with_pp": ("subset", (0, 1, 2, 3)),
     "zero3_with_ep": "bool",
     "zero3_with_moe": "bool",
+    "moe_tp_needs_sp": "bool",
     "zero2": ZERO2,
     "zero3_collectives": ZERO3_COLLECTIVES,
     "master_weights": MASTER_WEIGHTS,
@@ -225,6 +230,8 @@ _OPTIONAL: Mapping[str, tuple[Any, str]] = MappingProxyType({
                            "(as FSDP does with Megatron-Core's and torchtitan's MoE)"),
     "zero3_with_moe": (True, "default for a profile that does not state it: a mixture of experts at ep 1 trains under "
                             "ZeRO-3 like a dense model"),
+    "moe_tp_needs_sp": (False, "default for a profile that does not state it: a mixture of experts trains with tensor "
+                               "parallelism with or without sequence parallelism"),
 })
 
 _TOP_KEYS = frozenset({"name", "description", "first_release", "releases", "traits", "sources", "changes"})
