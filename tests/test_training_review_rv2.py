@@ -60,3 +60,70 @@ def test_search_without_sp_with_tp_rule_keeps_no_moe_plan_megatron_core_refuses(
     pinned = invoke("search", *MIXTRAL16, "--space", path, "--fix", "sp=false", "--fix", "tp=2")
     assert "mixture of experts with tp > 1 but no sequence parallelism" in pinned.output, pinned.output
     assert "allow sp=true" in pinned.output
+
+
+# --- fp16 gradients under Megatron -----------------------------------------------------------------------------------
+
+def _estimate(framework: str, plan: str, precision: str, n_gpus: int = 16):
+    from autotune.inputs.framework import load_framework
+    from autotune.inputs.hardware import Cluster, load_hardware
+    from autotune.inputs.modelspec import load_model
+    from autotune.inputs.workload import TrainWorkload
+    from autotune.training.estimate import estimate_training
+    from autotune.training.plan import PlanBatch, parse_plan
+
+    cluster = Cluster(load_hardware("h100-sxm5-80gb"), n_gpus, 8)
+    batch = PlanBatch.from_plans([parse_plan(f"{plan},precision={precision}", n_gpus)])
+    return estimate_training(load_model("llama3-8b"), cluster, TrainWorkload(4096, 64), batch,
+                             load_framework(framework)).row(0)
+
+
+def test_megatron_fp16_keeps_two_byte_gradients():
+    # arguments.py turns accumulate_allreduce_grads_in_fp32 on for --bf16 only: an fp16 run's grad buffer is fp16.
+    # With the activations larger than the step's fp32 copy of the optimizer shard's gradients (4 of the optimizer's
+    # 12 bytes per parameter), the peak is the backward's and holds half bf16's gradients.
+    bf16 = _estimate("megatron-lm", "tp=2,zero=1,mbs=1", "bf16")["memory_breakdown_gib"]
+    fp16 = _estimate("megatron-lm", "tp=2,zero=1,mbs=1", "fp16")["memory_breakdown_gib"]
+    assert bf16["activations"] > bf16["optimizer"] / 3.0  # the backward's peak is the larger one
+    assert fp16["gradients"] == pytest.approx(bf16["gradients"] / 2.0, rel=1e-12)
+    for part in ("weights", "optimizer", "activations", "logits"):
+        assert fp16[part] == pytest.approx(bf16[part], rel=1e-12)
+
+
+def test_megatron_fp16_step_peak_holds_the_fp32_gradient_copy():
+    # ZeRO-0 with full recompute: few activations, so the optimizer step's peak binds, where _copy_model_grads_to_main_grads
+    # has upcast every gradient (4 bytes per parameter) beside the fp16 buffer (2): the gradients part is
+    # 2P + 4P - (activations + logits), P the local parameters; bf16's fp32 buffer (4P) needs no copy.
+    bf16 = _estimate("megatron-lm", "tp=2,zero=0,recompute=full,mbs=1", "bf16")["memory_breakdown_gib"]
+    fp16 = _estimate("megatron-lm", "tp=2,zero=0,recompute=full,mbs=1", "fp16")["memory_breakdown_gib"]
+    four_p = bf16["gradients"]
+    expected = four_p / 2.0 + four_p - (fp16["activations"] + fp16["logits"])
+    assert four_p > fp16["activations"] + fp16["logits"]
+    assert fp16["gradients"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_fp16_gradients_stay_as_the_framework_keeps_them_elsewhere():
+    # torchtitan's FSDP2 keeps fp32 gradients (reduce_dtype float32) whatever the compute dtype
+    for plan in ("tp=2,zero=3,mbs=1", "tp=2,zero=2,mbs=1"):
+        bf16 = _estimate("torchtitan", plan, "bf16")
+        fp16 = _estimate("torchtitan", plan, "fp16")
+        assert fp16["memory_gib_per_gpu"] == pytest.approx(bf16["memory_gib_per_gpu"], rel=1e-12)
+        assert fp16["step_time_s"] == pytest.approx(bf16["step_time_s"], rel=1e-12)
+
+
+def test_megatron_fp16_reduces_gradients_in_fp16():
+    # Megatron-LM of 2021 (SC21): no overlap of the gradient all-reduce, so it shows whole in dp_comm; fp16 moves half
+    # the bytes (the ring's latency terms keep the time above exactly half)
+    bf16 = _estimate("megatron-lm@2021-04", "tp=1,zero=0,recompute=full,mbs=1", "bf16", n_gpus=16)
+    fp16 = _estimate("megatron-lm@2021-04", "tp=1,zero=0,recompute=full,mbs=1", "fp16", n_gpus=16)
+    ratio = fp16["time_breakdown_s"]["dp_comm"] / bf16["time_breakdown_s"]["dp_comm"]
+    assert 0.5 <= ratio < 0.6, ratio
+    assert fp16["step_time_s"] < bf16["step_time_s"]
+
+
+def test_validation_predicts_an_fp16_row_in_fp16():
+    # the SC21 rows trained in fp16; predicting them as bf16 hid their fp16 gradients
+    out = invoke("validate", "--bundled", "training", "--json")
+    assert out.exit_code == 0, out.output
+    rows = {r["id"]: r for r in json.loads(out.stdout)["rows"]}
+    assert rows["NAR21-T1-01"]["plan"]["precision"] == "fp16"
