@@ -127,3 +127,38 @@ def test_validation_predicts_an_fp16_row_in_fp16():
     assert out.exit_code == 0, out.output
     rows = {r["id"]: r for r in json.loads(out.stdout)["rows"]}
     assert rows["NAR21-T1-01"]["plan"]["precision"] == "fp16"
+
+
+# --- explain: cp and ep neighbours -----------------------------------------------------------------------------------
+
+def _sensitivity(*args):
+    out = invoke("explain", *args, "--json")
+    assert out.exit_code == 0, out.output
+    return {n["change"]: n for n in json.loads(out.stdout)["sensitivity"]}
+
+
+def test_explain_steps_along_cp_for_a_long_context_plan():
+    rows = _sensitivity("--model", "llama3-70b", "--hardware", "h100-sxm5-80gb", "--gpus", 64, "--seq-len", 131072,
+                        "--global-batch", 64, "--plan", "tp=8,cp=8,zero=1,mbs=1,recompute=full")
+    half = rows["cp 8 -> 4 (dp 1 -> 2)"]
+    assert half["axis"] == "cp" and half["plan"]["cp"] == 4 and half["plan"]["dp"] == 2
+    assert half["step_time_s"] > 0 and half["reason"] == ""
+    # tp*pp*cp = 128 does not divide 64 GPUs: shown, with the rule, as the tp and pp steps are
+    double = rows["cp 8 -> 16 (dp not whole)"]
+    assert double["plan"] is None and "tp*pp*cp must divide the GPU count" in double["reason"]
+    assert not [n for n in rows.values() if n["axis"] == "ep"]  # a dense model has no experts to spread
+
+
+def test_explain_steps_along_ep_for_a_mixture_of_experts():
+    rows = _sensitivity("--model", "mixtral-8x7b", "--hardware", "h100-sxm5-80gb", "--gpus", 16, "--seq-len", 4096,
+                        "--global-batch", 64, "--plan", "tp=2,sp=true,ep=8,etp=1,zero=1,mbs=1,recompute=full")
+    half = rows["ep 8 -> 4 (expert dp 2 -> 4)"]
+    assert half["plan"]["ep"] == 4 and half["plan"]["dp"] == 8 and half["step_time_s"] > 0
+    # 8 experts cannot spread over 16 ranks: the neighbour carries the rule
+    double = rows["ep 8 -> 16 (expert dp 2 -> 1)"]
+    assert double["reason"] == "experts not divisible by ep" and not double["fits"]
+    assert "cp 1 -> 2 (dp 8 -> 4)" in rows
+    qwen = _sensitivity("--model", "qwen3-30b-a3b", "--hardware", "h100-sxm5-80gb", "--gpus", 16, "--seq-len", 4096,
+                        "--global-batch", 256, "--plan", "tp=1,ep=8,zero=1,mbs=1,recompute=selective")
+    wider = qwen["ep 8 -> 16 (expert dp 2 -> 1)"]
+    assert wider["reason"] == "" and wider["plan"]["ep"] == 16 and wider["step_time_s"] > 0
