@@ -25,7 +25,8 @@ def test_sensitivity_covers_every_axis(inputs):
     plan = parse_plan("tp=4,pp=4,zero=1,mbs=2,recompute=selective,precision=bf16", 64)
     found = explain(inputs.model, inputs.cluster, inputs.workload, plan)
     axes = {row.axis for row in found.sensitivity}
-    assert axes == {"tp", "pp", "mbs", "recompute", "zero", "precision"}
+    # every axis but ep, which only a mixture of experts has
+    assert axes == {"tp", "pp", "cp", "mbs", "recompute", "zero", "precision"}
     changes = {row.change for row in found.sensitivity}
     assert "tp 4 -> 8 (dp 4 -> 2)" in changes and "recompute selective -> full" in changes
     full = next(r for r in found.sensitivity if r.change == "recompute selective -> full")

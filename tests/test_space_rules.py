@@ -135,6 +135,11 @@ CASES = [
     ("fw-zero3-with-ep", MIXTRAL, 16, 8, H100, TrainWorkload(4096, 32), Rules(), dict(ep=4, zero=3),
      dict(ep=4, zero=2), "ZeRO stage the framework does not offer (with this pipeline or expert parallelism)", set(),
      "deepspeed"),
+    # Megatron-Core's MoELayer.forward raises ValueError in training with tp > 1 and no sequence parallelism; the
+    # default space's sp_with_tp rule hides it, so the case runs without that rule, as predict does
+    ("fw-moe-tp-needs-sp", MIXTRAL, 16, 8, H100, TrainWorkload(4096, 32), PERMISSIVE_RULES,
+     dict(tp=2, sp=False, ep=4), dict(tp=2, sp=True, ep=4),
+     "mixture of experts with tp > 1 but no sequence parallelism, which the framework refuses", set()),
     # Megatron-DeepSpeed builds DeepSpeed MoE layers at any ep, which refuse ZeRO-3 too
     ("fw-zero3-with-moe", MIXTRAL, 16, 8, H100, TrainWorkload(4096, 32), Rules(), dict(zero=3), dict(zero=1),
      "ZeRO stage the framework does not offer (with this pipeline or expert parallelism)", set(),

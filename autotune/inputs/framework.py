@@ -21,7 +21,7 @@ A profile is a YAML file in ``profiles/frameworks/``::
         source: "..."
 
 A trait added after profiles were written may be left out (``_OPTIONAL``: ``fp8_weight_cache_bytes``,
-``fp8_param_gather``, ``zero3_with_ep``, ``zero3_with_moe``);
+``fp8_param_gather``, ``zero3_with_ep``, ``zero3_with_moe``, ``moe_tp_needs_sp``, ``fp16_grads_in_fp16``);
 it then takes its documented default with that default's source.
 
 ``load_framework("megatron-lm@2021-04")`` returns a frozen :class:`Framework` with every
@@ -37,6 +37,8 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Mapping
+
+import numpy as np
 
 from ..errors import InputError, check_keys
 from . import loading
@@ -91,6 +93,10 @@ class Framework:
     zero_stages_with_pp: tuple[int, ...]  # of those, the ones usable with pipeline parallelism
     zero3_with_ep: bool  # whether ZeRO-3 runs with expert parallelism (DeepSpeed's MoE refuses it)
     zero3_with_moe: bool  # whether ZeRO-3 runs with a mixture of experts at any ep (Megatron-DeepSpeed's MoE layers refuse it)
+    # whether a mixture of experts trains with tp > 1 only under sequence parallelism (Megatron-Core's
+    # MoELayer.forward raises ValueError in training when the attention TP group has more than one rank and
+    # sequence_parallel is off)
+    moe_tp_needs_sp: bool
     # accumulate_unsharded (FSDP with gradient sync off: unsharded fp32 accumulation, one reduce-scatter a step)
     # | reduce_per_microbatch (DeepSpeed ZeRO-2: each micro-batch reduced into the shard, weights kept whole)
     # | fsdp2_sync_unless_pp (FSDP2 as torchtitan drives it: without PP every micro-batch reduce-scatters and
@@ -98,7 +104,10 @@ class Framework:
     zero2: str
     zero3_collectives: str  # block (one gather per transformer block) | submodule (one per linear/norm)
     master_weights: str  # separate (bf16 weights + fp32 master) | sharded_param (FSDP: the fp32 shard is the master)
-    grad_bytes: float  # bytes per parameter of the gradient buffer
+    grad_bytes: float  # bytes per parameter of the gradient buffer (bf16 and fp8 plans; fp16: fp16_grads_in_fp16)
+    # fp16 plans keep and reduce 2-byte gradients whatever grad_bytes says: Megatron's arguments.py turns
+    # accumulate_allreduce_grads_in_fp32 on for --bf16 only, so under --fp16 the grad buffer is fp16
+    fp16_grads_in_fp16: bool
     # -- pipeline --
     pipeline_runtime: str  # megatron (frees each micro-batch's output) | torch (torch.distributed.pipelining)
     pipeline_schedules: tuple[str, ...]
@@ -157,6 +166,14 @@ class Framework:
     def supports_fp8(self) -> bool:
         return self.fp8_recipe != "none"
 
+    def grad_bytes_of(self, fp16: Any) -> Any:
+        """Bytes per parameter of the gradient buffer, and of the gradient reduction, for plans whose ``fp16`` is
+        true (a bool or a numpy bool array): 2 where the framework keeps fp16 gradients in fp16
+        (``fp16_grads_in_fp16``), ``grad_bytes`` otherwise."""
+        if not self.fp16_grads_in_fp16:
+            return self.grad_bytes
+        return np.where(np.asarray(fp16, dtype=bool), 2.0, self.grad_bytes)
+
     def with_traits(self, **changes: Any) -> "Framework":
         return replace(self, **changes)
 
@@ -175,6 +192,8 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
     "zero_stages_with_pp": ("subset", (0, 1, 2, 3)),
     "zero3_with_ep": "bool",
     "zero3_with_moe": "bool",
+    "moe_tp_needs_sp": "bool",
+    "fp16_grads_in_fp16": "bool",
     "zero2": ZERO2,
     "zero3_collectives": ZERO3_COLLECTIVES,
     "master_weights": MASTER_WEIGHTS,
@@ -225,6 +244,10 @@ _OPTIONAL: Mapping[str, tuple[Any, str]] = MappingProxyType({
                            "(as FSDP does with Megatron-Core's and torchtitan's MoE)"),
     "zero3_with_moe": (True, "default for a profile that does not state it: a mixture of experts at ep 1 trains under "
                             "ZeRO-3 like a dense model"),
+    "moe_tp_needs_sp": (False, "default for a profile that does not state it: a mixture of experts trains with tensor "
+                               "parallelism with or without sequence parallelism"),
+    "fp16_grads_in_fp16": (False, "default for a profile that does not state it: gradients in grad_bytes for every "
+                                  "precision, fp16 included"),
 })
 
 _TOP_KEYS = frozenset({"name", "description", "first_release", "releases", "traits", "sources", "changes"})

@@ -1,8 +1,9 @@
 """Explain one plan: where its step time and memory go, what binds it, and what each one-step change would do.
 
 Pure functions over the cost model.  The sensitivity table changes one axis by one
-step (tp and pp doubled or halved with dp absorbing the change, micro-batch doubled
-or halved, the next recompute level, ZeRO stage +-1, another precision) and
+step (tp, pp and cp doubled or halved with dp absorbing the change, ep doubled or halved on a
+mixture of experts with expert dp absorbing it, micro-batch doubled or halved, the next
+recompute level, ZeRO stage +-1, another precision) and
 estimates each neighbour; a neighbour a validity rule forbids carries the rule.
 """
 
@@ -23,7 +24,7 @@ from ..training.problem import DEFAULT_MEMORY_HEADROOM
 from ..training.space import REASONS, Rules, rejection_reasons
 from .tables import largest_parts
 
-SENSITIVITY_AXES = ("tp", "pp", "mbs", "recompute", "zero", "precision")
+SENSITIVITY_AXES = ("tp", "pp", "cp", "ep", "mbs", "recompute", "zero", "precision")
 # A plan whose free memory is under this share of the GPU's is memory-bound.
 TIGHT_MEMORY = 0.05
 
@@ -80,8 +81,9 @@ def _expert_fit(plan: Plan, fields: dict[str, Any], stage_ranks: int) -> str:
     return said
 
 
-def _moves(plan: Plan) -> list[tuple[str, str, dict[str, Any]]]:
-    """(axis, label, changed fields) for every one-step change of the sensitivity axes."""
+def _moves(plan: Plan, model: ModelSpec | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    """(axis, label, changed fields) for every one-step change of the sensitivity axes; ep steps only on a mixture of
+    experts (``model``), where a dense model has no experts to spread."""
     out: list[tuple[str, str, dict[str, Any]]] = []
     n = plan.n_gpus
     for axis in ("tp", "pp"):
@@ -103,6 +105,25 @@ def _moves(plan: Plan) -> list[tuple[str, str, dict[str, Any]]]:
             if plan.ep > 1 and n % mp == 0:
                 dp += _expert_fit(plan, fields, stage_ranks=(new if axis == "tp" else plan.tp) * plan.cp * (n // mp))
             out.append((axis, f"{axis} {old} -> {new} ({dp})", fields))
+    # Context parallelism: the sequence split over twice or half the ranks, dp absorbing the change.  A stage's ranks
+    # (tp*cp*dp) stay as they are, so the expert groups still tile them.
+    for new in (plan.cp * 2, plan.cp // 2):
+        if new < 1 or new == plan.cp:
+            continue
+        mp = plan.tp * plan.pp * new
+        dp = f"dp {plan.dp} -> {n // mp}" if n % mp == 0 else "dp not whole"
+        out.append(("cp", f"cp {plan.cp} -> {new} ({dp})", {"cp": new}))
+    # Expert parallelism: the experts spread over twice or half the ranks; the expert data parallelism absorbs it (the
+    # attention layout, and so dp, stays).
+    if model is not None and model.moe is not None:
+        stage_ranks = n // plan.pp
+        for new in (plan.ep * 2, plan.ep // 2):
+            if new < 1 or new == plan.ep:
+                continue
+            width = plan.etp * new
+            edp = (f"expert dp {plan.expert_dp} -> {stage_ranks // width}" if stage_ranks % width == 0
+                   else "expert dp not whole")
+            out.append(("ep", f"ep {plan.ep} -> {new} ({edp})", {"ep": new}))
     for new in (plan.mbs * 2, plan.mbs // 2):
         if new >= 1 and new != plan.mbs:
             out.append(("mbs", f"micro-batch {plan.mbs} -> {new}", {"mbs": new}))
@@ -136,7 +157,7 @@ def explain(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plan: P
     base_reason = int(rejection_reasons(model, cluster, workload, base_batch, rules, framework=fw)[0])
 
     candidates: list[tuple[str, str, Plan | None, str]] = []
-    for axis, label, fields in _moves(plan):
+    for axis, label, fields in _moves(plan, model):
         try:
             changed = dataclasses.replace(plan, **fields)
         except ValueError as exc:

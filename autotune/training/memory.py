@@ -5,7 +5,10 @@ weights (2 bytes/param), fp32 gradients (4: Megatron and FSDP accumulate and
 reduce gradients in fp32 by default), fp32 master weights and two moments (12).
 ZeRO stage 1 shards the 12 over data parallelism, stage 2 also the gradients,
 stage 3 also the weights.  (The ZeRO paper counts 2-byte gradients; pass
-``grad_bytes=2`` to reproduce its figures.)
+``grad_bytes=2`` to reproduce its figures.)  fp16 plans keep 2-byte gradients where the framework
+keeps fp16 gradients in fp16 (``Framework.fp16_grads_in_fp16``: Megatron upcasts only bf16's), and a
+16-bit gradient buffer beside an fp32 master copy is upcast at the optimizer step, whose peak counts
+where it exceeds the backward's.
 
 Activations per layer and micro-batch follow Korthikanti et al. 2022 (Table 2),
 derived term by term rather than from the constant 34 so that GQA, head_dim,
@@ -261,6 +264,7 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
     """
     from .step_time import (  # local import: step_time imports nothing from here
         FP8,
+        FP16,
         FULL,
         SELECTIVE,
         layer_mix,
@@ -325,8 +329,11 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
     # gradients; the optimizer state of the two copies is sharded over both (2x the ZeRO group).
     copies = np.where(geo.dualpipe, 2.0, 1.0)
 
+    # The gradient buffer: grad_bytes, or 2 for fp16 plans where only bf16 gets fp32 gradients (fp16_grads_in_fp16).
+    grad_bytes = fw.grad_bytes_of(np.asarray(plans.precision) == FP16)
+
     def states(stage_layers, extra_params):
-        kw = {"grad_bytes": fw.grad_bytes, "master_weights": fw.master_weights}
+        kw = {"grad_bytes": grad_bytes, "master_weights": fw.master_weights}
         shard = np.where(zero >= 1, copies, 1.0)
         dense = model_state_bytes(copies * (stage_layers * geo.dense_params_per_layer + extra_params),
                                   geo.dense_shard * shard, zero, offload, **kw)
@@ -373,6 +380,19 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
             cached, fp8_weight_cache_bytes(model, geo, layers, fw.fp8_weight_cache_bytes), 0.0)
         last["weights"] = last["weights"] + np.where(
             cached, fp8_weight_cache_bytes(model, geo, last_layers, fw.fp8_weight_cache_bytes), 0.0)
+    # A 16-bit gradient buffer beside an fp32 master copy: the optimizer step upcasts the gradients of its shard into
+    # fp32 (Megatron's _copy_model_grads_to_main_grads: main_param.grad = main_grad.float(), a copy where main_grad
+    # is fp16 or bf16 and the same tensor where it is fp32), 4 bytes per parameter it updates, freed by the next
+    # iteration's zero_grad(set_to_none=True) before any forward.  Activations and logits are gone by the step, so
+    # the step's peak is the states plus that copy and the backward's is the states plus activations: the larger
+    # counts, and the copy shows as gradients only by what it exceeds the activations by.  docs/distrib_optimizer.md
+    # counts it: fp16 parameters and gradients take 20 bytes per parameter (4 + 16/d distributed), bf16 with fp32
+    # gradients 18 (6 + 12/d).  The offloaded optimizer upcasts on the host.
+    if fw.master_weights == "separate":
+        copy_share = np.where(np.asarray(grad_bytes) < 4.0, 4.0 / OPTIMIZER_BYTES, 0.0)
+        for st, transient in ((first, frag * first_acts + np.where(single_stage, frag * logits, 0.0)),
+                              (last, frag * (last_acts + last_logits))):
+            st["gradients"] = st["gradients"] + np.maximum(copy_share * st["optimizer"] - transient, 0.0)
     # ZeRO-3 materialises the current and the prefetched unit's full bf16 weights and
     # gradients: two layers, or the embedding / output layer if that is larger.
     unit = np.maximum(2.0 * (np.where(sharded_dense, geo.dense_params_per_layer, 0.0)

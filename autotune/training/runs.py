@@ -420,8 +420,11 @@ def candidate_plans(run: MeasuredRun, precisions_supported: tuple[str, ...]) -> 
     keys = list(options)
     for combo in itertools.product(*(options[k] for k in keys)):
         fields = {**run.known, **dict(zip(keys, combo))}
-        if fields["precision"] == "fp16":
-            fields["precision"] = "bf16"  # same tensor-core rate; bf16 stands for 16-bit training
+        if fields["precision"] == "fp16" and "fp16" not in precisions_supported:
+            # same tensor-core rate; bf16 stands for 16-bit training where the GPU's profile gives no fp16 peak.  Where
+            # it does, the row keeps fp16: Megatron keeps an fp16 run's gradients in fp16 (fp16_grads_in_fp16), which
+            # changes its memory and its gradient reduction, so predicting it as bf16 would not be the run
+            fields["precision"] = "bf16"
         fields.setdefault("sp", False)
         if fields["tp"] == 1:
             fields["sp"] = False

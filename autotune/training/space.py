@@ -58,6 +58,7 @@ REASONS: tuple[str, ...] = (
     "MTP modules do not fit on the last pipeline stage (the stages before it hold ceil(blocks/pp) each)",
     "optimizer offload the framework does not offer",
     "sequence not divisible by cp*tp under sequence parallelism",
+    "mixture of experts with tp > 1 but no sequence parallelism, which the framework refuses",
     "not expressible in the --emit format(s)",
 )
 NOT_EXPRESSIBLE = len(REASONS) - 1
@@ -77,6 +78,7 @@ FW_DUALPIPE = REASONS.index("dualpipe schedule the framework does not offer")
 DUALPIPE_SHAPE = REASONS.index("dualpipe needs an even pp > 1, vp = 1 and an even number of micro-batches >= 2*pp")
 FW_OFFLOAD = REASONS.index("optimizer offload the framework does not offer")
 SP_SEQUENCE = REASONS.index("sequence not divisible by cp*tp under sequence parallelism")
+FW_MOE_SP = REASONS.index("mixture of experts with tp > 1 but no sequence parallelism, which the framework refuses")
 MTP_STAGE = REASONS.index("MTP modules do not fit on the last pipeline stage (the stages before it hold "
                           "ceil(blocks/pp) each)")
 # Axes a space file may leave out (added after the format was fixed): their value when it does --
@@ -275,6 +277,10 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         FW_ETP: (model.moe is not None) & (((fw.expert_tp == "equal_tp") & (etp != tp))
                                            | ((fw.expert_tp == "none") & (etp != 1))),
         FW_DUALPIPE: dualpipe & ("dualpipe" not in fw.pipeline_schedules),
+        # Megatron-Core's MoELayer.forward raises ValueError in training when the attention TP group has more than
+        # one rank and sequence parallelism is off (framework.moe_tp_needs_sp); under the default space the
+        # sp_with_tp rule rejects these plans first, under a space without it (or a --plan) this one does
+        FW_MOE_SP: (model.moe is not None) & (tp > 1) & ~plans.sp & fw.moe_tp_needs_sp,
         # The cost model's pipeline (training.geometry) gives every stage but the last ceil(blocks/pp) blocks and the
         # last the rest, which holds the MTP modules (Megatron-Core puts them on the last stage, and the Megatron
         # emitter writes that layout): MiniMax-M2.5's 62 layers + 3 MTP blocks on pp=8 leave it 2 blocks for 3.
@@ -315,6 +321,7 @@ def _rule_values(reason: int, plan: Plan, model: ModelSpec | None, cluster: Clus
     values: dict[int, Callable[[], str]] = {
         1: lambda: f"gpus={n_gpus}, tp*pp*cp={model_parallel}",
         7: lambda: f"vp={p.vp}, pp={p.pp}",
+        FW_MOE_SP: lambda: f"tp={p.tp}, sp={str(p.sp).lower()}",
         11: lambda: f"etp*ep={p.etp * p.ep}, tp*cp*dp={n_gpus // p.pp}",
         12: lambda: f"ep={p.ep}",
     }
@@ -370,6 +377,9 @@ def reason_text(reason: int, plan: Plan, framework: Framework | None = None, *, 
         text = (f"{fw.label} does not offer optimizer CPU offload (offload=cpu); use offload=none, or a framework "
                 "that offers it (deepspeed, megatron-deepspeed, megatron-bridge, "
                 "megatron-lm from 2025-03, nemo from 25.04)")
+    elif reason == FW_MOE_SP:
+        text = (f"{fw.label} refuses to train a mixture of experts with tensor parallelism but no sequence parallelism "
+                "(Megatron-Core's MoELayer.forward raises ValueError at the first training step): use sp=true, or tp=1")
     values = _rule_values(reason, plan, model, cluster, workload)
     return f"{text} ({values})" if values else text
 

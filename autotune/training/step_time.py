@@ -40,6 +40,7 @@ from .plan import PRECISION, RECOMPUTE, PlanBatch
 FULL = RECOMPUTE.index("full")
 SELECTIVE = RECOMPUTE.index("selective")
 FP8 = PRECISION.index("fp8")
+FP16 = PRECISION.index("fp16")
 OPTIMIZER_BYTES_PER_PARAM = 30.0  # Adam step: read/write fp32 master, m, v (24), read fp32 grad (4), write bf16 weight (2)
 HOST_BYTES_PER_PARAM = 6.0  # offload: fp32 gradient down, bf16 weight back up
 
@@ -514,7 +515,9 @@ def step_time_parts(
     zero = np.asarray(plans.zero)
     units = n_layers + 1.0
     nics = None
-    grad_comm_bytes = fw.grad_bytes  # gradients are reduced in the precision the framework keeps them in
+    # gradients are reduced in the precision the framework keeps them in: grad_bytes, or 2 for an fp16 plan where
+    # the fp32 accumulation and reduction are bf16's alone (Megatron's accumulate_allreduce_grads_in_fp32)
+    grad_comm_bytes = fw.grad_bytes_of(np.asarray(plans.precision) == FP16)
     if fw.zero3_collectives == SUBMODULE_GRANULAR:
         # DeepSpeed ZeRO-3 fetches (and reduces) the parameters of each submodule on its own
         # (every linear and norm), so a layer costs ``zero3_submodules_per_layer`` ring
