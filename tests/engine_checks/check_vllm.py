@@ -44,7 +44,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "CRITICAL")  # its import-time trito
 
 GPUS = {  # name: (compute capability major, minor, total memory bytes, device name)
     "a100": (8, 0, 80 * 2**30, "NVIDIA A100-SXM4-80GB"),
-    "l40s": (8, 9, 48 * 2**30, "NVIDIA L40S"),
+    "l40s": (8, 9, 46068 * 2**20, "NVIDIA L40S"),
     "h100": (9, 0, 80 * 2**30, "NVIDIA H100 80GB HBM3"),
     "h200": (9, 0, 141 * 2**30, "NVIDIA H200"),
     "b200": (10, 0, 180 * 2**30, "NVIDIA B200"),
