@@ -126,6 +126,8 @@ PLANS = [
      24, "tp=1,dp=24,ep=24,weights=fp8,kv=fp8,max_batch=1920", 1024, 1024, "fp8", "native"),
     ("DeepSeek-V3 DEP32 in a GB200 NVL72 rack (8 trays)", "deepseek-v3", "gb200-nvl72", 32,
      "tp=1,dp=32,ep=32,weights=fp8,kv=fp8,max_batch=4096", 1024, 1024, "fp8", "native"),
+    ("DeepSeek-V3 DEP72 on a whole GB200 NVL72 rack (a rank's prefill chunk whole KV pages)", "deepseek-v3",
+     "gb200-nvl72", 72, "tp=1,dp=72,ep=72,weights=fp8,kv=fp8,max_batch=4104", 2048, 1024, "fp8", "native"),
     ("DeepSeek-V3 TP8 on B200, fp8 checkpoint", "deepseek-v3", "b200-sxm-180gb", 8,
      "tp=8,weights=fp8,kv=fp8,max_batch=256", 4096, 1024, "fp8", "native"),
     ("Qwen3-235B TP4 EP4 x2, fp8 checkpoint", "qwen3-235b-a22b", "h200-sxm-141gb", 8,

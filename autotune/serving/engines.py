@@ -112,16 +112,27 @@ class EngineDefaults:
             return 16384.0 if memory_gib >= 160 else (8192.0 if memory_gib >= 60 else 4096.0)
         return 8192.0
 
-    def prefill_chunk(self, memory_gib: float, dp, gpu: str = "", *, moe) -> float:
+    def server_chunk(self, memory_gib: float, dp, gpu: str = "", *, moe, page=1.0):
+        """The prefill token budget a server is launched with (vLLM max_num_batched_tokens, SGLang
+        chunked_prefill_size), per engine of ``dp`` ranks; ``page`` the KV page SGLang's attention kernels use on
+        the GPU (``sglang_kv_page_tokens``).  SGLang gives each attention-DP rank ``chunk // dp`` tokens and
+        refuses to start where that is not a whole number of pages, so its budget is taken down to ``dp`` ranks of
+        whole pages (``sglang_server_chunk``)."""
+        chunk = self.chunk_tokens(memory_gib, gpu) * np.ones_like(np.asarray(dp, float))
+        if self.name == "sglang":
+            return sglang_server_chunk(chunk, dp, moe=moe, page=page)
+        return chunk
+
+    def prefill_chunk(self, memory_gib: float, dp, gpu: str = "", *, moe, page=1.0) -> float:
         """Prefill tokens per step of one DP rank: SGLang divides ``chunked_prefill_size`` by the attention-DP
-        width (sglang/srt/server_args.py, "DP attention is enabled. The chunked prefill size is adjusted"), which a
-        MoE engine's dp is; a dense engine's --dp-size ranks are schedulers of their own with the whole budget, as
-        vLLM's and TensorRT-LLM's ranks are."""
-        chunk = self.chunk_tokens(memory_gib, gpu)
+        width (sglang/srt/arg_groups/parallel_hook.py, "DP attention is enabled. chunked prefill size is
+        adjusted"), which a MoE engine's dp is; a dense engine's --dp-size ranks are schedulers of their own with
+        the whole budget, as vLLM's and TensorRT-LLM's ranks are."""
+        chunk = self.server_chunk(memory_gib, dp, gpu, moe=moe, page=page)
         if self.name == "sglang":
             width = np.where(np.asarray(moe, dtype=bool), np.maximum(dp, 1.0), 1.0)
             return np.maximum(np.floor(chunk / width), 1.0)
-        return chunk * np.ones_like(np.asarray(dp, float))
+        return chunk
 
     def max_batch(self, memory_gib: float, gpu: str = "") -> int:
         """Sequences in flight per engine rank by default (vLLM max_num_seqs, SGLang max_running_requests,
@@ -129,6 +140,34 @@ class EngineDefaults:
         if self.name == "vllm":
             return 1024 if memory_gib >= 160 or _vllm_large_tier(memory_gib, gpu) else 256
         return 2048
+
+
+# SGLang 0.5.23 runs TensorRT-LLM's attention kernels by default on compute capability 10.x (B200, B300, GB200,
+# GB300: trtllm_mha, and trtllm_mla for DeepSeek's MLA; arg_groups/model_override_base.py), whose KV pages hold 64
+# tokens (arg_groups/overrides.py sets page_size 64 for them); elsewhere its default page is one token
+SGLANG_SM100_KV_PAGE_TOKENS = 64
+
+
+def sglang_kv_page_tokens(compute_capability) -> float:
+    """Tokens of one KV page under SGLang's default attention backend on a GPU of ``compute_capability`` (None:
+    unknown, taken as one token)."""
+    cc = compute_capability
+    return float(SGLANG_SM100_KV_PAGE_TOKENS) if cc is not None and 10.0 <= float(cc) < 11.0 else 1.0
+
+
+def sglang_server_chunk(chunk, dp, *, moe, page=1.0):
+    """SGLang's ``--chunked-prefill-size`` for an engine of ``dp`` ranks: ``chunk`` as it stands, unless attention DP
+    (a MoE engine's dp > 1) leaves a rank a share ``chunk // dp`` that is not whole KV pages of ``page`` tokens:
+    then ``dp`` times that share taken down to whole pages (one page at least), since SGLang asserts that a rank's
+    chunk is a multiple of the page (arg_groups/validation_hook.py, "chunked_prefill_size must be divisible by
+    page_size"): 16,384 tokens over DP72 on GB200 (227 a rank, pages of 64) would not start, 13,824 (192) does."""
+    chunk = np.asarray(chunk, dtype=np.float64)
+    dp = np.maximum(np.asarray(dp, dtype=np.float64), 1.0)
+    page = np.maximum(np.asarray(page, dtype=np.float64), 1.0)
+    share = np.floor(chunk / dp)
+    whole = np.maximum(np.floor(share / page), 1.0) * page
+    rounded = np.asarray(moe, dtype=bool) & (dp > 1) & (whole != share)
+    return np.where(rounded, whole * dp, chunk)
 
 
 def _vllm_large_tier(memory_gib: float, gpu: str) -> bool:
