@@ -387,6 +387,21 @@ def sglang_graph_batch(tp, dp, max_batch, memory_bytes, *, moe):
     return np.minimum(sglang_default_graph_batch(tp, dp, memory_bytes, moe=moe), np.maximum(max_batch, 1.0))
 
 
+# SGLang 0.5.23's prefill CUDA-graph token counts (arg_groups/cuda_graph_hook.py
+# generate_prefill_cuda_graph_batch_sizes): (first, last, step) runs, the last one open-ended
+_SGLANG_PREFILL_GRAPH_RUNS = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256),
+                              (4608, math.inf, 512))
+
+
+def sglang_prefill_graph_count(max_tokens):
+    """How many prefill graphs SGLang captures up to ``max_tokens`` tokens (58 for 8,192, 74 for 16,384)."""
+    m = np.asarray(max_tokens, dtype=np.float64)
+    count = np.zeros_like(m)
+    for first, last, step in _SGLANG_PREFILL_GRAPH_RUNS:
+        count = count + np.where(m >= first, np.floor((np.minimum(m, last) - first) / step) + 1.0, 0.0)
+    return count
+
+
 def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, *, moe, ep=1.0, mla=False, role=ROLE_AGG):
     """SGLang 0.5.23's own default reserve (arg_groups/memory_hook.py: handle_gpu_memory_settings,
     reserve_for_graph_mb, reserve_for_deepep_a2a_mb), in bytes, for the engines of ``role``.  Its ``tp_size`` is the
@@ -396,8 +411,9 @@ def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, *, moe, ep
 
     512 MiB, 1.5 MiB per activation token (the chunked-prefill budget; a decode server's graph batch), 1 GiB
     per 8 GPUs of ``--tp-size``; decode graphs 2 MiB per captured sequence, with attention DP 3 MiB per sequence of
-    every DP rank; prefill graphs 1.5 GiB for MLA models; at least 10 GiB on GPUs over
-    60 GiB; then 2 GiB for DeepEP's buffers on engines that decode."""
+    every DP rank; on engines that prefill without pipeline stages, prefill graphs (8 MiB per captured token count up
+    to a rank's chunk, 1.5 GiB for MLA models) and 1 GiB more with DeepEP; at least 10 GiB on GPUs over 60 GiB;
+    then 2 GiB for DeepEP's buffers on engines that decode."""
     attn_dp, tp_size = _sglang_tp_size(tp, dp, moe)
     role = np.asarray(role, dtype=np.float64)
     decodes = role != ROLE_PREFILL
@@ -411,9 +427,15 @@ def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, *, moe, ep
     # where that rule leaves its weights no room: the measured runs bound what is reserved, not the heuristic)
     per_dp_rank = graph_bs * dp * 3.0
     mib = mib + np.where(decodes, graph_bs * 2.0 + np.where(attn_dp, per_dp_rank, 0.0), 0.0)
-    mib = mib + np.where((role != ROLE_DECODE) & np.asarray(mla, dtype=bool), 1.5 * 1024.0, 0.0)
-    mib = np.where(memory_bytes > 60 * GIB, np.maximum(mib, 10 * 1024.0), mib)
+    # prefill graphs on every server that prefills (SGLang's default prefill backend, breakable; off with pp > 1,
+    # where it is opt-in): 8 MiB per captured token count up to a rank's chunk, or 1.5 GiB for MLA; a further
+    # 1 GiB with DeepEP (its bridge pool)
+    prefills = (role != ROLE_DECODE) & (np.asarray(pp) <= 1)
+    graph_tokens = np.where(attn_dp, np.floor(chunk / np.maximum(dp, 1.0)), chunk)
+    prefill_graphs = np.where(np.asarray(mla, dtype=bool), 1.5 * 1024.0, sglang_prefill_graph_count(graph_tokens) * 8.0)
     deepep = attn_dp & (np.asarray(ep) > 1) & (np.asarray(ep) == tp * dp)  # the launch files' DeepEP rule
+    mib = mib + np.where(prefills, prefill_graphs + np.where(deepep, 1024.0, 0.0), 0.0)
+    mib = np.where(memory_bytes > 60 * GIB, np.maximum(mib, 10 * 1024.0), mib)
     mib = mib + np.where(deepep & decodes, 2.0 * 1024.0, 0.0)
     return mib * MIB
 
