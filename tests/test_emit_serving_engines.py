@@ -126,6 +126,8 @@ PLANS = [
      24, "tp=1,dp=24,ep=24,weights=fp8,kv=fp8,max_batch=1920", 1024, 1024, "fp8", "native"),
     ("DeepSeek-V3 DEP32 in a GB200 NVL72 rack (8 trays)", "deepseek-v3", "gb200-nvl72", 32,
      "tp=1,dp=32,ep=32,weights=fp8,kv=fp8,max_batch=4096", 1024, 1024, "fp8", "native"),
+    ("DeepSeek-V3 DEP72 on a whole GB200 NVL72 rack (a rank's prefill chunk whole KV pages)", "deepseek-v3",
+     "gb200-nvl72", 72, "tp=1,dp=72,ep=72,weights=fp8,kv=fp8,max_batch=4104", 2048, 1024, "fp8", "native"),
     ("DeepSeek-V3 TP8 on B200, fp8 checkpoint", "deepseek-v3", "b200-sxm-180gb", 8,
      "tp=8,weights=fp8,kv=fp8,max_batch=256", 4096, 1024, "fp8", "native"),
     ("Qwen3-235B TP4 EP4 x2, fp8 checkpoint", "qwen3-235b-a22b", "h200-sxm-141gb", 8,
@@ -304,3 +306,47 @@ def test_what_the_engines_resolved_matches_the_plan(checked):
     assert stated["gpu_memory_utilization"] == pytest.approx(fractions["vllm"])
     stated = next(r for r in verdicts[("sglang", case)] if "mem_fraction_static" in r)
     assert stated["mem_fraction_static"] == pytest.approx(fractions["sglang"])
+
+
+# The memory each simulated GPU reports to SGLang (tests/engine_checks/check_sglang.py GPUS), MiB
+SIMULATED_MIB = {"h100": 81559, "h200": 143771, "b200": 183359, "gb200": 189471, "b300": 275040}
+
+
+def test_sglangs_own_default_memory_fraction_is_the_emitted_one(checked, tmp_path):
+    """Each SGLang server's --mem-fraction-static is what SGLang 0.5.23 itself resolves with the flag left out
+    (arg_groups/memory_hook.py), compared as the memory it reserves outside the static pool: the emitted fraction is
+    of the profile's datasheet memory, SGLang's of the simulated GPU's (a few hundred MiB apart), and each is
+    rounded to three decimals (half a thousandth of the GPU each way).  A plan emitted with a stated fraction keeps
+    that fraction and is left out."""
+    emitted, _ = checked
+    hardware = {case[0]: case[2] for case in PLANS}
+    groups: dict[tuple[str, int], list[tuple[str, float, list[str]]]] = {}
+    for (engine, name), (commands, _) in emitted.items():
+        if engine != "sglang" or name in FRACTIONS:
+            continue
+        gpu, per_node = SIMULATED[hardware[name]]
+        seen = set()
+        for c in commands:
+            argv = c["argv"]
+            if "sglang.launch_server" not in argv:
+                continue
+            k = argv.index("--mem-fraction-static")
+            bare = argv[:k] + argv[k + 2:]
+            line = shlex.join(bare[:bare.index("--node-rank")] if "--node-rank" in bare else bare)
+            if line not in seen:
+                seen.add(line)
+                groups.setdefault((gpu, per_node), []).append((name, float(argv[k + 1]), bare))
+    from autotune.inputs.hardware import load_hardware
+    datasheet = {SIMULATED[h][0]: load_hardware(h).memory_gib * 1024 for h in SIMULATED}
+    off = []
+    for (gpu, per_node), rows in groups.items():
+        results = _run_checker("sglang", "check_sglang.py", gpu, per_node, [r[2] for r in rows], tmp_path)
+        for (name, ours, _), result in zip(rows, results):
+            assert result["ok"], (name, result)
+            theirs = float(result["mem_fraction_static"])
+            ours_mib, theirs_mib = (1 - ours) * datasheet[gpu], (1 - theirs) * SIMULATED_MIB[gpu]
+            if abs(ours_mib - theirs_mib) > 0.0005 * (datasheet[gpu] + SIMULATED_MIB[gpu]) + 64:
+                off.append(f"{name}: autotune {ours} ({ours_mib:.0f} MiB reserved), SGLang {theirs} "
+                           f"({theirs_mib:.0f} MiB)")
+    assert sum(len(r) for r in groups.values()) >= 25
+    assert not off, "\n".join(dict.fromkeys(off))

@@ -64,9 +64,10 @@ def _sglang_fraction(plan: str, model: str = "llama3.1-70b", gpus: str = "16") -
 
 def test_sglang_default_reserve_of_a_dense_dp_engine_is_that_of_its_tp_ranks():
     # a dense model's --dp-size runs separate schedulers of --tp-size 4: SGLang reserves 512 MiB + 1.5 MiB x 8,192
-    # chunk tokens + 4/8 GiB + 2 MiB x 64 graph batches = 13,440 MiB of 80 GiB, with no attention-DP term
+    # chunk tokens + 4/8 GiB + 2 MiB x 64 graph batches + 8 MiB x 58 prefill graphs = 13,904 MiB of 80 GiB, with no
+    # attention-DP term
     dense_dp = _sglang_fraction("tp=4,dp=2,weights=fp8,kv=fp8,max_batch=128")
-    assert dense_dp == _sglang_fraction("tp=4,weights=fp8,kv=fp8,max_batch=64") == 0.835
+    assert dense_dp == _sglang_fraction("tp=4,weights=fp8,kv=fp8,max_batch=64") == 0.83
     # a MoE engine's dp is attention DP: --tp-size tp*dp and the 3 MiB per graph batch and rank term stay
     assert _sglang_fraction("tp=1,dp=8,ep=8,kv=fp8,max_batch=128", model="qwen3-30b-a3b", gpus="8") < dense_dp
 
@@ -140,21 +141,26 @@ def test_vllm_on_an_a100_takes_its_small_defaults():
 def test_sglang_reserve_follows_its_memory_hook_for_each_kind_of_server():
     """Hand-checked against SGLang 0.5.23's arg_groups/memory_hook.py, for DeepSeek-V3 (MLA) at DP8 EP8 with DeepEP on
     a 180 GiB GPU, 64 sequences a rank, a 16,384-token prefill budget (MiB): 512 + 1.5 x 16,384 + 1,024 (8 GPUs of
-    --tp-size) + 2 x 64 and 3 x 64 x 8 (decode graphs, attention DP) + 1,536 (MLA prefill graphs) = 29,312, then
-    2,048 for DeepEP's buffers = 31,360.  A prefill server captures no decode graphs and has no DeepEP decode buffers
-    (27,648); a decode server runs no prefill chunk (its graphs' 2,048-token floor: 512 + 3,072 + 1,024 + 128 +
-    1,536 = 6,272, raised to the 10 GiB floor, + 2,048)."""
+    --tp-size) + 2 x 64 and 3 x 64 x 8 (decode graphs, attention DP) + 1,536 (MLA prefill graphs) + 1,024 (the
+    prefill graphs' DeepEP bridge) = 30,336, then 2,048 for DeepEP's buffers = 32,384.  A prefill server captures no
+    decode graphs and has no DeepEP decode buffers (28,672); a decode server runs no prefill chunk (its graphs'
+    2,048-token floor: 512 + 3,072 + 1,024 + 128 + 1,536 = 6,272, raised to the 10 GiB floor, + 2,048) and no
+    prefill graphs.  Without MLA the prefill graphs are 8 MiB per captured token count up to a rank's chunk (42 up
+    to 2,048)."""
     from autotune.serving.engines import GIB, MIB, ROLE_AGG, ROLE_DECODE, ROLE_PREFILL, sglang_reserved_bytes
 
     def mib(role, ep=8.0, mla=True):
         return float(sglang_reserved_bytes(16384.0, 1.0, 1.0, 8.0, 64.0, 180 * GIB, moe=True, ep=ep, mla=mla,
                                            role=role)) / MIB
 
-    assert mib(ROLE_AGG) == 31360.0
-    assert mib(ROLE_PREFILL) == 27648.0
+    assert mib(ROLE_AGG) == 32384.0
+    assert mib(ROLE_PREFILL) == 28672.0
     assert mib(ROLE_DECODE) == 10240.0 + 2048.0
     assert mib(ROLE_AGG, ep=4.0) == 29312.0  # ep below tp*dp: SGLang's default all-to-all, no DeepEP buffers
-    assert mib(ROLE_AGG, mla=False) == 31360.0 - 1536.0
+    assert mib(ROLE_AGG, mla=False) == 32384.0 - 1536.0 + 42 * 8.0
+    # pipeline stages leave SGLang's prefill graphs off (opt-in), and their reserve with them
+    assert float(sglang_reserved_bytes(8192.0, 8.0, 2.0, 1.0, 64.0, 80 * GIB, moe=False, role=ROLE_AGG)) / MIB == \
+        512.0 + 8192 * 1.5 + 2048.0 + 128.0
 
 
 def test_sglang_attention_dp_servers_capture_graphs_for_the_batch_a_rank_runs():

@@ -112,16 +112,27 @@ class EngineDefaults:
             return 16384.0 if memory_gib >= 160 else (8192.0 if memory_gib >= 60 else 4096.0)
         return 8192.0
 
-    def prefill_chunk(self, memory_gib: float, dp, gpu: str = "", *, moe) -> float:
+    def server_chunk(self, memory_gib: float, dp, gpu: str = "", *, moe, page=1.0):
+        """The prefill token budget a server is launched with (vLLM max_num_batched_tokens, SGLang
+        chunked_prefill_size), per engine of ``dp`` ranks; ``page`` the KV page SGLang's attention kernels use on
+        the GPU (``sglang_kv_page_tokens``).  SGLang gives each attention-DP rank ``chunk // dp`` tokens and
+        refuses to start where that is not a whole number of pages, so its budget is taken down to ``dp`` ranks of
+        whole pages (``sglang_server_chunk``)."""
+        chunk = self.chunk_tokens(memory_gib, gpu) * np.ones_like(np.asarray(dp, float))
+        if self.name == "sglang":
+            return sglang_server_chunk(chunk, dp, moe=moe, page=page)
+        return chunk
+
+    def prefill_chunk(self, memory_gib: float, dp, gpu: str = "", *, moe, page=1.0) -> float:
         """Prefill tokens per step of one DP rank: SGLang divides ``chunked_prefill_size`` by the attention-DP
-        width (sglang/srt/server_args.py, "DP attention is enabled. The chunked prefill size is adjusted"), which a
-        MoE engine's dp is; a dense engine's --dp-size ranks are schedulers of their own with the whole budget, as
-        vLLM's and TensorRT-LLM's ranks are."""
-        chunk = self.chunk_tokens(memory_gib, gpu)
+        width (sglang/srt/arg_groups/parallel_hook.py, "DP attention is enabled. chunked prefill size is
+        adjusted"), which a MoE engine's dp is; a dense engine's --dp-size ranks are schedulers of their own with
+        the whole budget, as vLLM's and TensorRT-LLM's ranks are."""
+        chunk = self.server_chunk(memory_gib, dp, gpu, moe=moe, page=page)
         if self.name == "sglang":
             width = np.where(np.asarray(moe, dtype=bool), np.maximum(dp, 1.0), 1.0)
             return np.maximum(np.floor(chunk / width), 1.0)
-        return chunk * np.ones_like(np.asarray(dp, float))
+        return chunk
 
     def max_batch(self, memory_gib: float, gpu: str = "") -> int:
         """Sequences in flight per engine rank by default (vLLM max_num_seqs, SGLang max_running_requests,
@@ -129,6 +140,34 @@ class EngineDefaults:
         if self.name == "vllm":
             return 1024 if memory_gib >= 160 or _vllm_large_tier(memory_gib, gpu) else 256
         return 2048
+
+
+# SGLang 0.5.23 runs TensorRT-LLM's attention kernels by default on compute capability 10.x (B200, B300, GB200,
+# GB300: trtllm_mha, and trtllm_mla for DeepSeek's MLA; arg_groups/model_override_base.py), whose KV pages hold 64
+# tokens (arg_groups/overrides.py sets page_size 64 for them); elsewhere its default page is one token
+SGLANG_SM100_KV_PAGE_TOKENS = 64
+
+
+def sglang_kv_page_tokens(compute_capability) -> float:
+    """Tokens of one KV page under SGLang's default attention backend on a GPU of ``compute_capability`` (None:
+    unknown, taken as one token)."""
+    cc = compute_capability
+    return float(SGLANG_SM100_KV_PAGE_TOKENS) if cc is not None and 10.0 <= float(cc) < 11.0 else 1.0
+
+
+def sglang_server_chunk(chunk, dp, *, moe, page=1.0):
+    """SGLang's ``--chunked-prefill-size`` for an engine of ``dp`` ranks: ``chunk`` as it stands, unless attention DP
+    (a MoE engine's dp > 1) leaves a rank a share ``chunk // dp`` that is not whole KV pages of ``page`` tokens:
+    then ``dp`` times that share taken down to whole pages (one page at least), since SGLang asserts that a rank's
+    chunk is a multiple of the page (arg_groups/validation_hook.py, "chunked_prefill_size must be divisible by
+    page_size"): 16,384 tokens over DP72 on GB200 (227 a rank, pages of 64) would not start, 13,824 (192) does."""
+    chunk = np.asarray(chunk, dtype=np.float64)
+    dp = np.maximum(np.asarray(dp, dtype=np.float64), 1.0)
+    page = np.maximum(np.asarray(page, dtype=np.float64), 1.0)
+    share = np.floor(chunk / dp)
+    whole = np.maximum(np.floor(share / page), 1.0) * page
+    rounded = np.asarray(moe, dtype=bool) & (dp > 1) & (whole != share)
+    return np.where(rounded, whole * dp, chunk)
 
 
 def _vllm_large_tier(memory_gib: float, gpu: str) -> bool:
@@ -348,6 +387,21 @@ def sglang_graph_batch(tp, dp, max_batch, memory_bytes, *, moe):
     return np.minimum(sglang_default_graph_batch(tp, dp, memory_bytes, moe=moe), np.maximum(max_batch, 1.0))
 
 
+# SGLang 0.5.23's prefill CUDA-graph token counts (arg_groups/cuda_graph_hook.py
+# generate_prefill_cuda_graph_batch_sizes): (first, last, step) runs, the last one open-ended
+_SGLANG_PREFILL_GRAPH_RUNS = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256),
+                              (4608, math.inf, 512))
+
+
+def sglang_prefill_graph_count(max_tokens):
+    """How many prefill graphs SGLang captures up to ``max_tokens`` tokens (58 for 8,192, 74 for 16,384)."""
+    m = np.asarray(max_tokens, dtype=np.float64)
+    count = np.zeros_like(m)
+    for first, last, step in _SGLANG_PREFILL_GRAPH_RUNS:
+        count = count + np.where(m >= first, np.floor((np.minimum(m, last) - first) / step) + 1.0, 0.0)
+    return count
+
+
 def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, *, moe, ep=1.0, mla=False, role=ROLE_AGG):
     """SGLang 0.5.23's own default reserve (arg_groups/memory_hook.py: handle_gpu_memory_settings,
     reserve_for_graph_mb, reserve_for_deepep_a2a_mb), in bytes, for the engines of ``role``.  Its ``tp_size`` is the
@@ -357,8 +411,9 @@ def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, *, moe, ep
 
     512 MiB, 1.5 MiB per activation token (the chunked-prefill budget; a decode server's graph batch), 1 GiB
     per 8 GPUs of ``--tp-size``; decode graphs 2 MiB per captured sequence, with attention DP 3 MiB per sequence of
-    every DP rank; prefill graphs 1.5 GiB for MLA models; at least 10 GiB on GPUs over
-    60 GiB; then 2 GiB for DeepEP's buffers on engines that decode."""
+    every DP rank; on engines that prefill without pipeline stages, prefill graphs (8 MiB per captured token count up
+    to a rank's chunk, 1.5 GiB for MLA models) and 1 GiB more with DeepEP; at least 10 GiB on GPUs over 60 GiB;
+    then 2 GiB for DeepEP's buffers on engines that decode."""
     attn_dp, tp_size = _sglang_tp_size(tp, dp, moe)
     role = np.asarray(role, dtype=np.float64)
     decodes = role != ROLE_PREFILL
@@ -372,9 +427,15 @@ def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, *, moe, ep
     # where that rule leaves its weights no room: the measured runs bound what is reserved, not the heuristic)
     per_dp_rank = graph_bs * dp * 3.0
     mib = mib + np.where(decodes, graph_bs * 2.0 + np.where(attn_dp, per_dp_rank, 0.0), 0.0)
-    mib = mib + np.where((role != ROLE_DECODE) & np.asarray(mla, dtype=bool), 1.5 * 1024.0, 0.0)
-    mib = np.where(memory_bytes > 60 * GIB, np.maximum(mib, 10 * 1024.0), mib)
+    # prefill graphs on every server that prefills (SGLang's default prefill backend, breakable; off with pp > 1,
+    # where it is opt-in): 8 MiB per captured token count up to a rank's chunk, or 1.5 GiB for MLA; a further
+    # 1 GiB with DeepEP (its bridge pool)
+    prefills = (role != ROLE_DECODE) & (np.asarray(pp) <= 1)
+    graph_tokens = np.where(attn_dp, np.floor(chunk / np.maximum(dp, 1.0)), chunk)
+    prefill_graphs = np.where(np.asarray(mla, dtype=bool), 1.5 * 1024.0, sglang_prefill_graph_count(graph_tokens) * 8.0)
     deepep = attn_dp & (np.asarray(ep) > 1) & (np.asarray(ep) == tp * dp)  # the launch files' DeepEP rule
+    mib = mib + np.where(prefills, prefill_graphs + np.where(deepep, 1024.0, 0.0), 0.0)
+    mib = np.where(memory_bytes > 60 * GIB, np.maximum(mib, 10 * 1024.0), mib)
     mib = mib + np.where(deepep & decodes, 2.0 * 1024.0, 0.0)
     return mib * MIB
 

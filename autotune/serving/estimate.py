@@ -735,7 +735,9 @@ def engine_memory(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, eng
     q = plan_precisions(model, cluster, plans)
     cols = {k: getattr(plans, f"{side}_{k}").astype(np.float64) for k in ("tp", "pp", "dp", "ep")}
     per_rank = plans.max_batch / cols["dp"]
-    chunk = E.DEFAULTS[E.engine_family(engine)].chunk_tokens(cluster.hardware.memory_gib, cluster.hardware.name)
+    hw = cluster.hardware
+    chunk = E.DEFAULTS[E.engine_family(engine)].server_chunk(hw.memory_gib, cols["dp"], hw.name, moe=model.is_moe,
+                                                             page=E.sglang_kv_page_tokens(hw.compute_capability))
     role = np.where(plans.disagg > 0, E.ROLE_PREFILL if side == "p" else E.ROLE_DECODE, E.ROLE_AGG)
     return E.memory_budget(engine, a, q, g, cols["tp"], cols["pp"], cols["dp"], cols["ep"], per_rank, chunk,
                            fraction=fraction, role=role)
@@ -782,7 +784,9 @@ def plan_rows(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans
                 d_workers=f("d_workers"), d_tp=f("d_tp"), d_pp=f("d_pp"), d_dp=f("d_dp"), d_ep=f("d_ep"),
                 load=load, I=float(workload.input_len), O=float(workload.output_len),
                 C=(workload.concurrency or 0) / replicas, lam=(workload.request_rate or 0.0) / replicas,
-                chunk=d.prefill_chunk(cluster.hardware.memory_gib, f("p_dp"), cluster.hardware.name, moe=model.is_moe), mixed=float(d.mixed_prefill), limit=per_rank_limit,
+                chunk=d.prefill_chunk(cluster.hardware.memory_gib, f("p_dp"), cluster.hardware.name, moe=model.is_moe,
+                                      page=E.sglang_kv_page_tokens(cluster.hardware.compute_capability)),
+                mixed=float(d.mixed_prefill), limit=per_rank_limit,
                 kv_pool=mem.kv_pool, n=len(plans), lockstep=float(d.adp_lockstep),
                 balance_iters=float(d.adp_balance_timeout_iters),
                 p_gather=d.gathers(plans.p_tp, plans.p_dp, plans.p_ep), d_gather=d.gathers(plans.d_tp, plans.d_dp, plans.d_ep),

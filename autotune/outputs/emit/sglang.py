@@ -17,7 +17,8 @@ Mapping:
 * Memory: ``--mem-fraction-static`` caps weights plus KV cache (activations and CUDA graphs use the rest):
   the value the plan's batch was checked against; ``--max-running-requests`` the batch limit (of the engine with
   attention DP, which SGLang divides among its ranks; of each replica of a dense ``--dp-size``);
-  ``--chunked-prefill-size`` the prefill chunk; ``--context-length`` with slack.
+  ``--chunked-prefill-size`` the prefill chunk (with attention DP, each rank's share a whole number of KV
+  pages: 64 tokens on Blackwell); ``--context-length`` with slack.
 * Disaggregated plans: ``--disaggregation-mode prefill|decode`` with the NIXL transfer backend and a bootstrap
   port on each prefill server, ``python -m sglang_router.launch_router --pd-disaggregation`` in front;
   replicas: ``--worker-urls``.
@@ -28,7 +29,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from ...errors import InputError
-from ...serving.engines import DEEPEP_LL_MAX_TOKENS, GIB, redundant_experts, sglang_default_graph_batch
+from ...serving.engines import (DEEPEP_LL_MAX_TOKENS, GIB, redundant_experts, sglang_default_graph_batch,
+                                sglang_server_chunk)
 from ...serving.checkpoint import checkpoint_format, how
 from . import shell
 from .serve_common import (
@@ -145,7 +147,10 @@ def sglang_command(ctx: ServeContext, slot: EngineSlot, rank: int, slots: list[E
         if per_rank < int(sglang_default_graph_batch(pool.tp, pool.dp, memory, moe=True)):
             groups.append(("--cuda-graph-max-bs-decode", per_rank))
     if ctx.prefill_tokens:
-        groups.append(("--chunked-prefill-size", ctx.prefill_tokens))
+        # a rank's share of the budget a whole number of KV pages (SGLang refuses it otherwise), as estimated
+        groups.append(("--chunked-prefill-size", int(sglang_server_chunk(ctx.prefill_tokens, pool.dp,
+                                                                          moe=ctx.model.is_moe,
+                                                                          page=ctx.kv_page_tokens))))
     groups.append(("--context-length", ctx.context_length))
     if ctx.memory_flag(slot.role) is not None:
         groups.append(("--mem-fraction-static", f"{ctx.memory_flag(slot.role):g}"))

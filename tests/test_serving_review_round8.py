@@ -1,0 +1,67 @@
+"""Serving review, round 8: launch files checked against what the engines' own resolvers do with them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+from typer.testing import CliRunner
+
+from autotune.cli import app
+from autotune.serving import engines as E
+
+runner = CliRunner()
+
+
+def _emit_sglang(plan: str, hardware: str, gpus: int, *extra: str) -> str:
+    result = runner.invoke(app, ["emit", plan, "-f", "sglang", "-m", "deepseek-v3", "-H", hardware, "--gpus",
+                                 str(gpus), "--input-len", "2048", "--output-len", "1024", "--checkpoint", "fp8",
+                                 *extra])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def _chunks(script: str) -> set[int]:
+    return {int(v) for v in re.findall(r"--chunked-prefill-size (\d+)", script)}
+
+
+def test_sglang_attention_dp_chunk_is_whole_kv_pages_a_rank_on_blackwell():
+    """SGLang gives each attention-DP rank chunked_prefill_size // dp tokens and asserts that this is a multiple
+    of the KV page, which its default Blackwell kernels (trtllm_mla, trtllm_mha) make 64 tokens: DP72 on a GB200
+    rack at the default 16,384 gets 227 a rank and does not start.  The launch file writes 72 x 192 = 13,824 (three
+    pages a rank), and the estimate prefills 192 tokens a rank, not 227."""
+    plan = "tp=1,dp=72,ep=72,weights=fp8,kv=fp8,max_batch=4104"
+    assert _chunks(_emit_sglang(plan, "gb200-nvl72", 72)) == {13824}
+    assert 16384 // 72 == 227 and 227 // 64 * 64 == 192 and 192 * 72 == 13824  # the hand check
+    # a power-of-two DP keeps SGLang's default; on Hopper (one-token pages) DP24 keeps 8,192 (341 a rank)
+    assert _chunks(_emit_sglang("tp=1,dp=32,ep=32,weights=fp8,kv=fp8,max_batch=4096", "gb200-nvl72", 32)) == {16384}
+    assert _chunks(_emit_sglang("tp=1,dp=24,ep=24,weights=fp8,kv=fp8,max_batch=1920", "h200-sxm-141gb", 24)) == {8192}
+    # a disaggregated plan: each pool's servers their own (DP12 prefill: 12 x 1,344; DP8 decode: 16,384)
+    disagg = _emit_sglang("prefill_workers=1,prefill_dp=12,prefill_ep=12,decode_workers=1,decode_dp=8,decode_ep=8,"
+                          "weights=fp8,kv=fp8,max_batch=1024", "b200-sxm-180gb", 20, "--gpus-per-node", "4")
+    assert _chunks(disagg) == {12 * 1344, 16384} and 16384 // 12 // 64 * 64 == 1344
+    # the estimate's chunk a rank is the launched one
+    d = E.DEFAULTS["sglang"]
+    page = E.sglang_kv_page_tokens(10.0)
+    assert page == 64.0 and E.sglang_kv_page_tokens(9.0) == 1.0 and E.sglang_kv_page_tokens(None) == 1.0
+    assert float(d.prefill_chunk(185.0, np.array([72.0]), "gb200-nvl72", moe=True, page=page)[0]) == 192.0
+    assert float(d.prefill_chunk(141.0, np.array([24.0]), "h200-sxm-141gb", moe=True, page=1.0)[0]) == 341.0
+    # a dense engine's --dp-size ranks keep the whole chunk (SGLang divides only with attention DP)
+    assert float(d.server_chunk(185.0, np.array([6.0]), "gb200-nvl72", moe=False, page=page)[0]) == 16384.0
+    # vLLM's ranks are not divided
+    assert float(E.DEFAULTS["vllm"].server_chunk(185.0, np.array([72.0]), "gb200-nvl72", moe=True,
+                                                 page=page)[0]) == 16384.0
+
+
+def test_sglang_blackwell_chunk_reaches_the_memory_fraction():
+    """SGLang's reserve counts 1.5 MiB per token of the chunk it is launched with, so the memory fraction of the
+    DP72 launch file is that of 13,824 tokens: 3,840 MiB less reserve than 16,384 would give."""
+    result = runner.invoke(app, ["predict", "--workload", "serve", "-m", "deepseek-v3", "-H", "gb200-nvl72",
+                                 "--gpus", "72", "--input-len", "2048", "--output-len", "1024", "--checkpoint", "fp8",
+                                 "--engine", "sglang", "-p", "tp=1,dp=72,ep=72,weights=fp8,kv=fp8,max_batch=4104",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    knob = json.loads(result.stdout)["estimate"]["engine_memory_flag"]["--mem-fraction-static"]
+    mib = (512.0 + 13824 * 1.5 + 72 / 8 * 1024 + 57 * 2.0 + 57 * 72 * 3.0 + 1536.0 + 1024.0) + 2048.0
+    assert knob == np.floor((185 * 1024 - mib) / (185 * 1024) * 1000) / 1000
