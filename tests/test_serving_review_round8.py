@@ -44,7 +44,7 @@ def test_sglang_attention_dp_chunk_is_whole_kv_pages_a_rank_on_blackwell():
     # the estimate's chunk a rank is the launched one
     d = E.DEFAULTS["sglang"]
     page = E.sglang_kv_page_tokens(10.0)
-    assert page == 64.0 and E.sglang_kv_page_tokens(9.0) == 1.0 and E.sglang_kv_page_tokens(None) == 1.0
+    assert page == 64.0 and E.sglang_kv_page_tokens(9.0) == 1.0
     assert float(d.prefill_chunk(185.0, np.array([72.0]), "gb200-nvl72", moe=True, page=page)[0]) == 192.0
     assert float(d.prefill_chunk(141.0, np.array([24.0]), "h200-sxm-141gb", moe=True, page=1.0)[0]) == 341.0
     # a dense engine's --dp-size ranks keep the whole chunk (SGLang divides only with attention DP)
@@ -65,3 +65,19 @@ def test_sglang_blackwell_chunk_reaches_the_memory_fraction():
     knob = json.loads(result.stdout)["estimate"]["engine_memory_flag"]["--mem-fraction-static"]
     mib = (512.0 + 13824 * 1.5 + 72 / 8 * 1024 + 57 * 2.0 + 57 * 72 * 3.0 + 1536.0 + 1024.0) + 2048.0
     assert knob == np.floor((185 * 1024 - mib) / (185 * 1024) * 1000) / 1000
+
+
+def test_a_profile_without_compute_capability_gets_a_chunk_every_sglang_backend_accepts(tmp_path):
+    """A user's own profile that leaves compute_capability out may describe a Blackwell GPU, whose SGLang kernels
+    take 64-token pages: its rank's chunk is whole 64-token pages (valid for one-token pages too), not the 227
+    tokens a rank SGLang would refuse at DP72."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "profiles" / "hardware" / "gb200-nvl72.yaml").read_text()
+    text = re.sub(r"(?m)^compute_capability:.*\n", "", text).replace("name: gb200-nvl72", "name: my-rack")
+    assert "compute_capability:" not in text.split("sources:")[0]
+    profile = tmp_path / "my-rack.yaml"
+    profile.write_text(text)
+    assert E.sglang_kv_page_tokens(None) == 64.0
+    script = _emit_sglang("tp=1,dp=72,ep=72,weights=fp8,kv=fp8,max_batch=4104", str(profile), 72)
+    assert _chunks(script) == {13824} and (13824 // 72) % 64 == 0

@@ -149,10 +149,14 @@ SGLANG_SM100_KV_PAGE_TOKENS = 64
 
 
 def sglang_kv_page_tokens(compute_capability) -> float:
-    """Tokens of one KV page under SGLang's default attention backend on a GPU of ``compute_capability`` (None:
-    unknown, taken as one token)."""
+    """Tokens of one KV page under SGLang's default attention backend on a GPU of ``compute_capability``.  None (a
+    profile that does not state it): taken as the 64-token page, since a rank's chunk of whole 64-token pages is
+    also whole 1-token pages, so the launch file starts on whatever GPU the profile describes (one token would
+    leave a Blackwell profile without the field a chunk SGLang refuses)."""
     cc = compute_capability
-    return float(SGLANG_SM100_KV_PAGE_TOKENS) if cc is not None and 10.0 <= float(cc) < 11.0 else 1.0
+    if cc is None:
+        return float(SGLANG_SM100_KV_PAGE_TOKENS)
+    return float(SGLANG_SM100_KV_PAGE_TOKENS) if 10.0 <= float(cc) < 11.0 else 1.0
 
 
 def sglang_server_chunk(chunk, dp, *, moe, page=1.0):
