@@ -1,0 +1,111 @@
+"""Round 14 of the hostile-input sweep: profile sections of the wrong type, near-zero links, control characters in
+names and a negative zero price."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_bad_input import assert_user_error, invoke
+
+ROOT = Path(__file__).resolve().parent.parent
+H100 = yaml.safe_load((ROOT / "profiles" / "hardware" / "h100-sxm5-80gb.yaml").read_text())
+TRAIN = ["--gpus", "8", "-s", "4096", "-b", "64"]
+SERVE = ["--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len", "1024",
+         "--output-len", "128"]
+
+
+def _profile(tmp_path: Path, **changes) -> Path:
+    profile = {**H100, "name": "my-gpu", **changes}
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return path
+
+
+@pytest.mark.parametrize("section", ["efficiency", "reference_efficiency"])
+@pytest.mark.parametrize("value", [0, [], "", False])
+def test_a_profile_section_that_is_not_a_mapping_is_refused(tmp_path, section, value):
+    """`efficiency: 0` (or [], '', false) was read as no section: the profile was planned at the default
+    efficiencies (12,798 tokens/s/GPU where the H100's own give 9,718) without a word."""
+    result = invoke("search", "-m", "llama3-8b", *TRAIN, "-H", _profile(tmp_path, **{section: value}), "--top", "1")
+    assert_user_error(result, "gpu.yaml", f"field '{section}'", "must")
+
+
+def test_a_profile_section_left_empty_still_means_the_defaults(tmp_path):
+    """YAML `efficiency:` with nothing under it is null: no section, as before."""
+    result = invoke("search", "-m", "llama3-8b", *TRAIN, "-H", _profile(tmp_path, efficiency=None, reference_efficiency=None), "--top", "1")
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("field, change", [
+    ("intra_node.bandwidth_gb_per_s", {"intra_node": {"bandwidth_gb_per_s": 1e-300, "latency_us": 3.4}}),
+    ("inter_node.bandwidth_gb_per_s", {"inter_node": {"bandwidth_gb_per_s": 0.05, "latency_us": 14.0}}),
+    ("host_link_bandwidth_gb_per_s", {"host_link_bandwidth_gb_per_s": 1e-300}),
+    ("cpu_optimizer_params_per_s", {"cpu_optimizer_params_per_s": 1.2}),  # billions given as a count
+])
+def test_a_link_or_host_rate_near_zero_is_refused(tmp_path, field, change):
+    """An intra-node bandwidth of 1e-300 GB/s planned a step of about 10^300 s, printed with 300 digits; the host's
+    links and optimizer rate had no floor either."""
+    path = _profile(tmp_path, **change)
+    for command in (["search", "-m", "llama3-8b", *TRAIN, "-H", path, "--top", "1"],
+                    ["predict", "-m", "llama3-8b", *TRAIN, "-H", path, "-p", "tp=2,offload=cpu,zero=1"]):
+        assert_user_error(invoke(*command), "gpu.yaml", f"field '{field}'", "must be >=")
+
+
+def test_the_slowest_plausible_links_are_still_planned(tmp_path):
+    """1 Gb/s Ethernet between the nodes (0.125 GB/s) is slow but real: planned, not refused."""
+    path = _profile(tmp_path, inter_node={"bandwidth_gb_per_s": 0.125, "latency_us": 50.0})
+    result = invoke("search", "-m", "llama3-8b", "--gpus", "16", "-s", "4096", "-b", "64", "-H", path, "--top", "1")
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("name", ["x\x1b[31mred", "two\nlines", "tab\there", "nul\x00", "c1\x9b2J"])
+def test_a_model_or_hardware_name_with_a_control_character_is_refused(tmp_path, name):
+    """A spec's name went to the terminal as it stood: an escape sequence recoloured (or cleared) it and a line
+    break split the plan's header; the same held for a profile's name."""
+    spec = yaml.safe_load((ROOT / "profiles" / "models" / "llama3-8b.yaml").read_text())
+    spec["name"] = name
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert_user_error(invoke("search", *TRAIN, "-m", path, "-H", "h100-sxm5-80gb", "--top", "1"),
+                      "spec.yaml", "field 'name'", "control character")
+    assert_user_error(invoke("models", "show", path), "field 'name'", "control character")
+    profile = _profile(tmp_path, name=name)
+    assert_user_error(invoke("hardware", "show", profile), "gpu.yaml", "field 'name'", "control character")
+
+
+def test_an_hf_config_whose_name_holds_a_control_character_names_where_it_came_from(tmp_path):
+    config = json.loads((ROOT / "tests" / "data" / "hf_configs" / "Meta-Llama-3-8B" / "config.json").read_text())
+    config["_name_or_path"] = "org/x\x1b[2Jy"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert_user_error(invoke("models", "show", tmp_path / "config.json"), "field '_name_or_path'", "control character",
+                      "fix _name_or_path")
+    folder = tmp_path / "a\tb"  # no _name_or_path: the name is the folder's
+    folder.mkdir()
+    del config["_name_or_path"]
+    (folder / "config.json").write_text(json.dumps(config))
+    assert_user_error(invoke("models", "show", folder / "config.json"), "control character", "rename the folder")
+
+
+@pytest.mark.parametrize("name", ["ünï cödé", "$(touch PWNED)", "a" * 300])
+def test_odd_but_printable_names_are_still_read(tmp_path, name):
+    spec = yaml.safe_load((ROOT / "profiles" / "models" / "llama3-8b.yaml").read_text())
+    spec["name"] = name
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = invoke("models", "show", path)
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("command", [
+    ["predict", *SERVE, "-p", "tp=1"],
+    ["search", *SERVE, "--top", "1"],
+])
+def test_a_price_of_negative_zero_is_printed_as_zero(command):
+    """`--price -0` passed the 0 <= price check and printed "$-0 per GPU-hour" and "$-0.00 per hour"."""
+    result = invoke(*command, "--price", "-0")
+    assert result.exit_code == 0, result.output
+    assert "$-0" not in result.output and "at $0 per GPU-hour" in result.output
