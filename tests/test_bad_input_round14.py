@@ -109,3 +109,20 @@ def test_a_price_of_negative_zero_is_printed_as_zero(command):
     result = invoke(*command, "--price", "-0")
     assert result.exit_code == 0, result.output
     assert "$-0" not in result.output and "at $0 per GPU-hour" in result.output
+
+
+@pytest.mark.parametrize("command", [
+    ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", *TRAIN, "--top", "1"],
+    ["search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8..64", "-s", "4096", "-b", "64", "--top", "1"],
+    ["predict", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", *TRAIN, "-p", "tp=2"],
+    ["emit", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", *TRAIN, "-p", "tp=2", "-f", "megatron"],
+])
+def test_a_training_budget_beyond_any_run_is_refused(command):
+    """--tokens 1e18 (an exponent slip for 1e12) printed a run of 148,868,081 days and $85 billion as a plan."""
+    assert_user_error(invoke(*command, "--tokens", "1e18"), "field '--tokens'", "must be <= 1e+15", "but got 1e+18")
+
+
+def test_the_largest_plausible_training_budget_is_still_planned():
+    result = invoke("search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", *TRAIN, "--tokens", "1e15", "--top", "1")
+    assert result.exit_code == 0, result.output
+    assert "Training the budget takes" in result.output
