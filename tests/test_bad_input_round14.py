@@ -126,3 +126,38 @@ def test_the_largest_plausible_training_budget_is_still_planned():
     result = invoke("search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", *TRAIN, "--tokens", "1e15", "--top", "1")
     assert result.exit_code == 0, result.output
     assert "Training the budget takes" in result.output
+
+
+def _latency_rows(tmp_path: Path, column: str, value: str) -> Path:
+    """Three bundled serving-runs rows measured at a request rate, with their TTFT and ITL; the first edited."""
+    import csv
+
+    rows = list(csv.DictReader((ROOT / "autotune" / "data" / "serving_runs.csv").open()))
+    rows = [r for r in rows if r["id"] in ("TRT014ON-001", "TRT014ON-002", "TRT014ON-003")]
+    assert len(rows) == 3 and all(r["ttft_ms_mean"] and r["itl_ms_mean"] for r in rows)
+    rows[0][column] = value
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize("column", ["ttft_ms_mean", "itl_ms_mean"])
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_a_measured_latency_of_zero_is_refused_not_dropped(tmp_path, column, command):
+    """A TTFT or ITL of 0 ms was read as an empty cell: the row's latency went uncompared (and unfitted) without a
+    word, where -5 was refused."""
+    path = _latency_rows(tmp_path, column, "0")
+    extra = ["--out", tmp_path / "calib.yaml"] if command == "calibrate" else []
+    assert_user_error(invoke(command, path, *extra), "runs.csv", f"field '{column}'", "row 'TRT014ON-001'",
+                      "at least 0.001")
+
+
+def test_measured_latencies_are_still_compared(tmp_path):
+    result = invoke("validate", _latency_rows(tmp_path, "ttft_ms_median", ""), "--json")
+    assert result.exit_code == 0, result.output
+    row = next(r for r in json.loads(result.stdout)["rows"] if r["id"] == "TRT014ON-001")
+    assert (row["measured_ttft_ms"], row["measured_itl_ms"]) == (62.0, 21.0)  # the CSV's cells
+    assert row["ttft_error_pct"] is not None and row["itl_error_pct"] is not None
