@@ -161,3 +161,32 @@ def test_measured_latencies_are_still_compared(tmp_path):
     row = next(r for r in json.loads(result.stdout)["rows"] if r["id"] == "TRT014ON-001")
     assert (row["measured_ttft_ms"], row["measured_itl_ms"]) == (62.0, 21.0)  # the CSV's cells
     assert row["ttft_error_pct"] is not None and row["itl_error_pct"] is not None
+
+
+def test_a_spec_with_more_mtp_modules_than_layers_is_refused(tmp_path):
+    """mtp_layers: 1000000000 was read: serving plans ignored it and a training search answered that the leanest
+    plan needs 206,720,885.5 GiB per GPU."""
+    spec = yaml.safe_load((ROOT / "profiles" / "models" / "deepseek-v3.yaml").read_text())
+    spec["mtp_layers"] = 1_000_000_000
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    for command in (["models", "show", path],
+                    ["search", "--workload", "serve", "-m", path, "-H", "b200", "--gpus", "8", "--input-len", "1024",
+                     "--output-len", "128", "--top", "1"]):
+        assert_user_error(invoke(*command), "spec.yaml", "mtp_layers <= n_layers", "mtp_layers=1000000000")
+
+
+@pytest.mark.parametrize("key", ["num_nextn_predict_layers", "num_mtp_modules"])
+def test_an_hf_config_with_more_mtp_modules_than_layers_names_its_key(tmp_path, key):
+    config = json.loads((ROOT / "tests" / "data" / "hf_configs" / "DeepSeek-V3" / "config.json").read_text())
+    config[key] = 62  # DeepSeek-V3 has 61 layers and 1 MTP module
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert_user_error(invoke("models", "show", tmp_path / "config.json"), f"field '{key}'",
+                      f"{key} <= num_hidden_layers", "num_hidden_layers=61")
+
+
+def test_mtp_modules_as_many_as_the_layers_are_still_read(tmp_path):
+    config = json.loads((ROOT / "tests" / "data" / "hf_configs" / "DeepSeek-V3" / "config.json").read_text())
+    config["num_nextn_predict_layers"] = 61
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert invoke("models", "show", tmp_path / "config.json").exit_code == 0

@@ -140,6 +140,12 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
         _check_known_activation(config, source)
 
     n_layers = loading.integer(config, "num_hidden_layers", source=source, maximum=MAX_LAYERS)
+    for key in _LAYER_COUNT_KEYS[1:]:  # the MTP modules, each one block beside the model's own layers
+        mtp = config.get(key)
+        if isinstance(mtp, int) and not isinstance(mtp, bool) and mtp > n_layers:
+            raise InputError(f"{key} <= num_hidden_layers must hold (each multi-token-prediction module is one block "
+                             f"beside the model's layers; DeepSeek-V3 has 1 of 61), but got ({key}={mtp}, "
+                             f"num_hidden_layers={n_layers}); check the value", source=source, field=key)
     hidden = loading.integer(config, "hidden_size", source=source)
     n_heads = loading.integer(config, "num_attention_heads", source=source)
     spec = {

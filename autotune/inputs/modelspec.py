@@ -420,6 +420,10 @@ class ModelSpec:
             raise ValueError(f"mlp must be one of {MLP_KINDS}, but got (mlp={self.mlp!r})")
         if self.mtp_layers < 0:
             raise ValueError(f"mtp_layers must be >= 0, but got (mtp_layers={self.mtp_layers})")
+        if self.mtp_layers > self.n_layers:  # each MTP module is one more transformer block (DeepSeek-V3: 1 of 61)
+            raise ValueError(f"mtp_layers <= n_layers must hold (the multi-token-prediction modules, each one block, "
+                             f"beside the model's own layers), but got (mtp_layers={self.mtp_layers}, "
+                             f"n_layers={self.n_layers}); check the value")
         if self.mla is not None:
             if self.n_kv_heads != self.n_heads or self.head_dim != self.mla.qk_head_dim:
                 raise ValueError(
