@@ -190,3 +190,29 @@ def test_mtp_modules_as_many_as_the_layers_are_still_read(tmp_path):
     config["num_nextn_predict_layers"] = 61
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert invoke("models", "show", tmp_path / "config.json").exit_code == 0
+
+
+@pytest.mark.parametrize("model, section, key", [
+    ("deepseek-v3", "mla", "kv_lora_rank"),
+    ("deepseek-v3", "mla", "v_head_dim"),
+    ("deepseek-v3", "moe", "shared_expert_ffn_hidden_size"),
+    ("deepseek-v3", "moe", "expert_ffn_hidden_size"),
+    ("qwen3.5-397b-a17b", "linear_attention", "n_key_heads"),
+])
+def test_a_section_size_beyond_the_specs_own_bound_is_refused(tmp_path, model, section, key):
+    """hidden_size 1e9 was refused (<= 100,000,000) but mla.kv_lora_rank 1e9 was read: a search spent 13 s to say
+    the leanest plan needs 96,027.8 GiB per GPU."""
+    spec = yaml.safe_load((ROOT / "profiles" / "models" / f"{model}.yaml").read_text())
+    spec[section][key] = 1_000_000_000
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert_user_error(invoke("models", "show", path), "spec.yaml", f"field '{section}.{key}'", "must be <= 100,000,000")
+
+
+def test_a_recurrent_state_wider_than_fp64_is_refused(tmp_path):
+    spec = yaml.safe_load((ROOT / "profiles" / "models" / "qwen3.5-397b-a17b.yaml").read_text())
+    spec["linear_attention"]["recurrent_state_bytes_per_element"] = 16
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert_user_error(invoke("models", "show", path), "field 'linear_attention.recurrent_state_bytes_per_element'",
+                      "must be <= 8")
