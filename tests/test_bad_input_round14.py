@@ -216,3 +216,13 @@ def test_a_recurrent_state_wider_than_fp64_is_refused(tmp_path):
     path.write_text(yaml.safe_dump(spec))
     assert_user_error(invoke("models", "show", path), "field 'linear_attention.recurrent_state_bytes_per_element'",
                       "must be <= 8")
+
+
+@pytest.mark.parametrize("gpus, flag, shown", [("8", "--memory-headroom", "plans keep 0% of HBM free"),
+                                                ("8..16", "--grid-intensity", "0 t CO2e")])
+def test_other_options_at_negative_zero_print_zero(gpus, flag, shown):
+    """--memory-headroom -0 printed "plans keep -0% of HBM free", --grid-intensity -0 "-0 t CO2e"."""
+    result = invoke("search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", gpus, "-s", "4096", "-b", "64",
+                    *(["--tokens", "1e12"] if ".." in gpus else []), flag, "-0", "--top", "1")
+    assert result.exit_code == 0, result.output
+    assert shown in result.output and "-0%" not in result.output and "-0 t" not in result.output
