@@ -226,3 +226,25 @@ def test_other_options_at_negative_zero_print_zero(gpus, flag, shown):
                     *(["--tokens", "1e12"] if ".." in gpus else []), flag, "-0", "--top", "1")
     assert result.exit_code == 0, result.output
     assert shown in result.output and "-0%" not in result.output and "-0 t" not in result.output
+
+
+@pytest.mark.parametrize("profile, capability, precision", [
+    ("h100-sxm5-80gb", 8.0, "fp8"),      # a Hopper profile copied for an Ampere, its fp8 peak kept
+    ("b200-sxm-180gb", 9.0, "mxfp8"),    # Blackwell's block-scaled formats on a Hopper capability
+    ("rtx-pro-6000-blackwell", 7.5, "fp8"),
+])
+def test_a_peak_the_stated_compute_capability_has_no_tensor_cores_for_is_refused(tmp_path, profile, capability,
+                                                                                 precision):
+    """A profile stating compute_capability 8.0 beside an fp8 peak was read: fp8 plans were searched and ranked for
+    a GPU whose capability has no fp8 tensor cores."""
+    data = yaml.safe_load((ROOT / "profiles" / "hardware" / f"{profile}.yaml").read_text())
+    data.update(name="my-gpu", compute_capability=capability)
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert_user_error(invoke("hardware", "show", path), "gpu.yaml", "field 'compute_capability'",
+                      f"a {precision} peak", "fix the capability or drop the peak")
+
+
+def test_every_bundled_profile_agrees_with_its_compute_capability():
+    for path in sorted((ROOT / "profiles" / "hardware").glob("*.yaml")):
+        assert invoke("hardware", "show", path).exit_code == 0, path

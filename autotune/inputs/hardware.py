@@ -380,6 +380,27 @@ def _link(data: dict, key: str, source: str) -> Link:
     )
 
 
+# The first NVIDIA compute capability whose tensor cores run a precision (CUDA programming guide, the MMA shapes per
+# architecture; PTX ISA tcgen05.mma .kind::mxf8f6f4 and .kind::mxf4nvf4): fp8 from Ada (8.9), the block-scaled
+# and 4-bit formats from Blackwell (10.0).  A profile listing a peak its stated capability has no units for is
+# contradictory: one of the two is a slip (a copied Hopper profile with cc 8.0 planned fp8 on an Ampere).
+FIRST_CAPABILITY = MappingProxyType({"fp8": 8.9, "mxfp8": 10.0, "fp4": 10.0, "nvfp4": 10.0, "mxfp4": 10.0})
+
+
+def _check_capability_peaks(data: dict, peaks: Mapping[str, float], source: str) -> None:
+    if data.get("vendor", "nvidia") != "nvidia":
+        return
+    cc = data.get("compute_capability")
+    if isinstance(cc, bool) or not isinstance(cc, (int, float)):
+        return  # absent, or refused with its own message below
+    for precision, first in FIRST_CAPABILITY.items():
+        if precision in peaks and cc < first:
+            raise InputError(f"compute_capability >= {first:g} must hold for a {precision} peak (the first NVIDIA "
+                             f"GPUs with {precision} tensor cores), but got (compute_capability={cc:g}, "
+                             f"peak_tflops.{precision}={peaks[precision]:g}); fix the capability or drop the peak",
+                             source=source, field="compute_capability")
+
+
 def efficiency_from_mapping(raw: dict, *, source: str, base: Efficiency | None = None) -> Efficiency:
     """Parse an ``efficiency`` block (a profile's, or a calibration overlay's) onto ``base``."""
     check_keys(raw, frozenset(EFFICIENCY_FIELDS), source=source, section="efficiency")
@@ -444,6 +465,7 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     if "scale_up" in data and (domain is None or domain == gpus_per_node):
         raise InputError("is the link between the nodes of a scale-up domain; give scale_up_domain_gpus larger "
                          "than gpus_per_node with it", source=source, field="scale_up")
+    _check_capability_peaks(data, peaks, source)
     if "price_usd_per_gpu_hour" in data and data["price_usd_per_gpu_hour"] is None:
         raise InputError("has no value; where no public price exists, give a documented estimate, set "
                          "price_estimated: true and say how it was made under sources", source=source,
