@@ -248,3 +248,38 @@ def test_a_peak_the_stated_compute_capability_has_no_tensor_cores_for_is_refused
 def test_every_bundled_profile_agrees_with_its_compute_capability():
     for path in sorted((ROOT / "profiles" / "hardware").glob("*.yaml")):
         assert invoke("hardware", "show", path).exit_code == 0, path
+
+
+@pytest.fixture(scope="module")
+def capacity_search(tmp_path_factory):
+    out = tmp_path_factory.mktemp("capacity14") / "cap"
+    result = invoke("search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb,a100-sxm4-80gb", "--gpus", "8..16", "-s", "4096",
+                    "-b", "64", "--tokens", "1e11", "--top", "2", "--out", out)
+    assert result.exit_code == 0, result.output
+    return json.loads((out / "plans.json").read_text())
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda c: c.update(pue=-5), "capacity.pue"),
+    (lambda c: c.update(grid_intensity_g_per_kwh=-100), "capacity.grid_intensity_g_per_kwh"),
+    (lambda c: c["candidates"][0].update(gpus=-8), "capacity.candidates.gpus"),
+    (lambda c: c["candidates"][0].update(gpus=8.5), "capacity.candidates.gpus"),
+    (lambda c: c["candidates"][0].update(cost_usd=-5), "capacity.candidates.cost_usd"),
+    (lambda c: c["candidates"][0].update(training_days=1e300), "capacity.candidates.training_days"),
+])
+def test_a_capacity_plans_json_edited_past_what_a_search_writes_is_refused_by_report(capacity_search, tmp_path,
+                                                                                     edit, field):
+    """The report printed a hand-edited capacity table as it stood: -8 GPUs, a cost of $-5, PUE -5 and 1e300 days
+    written out with 300 digits; the plans' own estimates were range-checked already."""
+    doc = json.loads(json.dumps(capacity_search))
+    edit(doc["capacity"])
+    (tmp_path / "plans.json").write_text(json.dumps(doc))
+    result = invoke("report", tmp_path / "plans.json", "--out", tmp_path / "report", "--trials", "0")
+    assert_user_error(result, "plans.json", f"field '{field}'", "must", "rerun the capacity search")
+    assert not (tmp_path / "report").exists()
+
+
+def test_an_unedited_capacity_plans_json_is_still_reported(capacity_search, tmp_path):
+    (tmp_path / "plans.json").write_text(json.dumps(capacity_search))
+    result = invoke("report", tmp_path / "plans.json", "--out", tmp_path / "report", "--trials", "0")
+    assert result.exit_code == 0, result.output
