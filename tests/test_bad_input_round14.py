@@ -283,3 +283,48 @@ def test_an_unedited_capacity_plans_json_is_still_reported(capacity_search, tmp_
     (tmp_path / "plans.json").write_text(json.dumps(capacity_search))
     result = invoke("report", tmp_path / "plans.json", "--out", tmp_path / "report", "--trials", "0")
     assert result.exit_code == 0, result.output
+
+
+@pytest.fixture(scope="module")
+def stored_study(tmp_path_factory):
+    db = tmp_path_factory.mktemp("study14") / "s.db"
+    result = invoke("search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", *TRAIN, "--sampler", "random", "--trials", "3",
+                    "--storage", f"sqlite:///{db}", "--study", "s", "--top", "1")
+    assert result.exit_code in (0, 1), result.output
+    return db
+
+
+def _edited_study(db: Path, tmp_path: Path, edit) -> str:
+    import shutil
+    import sqlite3
+
+    copy = tmp_path / "s.db"
+    shutil.copy(db, copy)
+    with sqlite3.connect(copy) as con:
+        (text,) = con.execute("select value_json from study_user_attributes where key='autotune.problem'").fetchone()
+        record = json.loads(text)
+        edit(record)
+        con.execute("update study_user_attributes set value_json=? where key='autotune.problem'", (json.dumps(record),))
+    return f"sqlite:///{copy}"
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda r: r.update(framework=None), "no attribute 'items'"),        # was an AttributeError traceback
+    (lambda r: r.update(objectives=[]), "objectives is empty"),          # was an IndexError traceback inside Optuna
+    (lambda r: r["workload"].update(seq_len=1e300), "workload.seq_len"),  # trials failed; the worker said it finished
+    (lambda r: r["cluster"].update(n_gpus=1e300), "cluster.n_gpus"),
+    (lambda r: r["workload"].update(tokens=1e300), "workload.tokens must be <= 1e+15"),
+])
+@pytest.mark.parametrize("command", ["worker", "report"])
+def test_a_study_whose_stored_problem_was_edited_is_refused_without_a_traceback(stored_study, tmp_path, edit, says,
+                                                                              command):
+    storage = _edited_study(stored_study, tmp_path, edit)
+    extra = ["--trials", "5"] if command == "worker" else ["--out", tmp_path / "report", "--trials", "0"]
+    result = invoke(command, "--storage", storage, "--study", "s", *extra)
+    assert_user_error(result, "field '--study'", "its stored problem cannot be read", says, "start a new study")
+
+
+def test_an_unedited_study_is_still_joined(stored_study, tmp_path):
+    result = invoke("worker", "--storage", _edited_study(stored_study, tmp_path, lambda r: None), "--study", "s",
+                    "--trials", "4")
+    assert result.exit_code == 0, result.output
