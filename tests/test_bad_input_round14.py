@@ -328,3 +328,29 @@ def test_an_unedited_study_is_still_joined(stored_study, tmp_path):
     result = invoke("worker", "--storage", _edited_study(stored_study, tmp_path, lambda r: None), "--study", "s",
                     "--trials", "4")
     assert result.exit_code == 0, result.output
+
+
+def _edited_attr(db: Path, tmp_path: Path, key: str, value) -> str:
+    import shutil
+    import sqlite3
+
+    copy = tmp_path / "attr.db"
+    shutil.copy(db, copy)
+    with sqlite3.connect(copy) as con:
+        con.execute("update study_user_attributes set value_json=? where key=?", (json.dumps(value), key))
+    return f"sqlite:///{copy}"
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("autotune.settings", None, "stored settings"),      # worker: TypeError traceback
+    ("autotune.settings", "x", "stored settings"),       # search re-run: AttributeError traceback
+    ("autotune.target_trials", None, "stored target"),   # worker: TypeError traceback
+    ("autotune.target_trials", -1, "stored target"),
+])
+@pytest.mark.parametrize("command", ["worker", "report", "search"])
+def test_a_study_whose_settings_or_target_were_edited_is_refused(stored_study, tmp_path, key, value, says, command):
+    storage = _edited_attr(stored_study, tmp_path, key, value)
+    args = {"worker": ["--trials", "5"], "report": ["--out", tmp_path / "report", "--trials", "0"],
+            "search": ["-m", "llama3-8b", "-H", "h100-sxm5-80gb", *TRAIN, "--sampler", "random", "--trials", "5"]}
+    result = invoke(command, "--storage", storage, "--study", "s", *args[command])
+    assert_user_error(result, "field '--study'", says, "cannot be read", "start a new study")
