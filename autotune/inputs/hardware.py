@@ -111,10 +111,16 @@ PHYSICAL_LIMITS: Mapping[str, tuple[float, str, str]] = MappingProxyType(
 # bf16) and above every datasheet number in the larger unit (B300: 8 TB/s; GB300: 2.5 PFLOP/s bf16).  Only the
 # bf16 peak has a floor (tf32 is 9 TFLOP/s on an A2); another precision is checked against it instead
 # (PEAK_RATIO_FLOOR).
+# The links and the host's optimizer rate have floors too, far below any real one (a 1 Gb/s Ethernet port moves
+# 0.125 GB/s; one CPU core steps an Adam optimizer over ~1e8 parameters/s): a positive number near zero (1e-300)
+# planned a step of 10^300 s, printed with 300 digits.
 PHYSICAL_FLOORS: Mapping[str, tuple[float, str, str]] = MappingProxyType(
-    {  # (floor, unit, the larger unit a datasheet prints)
-        "peak_tflops.bf16": (3.0, "TFLOP/s", "PFLOP/s"),
-        "memory_bandwidth_gb_per_s": (20.0, "GB/s", "TB/s"),
+    {  # (floor, unit, what a slip gives instead); "<link>." stands for any link section, as in PHYSICAL_LIMITS
+        "peak_tflops.bf16": (3.0, "TFLOP/s", "the PFLOP/s a datasheet may print"),
+        "memory_bandwidth_gb_per_s": (20.0, "GB/s", "the TB/s a datasheet may print"),
+        "<link>.bandwidth_gb_per_s": (0.1, "GB/s", "the TB/s a datasheet may print"),
+        "host_link_bandwidth_gb_per_s": (0.1, "GB/s", "the TB/s a datasheet may print"),
+        "cpu_optimizer_params_per_s": (1e6, "parameters/s", "a count in billions (1.2 for 1.2e9)"),
     }
 )
 # A peak of another precision below this share of the bf16 peak is a unit slip (4.5 for a B200's 4,500 TFLOP/s
@@ -134,10 +140,10 @@ def _physical(data: dict, key: str, *, source: str, section: str = "", limit_key
         raise InputError(f"must be <= {shown} {unit} (a physical ceiling on {what}; check the value and its unit), "
                          f"but got {value!r}", source=source, field=field)
     field = f"{section}.{key}" if section else key
-    floor, unit, printed = PHYSICAL_FLOORS.get(field, (None, "", ""))
+    floor, unit, slip = PHYSICAL_FLOORS.get(field) or PHYSICAL_FLOORS.get(limit_key or key, (None, "", ""))
     if value is not None and floor is not None and value < floor:
-        raise InputError(f"must be >= {floor:g} {unit} (below any accelerator's; give {unit}, not the {printed} a "
-                         f"datasheet may print), but got {value!r}", source=source, field=field)
+        raise InputError(f"must be >= {floor:g} {unit} (below any accelerator's; give {unit}, not {slip}), "
+                         f"but got {value!r}", source=source, field=field)
     return value
 
 
@@ -229,7 +235,8 @@ class Hardware:
         return dataclasses.replace(self, efficiency=dataclasses.replace(self.efficiency, **changes))
 
     def with_price(self, price_usd_per_gpu_hour: float) -> "Hardware":
-        return dataclasses.replace(self, price_usd_per_gpu_hour=price_usd_per_gpu_hour)
+        # + 0.0 turns --price -0 into 0: it had printed "$-0 per GPU-hour" and "$-0.00 per hour"
+        return dataclasses.replace(self, price_usd_per_gpu_hour=price_usd_per_gpu_hour + 0.0)
 
 
 @dataclass(frozen=True)
@@ -373,6 +380,27 @@ def _link(data: dict, key: str, source: str) -> Link:
     )
 
 
+# The first NVIDIA compute capability whose tensor cores run a precision (CUDA programming guide, the MMA shapes per
+# architecture; PTX ISA tcgen05.mma .kind::mxf8f6f4 and .kind::mxf4nvf4): fp8 from Ada (8.9), the block-scaled
+# and 4-bit formats from Blackwell (10.0).  A profile listing a peak its stated capability has no units for is
+# contradictory: one of the two is a slip (a copied Hopper profile with cc 8.0 planned fp8 on an Ampere).
+FIRST_CAPABILITY = MappingProxyType({"fp8": 8.9, "mxfp8": 10.0, "fp4": 10.0, "nvfp4": 10.0, "mxfp4": 10.0})
+
+
+def _check_capability_peaks(data: dict, peaks: Mapping[str, float], source: str) -> None:
+    if data.get("vendor", "nvidia") != "nvidia":
+        return
+    cc = data.get("compute_capability")
+    if isinstance(cc, bool) or not isinstance(cc, (int, float)):
+        return  # absent, or refused with its own message below
+    for precision, first in FIRST_CAPABILITY.items():
+        if precision in peaks and cc < first:
+            raise InputError(f"compute_capability >= {first:g} must hold for a {precision} peak (the first NVIDIA "
+                             f"GPUs with {precision} tensor cores), but got (compute_capability={cc:g}, "
+                             f"peak_tflops.{precision}={peaks[precision]:g}); fix the capability or drop the peak",
+                             source=source, field="compute_capability")
+
+
 def efficiency_from_mapping(raw: dict, *, source: str, base: Efficiency | None = None) -> Efficiency:
     """Parse an ``efficiency`` block (a profile's, or a calibration overlay's) onto ``base``."""
     check_keys(raw, frozenset(EFFICIENCY_FIELDS), source=source, section="efficiency")
@@ -411,7 +439,8 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     sources = data.get("sources", {})
     if not isinstance(sources, dict):
         raise InputError("must map field names to their sources", source=source, field="sources")
-    eff_raw = data.get("efficiency", {}) or {}
+    eff_raw = data.get("efficiency")
+    eff_raw = {} if eff_raw is None else eff_raw  # an empty section is no section; 0, [] or "" is not a mapping
     if not isinstance(eff_raw, dict):
         raise InputError("must be a mapping of parameter names to numbers", source=source, field="efficiency")
     tdp = _physical(data, "tdp_w", source=source)
@@ -420,7 +449,8 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         raise InputError(f"average_power_w <= tdp_w must hold (a board's power under load stays within its TDP), "
                          f"but got (average_power_w={average_power:g}, tdp_w={tdp:g})", source=source,
                          field="average_power_w")
-    reference_raw = data.get("reference_efficiency") or {}
+    reference_raw = data.get("reference_efficiency")
+    reference_raw = {} if reference_raw is None else reference_raw
     if not isinstance(reference_raw, dict):
         raise InputError("must map gemm / fp8_gemm to measured fractions of the peak", source=source,
                          field="reference_efficiency")
@@ -435,6 +465,7 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     if "scale_up" in data and (domain is None or domain == gpus_per_node):
         raise InputError("is the link between the nodes of a scale-up domain; give scale_up_domain_gpus larger "
                          "than gpus_per_node with it", source=source, field="scale_up")
+    _check_capability_peaks(data, peaks, source)
     if "price_usd_per_gpu_hour" in data and data["price_usd_per_gpu_hour"] is None:
         raise InputError("has no value; where no public price exists, give a documented estimate, set "
                          "price_estimated: true and say how it was made under sources", source=source,

@@ -140,6 +140,12 @@ def spec_mapping_from_hf(config: dict, *, source: str) -> dict:
         _check_known_activation(config, source)
 
     n_layers = loading.integer(config, "num_hidden_layers", source=source, maximum=MAX_LAYERS)
+    for key in _LAYER_COUNT_KEYS[1:]:  # the MTP modules, each one block beside the model's own layers
+        mtp = config.get(key)
+        if isinstance(mtp, int) and not isinstance(mtp, bool) and mtp > n_layers:
+            raise InputError(f"{key} <= num_hidden_layers must hold (each multi-token-prediction module is one block "
+                             f"beside the model's layers; DeepSeek-V3 has 1 of 61), but got ({key}={mtp}, "
+                             f"num_hidden_layers={n_layers}); check the value", source=source, field=key)
     hidden = loading.integer(config, "hidden_size", source=source)
     n_heads = loading.integer(config, "num_attention_heads", source=source)
     spec = {
@@ -680,7 +686,20 @@ def _short(value: object, limit: int = 120) -> str:
 
 def _model_name(config: dict, source: str, model_type: str) -> str:
     """``_name_or_path`` basename, else the folder holding config.json (or the file name of another
-    JSON file, ``org--Name.json`` read as ``name``), else the model_type."""
+    JSON file, ``org--Name.json`` read as ``name``), else the model_type.  A name with a control character
+    (printed to the terminal and into launch files) is refused, naming where it came from."""
+    name = _derived_name(config, source, model_type)
+    if loading.has_control_character(name):
+        stated = isinstance(config.get("_name_or_path"), str) and config["_name_or_path"].strip("/")
+        raise InputError(f"the model's name must not hold a control character (a line break, tab or terminal "
+                         f"escape), but got {name!r}; "
+                         + ("fix _name_or_path" if stated else "set _name_or_path to the model's name (or rename "
+                            "the folder holding config.json)"),
+                         source=source, field="_name_or_path" if stated else None)
+    return name
+
+
+def _derived_name(config: dict, source: str, model_type: str) -> str:
     name_or_path = config.get("_name_or_path")
     if isinstance(name_or_path, str) and name_or_path.strip("/"):
         return PurePosixPath(name_or_path.rstrip("/")).name.lower()  # "Qwen/Qwen3-8B" -> "qwen3-8b"

@@ -346,6 +346,14 @@ def integer(data: dict, key: str, *, source: str, section: str = "", minimum: in
     return value
 
 
+_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def has_control_character(value: str) -> bool:
+    """Whether a name holds a control character (line break, tab, terminal escape): refused in names."""
+    return bool(_NAME_CONTROL.search(value))
+
+
 def text(data: dict, key: str, *, source: str, section: str = "", default: Any = ...,
          choices: tuple[str, ...] | None = None, blank: bool = True) -> str:
     """Fetch a string; ``blank=False``: one that is empty or only spaces is refused (a name things are known by)."""
@@ -360,6 +368,11 @@ def text(data: dict, key: str, *, source: str, section: str = "", default: Any =
     if not blank and not value.strip():
         raise InputError(f"must not be empty, but got {value!r}; give the name it is shown and recorded by",
                          source=source, field=field)
+    if not blank and has_control_character(value):
+        # a name is printed to the terminal and into launch-file comments: an escape sequence recoloured or
+        # rewrote the terminal, a line break split the header line
+        raise InputError(f"must not hold a control character (a line break, tab or terminal escape), but got "
+                         f"{value!r}; give the name on one line of printable characters", source=source, field=field)
     if choices is not None and value not in choices:
         raise InputError(f"must be one of {', '.join(choices)}, but got {value!r}", source=source, field=field)
     return value

@@ -420,6 +420,10 @@ class ModelSpec:
             raise ValueError(f"mlp must be one of {MLP_KINDS}, but got (mlp={self.mlp!r})")
         if self.mtp_layers < 0:
             raise ValueError(f"mtp_layers must be >= 0, but got (mtp_layers={self.mtp_layers})")
+        if self.mtp_layers > self.n_layers:  # each MTP module is one more transformer block (DeepSeek-V3: 1 of 61)
+            raise ValueError(f"mtp_layers <= n_layers must hold (the multi-token-prediction modules, each one block, "
+                             f"beside the model's own layers), but got (mtp_layers={self.mtp_layers}, "
+                             f"n_layers={self.n_layers}); check the value")
         if self.mla is not None:
             if self.n_kv_heads != self.n_heads or self.head_dim != self.mla.qk_head_dim:
                 raise ValueError(
@@ -768,7 +772,8 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
     mla = None
     mla_raw = _section(data, "mla", _MLA_KEYS, source, "kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, q_lora_rank")
     if mla_raw is not None:
-        anum = lambda key, **kw: loading.integer(mla_raw, key, source=source, section="mla", **kw)  # noqa: E731
+        # sections' sizes are bounded as the spec's own (MAX_SIZE): 1e9 had passed here where hidden_size refuses it
+        anum = lambda key, **kw: loading.integer(mla_raw, key, source=source, section="mla", maximum=MAX_SIZE, **kw)  # noqa: E731
         try:
             mla = MLASpec(kv_lora_rank=anum("kv_lora_rank"), qk_nope_head_dim=anum("qk_nope_head_dim"),
                           qk_rope_head_dim=anum("qk_rope_head_dim"), v_head_dim=anum("v_head_dim"),
@@ -789,7 +794,7 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
     moe = None
     moe_raw = _section(data, "moe", _MOE_KEYS, source, "n_experts, top_k, expert_ffn_hidden_size, ...")
     if moe_raw is not None:
-        mnum = lambda key, **kw: loading.integer(moe_raw, key, source=source, section="moe", **kw)  # noqa: E731
+        mnum = lambda key, **kw: loading.integer(moe_raw, key, source=source, section="moe", maximum=MAX_SIZE, **kw)  # noqa: E731
         try:
             moe = MoESpec(
                 n_experts=mnum("n_experts"),
@@ -817,18 +822,19 @@ def model_from_mapping(data: dict, *, source: str) -> ModelSpec:
     dsa = None
     dsa_raw = _section(data, "dsa", _DSA_KEYS, source, "index_n_heads, index_head_dim, index_topk")
     if dsa_raw is not None:
-        dnum = lambda key: loading.integer(dsa_raw, key, source=source, section="dsa")  # noqa: E731
+        dnum = lambda key: loading.integer(dsa_raw, key, source=source, section="dsa", maximum=MAX_SIZE)  # noqa: E731
         dsa = DSASpec(index_n_heads=dnum("index_n_heads"), index_head_dim=dnum("index_head_dim"),
                       index_topk=dnum("index_topk"))
     linear = None
     linear_raw = _section(data, "linear_attention", _LINEAR_KEYS, source,
                           "n_key_heads, key_head_dim, n_value_heads, value_head_dim, conv_kernel")
     if linear_raw is not None:
-        lnum = lambda key, **kw: loading.integer(linear_raw, key, source=source, section="linear_attention", **kw)  # noqa: E731
+        lnum = lambda key, **kw: loading.integer(linear_raw, key, source=source, section="linear_attention",  # noqa: E731
+                                                 **{"maximum": MAX_SIZE, **kw})
         linear = LinearAttentionSpec(
             n_key_heads=lnum("n_key_heads"), key_head_dim=lnum("key_head_dim"), n_value_heads=lnum("n_value_heads"),
             value_head_dim=lnum("value_head_dim"), conv_kernel=lnum("conv_kernel"),
-            recurrent_state_bytes_per_element=lnum("recurrent_state_bytes_per_element", default=4))
+            recurrent_state_bytes_per_element=lnum("recurrent_state_bytes_per_element", default=4, maximum=8))  # fp64 at most
     n_kv_heads = num("n_kv_heads", default=n_heads)
     n_layers = num("n_layers", maximum=MAX_LAYERS)
     if n_heads % n_kv_heads:

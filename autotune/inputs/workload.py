@@ -27,13 +27,23 @@ def capacity_factor_problem(value: float | None) -> str | None:
             f"for dropless), but got {value!r}")
 
 
+# The largest training budget a run may state: about 25 times the largest published so far (Qwen3, 36T tokens,
+# arXiv 2505.09388; Llama 3, 15T, arXiv 2407.21783).  Beyond it a budget is a slip of the exponent (15e18 for
+# 15e12), which had printed a run of 148 million days and $85 billion as a plan.
+MAX_TRAINING_TOKENS = 1e15
+
+
 def tokens_problem(tokens: float | None, seq_len: int, global_batch: int) -> str | None:
     """Why ``tokens`` is not a training budget for this step size (None: it is, or none is given).  A budget below
-    one optimizer step is a typo (1e-320, 15e2 for 15e12): the run would take 0 days and cost $0."""
+    one optimizer step is a typo (1e-320, 15e2 for 15e12): the run would take 0 days and cost $0; one above
+    MAX_TRAINING_TOKENS is one too."""
     if tokens is None:
         return None
     if not tokens > 0:
         return f"must be > 0, but got {tokens}"
+    if tokens > MAX_TRAINING_TOKENS:
+        return (f"must be <= {MAX_TRAINING_TOKENS:g} tokens (about 25 times the largest published training budget; "
+                f"check the exponent), but got {tokens:g}")
     step_tokens = seq_len * global_batch
     if tokens < step_tokens:
         return (f"must be at least one step's tokens (sequence length x global batch = {step_tokens:,}), but got "

@@ -125,7 +125,7 @@ def check_grid_intensity(intensity: float | None) -> float:
     if not 0.0 <= value <= 2000.0:
         raise InputError(f"must be between 0 and 2000 gCO2e/kWh, but got {value}; e.g. 57 France, 475 world average",
                          field="--grid-intensity")
-    return value
+    return value + 0.0  # --grid-intensity -0 is 0: it had printed "-0 t CO2e"
 
 
 def footprint(n_gpus: int, training_days: float, average_power_w: float, price_usd_per_gpu_hour: float,

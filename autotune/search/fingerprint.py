@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import InputError
+from ..inputs.loading import MAX_INTEGER as MAX_INT_OPTION
 from ..inputs.framework import Framework, load_framework
 from ..inputs.hardware import Cluster, hardware_to_mapping
 from ..inputs.modelspec import model_from_mapping, model_to_mapping, without_launch_only
 from ..inputs.request import recorded_hardware
-from ..inputs.workload import TrainWorkload
+from ..inputs import loading
+from ..inputs.workload import TrainWorkload, tokens_problem
 from ..training.problem import OBJECTIVES, Objective, TrainingProblem
 from ..training.space import OPTIONAL_AXES, Rules, Space
 
@@ -130,6 +132,15 @@ def problem_from_fingerprint(data: Mapping[str, Any], *, study: str = "") -> tup
     try:
         model = model_from_mapping(dict(data["model"]), source=where)
         hw = recorded_hardware(dict(data["hardware"]), source=where)
+        # the counts and sizes as the command line takes them: a record edited to seq_len 1e300 (or n_gpus 1e300)
+        # had its trials fail one by one while the worker said it finished
+        for section, keys in (("cluster", ("n_gpus", "gpus_per_node")), ("workload", ("seq_len", "global_batch"))):
+            for key in keys:
+                loading.integer(data[section], key, source=where, section=section, maximum=MAX_INT_OPTION)
+        problem = tokens_problem(data["workload"].get("tokens"), data["workload"]["seq_len"],
+                                 data["workload"]["global_batch"])
+        if problem:
+            raise ValueError(f"workload.tokens {problem}")
         cluster = Cluster(hardware=hw, **data["cluster"])
         workload = TrainWorkload(**data["workload"])
         rules = Rules(**data["space"]["rules"])
@@ -138,6 +149,8 @@ def problem_from_fingerprint(data: Mapping[str, Any], *, study: str = "") -> tup
         choices.update({k: v for k, v in OPTIONAL_AXES.items() if k not in choices})
         space = Space(name=data["space"]["name"], axes=choices, rules=rules, source=f"{where} (stored)")
         objectives = tuple(OBJECTIVES[n] for n in data["objectives"])
+        if not objectives:  # a trial's value is one per objective: none had failed inside Optuna with a traceback
+            raise ValueError("objectives is empty")
         traits = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data["framework"].items()}
         missing = [f.name for f in dataclasses.fields(Framework) if f.name not in traits
                    and f.name not in ("description", "sources", "changes_applied")]
@@ -146,7 +159,11 @@ def problem_from_fingerprint(data: Mapping[str, Any], *, study: str = "") -> tup
             traits.update({k: getattr(named, k) for k in missing})
         framework = Framework(**traits, description="")
         headroom = float(data["memory_headroom"])
-    except (KeyError, TypeError, ValueError) as exc:
+    except InputError as exc:
+        detail = f"{exc.field}: {exc.message}" if exc.field else exc.message
+        raise InputError(f"{where}: its stored problem cannot be read ({detail}); start a new study",
+                         field="--study") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # AttributeError: a section that is no mapping
         raise InputError(f"{where}: its stored problem cannot be read ({exc}); start a new study", field="--study") from None
     return TrainingProblem(model, cluster, workload, choices, rules, space, framework=framework,
                            memory_headroom=headroom), objectives

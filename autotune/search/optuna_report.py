@@ -108,6 +108,7 @@ def read_study(url: str, name: str) -> StoredStudy:
         PROBLEM_ATTR,
         SETTINGS_ATTR,
         TARGET_ATTR,
+        check_stored_records,
         evaluated_from_study,
         make_storage,
         redact,
@@ -135,6 +136,7 @@ def read_study(url: str, name: str) -> StoredStudy:
         raise InputError(f"study {name!r} in {redact(url)} was not made by autotune (it has no {PROBLEM_ATTR!r} "
                          "record of its problem); give a study that `autotune search --storage` or `autotune tune` "
                          "wrote", field="--study")
+    check_stored_records(attrs, name)
     problem, objectives = problem_from_fingerprint(attrs[PROBLEM_ATTR], study=name)
     target = attrs.get(TARGET_ATTR)
     return StoredStudy(name=name, storage=redact(url), problem=problem, objectives=objectives,

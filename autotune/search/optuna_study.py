@@ -505,6 +505,7 @@ def open_study(storage, name: str, problem: TrainingProblem, objectives: Sequenc
             optuna.delete_study(study_name=name, storage=storage)
         else:
             study = optuna.load_study(study_name=name, storage=storage)
+            check_stored_records(study.user_attrs, name)
             check_same_problem(study.user_attrs.get(PROBLEM_ATTR), fp, study=name)
             mode = (study.user_attrs.get(SETTINGS_ATTR) or {}).get("mode")
             if mode and mode != settings.get("mode"):
@@ -537,6 +538,18 @@ def open_study(storage, name: str, problem: TrainingProblem, objectives: Sequenc
     return study, note or f"new study {name!r}, {target} trials"
 
 
+def check_stored_records(attrs: _Mapping[str, _Any], name: str) -> None:
+    """A study's settings (a mapping) and target (a whole number of trials, 1 to 1,000,000) as autotune stores them:
+    a hand edit to null or text had ended worker, report and a re-run search in a traceback."""
+    if SETTINGS_ATTR in attrs and not isinstance(attrs[SETTINGS_ATTR], _Mapping):
+        raise InputError(f"study {name!r}: its stored settings cannot be read (a mapping was expected, but got "
+                         f"{attrs[SETTINGS_ATTR]!r}); start a new study", field="--study")
+    target = attrs.get(TARGET_ATTR, 1)
+    if isinstance(target, bool) or not isinstance(target, int) or not 1 <= target <= 1_000_000:
+        raise InputError(f"study {name!r}: its stored target cannot be read (a whole number of trials from 1 to "
+                         f"1,000,000 was expected, but got {target!r}); start a new study", field="--study")
+
+
 def load_for_worker(storage, name: str, wait_s: float = 0.0):
     """``(study, problem, objectives, settings, target)`` from the study's own records."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -546,6 +559,7 @@ def load_for_worker(storage, name: str, wait_s: float = 0.0):
             study = optuna.load_study(study_name=name, storage=storage)
             attrs = study.user_attrs
             if PROBLEM_ATTR in attrs and SETTINGS_ATTR in attrs and TARGET_ATTR in attrs:
+                check_stored_records(attrs, name)
                 problem, objectives = problem_from_fingerprint(attrs[PROBLEM_ATTR], study=name)
                 return study, problem, objectives, dict(attrs[SETTINGS_ATTR]), int(attrs[TARGET_ATTR])
         if _time.monotonic() >= deadline:

@@ -250,8 +250,10 @@ def parse_row(row: dict, supported_gpus: set[str], fp8_gpus: set[str]) -> Servin
             return SkippedServingRow(rid, group, f"architecture invalid: {exc}")
     kind = _kind(row)
     measured = _float(row, "output_tokens_per_s_per_gpu")
-    ttft = next((v for v in map(lambda c: _float(row, c), TTFT_COLUMNS) if v), None)
-    itl = next((v for v in map(lambda c: _float(row, c), ITL_COLUMNS) if v), None)
+    # the first column given; a 0 is given (and refused below), where `if v` had read it as empty and dropped the
+    # row's latency comparison without a word
+    ttft = next((v for v in map(lambda c: _float(row, c), TTFT_COLUMNS) if v is not None), None)
+    itl = next((v for v in map(lambda c: _float(row, c), ITL_COLUMNS) if v is not None), None)
     for key in UNREAD_MEASUREMENTS:  # not predicted, but a NaN, inf or a negative there says the row is damaged
         value = _float(row, key)
         if value is not None and value <= 0:

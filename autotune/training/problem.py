@@ -88,6 +88,8 @@ class TrainingProblem:
             object.__setattr__(self, "framework", load_framework())
         if not 0.0 <= self.memory_headroom < 1.0:
             raise ValueError(f"0 <= memory_headroom < 1 must hold, but got (memory_headroom={self.memory_headroom})")
+        # + 0.0 turns --memory-headroom -0 into 0: it had printed "plans keep -0% of HBM free"
+        object.__setattr__(self, "memory_headroom", self.memory_headroom + 0.0)
 
     @classmethod
     def build(cls, model: ModelSpec, cluster: Cluster, workload: TrainWorkload, space: Space,

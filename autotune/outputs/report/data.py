@@ -126,17 +126,27 @@ def _check_capacity(capacity: Any, source: str) -> None:
     if not isinstance(capacity, dict) or not isinstance(capacity.get("candidates", []), list):
         raise InputError(f"'capacity' must be an object with a 'candidates' list{fix}", source=source,
                          field="capacity")
-    for key in ("pue", "grid_intensity_g_per_kwh"):
-        if not is_finite_number(capacity.get(key)):
-            raise InputError(f"capacity.{key} must be a number{fix}", source=source, field=f"capacity.{key}")
+    # the ranges search accepts (capacity.check_pue, check_grid_intensity): the report prints them as they stand
+    for key, (low, high) in (("pue", (1.0, 3.0)), ("grid_intensity_g_per_kwh", (0.0, 2000.0))):
+        value = capacity.get(key)
+        if not is_finite_number(value) or not low <= value <= high:
+            raise InputError(f"{low:g} <= capacity.{key} <= {high:g} must hold, but got ({key}={value!r}){fix}",
+                             source=source, field=f"capacity.{key}")
     chosen = capacity.get("chosen")
     for i, c in enumerate([*capacity.get("candidates", []), *([chosen] if chosen is not None else [])]):
         if not isinstance(c, dict) or not isinstance(c.get("hardware"), str) or not is_finite_number(c.get("gpus")):
             raise InputError(f"capacity candidate {i + 1} must name its hardware and GPUs{fix}", source=source,
                              field="capacity.candidates")
+        if isinstance(c["gpus"], float) or c["gpus"] < 1:  # a hand edit to -8 GPUs had been printed in the table
+            raise InputError(f"capacity candidate {i + 1}: gpus must be a whole number >= 1, but got "
+                             f"(gpus={c['gpus']!r}){fix}", source=source, field="capacity.candidates.gpus")
         if c.get("plan") and not all(is_finite_number(c.get(k)) for k in _TOTALS):
             raise InputError(f"capacity candidate {i + 1} lacks its totals ({', '.join(_TOTALS)}){fix}",
                              source=source, field="capacity.candidates")
+        for key in _TOTALS:  # as the estimates: a cost of -5 or 1e300 days (printed with 300 digits) is an edit
+            if key in c and is_finite_number(c[key]) and not 0 <= c[key] <= _MAX_ESTIMATE:
+                raise InputError(f"capacity candidate {i + 1}: 0 <= {key} <= {_MAX_ESTIMATE:g} must hold, but got "
+                                 f"({key}={c[key]:g}){fix}", source=source, field=f"capacity.candidates.{key}")
 
 
 def load_plans_json(path: Path) -> dict[str, Any]:
