@@ -4,11 +4,14 @@ names and a negative zero price."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from autotune.cli import app
 from tests.test_bad_input import assert_user_error, invoke
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -354,3 +357,18 @@ def test_a_study_whose_settings_or_target_were_edited_is_refused(stored_study, t
             "search": ["-m", "llama3-8b", "-H", "h100-sxm5-80gb", *TRAIN, "--sampler", "random", "--trials", "5"]}
     result = invoke(command, "--storage", storage, "--study", "s", *args[command])
     assert_user_error(result, "field '--study'", says, "cannot be read", "start a new study")
+
+
+def test_calibrate_with_no_usable_row_names_the_command_that_says_why(tmp_path):
+    """A serving-runs CSV none of whose rows can be expressed: calibrate names the file and the validate command that
+    lists each row's reason (it said 'see `autotune validate --json`', without the file)."""
+    data = Path(__file__).resolve().parent.parent / "autotune" / "data" / "serving_runs.csv"
+    lines = data.read_text().splitlines()
+    rows = [line for line in lines[1:] if line.startswith("TRT014-0")][:3]
+    bad = tmp_path / "runs.csv"
+    bad.write_text("\n".join([lines[0], *(re.sub(r"(l40s-48gb|h100-sxm5-80gb|h200-sxm-141gb|a100-sxm4-80gb)",
+                                                 "nonexistent-gpu", r) for r in rows)]) + "\n")
+    result = CliRunner().invoke(app, ["calibrate", str(bad), "--out", str(tmp_path / "x.yaml")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"autotune validate {bad} --json" in result.output.replace("\n", "")
+    assert not (tmp_path / "x.yaml").exists()

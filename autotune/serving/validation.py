@@ -701,7 +701,8 @@ def calibrate_serving_csv(path: Path, *, silicon: bool, leave_one_out: bool = Fa
         rows = [r for r in read if isinstance(r, SiliconRow)]
         if not rows:
             from ..errors import InputError
-            raise InputError("no row of the silicon schema could be expressed; see `autotune validate --json`",
+            raise InputError(f"no row of the silicon schema could be expressed; `autotune validate {path} --json` says "
+                             "why for each row",
                              source=str(path))
         models = sorted({r.hf_model_id for r in rows})
         if leave_one_out and len(models) < 2:
@@ -735,7 +736,8 @@ def calibrate_serving_csv(path: Path, *, silicon: bool, leave_one_out: bool = Fa
     runs = [r for r in parsed if isinstance(r, ServingRun)]
     if not runs:
         from ..errors import InputError
-        raise InputError("no usable serving run; see `autotune validate --json`", source=str(path))
+        raise InputError(f"no usable serving run; `autotune validate {path} --json` says why for each row",
+                         source=str(path))
 
     def groups(report: ServingReport) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
