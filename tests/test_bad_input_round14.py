@@ -372,3 +372,21 @@ def test_calibrate_with_no_usable_row_names_the_command_that_says_why(tmp_path):
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert f"autotune validate {bad} --json" in result.output.replace("\n", "")
     assert not (tmp_path / "x.yaml").exists()
+
+
+@pytest.mark.parametrize("extra", ["rope_scaling: yarn", "rotary_percent: 0.5", "rope_theta: 500000.0"])
+def test_rotary_settings_with_another_position_embedding_are_refused(tmp_path, extra):
+    """A spec with position_embedding learned and a rotary setting: the Megatron launch file wrote neither (exit 0,
+    no note), so one of the two is a mistake, and the spec is refused naming both."""
+    text = (ROOT / "profiles" / "models" / "llama3-8b.yaml").read_text()
+    text = re.sub(r"(?m)^(position_embedding|rope_scaling|rotary_percent|rope_theta):.*\n", "", text)
+    spec = tmp_path / "model.yaml"
+    spec.write_text(text + f"position_embedding: learned\n{extra}\n")
+    result = invoke("emit", "-p", "tp=1", "-f", "megatron", "-m", spec, "-H", "h100-sxm5-80gb", "--gpus", "8",
+                    "-s", "4096", "-b", "64", "--out", tmp_path / "out")
+    assert_user_error(result, "position_embedding", extra.split(":")[0])
+    assert not (tmp_path / "out").exists()
+    # the same file with rope loads
+    spec.write_text(text + f"position_embedding: rope\n{extra}\n")
+    ok = invoke("predict", "-m", spec, "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "64", "-p", "tp=1")
+    assert ok.exit_code in (0, 1) and "Traceback" not in ok.output, ok.output

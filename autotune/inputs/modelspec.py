@@ -452,6 +452,14 @@ class ModelSpec:
         if ("linear" in kinds) != (self.linear_attention is not None):
             raise ValueError("linear_attention must be given exactly when a layer is 'linear', but got "
                              f"(linear layers={self.layer_kinds.count('linear')}, linear_attention={self.linear_attention})")
+        # rope_theta, rope_scaling and rotary_percent describe rotary embeddings: with another position embedding
+        # the launch files would drop them without a word, so a spec naming both has a mistake in one of them
+        rotary = [f"{k}={getattr(self, k)!r}" for k in ("rope_theta", "rope_scaling", "rotary_percent")
+                  if getattr(self, k) is not None]
+        if rotary and self.position_embedding != "rope":
+            raise ValueError(f"rope_theta, rope_scaling and rotary_percent need position_embedding rope, but got "
+                             f"(position_embedding={self.position_embedding!r}, {', '.join(rotary)}); drop them or set "
+                             "position_embedding: rope")
 
     # --- derived sizes -------------------------------------------------------------
     @property
