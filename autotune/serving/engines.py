@@ -146,13 +146,20 @@ class EngineDefaults:
 # GB300: trtllm_mha, and trtllm_mla for DeepSeek's MLA; arg_groups/model_override_base.py), whose KV pages hold 64
 # tokens (arg_groups/overrides.py sets page_size 64 for them); elsewhere its default page is one token
 SGLANG_SM100_KV_PAGE_TOKENS = 64
+# DeepSeek sparse attention (an indexer config: GLM-5, DeepSeek-V3.2) runs SGLang's dsa backend on every CUDA GPU,
+# Hopper included, with pages of 64 x index_kpool tokens (arg_groups/model_overrides/deepseek_v2.py: "Setting page
+# size to 64 for DeepSeek DSA"; index_kpool defaults to 1, and no config here sets it)
+SGLANG_DSA_KV_PAGE_TOKENS = 64
 
 
-def sglang_kv_page_tokens(compute_capability) -> float:
-    """Tokens of one KV page under SGLang's default attention backend on a GPU of ``compute_capability``.  None (a
-    profile that does not state it): taken as the 64-token page, since a rank's chunk of whole 64-token pages is
-    also whole 1-token pages, so the launch file starts on whatever GPU the profile describes (one token would
-    leave a Blackwell profile without the field a chunk SGLang refuses)."""
+def sglang_kv_page_tokens(compute_capability, *, dsa: bool = False) -> float:
+    """Tokens of one KV page under SGLang's default attention backend on a GPU of ``compute_capability``, for a model
+    with DeepSeek sparse attention where ``dsa`` (64 on any GPU).  None (a profile that does not state it): taken as
+    the 64-token page, since a rank's chunk of whole 64-token pages is also whole 1-token pages, so the launch file
+    starts on whatever GPU the profile describes (one token would leave a Blackwell profile without the field a
+    chunk SGLang refuses)."""
+    if dsa:
+        return float(SGLANG_DSA_KV_PAGE_TOKENS)
     cc = compute_capability
     if cc is None:
         return float(SGLANG_SM100_KV_PAGE_TOKENS)
