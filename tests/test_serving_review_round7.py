@@ -145,8 +145,9 @@ def test_sglang_reserve_follows_its_memory_hook_for_each_kind_of_server():
     prefill graphs' DeepEP bridge) = 30,336, then 2,048 for DeepEP's buffers = 32,384.  A prefill server captures no
     decode graphs and has no DeepEP decode buffers (28,672); a decode server runs no prefill chunk (its graphs'
     2,048-token floor: 512 + 3,072 + 1,024 + 128 + 1,536 = 6,272, raised to the 10 GiB floor, + 2,048) and no
-    prefill graphs.  Without MLA the prefill graphs are 8 MiB per captured token count up to a rank's chunk (42 up
-    to 2,048)."""
+    prefill graphs.  Without MLA the prefill graphs are 8 MiB per captured token count: with DeepEP the 38 counts
+    SGLang fixed before its memory hook (those up to 2,048, rounded up to multiples of 8: 4..32 in fours give 8, 16,
+    24, 32; 14 + 8 + 8 + 4 more up to 2,048)."""
     from autotune.serving.engines import GIB, MIB, ROLE_AGG, ROLE_DECODE, ROLE_PREFILL, sglang_reserved_bytes
 
     def mib(role, ep=8.0, mla=True):
@@ -157,7 +158,7 @@ def test_sglang_reserve_follows_its_memory_hook_for_each_kind_of_server():
     assert mib(ROLE_PREFILL) == 28672.0
     assert mib(ROLE_DECODE) == 10240.0 + 2048.0
     assert mib(ROLE_AGG, ep=4.0) == 29312.0  # ep below tp*dp: SGLang's default all-to-all, no DeepEP buffers
-    assert mib(ROLE_AGG, mla=False) == 32384.0 - 1536.0 + 42 * 8.0
+    assert mib(ROLE_AGG, mla=False) == 32384.0 - 1536.0 + 38 * 8.0
     # pipeline stages leave SGLang's prefill graphs off (opt-in), and their reserve with them
     assert float(sglang_reserved_bytes(8192.0, 8.0, 2.0, 1.0, 64.0, 80 * GIB, moe=False, role=ROLE_AGG)) / MIB == \
         512.0 + 8192 * 1.5 + 2048.0 + 128.0

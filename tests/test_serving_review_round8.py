@@ -81,3 +81,43 @@ def test_a_profile_without_compute_capability_gets_a_chunk_every_sglang_backend_
     assert E.sglang_kv_page_tokens(None) == 64.0
     script = _emit_sglang("tp=1,dp=72,ep=72,weights=fp8,kv=fp8,max_batch=4104", str(profile), 72)
     assert _chunks(script) == {13824} and (13824 // 72) % 64 == 0
+
+
+def test_sglang_prefill_graph_reserve_counts_the_whole_chunk_under_attention_dp():
+    """SGLang 0.5.23's memory hook runs before handle_data_parallelism divides --chunked-prefill-size among the
+    attention-DP ranks (arg_groups/pipeline.py), so its prefill-graph reserve counts the token counts up to the
+    server's whole chunk; with DeepEP the list was fixed earlier (apply_deepep_adjustments: up to 2,048, rounded up to
+    multiples of 8) and stays 38 long.  Mixtral, --tp-size 8 with DP4 attention, an 80 GiB H100 (81,559 MiB as the
+    driver reports it), a prefill server (MiB): 512 + 1.5 x chunk + 1,024 (8 GPUs) + 8 x graphs (+ 1,024 DeepEP).
+    SGLang's own resolver gave 0.673, 0.664 and 0.814 for these three servers."""
+    gpu_mib = 81559.0
+
+    def fraction(chunk, ep):
+        reserved = float(E.sglang_reserved_bytes(chunk, 2.0, 1.0, 4.0, 128.0, gpu_mib * E.MIB, moe=True, ep=ep,
+                                                 mla=False, role=E.ROLE_PREFILL)) / E.MIB
+        return reserved, round((gpu_mib - reserved) / gpu_mib, 3)
+
+    # without DeepEP (ep below tp*dp): 74 counts up to 16,384 (8 + 14 + 8 + 8 + 12 + 24), not the 50 up to the 4,096
+    # a rank runs
+    assert fraction(16384.0, 4.0) == (512 + 16384 * 1.5 + 1024 + 74 * 8, 0.673)
+    # with DeepEP: 38 counts whatever the chunk
+    assert fraction(16384.0, 8.0) == (512 + 16384 * 1.5 + 1024 + 38 * 8 + 1024, 0.664)
+    assert fraction(8192.0, 8.0) == (512 + 8192 * 1.5 + 1024 + 38 * 8 + 1024, 0.814)
+
+
+def test_deepseek_sparse_attention_takes_64_token_pages_on_hopper_too():
+    """SGLang runs a model with DeepSeek sparse attention (GLM-5) on its dsa backend with 64-token pages on any CUDA
+    GPU (arg_groups/model_overrides/deepseek_v2.py), so an H200 attention-DP server needs whole 64-token pages a
+    rank too: 8,192 over DP12 is 682 a rank, which SGLang 0.5.23 refuses ("chunked_prefill_size must be divisible by
+    page_size"); 682 // 64 x 64 = 640 a rank, 12 x 640 = 7,680, which it accepts.  DeepSeek-V3 (MLA without the
+    indexer) keeps one-token pages on Hopper."""
+    assert E.sglang_kv_page_tokens(9.0, dsa=True) == 64.0 and E.sglang_kv_page_tokens(9.0) == 1.0
+    result = runner.invoke(app, ["emit", "tp=1,dp=12,ep=12,weights=fp8,kv=fp8,max_batch=768", "-f", "sglang", "-m",
+                                 "glm-5", "-H", "h200-sxm-141gb", "--gpus", "12", "--gpus-per-node", "4",
+                                 "--input-len", "2048", "--output-len", "1024", "--checkpoint", "fp8"])
+    assert result.exit_code == 0, result.output
+    assert _chunks(result.stdout) == {7680} and 8192 // 12 == 682 and 682 // 64 * 64 * 12 == 7680
+    d = E.DEFAULTS["sglang"]
+    assert float(d.prefill_chunk(141.0, np.array([12.0]), "h200-sxm-141gb", moe=True, page=64.0)[0]) == 640.0
+    hopper_mla = _emit_sglang("tp=1,dp=24,ep=24,weights=fp8,kv=fp8,max_batch=1920", "h200-sxm-141gb", 24)
+    assert _chunks(hopper_mla) == {8192}

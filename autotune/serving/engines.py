@@ -146,13 +146,20 @@ class EngineDefaults:
 # GB300: trtllm_mha, and trtllm_mla for DeepSeek's MLA; arg_groups/model_override_base.py), whose KV pages hold 64
 # tokens (arg_groups/overrides.py sets page_size 64 for them); elsewhere its default page is one token
 SGLANG_SM100_KV_PAGE_TOKENS = 64
+# DeepSeek sparse attention (an indexer config: GLM-5, DeepSeek-V3.2) runs SGLang's dsa backend on every CUDA GPU,
+# Hopper included, with pages of 64 x index_kpool tokens (arg_groups/model_overrides/deepseek_v2.py: "Setting page
+# size to 64 for DeepSeek DSA"; index_kpool defaults to 1, and no config here sets it)
+SGLANG_DSA_KV_PAGE_TOKENS = 64
 
 
-def sglang_kv_page_tokens(compute_capability) -> float:
-    """Tokens of one KV page under SGLang's default attention backend on a GPU of ``compute_capability``.  None (a
-    profile that does not state it): taken as the 64-token page, since a rank's chunk of whole 64-token pages is
-    also whole 1-token pages, so the launch file starts on whatever GPU the profile describes (one token would
-    leave a Blackwell profile without the field a chunk SGLang refuses)."""
+def sglang_kv_page_tokens(compute_capability, *, dsa: bool = False) -> float:
+    """Tokens of one KV page under SGLang's default attention backend on a GPU of ``compute_capability``, for a model
+    with DeepSeek sparse attention where ``dsa`` (64 on any GPU).  None (a profile that does not state it): taken as
+    the 64-token page, since a rank's chunk of whole 64-token pages is also whole 1-token pages, so the launch file
+    starts on whatever GPU the profile describes (one token would leave a Blackwell profile without the field a
+    chunk SGLang refuses)."""
+    if dsa:
+        return float(SGLANG_DSA_KV_PAGE_TOKENS)
     cc = compute_capability
     if cc is None:
         return float(SGLANG_SM100_KV_PAGE_TOKENS)
@@ -406,6 +413,21 @@ def sglang_prefill_graph_count(max_tokens):
     return count
 
 
+# With DeepEP, SGLang 0.5.23 fixes the prefill graphs' token counts before its memory hook runs
+# (arg_groups/cuda_graph_hook.py apply_deepep_adjustments: the counts up to its 2,048-token default, each rounded up
+# to a multiple of 8), and the memory hook keeps that list: 4..32 in steps of 4 become 8, 16, 24, 32, so 38 graphs
+SGLANG_DEEPEP_PREFILL_GRAPH_TOKENS = 2048
+SGLANG_DEEPEP_PREFILL_GRAPH_ALIGN = 8
+
+
+def _sglang_deepep_prefill_graph_count() -> float:
+    sizes = [first + k * step for first, last, step in _SGLANG_PREFILL_GRAPH_RUNS
+             for k in range(int((min(SGLANG_DEEPEP_PREFILL_GRAPH_TOKENS, last) - first) // step) + 1)
+             if first <= SGLANG_DEEPEP_PREFILL_GRAPH_TOKENS]
+    align = SGLANG_DEEPEP_PREFILL_GRAPH_ALIGN
+    return float(len({-(-s // align) * align for s in sizes}))
+
+
 def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, *, moe, ep=1.0, mla=False, role=ROLE_AGG):
     """SGLang 0.5.23's own default reserve (arg_groups/memory_hook.py: handle_gpu_memory_settings,
     reserve_for_graph_mb, reserve_for_deepep_a2a_mb), in bytes, for the engines of ``role``.  Its ``tp_size`` is the
@@ -416,8 +438,8 @@ def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, *, moe, ep
     512 MiB, 1.5 MiB per activation token (the chunked-prefill budget; a decode server's graph batch), 1 GiB
     per 8 GPUs of ``--tp-size``; decode graphs 2 MiB per captured sequence, with attention DP 3 MiB per sequence of
     every DP rank; on engines that prefill without pipeline stages, prefill graphs (8 MiB per captured token count up
-    to a rank's chunk, 1.5 GiB for MLA models) and 1 GiB more with DeepEP; at least 10 GiB on GPUs over 60 GiB;
-    then 2 GiB for DeepEP's buffers on engines that decode."""
+    to the server's chunk, 38 counts with DeepEP, 1.5 GiB for MLA models) and 1 GiB more with DeepEP; at least 10 GiB
+    on GPUs over 60 GiB; then 2 GiB for DeepEP's buffers on engines that decode."""
     attn_dp, tp_size = _sglang_tp_size(tp, dp, moe)
     role = np.asarray(role, dtype=np.float64)
     decodes = role != ROLE_PREFILL
@@ -432,12 +454,14 @@ def sglang_reserved_bytes(chunk, tp, pp, dp, max_batch, memory_bytes, *, moe, ep
     per_dp_rank = graph_bs * dp * 3.0
     mib = mib + np.where(decodes, graph_bs * 2.0 + np.where(attn_dp, per_dp_rank, 0.0), 0.0)
     # prefill graphs on every server that prefills (SGLang's default prefill backend, breakable; off with pp > 1,
-    # where it is opt-in): 8 MiB per captured token count up to a rank's chunk, or 1.5 GiB for MLA; a further
-    # 1 GiB with DeepEP (its bridge pool)
-    prefills = (role != ROLE_DECODE) & (np.asarray(pp) <= 1)
-    graph_tokens = np.where(attn_dp, np.floor(chunk / np.maximum(dp, 1.0)), chunk)
-    prefill_graphs = np.where(np.asarray(mla, dtype=bool), 1.5 * 1024.0, sglang_prefill_graph_count(graph_tokens) * 8.0)
+    # where it is opt-in): 8 MiB per captured token count up to the server's whole chunk, or 1.5 GiB for MLA; a
+    # further 1 GiB with DeepEP (its bridge pool).  The memory hook runs before handle_data_parallelism divides the
+    # chunk by the attention-DP width (arg_groups/pipeline.py; parallel_hook.py re-clamps the graphs afterwards, too
+    # late for the reserve), so the count is the whole chunk's, except with DeepEP, whose counts were fixed earlier
     deepep = attn_dp & (np.asarray(ep) > 1) & (np.asarray(ep) == tp * dp)  # the launch files' DeepEP rule
+    prefills = (role != ROLE_DECODE) & (np.asarray(pp) <= 1)
+    graph_count = np.where(deepep, _sglang_deepep_prefill_graph_count(), sglang_prefill_graph_count(chunk))
+    prefill_graphs = np.where(np.asarray(mla, dtype=bool), 1.5 * 1024.0, graph_count * 8.0)
     mib = mib + np.where(prefills, prefill_graphs + np.where(deepep, 1024.0, 0.0), 0.0)
     mib = np.where(memory_bytes > 60 * GIB, np.maximum(mib, 10 * 1024.0), mib)
     mib = mib + np.where(deepep & decodes, 2.0 * 1024.0, 0.0)

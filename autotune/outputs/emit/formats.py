@@ -328,7 +328,8 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                        prefill_memory_fraction=prefill_knob,
                        prefill_tokens=int(DEFAULTS[format].chunk_tokens(hw.memory_gib, hw.name)), estimate=shown,
                        engine_note=note, remote_code=needs_remote_code(model, model_path), load=workload.load_text,
-                       gpu_memory_gib=hw.memory_gib, kv_page_tokens=sglang_kv_page_tokens(hw.compute_capability),
+                       gpu_memory_gib=hw.memory_gib,
+                       kv_page_tokens=sglang_kv_page_tokens(hw.compute_capability, dsa=model.dsa is not None),
                        searched=searched)
     return SERVING_EMITTERS[format](ctx), mine
 

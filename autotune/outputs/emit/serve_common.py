@@ -56,7 +56,7 @@ class ServeContext:
     engine_note: str = ""
     load: str = ""  # the load the estimate is for, in words (ServeWorkload.load_text)
     gpu_memory_gib: float | None = None  # the GPU's memory (SGLang sizes its default CUDA-graph batch by it)
-    kv_page_tokens: float = 1.0  # SGLang's default KV page on the GPU (engines.sglang_kv_page_tokens)
+    kv_page_tokens: float = 1.0  # SGLang's default KV page for the model on the GPU (engines.sglang_kv_page_tokens)
     searched: bool = True  # the plan is a search's (False: a plan string the user gave, with its own targets)
 
     @property

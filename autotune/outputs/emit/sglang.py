@@ -18,7 +18,7 @@ Mapping:
   the value the plan's batch was checked against; ``--max-running-requests`` the batch limit (of the engine with
   attention DP, which SGLang divides among its ranks; of each replica of a dense ``--dp-size``);
   ``--chunked-prefill-size`` the prefill chunk (with attention DP, each rank's share a whole number of KV
-  pages: 64 tokens on Blackwell); ``--context-length`` with slack.
+  pages: 64 tokens on Blackwell, and for DeepSeek sparse attention on any GPU); ``--context-length`` with slack.
 * Disaggregated plans: ``--disaggregation-mode prefill|decode`` with the NIXL transfer backend and a bootstrap
   port on each prefill server, ``python -m sglang_router.launch_router --pd-disaggregation`` in front;
   replicas: ``--worker-urls``.
