@@ -114,7 +114,8 @@ def test_a_profile_at_the_floor_still_loads(field, value, tmp_path):
 @pytest.mark.parametrize("changes", [
     {"memory_bandwidth_gb_per_s": 34, "peak_tflops": {"tf32": 9, "bf16": 18, "fp16": 18, "int8": 36}},  # A2-like
     {"memory_bandwidth_gb_per_s": 272, "peak_tflops": {"tf32": 15.1, "bf16": 30.2, "fp8": 60.4}},  # RTX 4060-like
-    {"peak_tflops": {"bf16": 2250, "fp8": 4500, "int8": 153.5, "fp4": 13500}},  # B300: int8 at 0.07 of bf16
+    {"peak_tflops": {"bf16": 2250, "fp8": 4500, "int8": 153.5, "fp4": 13500},
+     "compute_capability": 10.3},  # B300: int8 at 0.07 of bf16 (its own capability: fp4 peaks need 10.0 or later)
 ], ids=["a2", "rtx-4060", "b300-int8"])
 def test_small_and_odd_real_gpus_still_load(changes, tmp_path):
     """A review found the first floors (20 TFLOP/s on every precision, 50 GB/s) refused an A2, an RTX 4060 and a
