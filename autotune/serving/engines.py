@@ -166,6 +166,11 @@ def sglang_kv_page_tokens(compute_capability, *, dsa: bool = False) -> float:
     return float(SGLANG_SM100_KV_PAGE_TOKENS) if 10.0 <= float(cc) < 11.0 else 1.0
 
 
+def model_kv_page_tokens(model, hardware) -> float:
+    """:func:`sglang_kv_page_tokens` of a model (its DeepSeek sparse attention, if any) on a hardware profile."""
+    return sglang_kv_page_tokens(hardware.compute_capability, dsa=model.dsa is not None)
+
+
 def sglang_server_chunk(chunk, dp, *, moe, page=1.0):
     """SGLang's ``--chunked-prefill-size`` for an engine of ``dp`` ranks: ``chunk`` as it stands, unless attention DP
     (a MoE engine's dp > 1) leaves a rank a share ``chunk // dp`` that is not whole KV pages of ``page`` tokens:

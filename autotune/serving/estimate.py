@@ -736,7 +736,7 @@ def engine_memory(model: ModelSpec, cluster: Cluster, plans: ServePlanBatch, eng
     cols = {k: getattr(plans, f"{side}_{k}").astype(np.float64) for k in ("tp", "pp", "dp", "ep")}
     per_rank = plans.max_batch / cols["dp"]
     hw = cluster.hardware
-    page = E.sglang_kv_page_tokens(hw.compute_capability, dsa=model.dsa is not None)
+    page = E.model_kv_page_tokens(model, hw)
     chunk = E.DEFAULTS[E.engine_family(engine)].server_chunk(hw.memory_gib, cols["dp"], hw.name, moe=model.is_moe,
                                                              page=page)
     role = np.where(plans.disagg > 0, E.ROLE_PREFILL if side == "p" else E.ROLE_DECODE, E.ROLE_AGG)
@@ -786,8 +786,7 @@ def plan_rows(model: ModelSpec, cluster: Cluster, workload: ServeWorkload, plans
                 load=load, I=float(workload.input_len), O=float(workload.output_len),
                 C=(workload.concurrency or 0) / replicas, lam=(workload.request_rate or 0.0) / replicas,
                 chunk=d.prefill_chunk(cluster.hardware.memory_gib, f("p_dp"), cluster.hardware.name, moe=model.is_moe,
-                                      page=E.sglang_kv_page_tokens(cluster.hardware.compute_capability,
-                                                                    dsa=model.dsa is not None)),
+                                      page=E.model_kv_page_tokens(model, cluster.hardware)),
                 mixed=float(d.mixed_prefill), limit=per_rank_limit,
                 kv_pool=mem.kv_pool, n=len(plans), lockstep=float(d.adp_lockstep),
                 balance_iters=float(d.adp_balance_timeout_iters),

@@ -579,8 +579,7 @@ def default_pools(rows, side: str = "decode") -> np.ndarray:
     mem_gib = [r.hardware.memory_gib for r in rows]
     limit = np.array([float(E.DEFAULTS[r.engine].max_batch(m, r.hardware.name)) for r, m in zip(rows, mem_gib)])
     chunk = np.array([E.DEFAULTS[r.engine].server_chunk(m, dp, r.hardware.name, moe=r.model.is_moe,
-                                                        page=E.sglang_kv_page_tokens(r.hardware.compute_capability,
-                                                                                      dsa=r.model.dsa is not None))
+                                                        page=E.model_kv_page_tokens(r.model, r.hardware))
                       for r, m, dp in zip(rows, mem_gib, col("dp"))])
     role = np.array([E.ROLE_AGG if r.mode != "disagg" else E.ROLE_PREFILL if side == "prefill" else E.ROLE_DECODE
                      for r in rows])

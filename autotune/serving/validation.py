@@ -101,8 +101,7 @@ def silicon_rows(rows: Sequence[SiliconRow]) -> Rows:
                 load=np.full(len(rows), LOAD_CONCURRENCY), I=np.array([float(r.input_len) for r in rows]),
                 O=np.array([float(r.output_len) for r in rows]), C=np.array([r.concurrency for r in rows]),
                 lam=np.zeros(len(rows)), chunk=np.array([f.prefill_chunk(m, dp, r.hardware.name, moe=r.model.is_moe,
-                                                                page=E.sglang_kv_page_tokens(r.hardware.compute_capability,
-                                                                                             dsa=r.model.dsa is not None))
+                                                                page=E.model_kv_page_tokens(r.model, r.hardware))
                                                 for f, m, dp, r in zip(fam, mem_gib, p["p_dp"], rows)]),
                 mixed=np.array([float(f.mixed_prefill) for f in fam]),
                 limit=limit, kv_pool=pools, n=len(rows), lockstep=np.array([float(f.adp_lockstep) for f in fam]),

@@ -15,7 +15,7 @@ from ...errors import InputError, comma_items
 from ...inputs.framework import DEFAULT_FRAMEWORK as DEFAULT_SOFTWARE
 from ...inputs.modelspec import ModelSpec
 from ...search.plans_file import model_from_plans, training_inputs_from_plans
-from ...serving.engines import sglang_kv_page_tokens
+from ...serving.engines import model_kv_page_tokens
 from ...serving.plan import ServePlan
 from ...training.estimate import estimate_training
 from ...training.plan import PlanBatch, plan_from_fields
@@ -329,7 +329,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                        prefill_tokens=int(DEFAULTS[format].chunk_tokens(hw.memory_gib, hw.name)), estimate=shown,
                        engine_note=note, remote_code=needs_remote_code(model, model_path), load=workload.load_text,
                        gpu_memory_gib=hw.memory_gib,
-                       kv_page_tokens=sglang_kv_page_tokens(hw.compute_capability, dsa=model.dsa is not None),
+                       kv_page_tokens=model_kv_page_tokens(model, hw),
                        searched=searched)
     return SERVING_EMITTERS[format](ctx), mine
 
