@@ -29,6 +29,7 @@ def invoke(*args):
 # --- validate --bundled ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind, needle", [("training", "Throughput MAPE"), ("moe-training", "over 45 rows"),
+                                          ("dense-bridge", "over 42 rows"),
                                           ("serving", "rows compared")])
 def test_validate_bundled(kind, needle, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # not the repository: the data comes from the package

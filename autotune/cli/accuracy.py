@@ -26,7 +26,8 @@ from ..training.runs import MeasuredRun, SkippedRow, read_runs
 from ..training.validation import validate_runs
 from .app import JsonOut, app, path_option, print_json, progress, stderr, stdout, user_errors
 
-BUNDLED = {"training": "training_runs.csv", "moe-training": "moe_training_runs.csv", "serving": "serving_runs.csv",
+BUNDLED = {"training": "training_runs.csv", "moe-training": "moe_training_runs.csv",
+           "dense-bridge": "bridge_dense_training_runs.csv", "serving": "serving_runs.csv",
            "serving-silicon": "serving_silicon.csv"}
 
 
@@ -61,6 +62,7 @@ def _runs_csv(path: Path | None, bundled: str | None) -> Path:
         "    autotune validate --bundled training\n\n"
         "    autotune validate --bundled serving\n\n"
         "    autotune validate --bundled moe-training\n\n"
+        "    autotune validate --bundled dense-bridge\n\n"
         "    autotune validate autotune/data/training_runs.csv\n\n"
         "    autotune validate my_runs.csv --calibration calib.yaml --json\n\n"
         "    autotune validate autotune/data/serving_runs.csv\n\n"
@@ -72,7 +74,7 @@ def _runs_csv(path: Path | None, bundled: str | None) -> Path:
 )
 def validate(
     runs_csv: Annotated[Optional[Path], typer.Argument(help="CSV of measured runs: training (docs/validation.md) or serving (docs/serving.md).", parser=path_option, metavar="<path>")] = None,
-    bundled: Annotated[Optional[str], typer.Option("--bundled", help="Validate on runs shipped with autotune instead of a CSV: training | moe-training | serving | serving-silicon.")] = None,
+    bundled: Annotated[Optional[str], typer.Option("--bundled", help="Validate on runs shipped with autotune instead of a CSV: training | moe-training | dense-bridge | serving | serving-silicon.")] = None,
     calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration overlay YAML.")] = None,
     json_out: JsonOut = False,
     worst: Annotated[int, typer.Option("--worst", help="Rows to show in the table, worst first (0: all).")] = 25,
