@@ -38,6 +38,7 @@ from unittest import mock
 import pytest
 from test_emit_support import CASES, SLURM_FRAMEWORK, context_for, run_script
 
+from autotune.inputs.hardware import load_hardware
 from autotune.inputs.modelspec import load_model
 from autotune.outputs.emit import EmitContext, render
 from autotune.outputs.emit import torchtitan as titan_emitter
@@ -94,13 +95,18 @@ EXTRA = [
     # fp8 parameters with the optimizer on the host: validate_args accepts the pair only under delayed scaling,
     # which the script runs in place of the MoE's blockwise recipe
     ("qwen3-30b-a3b", 64, 4096, 256, "tp=2,etp=1,sp=true,pp=4,ep=8,zero=1,mbs=1,recompute=full,precision=fp8,offload=cpu"),
+    # NVFP4 on a GB200 rack, Megatron-Bridge's Llama-3.1 405B layout: 126 layers on pp 16 x vp 8 = 128 virtual stages,
+    # the first and last holding the embedding and the loss alone (a --pipeline-model-parallel-layout)
+    ("llama3-405b", 256, 8192, 1536, "tp=4,pp=16,vp=8,sp=true,zero=1,mbs=1,recompute=none,precision=fp4",
+     "gb200-nvl72"),
 ]
 
 
 def extra_context(index: int, **options) -> EmitContext:
-    name, gpus, seq, batch, plan = EXTRA[index]
-    return EmitContext(plan=parse_plan(plan, gpus), model=load_model(name), hardware="h100-sxm5-80gb",
-                       gpus_per_node=8, seq_len=seq, global_batch=batch, **options)
+    name, gpus, seq, batch, plan, *on = EXTRA[index]
+    hardware = on[0] if on else "h100-sxm5-80gb"
+    return EmitContext(plan=parse_plan(plan, gpus), model=load_model(name), hardware=hardware,
+                       gpus_per_node=load_hardware(hardware).gpus_per_node, seq_len=seq, global_batch=batch, **options)
 
 
 def all_contexts(framework: str) -> list[tuple[str, EmitContext]]:
@@ -153,8 +159,14 @@ def test_megatron_parser_and_validation_accept_the_script(megatron_arguments, tm
     args = parser.parse_args(launch.training_script_args)
     args.rank, args.world_size = 0, context.n_gpus
     env = {k: v for k, v in call["env"].items() if k == "CUDA_DEVICE_MAX_CONNECTIONS"}
-    with mock.patch.dict(os.environ, env), mock.patch.object(A, "get_device_arch_version", return_value=9), \
-            mock.patch.object(torch.cuda, "get_device_capability", return_value=(9, 0)):
+    # the GPU the plan runs on (Blackwell for NVFP4); TransformerEngine, which --fp4-format needs at 2.7 or later, is
+    # part of the node's environment, not of the flags, and is not installed here
+    blackwell = context.plan.precision == "fp4"
+    arch = (10, 0) if blackwell else (9, 0)
+    with mock.patch.dict(os.environ, env), mock.patch.object(A, "get_device_arch_version", return_value=arch[0]), \
+            mock.patch.object(torch.cuda, "get_device_capability", return_value=arch), \
+            mock.patch.object(A, "is_te_min_version", side_effect=(lambda *a, **k: True) if blackwell
+                              else A.is_te_min_version):
         if not env:
             os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
         A.validate_args(args, {})
@@ -171,8 +183,11 @@ def test_megatron_parser_and_validation_accept_the_script(megatron_arguments, tm
     else:
         assert model.n_kv_heads == model.n_heads
     assert args.use_distributed_optimizer == (plan.zero >= 1)
-    assert args.bf16 == (plan.precision in ("bf16", "fp8")) and args.fp16 == (plan.precision == "fp16")
+    assert args.bf16 == (plan.precision in ("bf16", "fp8", "fp4")) and args.fp16 == (plan.precision == "fp16")
     assert (args.fp8 is not None) == (plan.precision == "fp8")
+    assert (args.fp4 is not None) == (plan.precision == "fp4")
+    if plan.precision == "fp4":
+        assert (args.fp4, args.fp4_recipe, args.fp4_param_gather) == ("e2m1", "nvfp4", False)
     # fp8 parameters under the distributed optimizer, as the estimate counts them (framework fp8_param_gather)
     assert bool(args.fp8_param_gather) == (plan.precision == "fp8" and plan.zero == 1)
     if model.moe:

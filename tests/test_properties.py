@@ -121,7 +121,7 @@ def test_plan_constructor_raises_only_value_error(n_gpus, values, sp):
 
 @pytest.mark.parametrize("fields", [
     dict(tp=0), dict(tp=-1), dict(tp=True), dict(tp=2.0), dict(tp="2"), dict(zero=4), dict(zero=-1),
-    dict(mbs=0), dict(recompute="some"), dict(precision="fp4"), dict(offload="nvme"), dict(tp=3),
+    dict(mbs=0), dict(recompute="some"), dict(precision="fp6"), dict(offload="nvme"), dict(tp=3),
     dict(vp=2), dict(tp=1, sp=True), dict(cp=16),
 ])
 def test_plan_constructor_rejects_bad_values_with_value_error(fields):

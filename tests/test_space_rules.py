@@ -28,6 +28,7 @@ from autotune.training.space import (
 
 H100 = load_hardware("h100-sxm5-80gb")
 A100 = load_hardware("a100-sxm4-80gb")
+B200 = load_hardware("b200-sxm-180gb")
 LLAMA8 = load_model("llama3-8b")  # 32 layers, 32 heads, 8 KV heads, dense
 MIXTRAL = load_model("mixtral-8x7b")  # 8 experts, 32 heads, 8 KV heads
 GPT3 = load_model("gpt3-175b")  # 96 heads, 96 KV heads, 96 layers
@@ -76,6 +77,9 @@ CASES = [
      set()),
     ("pp-vp-exceeds-layers", GQA_TOY, 16, 8, H100, WL, Rules(), dict(pp=8, vp=2), dict(pp=8, vp=1),
      "pipeline stages exceed layers", set()),
+    # 10 virtual stages for 8 layers: the embedding and the loss may take one each only where stages may be uneven
+    ("pp-vp-embedding-loss-even", GQA_TOY, 16, 8, H100, WL, Rules(uneven_pipeline=False), dict(pp=2, vp=5),
+     dict(pp=2, vp=4), "pipeline stages exceed layers", {code("layers not divisible by pp*vp")}),
     ("uneven-pipeline", LLAMA8, 24, 8, H100, TrainWorkload(8192, 48), Rules(uneven_pipeline=False), dict(pp=3),
      dict(pp=4), "layers not divisible by pp*vp", set()),
     ("uneven-virtual", LLAMA8, 16, 8, H100, WL, Rules(uneven_pipeline=False), dict(pp=2, vp=3), dict(pp=2, vp=4),
@@ -153,6 +157,11 @@ CASES = [
      dict(pp=4, vp=1), "interleaved schedule needs the micro-batches to be a multiple of pp", set()),
     ("fw-fp8", LLAMA8, 16, 8, H100, WL, Rules(), dict(precision="fp8", zero=0), dict(precision="bf16", zero=0),
      "fp8 the framework does not offer", set(), "megatron-lm@2021-04"),
+    # NVFP4 training came to Megatron-Core in 2025 (--fp4-format); the B200 has the FP4 tensor cores
+    ("fw-fp4", LLAMA8, 16, 8, B200, WL, Rules(), dict(precision="fp4", zero=1), dict(precision="fp8", zero=1),
+     "fp4 the framework does not offer", set(), "megatron-lm@2024-07"),
+    ("fp4-on-h100", LLAMA8, 16, 8, H100, WL, Rules(), dict(precision="fp4"), dict(precision="fp8"),
+     "precision not supported by the GPU", set()),
     ("fw-offload", LLAMA8, 16, 8, H100, WL, Rules(), dict(offload="cpu", zero=3), dict(offload="none", zero=3),
      "optimizer offload the framework does not offer", set(), "torchtitan"),
     # 65 blocks on pp=8: seven stages of ceil(65/8) = 9 leave the last 2 blocks for 3 MTP modules; pp=4: 65 - 3 x 17 = 14
@@ -321,7 +330,7 @@ def _mutate(data: dict, where: str, value) -> dict:
     ("axes.tp", "auto", "axes.tp"),                          # only pp and ep accept auto
     ("axes.mbs", [], "axes.mbs"),                            # empty
     ("axes.recompute", ["sometimes"], "axes.recompute"),    # not a choice
-    ("axes.precision", ["fp4"], "axes.precision"),
+    ("axes.precision", ["fp6"], "axes.precision"),
     ("axes.sp", ["maybe"], "axes.sp"),
     ("rules.tp_within_node", "yes", "rules.tp_within_node"),  # not a bool
     ("rules", [1], "rules"),
@@ -429,3 +438,19 @@ def test_the_priced_last_stage_is_the_emitted_one(blocks):
         counts = pipeline_counts(blocks, pp)
         assert sum(counts) == blocks and max(counts) == -(-blocks // pp)
         assert float(last_stage_blocks(float(blocks), np.array([pp]))[0]) == counts[-1], pp
+
+
+def test_uneven_stages_give_the_embedding_and_the_loss_a_virtual_stage_each():
+    """Megatron-Bridge trains Llama-3.1 405B (126 layers) on pp 16 x vp 8 = 128 virtual stages, the first and last
+    holding the embedding and the loss (--account-for-embedding-in-pipeline-split / -loss-): such a plan is valid
+    where the framework splits unevenly, and two more stages than that are not."""
+    fw = load_framework("megatron-lm")
+    cluster = Cluster(H100, 16, 8)
+    ok = rejection_reasons(GQA_TOY, cluster, WL, batch(16, pp=2, vp=5), Rules(), framework=fw)
+    assert int(ok[0]) == 0
+    over = rejection_reasons(GQA_TOY, cluster, WL, batch(16, pp=2, vp=6), Rules(), framework=fw)
+    assert REASONS[int(over[0])] == "pipeline stages exceed layers"
+    # but every pipeline rank holds a layer: pp 9 for 8 layers stays refused, though 9 <= 8 + 2
+    nine = Cluster(H100, 9, 1)
+    assert REASONS[int(rejection_reasons(GQA_TOY, nine, WL, batch(9, pp=9), Rules(),
+                                         framework=fw)[0])] == "pipeline stages exceed layers"

@@ -22,6 +22,13 @@ GEMM input is cast to fp8 with a transposed copy for the other pass (read 2 byte
 1 + 1): the activations and weights forward and the output gradients backward, about
 4 bytes per element (TransformerEngine ``cast_transpose``; NVIDIA TE docs "Using FP8
 with Transformer Engine").  Attention, norms and the output (logits) layer stay bf16.
+With NVFP4 (TransformerEngine's NVFP4BlockScaling recipe; NVIDIA, "Pretraining Large Language
+Models with NVFP4", arXiv 2509.25149 §4) the three GEMMs run on the FP4 tensor cores: E2M1 values
+with one E4M3 scale per 16 (0.5625 bytes a value), row-wise and column-wise copies, so a cast
+reads 2 bytes and writes 2 x 0.5625 (``FP4_CAST_BYTES``; the random Hadamard transform of the
+weight-gradient operands is fused into that cast).  No FP4 GEMM ceiling has been measured for the
+bundled GPUs, so FP4 GEMMs reach the same share of their peak as FP8 GEMMs do of theirs
+(``efficiency.fp8_gemm``): an assumption the published NVFP4 runs check (docs/accuracy.md).
 
 Flash attention.  A score costs ``4 d`` tensor-core FLOPs forward (QK^T and PV with head
 dimension d) plus the online softmax (exponent, max, row sums, rescaling), which runs on
@@ -57,6 +64,8 @@ ATTENTION_KV_FILL = 512.0
 GEMM_K_FILL = 256.0  # reduction elements' worth of pipeline fill, drain and epilogue per output tile
 ATTENTION_SOFTMAX_FLOPS = 64.0  # tensor-core FLOP equivalents per score per pass for the online softmax
 FP8_CAST_BYTES = 4.0  # per element cast to fp8: read bf16 (2), write fp8 and its transpose (1 + 1); frameworks may differ
+NVFP4_BYTES = 0.5 + 1.0 / 16.0  # an E2M1 value and its share of the block's E4M3 scale (16 values a block)
+FP4_CAST_BYTES = 2.0 + 2.0 * NVFP4_BYTES  # read bf16, write the row-wise and column-wise NVFP4 copies
 # Grouped GEMMs (the routed experts of an MoE layer: Megatron-Core TEGroupedMLP / cuBLAS and CUTLASS grouped
 # kernels, DeepGEMM's contiguous-layout grouped GEMM): one kernel for all local experts, so the fixed
 # per-GEMM cost is paid once, but every expert's rows are padded up to the kernel's tile of M rows
@@ -68,21 +77,22 @@ GROUPED_GEMM_M_TILE = 128.0
 
 
 class Kernels:
-    """Kernel time model of one GPU for a batch of plans (``fp8`` is a per-plan bool array)."""
+    """Kernel time model of one GPU for a batch of plans (``fp8`` and ``fp4`` are per-plan bool arrays: the
+    plans whose linear layers run in fp8, and in NVFP4)."""
 
     def __init__(self, hardware: Hardware, fp8: np.ndarray, attention_kernel: str = "flash",
-                 fp8_cast_bytes: float = FP8_CAST_BYTES):
+                 fp8_cast_bytes: float = FP8_CAST_BYTES, fp4: np.ndarray | bool = False):
         eff = hardware.efficiency
         self.fp8_cast_bytes = fp8_cast_bytes
         self.bf16_rate = hardware.peak_flops("bf16") * eff.gemm
-        if hardware.supports("fp8"):
-            fp8_rate = hardware.peak_flops("fp8") * eff.fp8_gemm
-        else:
-            fp8_rate = self.bf16_rate  # validity rules reject fp8 plans on such GPUs
+        # validity rules reject fp8 and fp4 plans on GPUs without those tensor cores
+        fp8_rate = hardware.peak_flops("fp8") * eff.fp8_gemm if hardware.supports("fp8") else self.bf16_rate
+        fp4_rate = hardware.peak_flops("fp4") * eff.fp8_gemm if hardware.supports("fp4") else self.bf16_rate
         self.fp8 = np.asarray(fp8, dtype=bool)
-        self.linear_flops_per_s = np.where(self.fp8, fp8_rate, self.bf16_rate)
+        self.fp4 = np.broadcast_to(np.asarray(fp4, dtype=bool), self.fp8.shape)
+        self.linear_flops_per_s = np.where(self.fp4, fp4_rate, np.where(self.fp8, fp8_rate, self.bf16_rate))
         self.linear_k_fill = GEMM_K_FILL
-        self.linear_operand_bytes = np.where(self.fp8, 1.0, 2.0)
+        self.linear_operand_bytes = np.where(self.fp4, NVFP4_BYTES, np.where(self.fp8, 1.0, 2.0))
         # FlashAttention-2 and cuDNN's fused attention (TransformerEngine) share the FLOP model
         # (tiled, scores never written) but not the rate: each has its own efficiency.
         attention_eff = eff.cudnn_attention if attention_kernel == "cudnn" else eff.attention
@@ -116,7 +126,7 @@ class Kernels:
         forward = self._gemm(m, n, k, count, rate, ob, kf)
         dgrad = self._gemm(m, k, n, count, rate, ob, kf)
         wgrad = self._gemm(k, n, m, count, rate, ob, kf)
-        cast = np.where(self.fp8, self.fp8_cast_bytes, 0.0)
+        cast = np.where(self.fp4, FP4_CAST_BYTES, np.where(self.fp8, self.fp8_cast_bytes, 0.0))
         forward = forward + self.memory_bound_s(cast * count * (m * k + k * n))
         dgrad = dgrad + self.memory_bound_s(cast * count * m * n)
         return forward, dgrad, wgrad
@@ -142,7 +152,7 @@ class Kernels:
         compute = 2.0 * k * n * padded / rate * (1.0 + kf / padded)
         traffic = (ob * (k * m + m * n) + 2.0 * k * n) / mem
         wgrad = groups * np.maximum(compute, traffic) + self.gemm_overhead_s
-        cast = np.where(self.fp8, self.fp8_cast_bytes, 0.0)
+        cast = np.where(self.fp4, FP4_CAST_BYTES, np.where(self.fp8, self.fp8_cast_bytes, 0.0))
         forward = forward + self.memory_bound_s(cast * groups * (m * k + k * n))
         dgrad = dgrad + self.memory_bound_s(cast * groups * m * n)
         return forward, dgrad, wgrad

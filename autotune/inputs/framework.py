@@ -21,7 +21,8 @@ A profile is a YAML file in ``profiles/frameworks/``::
         source: "..."
 
 A trait added after profiles were written may be left out (``_OPTIONAL``: ``fp8_weight_cache_bytes``,
-``fp8_param_gather``, ``zero3_with_ep``, ``zero3_with_moe``, ``moe_tp_needs_sp``, ``fp16_grads_in_fp16``);
+``fp8_param_gather``, ``zero3_with_ep``, ``zero3_with_moe``, ``moe_tp_needs_sp``, ``fp16_grads_in_fp16``,
+``fp4_recipe``);
 it then takes its documented default with that default's source.
 
 ``load_framework("megatron-lm@2021-04")`` returns a frozen :class:`Framework` with every
@@ -59,6 +60,9 @@ SCHEDULES = ("1f1b", "interleaved", "dualpipe")
 PARALLEL_DIMS = ("tp", "sp", "pp", "cp", "ep")
 MICROBATCH_DEFAULTS = ("unknown", "stages")
 FP8_RECIPES = ("none", "delayed", "tensorwise", "blockwise", "mxfp8")
+# fp4 training recipes: none, or NVFP4 block scaling (TransformerEngine NVFP4BlockScaling; Megatron --fp4-format e2m1
+# --fp4-recipe nvfp4)
+FP4_RECIPES = ("none", "nvfp4")
 EXPERT_TP = ("equal_tp", "independent", "none")
 EP_DISPATCH = ("alltoall", "dedup")
 GROUPED_GEMM = ("per_expert", "single_kernel")
@@ -151,6 +155,8 @@ class Framework:
     # Parameters held in fp8 themselves under the distributed optimizer (Megatron --fp8-param-gather): the cached fp8
     # copies then take the bf16 weights' place, so fp8_weight_cache_bytes applies at ZeRO-0 only.
     fp8_param_gather: bool
+    # -- fp4 --
+    fp4_recipe: str  # none = no fp4 training; nvfp4 = the linear layers' GEMMs in NVFP4 (FP4 tensor cores)
     # -- memory --
     logits_bytes: float  # bytes per logit element at the loss's peak
     workspace_gib: float  # CUDA context, library workspaces, communication buffers
@@ -165,6 +171,9 @@ class Framework:
 
     def supports_fp8(self) -> bool:
         return self.fp8_recipe != "none"
+
+    def supports_fp4(self) -> bool:
+        return self.fp4_recipe != "none"
 
     def grad_bytes_of(self, fp16: Any) -> Any:
         """Bytes per parameter of the gradient buffer, and of the gradient reduction, for plans whose ``fp16`` is
@@ -227,6 +236,7 @@ _KINDS: Mapping[str, Any] = MappingProxyType({
     "fp8_cast_bytes": ("number", 0.0, 16.0),
     "fp8_weight_cache_bytes": ("number", 0.0, 8.0),
     "fp8_param_gather": "bool",
+    "fp4_recipe": FP4_RECIPES,
     "logits_bytes": ("number", 0.0, 32.0),
     "workspace_gib": ("number", 0.0, 32.0),
     "allocator_overhead": ("number", 0.0, 1.0),
@@ -246,6 +256,7 @@ _OPTIONAL: Mapping[str, tuple[Any, str]] = MappingProxyType({
                             "ZeRO-3 like a dense model"),
     "moe_tp_needs_sp": (False, "default for a profile that does not state it: a mixture of experts trains with tensor "
                                "parallelism with or without sequence parallelism"),
+    "fp4_recipe": ("none", "default for a profile that does not state it: no fp4 training"),
     "fp16_grads_in_fp16": (False, "default for a profile that does not state it: gradients in grad_bytes for every "
                                   "precision, fp16 included"),
 })

@@ -25,10 +25,14 @@ def search_header(problem, calibration: str | None = None) -> str:
     by the --calibration overlay ``calibration`` names, or uncalibrated)."""
     fw = problem.framework
     hw = problem.cluster.hardware
-    precisions = ", ".join(problem.choices["precision"])
-    text = (f"framework {fw.label}; precision searched: {precisions}"
-            + ("" if "fp8" in problem.choices["precision"] or not hw.supports("fp8")
-               else " (add --precision bf16,fp8 to search fp8)")
+    searched = tuple(problem.choices["precision"])
+    precisions = ", ".join(searched)
+    # the lower precisions the GPU (and, for fp4, the framework) could also train in, never searched silently
+    unsearched = [p for p in ("fp8", "fp4") if p not in searched and hw.supports(p)
+                  and (fw.supports_fp8() if p == "fp8" else fw.supports_fp4())]
+    hint = (f" (add --precision {','.join(dict.fromkeys((*searched, *unsearched)))} to search "
+            f"{' and '.join(unsearched)})" if unsearched else "")
+    text = (f"framework {fw.label}; precision searched: {precisions}" + hint
             + f"; plans keep {problem.memory_headroom:.0%} of HBM free")
     if calibration is not None:
         text += f"; {hw.name} efficiencies from the calibration overlay {calibration}"

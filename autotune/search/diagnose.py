@@ -15,7 +15,7 @@ import numpy as np
 
 from ..inputs.hardware import Cluster
 from ..training.problem import DEFAULT_MEMORY_HEADROOM, TrainingProblem
-from ..training.space import (FW_DUALPIPE, FW_MOE_SP, FW_OFFLOAD, FW_ZERO, MTP_STAGE, REASONS, SP_SEQUENCE, enumerate_valid,
+from ..training.space import (FW_DUALPIPE, FW_FP4, FW_MOE_SP, FW_OFFLOAD, FW_ZERO, MTP_STAGE, REASONS, SP_SEQUENCE, enumerate_valid,
                               rules_every_plan_breaks)
 
 SAMPLE_LIMIT = 400_000  # plans evaluated per alternative, at most
@@ -75,9 +75,11 @@ def _remedy(reason: str, problem: TrainingProblem) -> str:
         REASONS[12]: "a dense model needs ep=1",
         REASONS[13]: (f"the global batch ({workload.global_batch}) must divide by dp*micro-batch: use --global-batch "
                       f"as a multiple of the GPU count ({cluster.n_gpus}), or fix a larger tp*pp"),
-        REASONS[14]: f"the {cluster.hardware.name} supports {', '.join(p for p in cluster.hardware.peak_tflops if p in ('bf16', 'fp16', 'fp8'))}",
+        REASONS[14]: f"the {cluster.hardware.name} supports {', '.join(p for p in cluster.hardware.peak_tflops if p in ('bf16', 'fp16', 'fp8', 'fp4'))}",
         REASONS[15]: "optimizer offload needs zero >= 1",
         REASONS[16]: "with the rule sp_with_tp, tp > 1 needs sp=true",
+        REASONS[FW_FP4]: (f"{problem.framework.label} does not offer fp4 (NVFP4) training: search --precision bf16,fp8, "
+                          "or give a framework that offers it (megatron-lm from 2025-10, megatron-bridge from 2026-02)"),
         REASONS[FW_MOE_SP]: (f"{problem.framework.label} trains a mixture of experts with tp > 1 only under sequence "
                              "parallelism: allow sp=true in the --space, or fix tp=1"),
         REASONS[FW_DUALPIPE]: (f"{problem.framework.label} does not offer the DualPipe schedule: drop --fix "

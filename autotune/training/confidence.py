@@ -67,6 +67,7 @@ FEATURES: Mapping[str, Any] = {
     "DualPipe": lambda p: p.get("schedule", "1f1b") == "dualpipe",
     "ZeRO-3": lambda p: int(p.get("zero", 0)) >= 3,
     "fp8": lambda p: p.get("precision") == "fp8",
+    "fp4": lambda p: p.get("precision") == "fp4",
     "offload": lambda p: str(p.get("offload", "none")) not in ("none", "0", "False"),
 }
 

@@ -31,7 +31,7 @@ class TrainingEstimate:
     time_breakdown_s: Mapping[str, np.ndarray]
     tokens_per_s_per_gpu: np.ndarray
     tflops_per_gpu: np.ndarray  # model FLOPs (no recomputation)
-    mfu: np.ndarray  # model FLOPs / dense peak of the plan's GEMM precision (bf16 or fp8)
+    mfu: np.ndarray  # model FLOPs / dense peak of the plan's GEMM precision (bf16, fp8 or fp4)
     mfu_precision: np.ndarray  # the precision whose peak `mfu` is measured against, per plan
     memory_gib_per_gpu: np.ndarray
     memory_breakdown_gib: Mapping[str, np.ndarray]
@@ -86,16 +86,18 @@ def estimate_training(
     price_per_gpu_s = hw.price_usd_per_gpu_hour / 3600.0
     # MFU against the dense peak of the precision the plan's GEMMs run in: an fp8 plan is measured
     # against the fp8 peak (PaLM appendix B's definition with the achievable peak of that precision).
-    fp8 = np.asarray(plans.precision) == PRECISION.index("fp8")
+    precision = np.asarray(plans.precision)
+    fp8, fp4 = precision == PRECISION.index("fp8"), precision == PRECISION.index("fp4")
     fp8_peak = hw.peak_flops("fp8") if hw.supports("fp8") else hw.peak_flops("bf16")
-    peak = np.where(fp8, fp8_peak, hw.peak_flops("bf16"))
+    fp4_peak = hw.peak_flops("fp4") if hw.supports("fp4") else hw.peak_flops("bf16")
+    peak = np.where(fp4, fp4_peak, np.where(fp8, fp8_peak, hw.peak_flops("bf16")))
     return TrainingEstimate(
         step_time_s=step_time_s,
         time_breakdown_s=time_parts,
         tokens_per_s_per_gpu=tokens_per_s_per_gpu,
         tflops_per_gpu=tflops,
         mfu=tflops * 1e12 / peak,
-        mfu_precision=np.where(fp8, "fp8", "bf16"),
+        mfu_precision=np.where(fp4, "fp4", np.where(fp8, "fp8", "bf16")),
         memory_gib_per_gpu=memory_gib,
         memory_breakdown_gib={k: v / GIB for k, v in mem_parts.items()},
         memory_capacity_gib=hw.memory_gib,

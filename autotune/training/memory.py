@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..costmodel.kernels import NVFP4_BYTES
 from ..inputs.framework import Framework
 from ..inputs.modelspec import ModelSpec
 
@@ -137,6 +138,7 @@ def activation_bytes_per_layer(
     tp_microbatch_heads: np.ndarray | None = None,
     fp8: np.ndarray | bool = False,
     kind: str = "full",
+    fp4: np.ndarray | bool = False,
     etp: np.ndarray | None = None,
     moe_imbalance: float = 1.0,
     recompute_up_proj: np.ndarray | bool = False,
@@ -147,7 +149,8 @@ def activation_bytes_per_layer(
     length attention scores would span (only used when ``attention_scores_stored``).
     With ``fp8`` (TransformerEngine, torchao Float8) the inputs of the fp8 GEMMs are kept
     in their fp8 form for the weight gradient: 1 byte instead of 2 (the QKV and MLP
-    inputs, the attention output and the MLP activation output).
+    inputs, the attention output and the MLP activation output); with ``fp4`` (NVFP4) in their NVFP4 form,
+    0.5625 bytes (kernels.NVFP4_BYTES: an E2M1 value and its share of the 16-value block's E4M3 scale).
 
     Attention by ``kind``: GQA keeps Q, K, V and the core output; multi-head latent attention keeps
     the two latents before and after their norms and the RoPE key (replicated on the TP ranks, as the
@@ -167,7 +170,7 @@ def activation_bytes_per_layer(
     tp = np.asarray(tp, dtype=np.float64)
     etp = tp if etp is None else np.asarray(etp, dtype=np.float64)
     sp_div = np.where(np.asarray(sp, dtype=bool), tp, 1.0)
-    gemm_input = np.where(np.asarray(fp8, dtype=bool), 1.0, 2.0)
+    gemm_input = np.where(np.asarray(fp4, dtype=bool), NVFP4_BYTES, np.where(np.asarray(fp8, dtype=bool), 1.0, 2.0))
     up_proj = np.asarray(recompute_up_proj, dtype=bool)
     # Two norm inputs (2 bytes each), the QKV and MLP inputs (the norms' outputs: recomputed with the
     # norms where the MLA up-projections are, DeepSeek-V3 §3.2.3), two dropout masks.
@@ -263,6 +266,7 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
     buffers for every micro-batch; ``PIPELINE_OUTPUT_BYTES``).
     """
     from .step_time import (  # local import: step_time imports nothing from here
+        FP4,
         FP8,
         FP16,
         FULL,
@@ -278,6 +282,7 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
     unfused = fw.attention == "unfused"
 
     fp8 = np.asarray(plans.precision) == FP8
+    fp4 = np.asarray(plans.precision) == FP4
     selective = np.asarray(plans.recompute) == SELECTIVE
 
     # Megatron-style selective recompute on an MLA model recomputes the up-projections (step_time.py).
@@ -286,7 +291,7 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
 
     def per_layer(moe_layer: bool, kind: str) -> np.ndarray:
         plain = activation_bytes_per_layer(model, geo.tokens, workload.seq_len, geo.tp, geo.sp, moe_layer, fp8=fp8,
-                                           kind=kind, **folded)
+                                           fp4=fp4, kind=kind, **folded)
         if fw.selective_recompute == "op_sac":
             sac = op_selective_bytes_per_layer(model, geo.tokens, geo.tp, geo.sp, moe_layer)
             plain = np.where(selective, sac, plain)
@@ -294,7 +299,8 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
             return plain  # flash attention never stores the scores; core-attention recompute saves nothing more
         # Unfused attention stores the score matrices unless the attention core is recomputed.
         stored = activation_bytes_per_layer(model, geo.tokens, workload.seq_len, geo.tp, geo.sp, moe_layer,
-                                            attention_scores_stored=True, fp8=fp8, kind=kind, **folded)
+                                            attention_scores_stored=True, fp8=fp8, fp4=fp4, kind=kind,
+                                            **folded)
         drops_scores = selective & (fw.selective_recompute == "core_attention")
         return np.where(drops_scores, plain, stored)
 
@@ -376,10 +382,14 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
         # --fp8-param-gather) the copies replace the bf16 weights; ZeRO-2 (Megatron-FSDP optim_grads) keeps bf16
         # parameters beside them
         cached = fp8 & (zero < 3) & ~((zero == 1) & fw.fp8_param_gather)
+        # NVFP4 plans cache NVFP4 copies the same way (TE's NVFP4 tensors: row-wise and column-wise data with their
+        # scales), NVFP4_BYTES for each fp8 byte; the launch files keep bf16 parameters (no --fp4-param-gather)
+        cache_bytes = np.where(fp4, NVFP4_BYTES, 1.0) * fw.fp8_weight_cache_bytes
+        cached = cached | (fp4 & (zero < 3))
         first["weights"] = first["weights"] + np.where(
-            cached, fp8_weight_cache_bytes(model, geo, layers, fw.fp8_weight_cache_bytes), 0.0)
+            cached, fp8_weight_cache_bytes(model, geo, layers, 1.0) * cache_bytes, 0.0)
         last["weights"] = last["weights"] + np.where(
-            cached, fp8_weight_cache_bytes(model, geo, last_layers, fw.fp8_weight_cache_bytes), 0.0)
+            cached, fp8_weight_cache_bytes(model, geo, last_layers, 1.0) * cache_bytes, 0.0)
     # A 16-bit gradient buffer beside an fp32 master copy: the optimizer step upcasts the gradients of its shard into
     # fp32 (Megatron's _copy_model_grads_to_main_grads: main_param.grad = main_grad.float(), a copy where main_grad
     # is fp16 or bf16 and the same tensor where it is fp32), 4 bytes per parameter it updates, freed by the next

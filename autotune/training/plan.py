@@ -29,8 +29,16 @@ from ..errors import comma_items
 from ..inputs.request import MAX_GPUS
 
 RECOMPUTE = ("none", "selective", "full")
-PRECISION = ("bf16", "fp16", "fp8")
+# GEMM precisions of training: fp8 runs the linear layers' GEMMs on the fp8 tensor cores (TransformerEngine
+# delayed/current/MXFP8/blockwise scaling, torchao Float8); fp4 on the FP4 tensor cores with NVFP4 block scaling
+# (TransformerEngine's NVFP4BlockScaling recipe: 16-element blocks with E4M3 scales, Blackwell only; NVIDIA,
+# "Pretraining Large Language Models with NVFP4", arXiv 2509.25149).  Codes are positions: append only.
+PRECISION = ("bf16", "fp16", "fp8", "fp4")
 OFFLOAD = ("none", "cpu")
+# Virtual pipeline stages beyond the layers that a framework splitting layers unevenly may give the embedding and the
+# loss alone (Megatron-Core's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split, or a
+# --pipeline-model-parallel-layout with empty first and last virtual stages): space rule 5.
+EMBEDDING_AND_LOSS_STAGES = 2
 SCHEDULE = ("1f1b", "dualpipe")
 INT_KEYS = ("tp", "pp", "cp", "ep", "vp", "zero", "mbs", "etp")
 PLAN_KEYS = ("tp", "pp", "cp", "ep", "vp", "sp", "zero", "mbs", "recompute", "precision", "offload", "etp",

@@ -26,7 +26,7 @@ from ..inputs.hardware import Cluster, Hardware
 from ..inputs.measured_runs import layout_reason, number, parse_rows, read_table
 from ..inputs.modelspec import ModelSpec, MoESpec, load_model
 from ..inputs.workload import TrainWorkload, capacity_factor_problem
-from .plan import CATEGORIES, Plan
+from .plan import CATEGORIES, EMBEDDING_AND_LOSS_STAGES, Plan
 
 
 def microbatches_of(row: dict, framework: Framework) -> tuple[int | str | None, str | None]:
@@ -396,11 +396,13 @@ def candidate_plans(run: MeasuredRun, precisions_supported: tuple[str, ...]) -> 
             options[key] = [False, True] if tp > 1 else [False]
         elif key == "vp":
             # Megatron-LM needs the layers to split evenly over the pp x vp stages (before its uneven
-            # first/last stage options); torchtitan splits them unevenly (generate_split_points).
+            # first/last stage options, which may also give the embedding and the loss a stage each: space rule 5);
+            # torchtitan splits them unevenly (generate_split_points).
             even = not run.framework.uneven_stages
             interleaved = "interleaved" in run.framework.pipeline_schedules
             options[key] = [1] if pp == 1 or not interleaved else [v for v in (1, 2, 3, 4, 6, 8) if (
-                run.model.n_layers % (pp * v) == 0 if even else run.model.n_layers >= pp * v)] or [1]
+                run.model.n_layers % (pp * v) == 0 if even
+                else run.model.n_layers + EMBEDDING_AND_LOSS_STAGES >= pp * v)] or [1]
         elif key == "zero":
             # The stages the framework offers up to ZeRO-1 (what an unstated setting most likely was).
             stages = run.framework.zero_stages_with_pp if pp > 1 else run.framework.zero_stages

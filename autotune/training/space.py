@@ -22,7 +22,7 @@ from ..inputs.modelspec import ModelSpec
 from ..inputs.resources import bundled_dir
 from ..inputs.workload import TrainWorkload
 from .geometry import last_stage_blocks
-from .plan import CATEGORIES, ETP_AS_TP, PLAN_KEYS, Plan, PlanBatch, parse_plan_fields
+from .plan import CATEGORIES, EMBEDDING_AND_LOSS_STAGES, ETP_AS_TP, PLAN_KEYS, Plan, PlanBatch, parse_plan_fields
 
 # Reason codes, in the order rules are checked; 0 means valid.
 REASONS: tuple[str, ...] = (
@@ -59,6 +59,7 @@ REASONS: tuple[str, ...] = (
     "optimizer offload the framework does not offer",
     "sequence not divisible by cp*tp under sequence parallelism",
     "mixture of experts with tp > 1 but no sequence parallelism, which the framework refuses",
+    "fp4 the framework does not offer",
     "not expressible in the --emit format(s)",
 )
 NOT_EXPRESSIBLE = len(REASONS) - 1
@@ -70,6 +71,7 @@ FW_SELECTIVE = REASONS.index("selective recompute the framework does not offer")
 FW_INTERLEAVED = REASONS.index("interleaved schedule the framework does not offer for this pp")
 FW_INTERLEAVE_MICROBATCHES = REASONS.index("interleaved schedule needs the micro-batches to be a multiple of pp")
 FW_FP8 = REASONS.index("fp8 the framework does not offer")
+FW_FP4 = REASONS.index("fp4 the framework does not offer")
 ETP_DENSE = REASONS.index("etp differs from tp on a dense model")
 ETP_FFN = REASONS.index("expert FFN width not divisible by etp")
 ETP_NODE = REASONS.index("etp spans more than one node")
@@ -252,7 +254,11 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         2: model.n_heads % tp != 0,
         3: model.n_kv_heads % tp != 0,
         4: (tp > domain) if rules.tp_within_node else none,
-        5: pp * vp > model.n_layers,
+        # Each virtual stage holds a layer at least; a framework that splits unevenly also counts the embedding and
+        # the loss as one layer each (Megatron-Core's --account-for-embedding-in-pipeline-split and
+        # --account-for-loss-in-pipeline-split, or a --pipeline-model-parallel-layout with empty first and last
+        # virtual stages): Megatron-Bridge's Llama-3.1 405B recipe runs its 126 layers on pp 16 x vp 8 = 128 stages.
+        5: (pp > model.n_layers) | (pp * vp > model.n_layers + (EMBEDDING_AND_LOSS_STAGES if uneven_ok else 0)),
         6: none if uneven_ok else model.n_layers % (pp * vp) != 0,
         7: (vp > 1) & (pp == 1),
         8: plans.sp & (tp == 1),
@@ -303,6 +309,7 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         microbatches = workload.global_batch // np.maximum(dp * plans.mbs, 1)
         checks[FW_INTERLEAVE_MICROBATCHES] = interleaved & fw.interleave_microbatches_multiple_of_pp & (microbatches % np.maximum(pp, 1) != 0)
         checks[FW_FP8] = (plans.precision == CATEGORIES["precision"].index("fp8")) & (not fw.supports_fp8())
+        checks[FW_FP4] = (plans.precision == CATEGORIES["precision"].index("fp4")) & (not fw.supports_fp4())
         # deepseek-ai/DualPipe dualpipe.py step(): an even number of ranks, and of micro-batches
         # (chunks), at least twice the ranks; one stage per rank and direction.
         checks[DUALPIPE_SHAPE] = dualpipe & ((pp < 2) | (pp % 2 != 0) | (vp != 1) | (microbatches % 2 != 0)
@@ -377,6 +384,12 @@ def reason_text(reason: int, plan: Plan, framework: Framework | None = None, *, 
         text = (f"{fw.label} does not offer optimizer CPU offload (offload=cpu); use offload=none, or a framework "
                 "that offers it (deepspeed, megatron-deepspeed, megatron-bridge, "
                 "megatron-lm from 2025-03, nemo from 25.04)")
+    elif reason == FW_FP8:
+        text = (f"{fw.label} does not offer fp8 training (precision=fp8); use precision=bf16, or a framework version "
+                "that offers it")
+    elif reason == FW_FP4:
+        text = (f"{fw.label} does not offer fp4 (NVFP4) training (precision=fp4); use precision=fp8 or bf16, or a "
+                "framework that offers it (megatron-lm from 2025-10, megatron-bridge from 2026-02)")
     elif reason == FW_MOE_SP:
         text = (f"{fw.label} refuses to train a mixture of experts with tensor parallelism but no sequence parallelism "
                 "(Megatron-Core's MoELayer.forward raises ValueError at the first training step): use sp=true, or tp=1")
@@ -487,8 +500,8 @@ def enumerate_valid(
     return Enumeration(plans=batch.take(np.flatnonzero(reasons == 0)), space_size=n_layout * n_settings, rejected=counts)
 
 
-# Rules of the settings alone (precision, offload, recompute, fp8): what they reject does not depend on the layout.
-_SETTINGS_RULES = (14, 15, FW_SELECTIVE, FW_FP8, FW_OFFLOAD)
+# Rules of the settings alone (precision, offload, recompute, fp8, fp4): what they reject does not depend on the layout.
+_SETTINGS_RULES = (14, 15, FW_SELECTIVE, FW_FP8, FW_FP4, FW_OFFLOAD)
 
 
 def rules_every_plan_breaks(

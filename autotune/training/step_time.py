@@ -40,6 +40,7 @@ from .plan import PRECISION, RECOMPUTE, PlanBatch
 FULL = RECOMPUTE.index("full")
 SELECTIVE = RECOMPUTE.index("selective")
 FP8 = PRECISION.index("fp8")
+FP4 = PRECISION.index("fp4")
 FP16 = PRECISION.index("fp16")
 OPTIMIZER_BYTES_PER_PARAM = 30.0  # Adam step: read/write fp32 master, m, v (24), read fp32 grad (4), write bf16 weight (2)
 HOST_BYTES_PER_PARAM = 6.0  # offload: fp32 gradient down, bf16 weight back up
@@ -430,7 +431,7 @@ def step_time_parts(
     hw = cluster.hardware
     eff = hw.efficiency
     fw = framework
-    kernels = Kernels(hw, plans.precision == FP8, fw.attention, fw.fp8_cast_bytes)
+    kernels = Kernels(hw, plans.precision == FP8, fw.attention, fw.fp8_cast_bytes, fp4=plans.precision == FP4)
     recompute = np.asarray(plans.recompute)
     full, selective = recompute == FULL, recompute == SELECTIVE
 

@@ -58,9 +58,10 @@ LIMITS = (
     _limit("recompute", lambda p: p.recompute == _code("recompute", "selective"),
            lambda plan, model: "plan field recompute=selective: DeepSpeed checkpoints whole layers only; "
            "use recompute=full or none, or --format megatron or torchtitan"),
-    _limit("precision", lambda p: p.precision == _code("precision", "fp8"),
-           lambda plan, model: "plan field precision=fp8: DeepSpeed's config has no fp8 training "
-           "(it comes from Transformer Engine layers in the model code); use bf16, or --format megatron or torchtitan"),
+    _limit("precision", lambda p: (p.precision == _code("precision", "fp8")) | (p.precision == _code("precision", "fp4")),
+           lambda plan, model: f"plan field precision={plan.precision}: DeepSpeed's config has no {plan.precision} "
+           "training (it comes from Transformer Engine layers in the model code); use bf16, or --format megatron"
+           + (" or torchtitan" if plan.precision == "fp8" else "")),
     _limit("zero", lambda p: (p.pp > 1) & (p.zero >= 2),
            lambda plan, model: f"plan fields pp={plan.pp}, zero={plan.zero}: DeepSpeed's pipeline engine allows "
            "ZeRO stage 0 or 1 only; use zero<=1 or pp=1, or --format megatron or torchtitan"),

@@ -364,6 +364,10 @@ def precision_args(plan: Plan, hardware: Hardware, model: ModelSpec | None = Non
             # parameters in fp8 under the distributed optimizer (Megatron refuses the flag without it): TE's fp8 copies
             # replace the bf16 weights rather than sit beside them, as the estimate counts (framework fp8_param_gather)
             groups.append(("--fp8-param-gather",))
+    elif plan.precision == "fp4":
+        # NVFP4 training (TransformerEngine's NVFP4BlockScaling; Megatron-Core 0.14 and later): the linear layers'
+        # GEMMs in NVFP4, the parameters kept in bf16 (no --fp4-param-gather), as the estimate counts
+        groups += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     return groups
 
 

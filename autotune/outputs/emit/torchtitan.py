@@ -158,6 +158,11 @@ LIMITS = (
     Limit("precision", lambda plans, model: plans.precision == _code("precision", "fp16"),
           lambda plan, model: "plan field precision=fp16: torchtitan trains in bf16 or float32 only; "
           "use bf16 or fp8, or --format megatron or deepspeed"),
+    # torchtitan 0.3.0's quantized training is torchao Float8 and MXFP8 (its [quantize] sections); NVFP4 training is
+    # a torchao prototype torchtitan does not configure
+    Limit("precision", lambda plans, model: plans.precision == _code("precision", "fp4"),
+          lambda plan, model: "plan field precision=fp4: torchtitan 0.3.0 configures fp8 and MXFP8 training "
+          "(torchao), not NVFP4; use bf16 or fp8, or --format megatron"),
     Limit("offload", lambda plans, model: plans.offload == _code("offload", "cpu"),
           lambda plan, model: "plan field offload=cpu: torchtitan's training.enable_cpu_offload moves weights and "
           "gradients to the host as well, not the optimizer state alone; use offload=none, "
