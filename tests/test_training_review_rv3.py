@@ -66,3 +66,21 @@ def test_torchtitan_moe_module_names_the_router_its_model_code_builds():
     module = _file(_emit("ep=8,zero=3,recompute=full", "deepseek-v3", "torchtitan", gpus=256), "autotune_torchtitan.py")
     assert ("deepseek-v3 has RoPE theta 10000, yarn scaling; router top-8 sigmoid within 4 of 8 groups, weights scaled "
             "by 2.5, dropless") in module
+
+
+def test_torchtitan_deepseek_with_context_parallelism_is_refused(tmp_path):
+    """The torchtitan module for DeepSeek-V3 builds flex attention (as torchtitan's 671B config does), and torchtitan's
+    DeepSeek-V3 refuses context parallelism with any attention but SDPA when the trainer builds the model: emit wrote
+    context_parallel_degree 2 and a `search --emit torchtitan` at 64k tokens ranked such plans first."""
+    args = ["-m", "deepseek-v3", "-H", "h100-sxm5-80gb", "--gpus", "256", "-s", "32768", "-b", "256"]
+    refused = runner.invoke(app, ["emit", "cp=2,ep=8,zero=3,recompute=full", *args, "--format", "torchtitan",
+                                  "--allow-no-fit"])
+    assert refused.exit_code == 2, refused.output
+    assert "plan field cp=2: torchtitan's DeepSeek-V3 runs context parallelism only with SDPA" in refused.output
+    found = runner.invoke(app, ["search", *args, "--framework", "torchtitan", "--emit", "torchtitan", "--top", "3",
+                                "--out", str(tmp_path / "s"), "--json"])
+    assert found.exit_code == 0, found.output
+    plans = json.loads(found.stdout)["plans"]
+    assert plans and all(p["plan"]["cp"] == 1 for p in plans)
+    # Qwen3-30B-A3B keeps context parallelism (torchtitan's Qwen3 has no such rule)
+    _emit("cp=2,ep=8,zero=3,recompute=full", "qwen3-30b-a3b", "torchtitan")

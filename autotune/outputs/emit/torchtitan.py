@@ -148,8 +148,23 @@ def _expert_mesh_refused(plans: PlanBatch, model: ModelSpec) -> np.ndarray:
     return (plans.etp != 1) | ((shard * plans.cp * plans.tp) % plans.ep != 0)
 
 
+def _flex_context_parallel(plans: PlanBatch, model: ModelSpec) -> np.ndarray:
+    name = moe_model_of(model)
+    if name is None or MOE_MODELS[name]["package"] != "deepseek_v3":
+        return np.zeros(len(plans), dtype=bool)
+    return np.asarray(plans.cp) > 1
+
+
 LIMITS = (
     model_limit("model", lambda model: not expressible_model(model), _model_why),
+    # torchtitan/models/deepseek_v3/model.py, DeepSeekV3Model.Config.update_from_config: context parallelism with an
+    # inner attention other than ScaledDotProductAttention raises NotImplementedError ("Context Parallel for DeepSeek
+    # V3 only supports ScaledDotProductAttention") when the trainer builds the model; the module builds the 671B
+    # flavour with flex attention, as torchtitan's deepseek_v3_671b config does.
+    Limit("cp", _flex_context_parallel,
+          lambda plan, model: f"plan field cp={plan.cp}: torchtitan's DeepSeek-V3 runs context parallelism only with "
+          "SDPA attention and its 671B config builds flex attention (the trainer raises NotImplementedError at start); "
+          "use cp=1, or --format megatron"),
     Limit("etp", _expert_mesh_refused,
           lambda plan, model: f"plan fields etp={plan.etp}, ep={plan.ep}: torchtitan 0.3.0 has no expert tensor "
           "parallelism (its ConfigManager rejects expert_tensor_parallel_degree) and forms EP from the FSDP, CP "
