@@ -284,6 +284,12 @@ def test_deepspeed_config_classes_accept_ds_config(deepspeed_single_rank, tmp_pa
         from deepspeed.module_inject.auto_ep_config import validate_autoep_config
 
         assert config.expert_parallel_config.autoep_size == plan.ep
+        # the router the spec states, in AutoEP's keys (top_k, score_func, groups, scaling; no expert-bias balancing)
+        from autotune.outputs.emit.deepspeed import autoep_router
+
+        router, parsed = autoep_router(context.model), config.expert_parallel_config
+        assert (parsed.top_k, parsed.score_func, parsed.load_balance_coeff) == (router["top_k"], router["score_func"], None)
+        assert parsed.num_expert_groups == router.get("num_expert_groups")
         validate_autoep_config(config.expert_parallel_config, world_size=context.n_gpus, pp_size=plan.pp,
                                tp_size=plan.tp, sp_size=1, zero_stage=plan.zero,
                                zero_offload_optimizer=plan.offload == "cpu")

@@ -135,13 +135,59 @@ def ds_config(context: EmitContext) -> dict:
     if plan.tp > 1:
         config["tensor_parallel"] = {"autotp_size": plan.tp}
     if plan.ep > 1:
-        config["expert_parallel"] = {"enabled": True, "autoep_size": plan.ep}
+        config["expert_parallel"] = {"enabled": True, "autoep_size": plan.ep, **autoep_router(model)}
     if plan.pp > 1:
         config["pipeline"] = {
             "partition": "parameters",
             "activation_checkpoint_interval": 1 if plan.recompute == "full" else 0,
         }
     return config
+
+
+def autoep_router(model) -> dict:
+    """The router as the spec states it, in AutoEP's keys (deepspeed/module_inject/auto_ep_config.py, AutoEPConfig:
+    top_k, score_func, num_expert_groups / num_limited_groups, routed_scaling_factor, load_balance_coeff).  AutoEP
+    would otherwise take them from the Hugging Face model's config ("auto"), except group-limited routing, which
+    only its DeepSeek-V3 preset reads from there.  load_balance_coeff is null: AutoEP's expert-bias balancing is
+    refused by its DeepSeek presets and was not how the softmax-routed models (Mixtral, Qwen3) were trained (their
+    auxiliary loss is the Hugging Face model's own, router_aux_loss_coef)."""
+    moe = model.moe
+    if moe is None:
+        return {}
+    router: dict = {"top_k": moe.top_k, "score_func": moe.router_score}
+    if moe.routing_groups > 1:
+        router.update(num_expert_groups=moe.routing_groups, num_limited_groups=moe.routing_group_topk)
+    if moe.router_topk_scaling is not None:
+        router["routed_scaling_factor"] = moe.router_topk_scaling
+    router["load_balance_coeff"] = None
+    return router
+
+
+def _model_notes(context: EmitContext) -> list[str]:
+    """What builds the model but is not DeepSpeed's to set: the header says where it comes from."""
+    model = context.model
+    notes = []
+    if model.position_embedding == "rope":
+        theta = model.rope_theta
+        rope = ("theta not stated in the spec" if theta is None
+                else f"theta {theta:.0f}" if float(theta).is_integer() else f"theta {theta:g}")
+        if model.rope_scaling is not None:
+            rope += f", {model.rope_scaling} scaling"
+        notes.append(f"RoPE ({rope}) is the model code's: ds_config.json has no model section, so the script's model "
+                     "(a Hugging Face model: its config.json's rope_theta and rope_scaling) must carry it.")
+    moe = model.moe
+    if moe is not None and context.plan.ep > 1:
+        notes.append(f"Router: AutoEP's expert_parallel section states top-{moe.top_k} {moe.router_score} routing"
+                     + (f" within {moe.routing_group_topk} of {moe.routing_groups} groups" if moe.routing_groups > 1 else "")
+                     + (f", weights scaled by {moe.router_topk_scaling:g}" if moe.router_topk_scaling is not None else "")
+                     + "; AutoEP runs it dropless (no capacity factor).")
+    if moe is not None and moe.router_expert_bias:
+        notes.append(f"{model.name} balanced its experts with a per-expert bias (aux-loss-free); AutoEP does not run "
+                     "it (load_balance_coeff null, as its DeepSeek presets require), so this run has no bias balancing.")
+    elif moe is not None:
+        notes.append("Load balancing: the model's own auxiliary loss (a Hugging Face model's router_aux_loss_coef, "
+                     "with output_router_logits true); DeepSpeed's config sets no coefficient.")
+    return notes
 
 
 def _notes(context: EmitContext) -> tuple[str, ...]:
@@ -163,6 +209,7 @@ def _notes(context: EmitContext) -> tuple[str, ...]:
     if plan.tp > 1 or plan.ep > 1:
         notes.append("AutoTP/AutoEP shard a Hugging Face model at deepspeed.initialize "
                      "(tensor_parallel.autotp_size, expert_parallel.autoep_size).")
+    notes += _model_notes(context)
     return tuple(notes)
 
 

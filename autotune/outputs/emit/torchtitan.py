@@ -148,8 +148,23 @@ def _expert_mesh_refused(plans: PlanBatch, model: ModelSpec) -> np.ndarray:
     return (plans.etp != 1) | ((shard * plans.cp * plans.tp) % plans.ep != 0)
 
 
+def _flex_context_parallel(plans: PlanBatch, model: ModelSpec) -> np.ndarray:
+    name = moe_model_of(model)
+    if name is None or MOE_MODELS[name]["package"] != "deepseek_v3":
+        return np.zeros(len(plans), dtype=bool)
+    return np.asarray(plans.cp) > 1
+
+
 LIMITS = (
     model_limit("model", lambda model: not expressible_model(model), _model_why),
+    # torchtitan/models/deepseek_v3/model.py, DeepSeekV3Model.Config.update_from_config: context parallelism with an
+    # inner attention other than ScaledDotProductAttention raises NotImplementedError ("Context Parallel for DeepSeek
+    # V3 only supports ScaledDotProductAttention") when the trainer builds the model; the module builds the 671B
+    # flavour with flex attention, as torchtitan's deepseek_v3_671b config does.
+    Limit("cp", _flex_context_parallel,
+          lambda plan, model: f"plan field cp={plan.cp}: torchtitan's DeepSeek-V3 runs context parallelism only with "
+          "SDPA attention and its 671B config builds flex attention (the trainer raises NotImplementedError at start); "
+          "use cp=1, or --format megatron"),
     Limit("etp", _expert_mesh_refused,
           lambda plan, model: f"plan fields etp={plan.etp}, ep={plan.ep}: torchtitan 0.3.0 has no expert tensor "
           "parallelism (its ConfigManager rejects expert_tensor_parallel_degree) and forms EP from the FSDP, CP "
@@ -263,11 +278,43 @@ def config_module(context: EmitContext) -> str:
     return "\n".join(lines) + "\n"
 
 
+# RoPE of torchtitan's Llama 3 flavours, set in model code (torchtitan/models/llama3/__init__.py, llama3_configs:
+# RoPE.Config(theta=500000, scaling="llama") in every flavour, Llama 3.1's frequency scaling)
+FLAVOUR_ROPE_THETA = 500000.0
+FLAVOUR_ROPE_SCALING = "llama3"
+
+
+def model_code_notes(model: ModelSpec) -> list[str]:
+    """What torchtitan takes only from its model code (the flavour model_registry builds), which this module does not
+    set: the spec's RoPE and router, said so that a reader can compare; and where a Llama 3 flavour's RoPE differs
+    from the spec's, that the run differs there."""
+    theta = model.rope_theta
+    rope = ("no theta stated" if theta is None else f"theta {theta:.0f}" if float(theta).is_integer()
+            else f"theta {theta:g}")
+    rope += f", {model.rope_scaling} scaling" if model.rope_scaling else ", no scaling"
+    moe = model.moe
+    router = ""
+    if moe is not None:
+        router = (f"; router top-{moe.top_k} {moe.router_score}"
+                  + (f" within {moe.routing_group_topk} of {moe.routing_groups} groups" if moe.routing_groups > 1 else "")
+                  + (f", weights scaled by {moe.router_topk_scaling:g}" if moe.router_topk_scaling is not None else "")
+                  + ", dropless, with torchtitan's own load balancing")
+    what = "RoPE and the router are" if moe is not None else "RoPE is"
+    notes = [f"{what} torchtitan's model code (the flavour model_registry builds), which this module does not set: "
+             f"{model.name} has RoPE {rope}{router}."]
+    if moe is None and ((theta is not None and theta != FLAVOUR_ROPE_THETA) or model.rope_scaling != FLAVOUR_ROPE_SCALING):
+        notes.append(f"torchtitan's Llama 3 flavours rotate with theta {FLAVOUR_ROPE_THETA:.0f} and Llama 3.1's "
+                     f"frequency scaling, unlike {model.name}: to match it, change config.model_spec's RoPE config "
+                     "(theta, scaling) in autotune_plan().")
+    return notes
+
+
 def _module_preamble(context: EmitContext) -> tuple[list[str], str | None]:
     """The header comments and docstring of a config module, and the plan's activation-checkpoint class."""
     lines = shell.comment_lines(header(RELEASE, context, [
         f"torchtitan config module: launch with `-m torchtitan.train --module {MODULE} --config {FUNCTION}`",
         "and this file's folder on PYTHONPATH (torchtitan_launch.sh and the Slurm script do both).",
+        *model_code_notes(context.model),
     ]))
     lines += ["", '"""A torchtitan 0.3.0 config for one autotune plan; see the comments above."""', ""]
     return lines, {"none": None, "selective": "SelectiveAC", "full": "FullAC"}[context.plan.recompute]

@@ -6,6 +6,8 @@
 # predicted: step 65.980 s, 60.5 GiB per GPU, MFU 46.8%, 497 tokens/s/GPU (autotune's analytic cost model)
 # torchtitan config module: launch with `-m torchtitan.train --module autotune_torchtitan --config autotune_plan`
 # and this file's folder on PYTHONPATH (torchtitan_launch.sh and the Slurm script do both).
+# RoPE is torchtitan's model code (the flavour model_registry builds), which this module does not set: llama3-70b has RoPE theta 500000, no scaling.
+# torchtitan's Llama 3 flavours rotate with theta 500000 and Llama 3.1's frequency scaling, unlike llama3-70b: to match it, change config.model_spec's RoPE config (theta, scaling) in autotune_plan().
 
 """A torchtitan 0.3.0 config for one autotune plan; see the comments above."""
 

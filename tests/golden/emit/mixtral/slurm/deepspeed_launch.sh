@@ -10,6 +10,9 @@
 # Full recompute: checkpoint every layer (deepspeed.checkpointing.checkpoint, or model.gradient_checkpointing_enable() for a Hugging Face model).
 # overlap_comm is false, DeepSpeed's default for ZeRO stages 1 and 2 and what the estimate prices (gradients reduced after the backward); true overlaps the reduction with the backward, for bucket memory the estimate does not count.
 # AutoTP/AutoEP shard a Hugging Face model at deepspeed.initialize (tensor_parallel.autotp_size, expert_parallel.autoep_size).
+# RoPE (theta 1000000) is the model code's: ds_config.json has no model section, so the script's model (a Hugging Face model: its config.json's rope_theta and rope_scaling) must carry it.
+# Router: AutoEP's expert_parallel section states top-2 softmax routing; AutoEP runs it dropless (no capacity factor).
+# Load balancing: the model's own auxiliary loss (a Hugging Face model's router_aux_loss_coef, with output_router_logits true); DeepSpeed's config sets no coefficient.
 #
 # Run once, on the first node: the deepspeed launcher starts 8 processes on each of the
 # 8 node(s) listed in HOSTFILE (lines 'hostname slots=8').
