@@ -27,9 +27,9 @@ from ..outputs.emit.formats import (
     FRAMEWORK_FORMATS,
     SERVING_FORMATS,
     check_formats,
+    default_model_path,
     express_all,
     framework_for_formats,
-    hf_model_name,
     model_revision_note,
     other_release,
     parse_formats,
@@ -71,7 +71,7 @@ from ..search.plans_file import (memory_headroom_of, model_from_plans, serving_i
                                  training_inputs_from_plans)
 from ..serving.calibrated import aggregated_only, release_name
 from ..search.serving import annotate_checkpoint
-from ..serving.checkpoint import checkpoint_conflict_note, with_held_weights
+from ..serving.checkpoint import with_held_weights
 from ..serving.engines import engine_family
 from ..serving.estimate import add_serving_cost, estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
@@ -474,10 +474,11 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
             revision_note = model_revision_note(request.model)
             if revision_note:
                 stderr.print(f"[yellow]note:[/] {escape(revision_note)}.", highlight=False, soft_wrap=True)
-            # an id whose weights are not --checkpoint's: the scripts ask for MODEL rather than load the id's (as emit)
-            conflict = request.checkpoint is not None and checkpoint_conflict_note(request.model, request.checkpoint)
-            model_path = None if conflict else hf_model_name(request.model)
             for name in formats:
+                # an id whose weights are not --checkpoint's, or not the plan's: the scripts ask for MODEL rather
+                # than load the id's (as emit)
+                model_path = default_model_path(request.model, outcome.checkpoint, best.plan.weights, name,
+                                                is_moe=outcome.model.is_moe, fp4_cores=hw.supports("fp4"))
                 # the other engine's files quote its estimate with the overlay's parameters for it, as predict would
                 other_params = None
                 if name != request.engine and request.calibration is not None:

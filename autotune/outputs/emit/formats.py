@@ -202,6 +202,21 @@ def hf_model_name(name: str | None) -> str | None:
     return None if revision is not None else bare
 
 
+def default_model_path(name: str | None, checkpoint: str, weights: str, engine: str, *, is_moe: bool,
+                       fp4_cores: bool) -> str | None:
+    """The weights a serving script loads when MODEL is unset: the Hugging Face id given as --model
+    (``hf_model_name``), unless that id's weights are not the ones the plan runs, and the script then stops until
+    MODEL names them: --checkpoint names weights of another precision (``checkpoint_conflict_note``), or the plan's
+    weights need another checkpoint (``checkpoint.how`` is ``needs``: an NVFP4 plan of deepseek-ai/DeepSeek-R1, whose
+    published weights are FP8, would otherwise load the FP8 weights into a memory flag sized for FP4 ones)."""
+    from ...serving.checkpoint import checkpoint_conflict_note, how
+
+    if checkpoint_conflict_note(name, checkpoint) or how(weights, checkpoint, engine, is_moe,
+                                                         fp4_cores=fp4_cores) == "needs":
+        return None
+    return hf_model_name(name)
+
+
 def model_revision_note(name: str | None) -> str | None:
     """What the serving scripts do with a --model that names a revision (``org/name@rev``), which they cannot pass
     on: they stop until MODEL names the weights.  None for any other name, and for a local spec or config file
@@ -330,7 +345,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                        engine_note=note, remote_code=needs_remote_code(model, model_path), load=workload.load_text,
                        gpu_memory_gib=hw.memory_gib,
                        kv_page_tokens=model_kv_page_tokens(model, hw),
-                       searched=searched)
+                       searched=searched, needs_checkpoint=mine["weights_from"] == "needs")
     return SERVING_EMITTERS[format](ctx), mine
 
 

@@ -58,6 +58,7 @@ class ServeContext:
     gpu_memory_gib: float | None = None  # the GPU's memory (SGLang sizes its default CUDA-graph batch by it)
     kv_page_tokens: float = 1.0  # SGLang's default KV page for the model on the GPU (engines.sglang_kv_page_tokens)
     searched: bool = True  # the plan is a search's (False: a plan string the user gave, with its own targets)
+    needs_checkpoint: bool = False  # the plan's weights need another checkpoint than --checkpoint (checkpoint.how)
 
     @property
     def context_length(self) -> int:
@@ -166,13 +167,16 @@ def _ms(value: Any, spec: str) -> str:
 def _model_required(ctx: ServeContext) -> str:
     """The line that stops the script when MODEL is unset: autotune knows the architecture, not the weights."""
     from ...inputs.catalogue import ids_of_spec
-    from ...serving.checkpoint import held_weights
+    from ...serving.checkpoint import SOURCES, held_weights
 
-    # the catalogue's ids of this spec whose checkpoint holds the weights --checkpoint names (fp4 = NVFP4)
-    held = held_weights(ctx.checkpoint)
+    # the catalogue's ids of this spec whose checkpoint holds the weights the plan runs (fp4 = NVFP4): those
+    # --checkpoint names, or, for a plan that needs another checkpoint, the plan's own
+    held = ctx.plan.weights if ctx.needs_checkpoint else held_weights(ctx.checkpoint)
     examples = ids_of_spec(ctx.model.name, {"fp4": "nvfp4"}.get(held, held))
     example = f" (e.g. MODEL={examples[0]})" if examples else ""
-    message = (f"MODEL must name the {ctx.model.name} weights to serve ({ctx.checkpoint} checkpoint), a Hugging Face id "
+    which = (f"in {SOURCES[held]}, which this plan needs (--checkpoint is {ctx.checkpoint})" if ctx.needs_checkpoint
+             else f"({ctx.checkpoint} checkpoint)")
+    message = (f"MODEL must name the {ctx.model.name} weights to serve {which}, a Hugging Face id "
                f"or a local folder{example}; or emit with --model-path")
     return f'if [[ -z "${{MODEL:-}}" ]]; then echo {shell.word(message)} >&2; exit 2; fi'
 

@@ -1,0 +1,59 @@
+"""Serving review from a deployment engineer's side: launch files that start the weights the plan was sized for."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from autotune.cli import app
+
+runner = CliRunner()
+
+NVFP4_PLAN = "dp=8,ep=8,weights=fp4,kv=fp8,max_batch=256"
+
+
+def _emit(model: str, engine: str, *extra: str) -> str:
+    result = runner.invoke(app, ["emit", NVFP4_PLAN, "-f", engine, "-m", model, "-H", "b200-sxm-180gb", "--gpus", "8",
+                                 "--input-len", "1024", "--output-len", "1024", *extra])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def _model_line(script: str) -> str:
+    return next(line for line in script.splitlines() if "MODEL:-" in line)
+
+
+def test_a_plan_that_needs_another_checkpoint_does_not_load_the_ids_weights():
+    """deepseek-ai/DeepSeek-R1's published weights are FP8; an NVFP4 plan of it needs an NVFP4 checkpoint, and its
+    memory flag is sized for 4-bit experts (69.6 GiB of weights a GPU at DP8 EP8, where the FP8 ones are 93.8).  The
+    script defaulted MODEL to the FP8 id, so run as written it loaded the FP8 weights into the FP4 budget; it now stops
+    until MODEL names NVFP4 weights, and names an NVFP4 id of the architecture the catalogue records."""
+    for engine in ("vllm", "sglang"):
+        line = _model_line(_emit("deepseek-ai/DeepSeek-R1", engine))
+        assert "MODEL=deepseek-ai/DeepSeek-R1;" not in line and "exit 2" in line, line
+        assert "NVFP4" in line and "MODEL=nvidia/DeepSeek-R1-NVFP4" in line, line
+    # a bundled name with --checkpoint fp8: the example is NVFP4 weights, not the FP8 deepseek-ai/DeepSeek-V3
+    line = _model_line(_emit("deepseek-v3", "vllm", "--checkpoint", "fp8"))
+    assert "MODEL=deepseek-ai/DeepSeek-V3)" not in line and "MODEL=nvidia/DeepSeek-R1-NVFP4" in line, line
+    # the plan that runs from the id's own weights still loads them
+    result = runner.invoke(app, ["emit", "dp=8,ep=8,kv=fp8,max_batch=256", "-f", "vllm", "-m", "deepseek-ai/DeepSeek-R1",
+                                 "-H", "b200-sxm-180gb", "--gpus", "8", "--input-len", "1024", "--output-len", "1024"])
+    assert result.exit_code == 0, result.output
+    assert "MODEL=deepseek-ai/DeepSeek-R1;" in _model_line(result.stdout)
+
+
+def test_search_emit_of_a_plan_that_needs_another_checkpoint_asks_for_model(tmp_path):
+    """The same through `search --emit`: the best plan (FP4 pinned) needs an NVFP4 checkpoint of an FP8 id."""
+    out = tmp_path / "r1"
+    result = runner.invoke(app, ["search", "--workload", "serve", "-m", "deepseek-ai/DeepSeek-R1", "-H",
+                                 "b200-sxm-180gb", "--gpus", "8", "--input-len", "1024", "--output-len", "1024",
+                                 "--fix", "weights=fp4", "--fix", "mode=agg", "--top", "1", "--out", str(out),
+                                 "--emit", "vllm,sglang"])
+    assert result.exit_code in (0, 1), result.output
+    best = json.loads((out / "plans.json").read_text())["plans"][0]
+    assert best["plan"]["weights"] == "fp4" and "needs_checkpoint" in best["estimate"]
+    for name in ("serve_vllm.sh", "serve_sglang.sh"):
+        line = _model_line((out / name).read_text())
+        assert "MODEL=deepseek-ai/DeepSeek-R1;" not in line and "MODEL=nvidia/DeepSeek-R1-NVFP4" in line, line
+
