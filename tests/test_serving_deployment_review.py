@@ -57,3 +57,34 @@ def test_search_emit_of_a_plan_that_needs_another_checkpoint_asks_for_model(tmp_
         line = _model_line((out / name).read_text())
         assert "MODEL=deepseek-ai/DeepSeek-R1;" not in line and "MODEL=nvidia/DeepSeek-R1-NVFP4" in line, line
 
+
+def test_a_hugging_face_id_labels_the_serving_outputs(tmp_path):
+    """A model given as a Hugging Face id is planned with the bundled spec of its architecture (DeepSeek-R1 as
+    deepseek-v3), but search, predict, explain, emit and report name it by the id the user gave, not the spec."""
+    from autotune.outputs.report.serving import gather_serving
+
+    out = tmp_path / "r1"
+    common = ["-H", "h200-sxm-141gb", "--gpus", "8", "--input-len", "1024", "--output-len", "1024"]
+    found = runner.invoke(app, ["search", "--workload", "serve", "-m", "deepseek-ai/DeepSeek-R1", *common,
+                                "--fix", "mode=agg", "--fix", "dp=8", "--top", "2", "--out", str(out),
+                                "--emit", "vllm"])
+    assert found.exit_code == 0, found.output
+    assert found.stdout.startswith("deepseek-ai/DeepSeek-R1 serving on 8 x h200-sxm-141gb"), found.stdout[:200]
+    assert "# model: deepseek-ai/DeepSeek-R1; hardware" in (out / "serve_vllm.sh").read_text()
+    explained = runner.invoke(app, ["explain", str(out)])
+    assert explained.exit_code == 0, explained.output
+    assert explained.stdout.startswith("deepseek-ai/DeepSeek-R1 serving on"), explained.stdout[:200]
+    emitted = runner.invoke(app, ["emit", str(out), "-f", "sglang"])
+    assert emitted.exit_code == 0, emitted.output
+    assert "# model: deepseek-ai/DeepSeek-R1; hardware" in emitted.stdout
+    document = json.loads((out / "plans.json").read_text())
+    assert gather_serving(document, str(out)).title.startswith("deepseek-ai/DeepSeek-R1 serving on")
+    predicted = runner.invoke(app, ["predict", "--workload", "serve", "-m", "deepseek-ai/DeepSeek-R1", *common,
+                                    "-p", "dp=8,ep=8,max_batch=256"])
+    assert predicted.exit_code == 0, predicted.output
+    assert predicted.stdout.startswith("deepseek-ai/DeepSeek-R1 on 8 x h200-sxm-141gb"), predicted.stdout[:200]
+    # a bundled name is still named by the spec
+    bundled = runner.invoke(app, ["predict", "--workload", "serve", "-m", "deepseek-v3", "--checkpoint", "fp8", *common,
+                                  "-p", "dp=8,ep=8,max_batch=256"])
+    assert bundled.exit_code == 0 and bundled.stdout.startswith("deepseek-v3 on 8 x"), bundled.output
+

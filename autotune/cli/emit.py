@@ -530,7 +530,7 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
     files, mine = serving_files(format, chosen, spec, hw, input_len, output_len, estimate, model_path,
                                 gpus_per_node=gpn, checkpoint=ckpt, engine_batch_limit=engine_limit,
                                 memory_fraction=memory_fraction, release=release, workload=searched_load,
-                                searched=path is not None)
+                                searched=path is not None, model_name=given_name)
     misses = (estimate or mine).get("misses")
     if misses:
         whose = "the search's" if path is not None else "the"  # a plan string's are --ttft-ms / --tpot-ms

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import InputError, comma_items
+from ..inputs.catalogue import model_label
 from ..inputs.modelspec import ModelSpec, load_model, model_to_mapping, without_launch_only
 from ..inputs.request import (
     TrainingRequest,
@@ -497,7 +498,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                                                         memory_fraction=outcome.request.memory_fraction
                                                         if name == request.engine else None,
                                                         release=outcome.request.engine_release,
-                                                        workload=workload, params=other_params)
+                                                        workload=workload, params=other_params,
+                                                        model_name=request.model)
                 other = other_release(name, outcome.request.engine_release)
                 if other:
                     stderr.print(f"[yellow]note:[/] {escape(other.removeprefix('WARNING: '))}.", highlight=False,
@@ -545,7 +547,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
             return 1
         stdout.print(f"[bold]Fewest GPUs: {capacity.n_gpus}[/] serve {workload.request_rate:g} requests/s within "
                      f"the targets ({tried}).", highlight=False, soft_wrap=True)
-    stdout.print(f"[bold]{outcome.model.name}[/] serving on {outcome.n_gpus} x {hw.name}; input {workload.input_len}, "
+    stdout.print(f"[bold]{escape(model_label(request.model, outcome.model.name))}[/] serving on {outcome.n_gpus} x "
+                 f"{hw.name}; input {workload.input_len}, "
                  f"output {workload.output_len} tokens; load: {load}; targets: {targets}", highlight=False)
     stdout.print(f"[dim]engine {request.engine}: {outcome.parameters_note}; checkpoint {outcome.checkpoint}[/]",
                  highlight=False, soft_wrap=True)
@@ -861,7 +864,8 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
         _exit_unless_fits(estimate)
         return
     e = estimate
-    stdout.print(f"[bold]{spec.name}[/] on {cluster.n_gpus} x {hw.name}: {chosen.layout()} ({chosen.as_string()})",
+    stdout.print(f"[bold]{escape(model_label(model, spec.name))}[/] on {cluster.n_gpus} x {hw.name}: {chosen.layout()} "
+                 f"({chosen.as_string()})",
                  highlight=False)
     stdout.print(f"[dim]engine {engine}: {note}; checkpoint {ckpt}[/]", highlight=False, soft_wrap=True)
     mem = e["memory_breakdown_gib"]
@@ -1127,7 +1131,9 @@ def _explain_serving(source: str, inputs: dict, fields: Any, *, rank: int, model
     if json_out:
         print_json(found.to_json())
         return
-    stdout.print(f"[bold]{found_inputs.model.name}[/] serving on {cluster.n_gpus} x {hw.name}: {chosen.layout()} "
+    # the id the search was given (inputs.model), unless --model replaced the model
+    named = model_label(inputs.get("model") if model is None else model, found_inputs.model.name)
+    stdout.print(f"[bold]{escape(named)}[/] serving on {cluster.n_gpus} x {hw.name}: {chosen.layout()} "
                  f"({chosen.as_string()}); input {workload.input_len}, output {workload.output_len} tokens",
                  highlight=False)
     stdout.print(f"[dim]{escape(note)}[/]", highlight=False, soft_wrap=True)

@@ -254,7 +254,8 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                   engine_batch_limit: bool = False,
                   memory_fraction: float | None = None,
                   release: str | None = None, workload: Any = None,
-                  params: Any = None, searched: bool = True) -> tuple[dict[str, str], dict[str, Any]]:
+                  params: Any = None, searched: bool = True,
+                  model_name: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
     """The launch files of a serve plan for ``vllm`` or ``sglang``, and the plan's estimate on that engine.
 
     The memory flag in the files is the engine budget the plan's batch is checked against here (a plan
@@ -268,7 +269,9 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     is estimated at the same load and says whether it misses the targets there; None: the lengths alone.
     ``params``: the engine's serving parameters (a --calibration overlay's); None: the shipped ones.
     ``searched``: the plan is a search's (False: a plan string, which no search found as the closest to the targets).
+    ``model_name``: the --model typed (a Hugging Face id names the files' model; None: the spec's name).
     """
+    from ...inputs.catalogue import model_label
     from ...inputs.hardware import Cluster, load_hardware
     from ...inputs.workload import ServeWorkload
     from ...search.serving import annotate_checkpoint
@@ -345,7 +348,8 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                        engine_note=note, remote_code=needs_remote_code(model, model_path), load=workload.load_text,
                        gpu_memory_gib=hw.memory_gib,
                        kv_page_tokens=model_kv_page_tokens(model, hw),
-                       searched=searched, needs_checkpoint=mine["weights_from"] == "needs")
+                       searched=searched, needs_checkpoint=mine["weights_from"] == "needs",
+                       label=model_label(model_name, model.name))
     return SERVING_EMITTERS[format](ctx), mine
 
 

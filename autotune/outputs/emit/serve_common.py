@@ -59,6 +59,7 @@ class ServeContext:
     kv_page_tokens: float = 1.0  # SGLang's default KV page for the model on the GPU (engines.sglang_kv_page_tokens)
     searched: bool = True  # the plan is a search's (False: a plan string the user gave, with its own targets)
     needs_checkpoint: bool = False  # the plan's weights need another checkpoint than --checkpoint (checkpoint.how)
+    label: str | None = None  # what the header calls the model (the Hugging Face id typed); None: the spec's name
 
     @property
     def context_length(self) -> int:
@@ -231,7 +232,7 @@ def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[Engin
             script_name: str) -> list[str]:
     p = ctx.plan
     lines = [f"Written by autotune for {release}. Edit freely; rerun `autotune emit` to regenerate.",
-             f"model: {ctx.model.name}; hardware: {ctx.hardware}; plan: {p.as_string()}",
+             f"model: {ctx.label or ctx.model.name}; hardware: {ctx.hardware}; plan: {p.as_string()}",
              f"{p.layout()}: {len(slots)} server(s) on {n_nodes} node(s) of {ctx.gpus_per_node} GPUs; context "
              f"length {ctx.context_length} tokens (planned prompt + output {ctx.max_model_len}, with slack)"]
     if ctx.estimate:
