@@ -88,3 +88,29 @@ def test_a_hugging_face_id_labels_the_serving_outputs(tmp_path):
                                   "-p", "dp=8,ep=8,max_batch=256"])
     assert bundled.exit_code == 0 and bundled.stdout.startswith("deepseek-v3 on 8 x"), bundled.output
 
+
+def test_a_config_folder_gone_since_the_search_is_not_loaded_as_a_hub_id(tmp_path, monkeypatch):
+    """A search of a model given as a folder holding its config.json records that path; `emit` of its plans.json on
+    another machine, or after the folder moved, read the path as a Hugging Face id and defaulted MODEL to it, so the
+    engine would try to download a repository named cfgs/qwen3 from the Hub.  The script asks for MODEL instead."""
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    folder = Path("cfgs") / "qwen3"
+    folder.mkdir(parents=True)
+    source = Path(__file__).resolve().parent / "data" / "hf_configs" / "Qwen3-30B-A3B" / "config.json"
+    (folder / "config.json").write_text(source.read_text())
+    result = runner.invoke(app, ["search", "--workload", "serve", "-m", "cfgs/qwen3", "-H", "h100-sxm5-80gb", "--gpus",
+                                 "2", "--input-len", "1024", "--output-len", "256", "--top", "1", "--out", "found"])
+    assert result.exit_code == 0, result.output
+    folder.rename("elsewhere")
+    for engine in ("vllm", "sglang"):
+        emitted = runner.invoke(app, ["emit", "found", "-f", engine])
+        assert emitted.exit_code == 0, emitted.output
+        line = _model_line(emitted.stdout)
+        assert "MODEL=cfgs/qwen3" not in line and "exit 2" in line, line
+    # a catalogue id still loads by default
+    result = runner.invoke(app, ["emit", "tp=2,max_batch=64", "-f", "vllm", "-m", "Qwen/Qwen3-30B-A3B", "-H",
+                                 "h100-sxm5-80gb", "--gpus", "2", "--input-len", "1024", "--output-len", "256"])
+    assert result.exit_code == 0, result.output
+    assert "MODEL=Qwen/Qwen3-30B-A3B;" in _model_line(result.stdout)

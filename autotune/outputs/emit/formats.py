@@ -191,15 +191,18 @@ def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSp
 def hf_model_name(name: str | None) -> str | None:
     """The Hugging Face id a --model names, which engines load by default; None for a bundled name or a file, and
     for an id with a revision (``org/name@rev``: the scripts would load another revision, so they ask for MODEL).
-    An id written as the repository's address (``https://huggingface.co/org/name``) loads as ``org/name``."""
+    An id written as the repository's address (``https://huggingface.co/org/name``) loads as ``org/name``.  Only an
+    id the catalogue lists is one (the only ids --model takes): a plans.json records the folder or file a search
+    read, and once it is gone (the file emitted on another machine) ``cfgs/qwen3`` or ``/data/qwen3`` is a path, not
+    a repository for the engine to fetch from the Hub."""
     from pathlib import Path
 
-    from ...inputs.catalogue import hf_id_parts
+    from ...inputs.catalogue import hf_id_parts, lookup_hf_id
 
     if not name or "/" not in name or name.endswith((".json", ".yaml", ".yml")) or Path(name).exists():
         return None
     bare, revision = hf_id_parts(name)
-    return None if revision is not None else bare
+    return None if revision is not None or lookup_hf_id(bare) is None else bare
 
 
 def default_model_path(name: str | None, checkpoint: str, weights: str, engine: str, *, is_moe: bool,
