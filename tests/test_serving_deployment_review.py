@@ -114,3 +114,24 @@ def test_a_config_folder_gone_since_the_search_is_not_loaded_as_a_hub_id(tmp_pat
                                  "h100-sxm5-80gb", "--gpus", "2", "--input-len", "1024", "--output-len", "256"])
     assert result.exit_code == 0, result.output
     assert "MODEL=Qwen/Qwen3-30B-A3B;" in _model_line(result.stdout)
+
+
+def test_the_cross_replica_hand_off_note_only_where_replicas_span_nvlink_domains():
+    """One router pairs any prefill server with any decode server, so a KV hand-off may leave its replica; the script
+    warned that it then crosses the network where the estimate priced NVLink.  In one GB200 NVL72 rack every GPU is on
+    one NVLink domain, which the estimate prices (its hand-off rides NVLink when the system is inside the domain), so
+    the warning was wrong there; it stays for HGX nodes, and for racks beyond one."""
+    disagg = ("prefill_workers=1,prefill_dp=8,prefill_ep=8,decode_workers=1,decode_dp=8,decode_ep=8,"
+              "weights=fp8,kv=fp8,max_batch=512")
+
+    def emitted(hardware: str, gpus: int, plan: str, model: str = "deepseek-v3") -> str:
+        result = runner.invoke(app, ["emit", plan, "-f", "sglang", "-m", model, "--checkpoint", "fp8", "-H",
+                                     hardware, "--gpus", str(gpus), "--input-len", "2048", "--output-len", "1024"])
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    note = "NOTE: the router pairs any prefill server"
+    assert note not in emitted("gb200-nvl72", 64, disagg)  # 4 replicas of 16 GPUs, all in one rack
+    assert note in emitted("gb200-nvl72", 144, disagg)  # 9 replicas over two racks
+    hgx = "prefill_workers=1,prefill_tp=4,decode_workers=1,decode_tp=4,weights=fp8,max_batch=64"
+    assert note in emitted("h100-sxm5-80gb", 16, hgx, "llama3-70b")  # 2 replicas of one node each

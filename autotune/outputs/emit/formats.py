@@ -352,6 +352,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                        gpu_memory_gib=hw.memory_gib,
                        kv_page_tokens=model_kv_page_tokens(model, hw),
                        searched=searched, needs_checkpoint=mine["weights_from"] == "needs",
+                       scale_up_gpus=cluster.gpus_per_scale_up_domain,
                        label=model_label(model_name, model.name))
     return SERVING_EMITTERS[format](ctx), mine
 

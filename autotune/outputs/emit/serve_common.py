@@ -59,6 +59,7 @@ class ServeContext:
     kv_page_tokens: float = 1.0  # SGLang's default KV page for the model on the GPU (engines.sglang_kv_page_tokens)
     searched: bool = True  # the plan is a search's (False: a plan string the user gave, with its own targets)
     needs_checkpoint: bool = False  # the plan's weights need another checkpoint than --checkpoint (checkpoint.how)
+    scale_up_gpus: int = 0  # GPUs one NVLink domain joins (a node on HGX, 72 on an NVL72 rack); 0: the node
     label: str | None = None  # what the header calls the model (the Hugging Face id typed); None: the spec's name
 
     @property
@@ -251,9 +252,11 @@ def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[Engin
                      f"bash {script_name} (k = 0 .. nodes-1; the addresses of every node, node 0 first).")
     if len(slots) > 1:
         lines.append(f"Clients talk to the router on node 0, port {ROUTER_PORT}.")
-    if p.disaggregated and p.replicas > 1 and len({s.nodes[0] for s in slots}) > 1:
-        # the estimate prices a replica's KV hand-off over the link inside that replica; one router pairs any
-        # prefill server with any decode server, so most hand-offs cross replicas, and nodes
+    domain = max(ctx.scale_up_gpus, ctx.gpus_per_node)
+    if p.disaggregated and p.replicas > 1 and p.gpus_per_replica <= domain < p.n_gpus:
+        # the estimate prices a replica's KV hand-off over NVLink when the replica is inside one NVLink domain
+        # (estimate.py); one router pairs any prefill server with any decode server, so most hand-offs cross
+        # replicas, and domains when the deployment spans several (not when all of it is one NVL72 rack)
         lines.append(f"NOTE: the router pairs any prefill server with any decode server of the {p.replicas} replicas, "
                      "so a KV hand-off may cross nodes, over the network, where the estimate prices it inside one "
                      "replica; to keep it there, run one router per replica, each listing only its replica's servers.")
