@@ -27,7 +27,7 @@ from ..outputs.emit.formats import (
     FRAMEWORK_FORMATS,
     SERVING_FORMATS,
     context_from_plans,
-    hf_model_name,
+    default_model_path,
     model_revision_note,
     other_release,
     runs_short,
@@ -44,7 +44,7 @@ from ..outputs.files import (
 from ..search.api import predict_serve_plan, serving_checkpoint, serving_checkpoint_note, serving_memory_fraction
 from ..search.plans_file import framework_from_plans, serving_inputs_from_plans
 from ..search.serving import annotate_checkpoint
-from ..serving.checkpoint import checkpoint_conflict_note, with_held_weights
+from ..serving.checkpoint import with_held_weights
 from ..serving.estimate import estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
 from ..serving.space import IMPOSSIBLE as SERVE_IMPOSSIBLE
@@ -524,11 +524,13 @@ def _serving(format: str, plan_source: str | None, plan_text: str | None, rank: 
     if revision_note:
         stderr.print(f"[yellow]note:[/] {escape(revision_note)}.", highlight=False, soft_wrap=True)
     # an id whose weights are not the checkpoint's: the scripts ask for MODEL rather than load the id's
-    model_path = model_path or (None if checkpoint_conflict_note(given_name, ckpt) else hf_model_name(given_name))
+    # (or the plan's weights need another checkpoint than the id holds)
+    model_path = model_path or default_model_path(given_name, ckpt, chosen.weights, format, is_moe=spec.is_moe,
+                                                  fp4_cores=hw.supports("fp4"))
     files, mine = serving_files(format, chosen, spec, hw, input_len, output_len, estimate, model_path,
                                 gpus_per_node=gpn, checkpoint=ckpt, engine_batch_limit=engine_limit,
                                 memory_fraction=memory_fraction, release=release, workload=searched_load,
-                                searched=path is not None)
+                                searched=path is not None, model_name=given_name)
     misses = (estimate or mine).get("misses")
     if misses:
         whose = "the search's" if path is not None else "the"  # a plan string's are --ttft-ms / --tpot-ms

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import InputError, comma_items
+from ..inputs.catalogue import model_label
 from ..inputs.modelspec import ModelSpec, load_model, model_to_mapping, without_launch_only
 from ..inputs.request import (
     TrainingRequest,
@@ -27,9 +28,9 @@ from ..outputs.emit.formats import (
     FRAMEWORK_FORMATS,
     SERVING_FORMATS,
     check_formats,
+    default_model_path,
     express_all,
     framework_for_formats,
-    hf_model_name,
     model_revision_note,
     other_release,
     parse_formats,
@@ -71,7 +72,7 @@ from ..search.plans_file import (memory_headroom_of, model_from_plans, serving_i
                                  training_inputs_from_plans)
 from ..serving.calibrated import aggregated_only, release_name
 from ..search.serving import annotate_checkpoint
-from ..serving.checkpoint import checkpoint_conflict_note, with_held_weights
+from ..serving.checkpoint import with_held_weights
 from ..serving.engines import engine_family
 from ..serving.estimate import add_serving_cost, estimate_serving
 from ..serving.plan import ServePlanBatch, parse_serve_fields, serve_plan_from_fields
@@ -474,10 +475,11 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
             revision_note = model_revision_note(request.model)
             if revision_note:
                 stderr.print(f"[yellow]note:[/] {escape(revision_note)}.", highlight=False, soft_wrap=True)
-            # an id whose weights are not --checkpoint's: the scripts ask for MODEL rather than load the id's (as emit)
-            conflict = request.checkpoint is not None and checkpoint_conflict_note(request.model, request.checkpoint)
-            model_path = None if conflict else hf_model_name(request.model)
             for name in formats:
+                # an id whose weights are not --checkpoint's, or not the plan's: the scripts ask for MODEL rather
+                # than load the id's (as emit)
+                model_path = default_model_path(request.model, outcome.checkpoint, best.plan.weights, name,
+                                                is_moe=outcome.model.is_moe, fp4_cores=hw.supports("fp4"))
                 # the other engine's files quote its estimate with the overlay's parameters for it, as predict would
                 other_params = None
                 if name != request.engine and request.calibration is not None:
@@ -496,7 +498,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
                                                         memory_fraction=outcome.request.memory_fraction
                                                         if name == request.engine else None,
                                                         release=outcome.request.engine_release,
-                                                        workload=workload, params=other_params)
+                                                        workload=workload, params=other_params,
+                                                        model_name=request.model)
                 other = other_release(name, outcome.request.engine_release)
                 if other:
                     stderr.print(f"[yellow]note:[/] {escape(other.removeprefix('WARNING: '))}.", highlight=False,
@@ -544,7 +547,8 @@ def _search_serving(request: ServingSearch, *, json_out: bool, out: Path | None,
             return 1
         stdout.print(f"[bold]Fewest GPUs: {capacity.n_gpus}[/] serve {workload.request_rate:g} requests/s within "
                      f"the targets ({tried}).", highlight=False, soft_wrap=True)
-    stdout.print(f"[bold]{outcome.model.name}[/] serving on {outcome.n_gpus} x {hw.name}; input {workload.input_len}, "
+    stdout.print(f"[bold]{escape(model_label(request.model, outcome.model.name))}[/] serving on {outcome.n_gpus} x "
+                 f"{hw.name}; input {workload.input_len}, "
                  f"output {workload.output_len} tokens; load: {load}; targets: {targets}", highlight=False)
     stdout.print(f"[dim]engine {request.engine}: {outcome.parameters_note}; checkpoint {outcome.checkpoint}[/]",
                  highlight=False, soft_wrap=True)
@@ -860,7 +864,8 @@ def _predict_serving(*, model: str, hardware: str, gpus: str | None, gpus_per_no
         _exit_unless_fits(estimate)
         return
     e = estimate
-    stdout.print(f"[bold]{spec.name}[/] on {cluster.n_gpus} x {hw.name}: {chosen.layout()} ({chosen.as_string()})",
+    stdout.print(f"[bold]{escape(model_label(model, spec.name))}[/] on {cluster.n_gpus} x {hw.name}: {chosen.layout()} "
+                 f"({chosen.as_string()})",
                  highlight=False)
     stdout.print(f"[dim]engine {engine}: {note}; checkpoint {ckpt}[/]", highlight=False, soft_wrap=True)
     mem = e["memory_breakdown_gib"]
@@ -1126,7 +1131,9 @@ def _explain_serving(source: str, inputs: dict, fields: Any, *, rank: int, model
     if json_out:
         print_json(found.to_json())
         return
-    stdout.print(f"[bold]{found_inputs.model.name}[/] serving on {cluster.n_gpus} x {hw.name}: {chosen.layout()} "
+    # the id the search was given (inputs.model), unless --model replaced the model
+    named = model_label(inputs.get("model") if model is None else model, found_inputs.model.name)
+    stdout.print(f"[bold]{escape(named)}[/] serving on {cluster.n_gpus} x {hw.name}: {chosen.layout()} "
                  f"({chosen.as_string()}); input {workload.input_len}, output {workload.output_len} tokens",
                  highlight=False)
     stdout.print(f"[dim]{escape(note)}[/]", highlight=False, soft_wrap=True)

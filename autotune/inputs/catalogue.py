@@ -183,6 +183,19 @@ def lookup_hf_id(hf_id: str) -> CatalogueEntry | None:
     return entries.get(hf_id_parts(hf_id)[0].lower())
 
 
+def model_label(typed: str | None, spec: str) -> str:
+    """What the outputs call a model: the Hugging Face id the user typed when the catalogue maps it to the bundled
+    spec planned (``deepseek-ai/DeepSeek-R1``, planned as ``deepseek-v3``), as the catalogue spells it, with the
+    revision typed; else the spec's own name (a bundled name, a spec YAML, a config.json)."""
+    if not isinstance(typed, str) or "/" not in typed or typed.strip() == spec:
+        return spec
+    entry = lookup_hf_id(typed)
+    if entry is None or entry.spec != spec:
+        return spec
+    revision = hf_id_parts(typed)[1]
+    return entry.hf_id + (f"@{revision}" if revision else "")
+
+
 def ids_of_spec(spec: str, checkpoint: str) -> list[str]:
     """The catalogue's ids of a bundled spec whose checkpoint format (CHECKPOINT_FORMATS) is ``checkpoint``: examples
     of weights to serve for a plan given by the spec's name."""

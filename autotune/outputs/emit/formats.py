@@ -191,15 +191,33 @@ def context_from_plans(document: Mapping[str, Any], rank: int, *, model: ModelSp
 def hf_model_name(name: str | None) -> str | None:
     """The Hugging Face id a --model names, which engines load by default; None for a bundled name or a file, and
     for an id with a revision (``org/name@rev``: the scripts would load another revision, so they ask for MODEL).
-    An id written as the repository's address (``https://huggingface.co/org/name``) loads as ``org/name``."""
+    An id written as the repository's address (``https://huggingface.co/org/name``) loads as ``org/name``.  Only an
+    id the catalogue lists is one (the only ids --model takes): a plans.json records the folder or file a search
+    read, and once it is gone (the file emitted on another machine) ``cfgs/qwen3`` or ``/data/qwen3`` is a path, not
+    a repository for the engine to fetch from the Hub."""
     from pathlib import Path
 
-    from ...inputs.catalogue import hf_id_parts
+    from ...inputs.catalogue import hf_id_parts, lookup_hf_id
 
     if not name or "/" not in name or name.endswith((".json", ".yaml", ".yml")) or Path(name).exists():
         return None
     bare, revision = hf_id_parts(name)
-    return None if revision is not None else bare
+    return None if revision is not None or lookup_hf_id(bare) is None else bare
+
+
+def default_model_path(name: str | None, checkpoint: str, weights: str, engine: str, *, is_moe: bool,
+                       fp4_cores: bool) -> str | None:
+    """The weights a serving script loads when MODEL is unset: the Hugging Face id given as --model
+    (``hf_model_name``), unless that id's weights are not the ones the plan runs, and the script then stops until
+    MODEL names them: --checkpoint names weights of another precision (``checkpoint_conflict_note``), or the plan's
+    weights need another checkpoint (``checkpoint.how`` is ``needs``: an NVFP4 plan of deepseek-ai/DeepSeek-R1, whose
+    published weights are FP8, would otherwise load the FP8 weights into a memory flag sized for FP4 ones)."""
+    from ...serving.checkpoint import checkpoint_conflict_note, how
+
+    if checkpoint_conflict_note(name, checkpoint) or how(weights, checkpoint, engine, is_moe,
+                                                         fp4_cores=fp4_cores) == "needs":
+        return None
+    return hf_model_name(name)
 
 
 def model_revision_note(name: str | None) -> str | None:
@@ -239,7 +257,8 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                   engine_batch_limit: bool = False,
                   memory_fraction: float | None = None,
                   release: str | None = None, workload: Any = None,
-                  params: Any = None, searched: bool = True) -> tuple[dict[str, str], dict[str, Any]]:
+                  params: Any = None, searched: bool = True,
+                  model_name: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
     """The launch files of a serve plan for ``vllm`` or ``sglang``, and the plan's estimate on that engine.
 
     The memory flag in the files is the engine budget the plan's batch is checked against here (a plan
@@ -253,7 +272,9 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
     is estimated at the same load and says whether it misses the targets there; None: the lengths alone.
     ``params``: the engine's serving parameters (a --calibration overlay's); None: the shipped ones.
     ``searched``: the plan is a search's (False: a plan string, which no search found as the closest to the targets).
+    ``model_name``: the --model typed (a Hugging Face id names the files' model; None: the spec's name).
     """
+    from ...inputs.catalogue import model_label
     from ...inputs.hardware import Cluster, load_hardware
     from ...inputs.workload import ServeWorkload
     from ...search.serving import annotate_checkpoint
@@ -330,7 +351,9 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
                        engine_note=note, remote_code=needs_remote_code(model, model_path), load=workload.load_text,
                        gpu_memory_gib=hw.memory_gib,
                        kv_page_tokens=model_kv_page_tokens(model, hw),
-                       searched=searched)
+                       searched=searched, needs_checkpoint=mine["weights_from"] == "needs",
+                       scale_up_gpus=cluster.gpus_per_scale_up_domain,
+                       label=model_label(model_name, model.name))
     return SERVING_EMITTERS[format](ctx), mine
 
 

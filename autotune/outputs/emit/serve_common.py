@@ -58,6 +58,9 @@ class ServeContext:
     gpu_memory_gib: float | None = None  # the GPU's memory (SGLang sizes its default CUDA-graph batch by it)
     kv_page_tokens: float = 1.0  # SGLang's default KV page for the model on the GPU (engines.sglang_kv_page_tokens)
     searched: bool = True  # the plan is a search's (False: a plan string the user gave, with its own targets)
+    needs_checkpoint: bool = False  # the plan's weights need another checkpoint than --checkpoint (checkpoint.how)
+    scale_up_gpus: int = 0  # GPUs one NVLink domain joins (a node on HGX, 72 on an NVL72 rack); 0: the node
+    label: str | None = None  # what the header calls the model (the Hugging Face id typed); None: the spec's name
 
     @property
     def context_length(self) -> int:
@@ -166,13 +169,16 @@ def _ms(value: Any, spec: str) -> str:
 def _model_required(ctx: ServeContext) -> str:
     """The line that stops the script when MODEL is unset: autotune knows the architecture, not the weights."""
     from ...inputs.catalogue import ids_of_spec
-    from ...serving.checkpoint import held_weights
+    from ...serving.checkpoint import SOURCES, held_weights
 
-    # the catalogue's ids of this spec whose checkpoint holds the weights --checkpoint names (fp4 = NVFP4)
-    held = held_weights(ctx.checkpoint)
+    # the catalogue's ids of this spec whose checkpoint holds the weights the plan runs (fp4 = NVFP4): those
+    # --checkpoint names, or, for a plan that needs another checkpoint, the plan's own
+    held = ctx.plan.weights if ctx.needs_checkpoint else held_weights(ctx.checkpoint)
     examples = ids_of_spec(ctx.model.name, {"fp4": "nvfp4"}.get(held, held))
     example = f" (e.g. MODEL={examples[0]})" if examples else ""
-    message = (f"MODEL must name the {ctx.model.name} weights to serve ({ctx.checkpoint} checkpoint), a Hugging Face id "
+    which = (f"in {SOURCES[held]}, which this plan needs (--checkpoint is {ctx.checkpoint})" if ctx.needs_checkpoint
+             else f"({ctx.checkpoint} checkpoint)")
+    message = (f"MODEL must name the {ctx.model.name} weights to serve {which}, a Hugging Face id "
                f"or a local folder{example}; or emit with --model-path")
     return f'if [[ -z "${{MODEL:-}}" ]]; then echo {shell.word(message)} >&2; exit 2; fi'
 
@@ -227,7 +233,7 @@ def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[Engin
             script_name: str) -> list[str]:
     p = ctx.plan
     lines = [f"Written by autotune for {release}. Edit freely; rerun `autotune emit` to regenerate.",
-             f"model: {ctx.model.name}; hardware: {ctx.hardware}; plan: {p.as_string()}",
+             f"model: {ctx.label or ctx.model.name}; hardware: {ctx.hardware}; plan: {p.as_string()}",
              f"{p.layout()}: {len(slots)} server(s) on {n_nodes} node(s) of {ctx.gpus_per_node} GPUs; context "
              f"length {ctx.context_length} tokens (planned prompt + output {ctx.max_model_len}, with slack)"]
     if ctx.estimate:
@@ -246,9 +252,11 @@ def _header(release: str, ctx: ServeContext, notes: list[str], slots: list[Engin
                      f"bash {script_name} (k = 0 .. nodes-1; the addresses of every node, node 0 first).")
     if len(slots) > 1:
         lines.append(f"Clients talk to the router on node 0, port {ROUTER_PORT}.")
-    if p.disaggregated and p.replicas > 1 and len({s.nodes[0] for s in slots}) > 1:
-        # the estimate prices a replica's KV hand-off over the link inside that replica; one router pairs any
-        # prefill server with any decode server, so most hand-offs cross replicas, and nodes
+    domain = max(ctx.scale_up_gpus, ctx.gpus_per_node)
+    if p.disaggregated and p.replicas > 1 and p.gpus_per_replica <= domain < p.n_gpus:
+        # the estimate prices a replica's KV hand-off over NVLink when the replica is inside one NVLink domain
+        # (estimate.py); one router pairs any prefill server with any decode server, so most hand-offs cross
+        # replicas, and domains when the deployment spans several (not when all of it is one NVL72 rack)
         lines.append(f"NOTE: the router pairs any prefill server with any decode server of the {p.replicas} replicas, "
                      "so a KV hand-off may cross nodes, over the network, where the estimate prices it inside one "
                      "replica; to keep it there, run one router per replica, each listing only its replica's servers.")

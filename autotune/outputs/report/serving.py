@@ -113,7 +113,11 @@ def gather_serving(document: Mapping[str, Any], source: str, *, seed: int = 0,
     search = document.get("search") if isinstance(document.get("search"), dict) else {}
     load = {"max-throughput": "maximum throughput", "concurrency": f"{workload.concurrency} concurrent users",
             "rate": f"{workload.request_rate or 0:g} requests/s"}[workload.mode]
-    title = (f"{model.name} serving on {cluster.n_gpus} x {hw.name}: input {workload.input_len}, output "
+    from ...inputs.catalogue import model_label
+
+    # the Hugging Face id the search was given, not only the bundled spec it is planned as
+    title = (f"{model_label(inputs.get('model'), model.name)} serving on {cluster.n_gpus} x {hw.name}: input "
+             f"{workload.input_len}, output "
              f"{workload.output_len} tokens, {load}")
     data = ServingReportData(title=title, inputs=dict(inputs), plans=plans, search=search,
                              capacity_gib=hw.memory_gib,
