@@ -73,6 +73,21 @@ def test_an_fp4_plan_is_faster_and_smaller_than_fp8_on_blackwell_and_its_mfu_is_
     assert fp4["mfu"] == pytest.approx(fp4["tflops_per_gpu"] / 10000.0)
 
 
+@pytest.mark.parametrize("framework", ["megatron-lm", "megatron-bridge"])
+def test_an_nvfp4_plan_keeps_tes_row_and_column_wise_weight_copies_beside_its_bf16_weights(framework):
+    # Neither the launch files (no --fp4-param-gather) nor Megatron-Bridge's bf16_with_nvfp4_mixed (fp8_param_gather
+    # False, fp4_param unset) hold the parameters in NVFP4, and Megatron-Core passes is_first_microbatch, so TE
+    # caches each GEMM weight in NVFP4 twice (row- and column-wise): 1.125 bytes a weight, whatever the framework's
+    # fp8 cache (Bridge's is 0: its fp8 recipes hold fp8 parameters).  Llama-3 70B at TP2 on 20 layers a stage:
+    # QKV 8192 x (8192 + 2 x 1024), O 8192 x 8192, MLP 3 x 8192 x 28672 = 855,638,016 weights a layer, half a GPU
+    fw = load_framework(framework)
+    fields = dict(tp=2, pp=4, vp=5, sp=True, zero=1, mbs=1, recompute="none")
+    weights = {p: estimate("llama3-70b", GB200, 64, {**fields, "precision": p}, TrainWorkload(8192, 256), fw, 4)
+               ["memory_breakdown_gib"]["weights"] for p in ("bf16", "fp4")}
+    cache_gib = 20 * 855_638_016 / 2 * 1.125 / 2**30  # 8.965 GiB
+    assert weights["fp4"] - weights["bf16"] == pytest.approx(cache_gib, rel=1e-6)
+
+
 def test_search_offers_fp4_where_gpu_and_framework_train_in_it():
     result = invoke("search", *SEARCH, "--framework", "megatron-bridge", "--precision", "bf16,fp8,fp4", "--json")
     assert result.exit_code == 0, result.output
@@ -131,5 +146,5 @@ def test_the_published_nvfp4_runs_are_predicted_from_what_a_user_states(tmp_path
     assert report["skipped"] == [] and len(report["rows"]) == 42
     nvfp4 = [r for r in report["rows"] if r["id"].endswith("NVFP4")]
     assert len(nvfp4) == 4 and all(r["plan"]["precision"] == "fp4" for r in nvfp4)
-    # nothing is fitted to them (docs/accuracy.md: 17.8 % MAPE, -0.9 % to +31.3 %)
+    # nothing is fitted to them (docs/accuracy.md: 23.4 % MAPE, -23.0 % to +31.3 %)
     assert all(abs(r["error_pct"]) < 35.0 for r in nvfp4)

@@ -49,6 +49,12 @@ from ..costmodel.kernels import NVFP4_BYTES
 from ..inputs.framework import Framework
 from ..inputs.modelspec import ModelSpec
 
+# TransformerEngine's cached NVFP4 weight (Megatron-Core passes is_first_microbatch, so TE quantizes each GEMM weight
+# on a step's first micro-batch and keeps it): a row-wise copy for the forward and a column-wise one for the input
+# gradient (NVFP4Quantizer with both usages), each NVFP4_BYTES a value (E2M1 data and its E4M3 block scales; the
+# 16x16 weight scales are stored in the GEMM's 1x16 layout)
+NVFP4_WEIGHT_CACHE_BYTES = 2.0 * NVFP4_BYTES
+
 GIB = float(2**30)
 WEIGHT_BYTES = 2.0  # bf16 weights
 GRAD_BYTES = 4.0  # fp32 gradients
@@ -382,14 +388,20 @@ def memory_parts(model: ModelSpec, geo, workload, plans, framework: Framework) -
         # --fp8-param-gather) the copies replace the bf16 weights; ZeRO-2 (Megatron-FSDP optim_grads) keeps bf16
         # parameters beside them
         cached = fp8 & (zero < 3) & ~((zero == 1) & fw.fp8_param_gather)
-        # NVFP4 plans cache NVFP4 copies the same way (TE's NVFP4 tensors: row-wise and column-wise data with their
-        # scales), NVFP4_BYTES for each fp8 byte; the launch files keep bf16 parameters (no --fp4-param-gather)
-        cache_bytes = np.where(fp4, NVFP4_BYTES, 1.0) * fw.fp8_weight_cache_bytes
-        cached = cached | (fp4 & (zero < 3))
         first["weights"] = first["weights"] + np.where(
-            cached, fp8_weight_cache_bytes(model, geo, layers, 1.0) * cache_bytes, 0.0)
+            cached, fp8_weight_cache_bytes(model, geo, layers, fw.fp8_weight_cache_bytes), 0.0)
         last["weights"] = last["weights"] + np.where(
-            cached, fp8_weight_cache_bytes(model, geo, last_layers, 1.0) * cache_bytes, 0.0)
+            cached, fp8_weight_cache_bytes(model, geo, last_layers, fw.fp8_weight_cache_bytes), 0.0)
+    if fw.supports_fp4():
+        # NVFP4 plans keep bf16 parameters in every framework that trains in NVFP4 (the launch files pass no
+        # --fp4-param-gather; Megatron-Bridge's bf16_with_nvfp4_mixed sets neither fp8_param_gather nor fp4_param),
+        # so TE's cached NVFP4 copies (row-wise and column-wise, NVFP4_WEIGHT_CACHE_BYTES) sit beside them at any
+        # ZeRO stage below 3 -- whatever fp8_weight_cache_bytes says, which prices the fp8 recipes' parameters
+        cached = fp4 & (zero < 3)
+        first["weights"] = first["weights"] + np.where(
+            cached, fp8_weight_cache_bytes(model, geo, layers, NVFP4_WEIGHT_CACHE_BYTES), 0.0)
+        last["weights"] = last["weights"] + np.where(
+            cached, fp8_weight_cache_bytes(model, geo, last_layers, NVFP4_WEIGHT_CACHE_BYTES), 0.0)
     # A 16-bit gradient buffer beside an fp32 master copy: the optimizer step upcasts the gradients of its shard into
     # fp32 (Megatron's _copy_model_grads_to_main_grads: main_param.grad = main_grad.float(), a copy where main_grad
     # is fp16 or bf16 and the same tensor where it is fp32), 4 bytes per parameter it updates, freed by the next
