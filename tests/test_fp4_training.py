@@ -148,3 +148,21 @@ def test_the_published_nvfp4_runs_are_predicted_from_what_a_user_states(tmp_path
     assert len(nvfp4) == 4 and all(r["plan"]["precision"] == "fp4" for r in nvfp4)
     # nothing is fitted to them (docs/accuracy.md: 23.4 % MAPE, -23.0 % to +31.3 %)
     assert all(abs(r["error_pct"]) < 35.0 for r in nvfp4)
+
+
+def test_the_rtx_pro_6000_has_fp4_cores_but_transformer_engine_trains_no_nvfp4_on_them(tmp_path):
+    """Compute capability 12.0: TransformerEngine's NVFP4 training fails at its first quantized GEMM there, so the
+    launch file would not start; the plan is refused with why, and a search of fp4 alone is an input error."""
+    args = ["-m", "llama3-8b", "-H", "rtx-pro-6000-blackwell", "--gpus", "8", "-s", "4096", "-b", "32"]
+    plan = ["--plan", "tp=1,zero=1,mbs=1,recompute=full,precision=fp4"]
+    refused = invoke("predict", *args, *plan)
+    assert refused.exit_code == 1 and "compute capability 10.x only, and it is 12.0" in refused.output
+    emitted = invoke("emit", *args, *plan, "--format", "megatron", "--out", tmp_path / "m")
+    assert emitted.exit_code == 2 and not (tmp_path / "m").exists()
+    searched = invoke("search", *args, "--precision", "fp4")
+    assert searched.exit_code == 2 and "Traceback" not in searched.output
+    assert "fp4 tensor cores train nothing" in " ".join(searched.output.split())
+    # its fp8 still trains, and on a B200 (10.0) fp4 does
+    assert invoke("predict", *args, "--plan", "tp=1,zero=1,mbs=1,recompute=full,precision=fp8").exit_code == 0
+    assert invoke("predict", "-m", "llama3-8b", "-H", "b200-sxm-180gb", "--gpus", "8", "-s", "4096", "-b", "32",
+                  *plan).exit_code == 0

@@ -52,7 +52,7 @@ from ..training.problem import (
     TrainingProblem,
     parse_objectives,
 )
-from ..training.space import Space, load_space
+from ..training.space import NVFP4_TRAINING_CC, Space, load_space, trains_in
 from . import SAMPLER_CHOICES, run_search
 from . import capacity as cap
 from .diagnose import Diagnosis, diagnose, no_valid_plan, top_rejection
@@ -213,16 +213,23 @@ def check_precisions_run_on(space: Space, hw: Hardware, settings: SearchSettings
     """At least one precision searched has tensor cores on the GPU: fp8 alone on an A100 is an input error to
     say at once, not a search whose every plan is rejected (one the GPU lacks among others is dropped)."""
     wanted = tuple(space.axes["precision"])
-    if not any(hw.supports(p) for p in wanted):
-        has = [p for p in PRECISION if hw.supports(p)]
+    if not any(trains_in(hw, p) for p in wanted):
+        has = [p for p in PRECISION if trains_in(hw, p)]
         if "precision" in settings.fixes:
             field, fix = "--fix", f"fix precision={has[0]}" if has else "drop --fix precision"
         elif settings.precisions is not None or settings.space is None:
             field, fix = "--precision", f"search {has[0]}" if has else "give a profile with bf16 tensor cores"
         else:
             field, fix = "axes.precision", f"list {has[0]}" if has else "give a profile with bf16 tensor cores"
-        raise InputError(f"the GPU must support a precision searched, but {hw.name} has no {', '.join(wanted)} tensor "
-                         f"cores (it has {', '.join(has) or 'none autotune trains with'}); {fix} instead", field=field,
+        lacking = [p for p in wanted if not hw.supports(p)]
+        untrainable = [p for p in wanted if hw.supports(p)]  # fp4 cores TransformerEngine does not train on
+        why = (f"{hw.name} has no {', '.join(lacking)} tensor cores" if lacking else "")
+        if untrainable:
+            why += ((" and " if why else f"{hw.name}'s ") + f"{', '.join(untrainable)} tensor cores train nothing: "
+                    f"TransformerEngine trains NVFP4 on compute capability {NVFP4_TRAINING_CC[0]:.1f} to below "
+                    f"{NVFP4_TRAINING_CC[1]:.1f}, and it is {hw.compute_capability:.1f}")
+        raise InputError(f"the GPU must support a precision searched, but {why} (it trains in "
+                         f"{', '.join(has) or 'none autotune trains with'}); {fix} instead", field=field,
                          source=settings.space if field == "axes.precision" else None)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import InputError, check_keys
 from ..inputs import loading
 from ..inputs.framework import Framework, load_framework
-from ..inputs.hardware import Cluster
+from ..inputs.hardware import Cluster, Hardware
 from ..inputs.modelspec import ModelSpec
 from ..inputs.resources import bundled_dir
 from ..inputs.workload import TrainWorkload
@@ -294,7 +294,8 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         & (last_stage_blocks(float(model.n_layers + model.mtp_layers), np.maximum(pp, 1)) < model.mtp_layers),
     }
     if not layout_only:
-        supported = [CATEGORIES["precision"].index(p) for p in cluster.hardware.peak_tflops if p in CATEGORIES["precision"]]
+        supported = [CATEGORIES["precision"].index(p) for p in cluster.hardware.peak_tflops
+                     if p in CATEGORIES["precision"] and trains_in(cluster.hardware, p)]
         checks[13] = (dp == 0) | (workload.global_batch % np.maximum(dp * plans.mbs, 1) != 0)
         checks[14] = ~np.isin(plans.precision, supported)
         checks[15] = (plans.offload == 1) & (plans.zero == 0)
@@ -315,6 +316,22 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
         checks[DUALPIPE_SHAPE] = dualpipe & ((pp < 2) | (pp % 2 != 0) | (vp != 1) | (microbatches % 2 != 0)
                                              | (microbatches < 2 * pp))
     return checks
+
+
+# Compute capabilities TransformerEngine trains NVFP4 on (NVFP4BlockScaling): datacenter Blackwell, 10.0 to 11.x.
+# The RTX PRO 6000 (12.0) has FP4 tensor cores, but TE's NVFP4 training fails there at its first quantized GEMM (its
+# Hadamard-transform cast kernel: 'rht_gemm_ntt_w_sfc: invalid argument', TE's FSDP2 tests mark it failing on
+# SM120), as TE refuses MXFP8 on 12.0 (outputs/emit/megatron.fp8_recipe).
+NVFP4_TRAINING_CC = (10.0, 12.0)
+
+
+def trains_in(hardware: Hardware, precision: str) -> bool:
+    """Whether training can run its GEMMs in ``precision`` on the GPU: its tensor cores have it, and for NVFP4 the
+    compute capability is one TransformerEngine trains it on (a profile that states none is taken at its word)."""
+    if not hardware.supports(precision):
+        return False
+    cc = hardware.compute_capability
+    return precision != "fp4" or cc is None or NVFP4_TRAINING_CC[0] <= cc < NVFP4_TRAINING_CC[1]
 
 
 def _rule_values(reason: int, plan: Plan, model: ModelSpec | None, cluster: Cluster | None,
@@ -346,7 +363,10 @@ def _rule_values(reason: int, plan: Plan, model: ModelSpec | None, cluster: Clus
         values |= {4: lambda: f"tp={p.tp}, GPUs per NVLink domain={c.gpus_per_scale_up_domain}",
                    ETP_NODE: lambda: f"etp={p.etp}, GPUs per NVLink domain={c.gpus_per_scale_up_domain}",
                    14: lambda: f"precision={p.precision}, {c.hardware.name} offers "
-                               f"{', '.join(sorted(set(c.hardware.peak_tflops) & set(CATEGORIES['precision'])))}"}
+                               f"{', '.join(q for q in CATEGORIES['precision'] if trains_in(c.hardware, q))}"
+                               + ("; TransformerEngine trains NVFP4 on compute capability 10.x only, and it is "
+                                  f"{c.hardware.compute_capability:.1f}" if p.precision == "fp4"
+                                  and c.hardware.supports("fp4") else "")}
     if w is not None:
         micro = w.global_batch // max(dp * p.mbs, 1)
         values |= {9: lambda: f"seq_len={w.seq_len}, 2*cp={2 * p.cp}",
