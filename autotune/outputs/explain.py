@@ -210,14 +210,18 @@ def _binding(base: dict[str, Any], capacity: float, rows: list[Neighbour], base_
     gain = f"{-best.step_time_change:.1%} faster"
     if best.fits:
         return "none", f"nothing binds: {best.change} is {gain} and fits ({best.memory_gib:.1f} GiB)"
+    # the fastest change that is possible, where the fastest of all is not: what the user can do now
+    runner_up = next((r for r in faster if r.fits), None)
+    also = (f"; {runner_up.change} is {-runner_up.step_time_change:.1%} faster and fits "
+            f"({runner_up.memory_gib:.1f} GiB)" if runner_up is not None else "")
     if best.reason:
-        return "rule", f"the rule '{best.reason}' binds: {best.change} would be {gain}"
+        return "rule", f"the rule '{best.reason}' binds: {best.change} would be {gain}{also}"
     if best.memory_gib is not None and best.memory_gib > limit:
         tight = " (memory is tight)" if free < TIGHT_MEMORY * capacity else ""
         kept = f", {memory_headroom:.0%} of it kept free by the search" if best.memory_gib <= capacity else ""
         return "memory", (f"memory binds{tight}: {best.change} would be {gain} but needs {best.memory_gib:.1f} "
-                          f"of {capacity:g} GiB per GPU{kept} ({headroom} now)")
-    return "rule", f"{best.change} would be {gain} but is not possible"
+                          f"of {capacity:g} GiB per GPU{kept} ({headroom} now){also}")
+    return "rule", f"{best.change} would be {gain} but is not possible{also}"
 
 
 __all__ = ["SENSITIVITY_AXES", "Explanation", "Neighbour", "explain"]
