@@ -669,7 +669,7 @@ def test_a_profile_file_borrowing_a_bundled_name_is_said(tmp_path):
     said = runner.invoke(app, [*args, "-H", str(borrowed)])
     assert said.exit_code == 0, said.output
     # the figures that decide a plan first (they had been listed alphabetically: average_power_w, calibrated, ...)
-    assert "names itself 'a100-sxm4-80gb', a bundled profile, with other figures (peak_tflops, memory_bandwidth_gb_per_s" in said.stderr
+    assert "names itself 'a100-sxm4-80gb', a bundled profile, with other figures (peak_tflops, memory_gib, memory_bandwidth_gb_per_s" in said.stderr
     same = runner.invoke(app, [*args, "-H", str(copy)])  # the bundled profile itself: nothing to say
     assert same.exit_code == 0 and "names itself" not in same.stderr
 
@@ -894,7 +894,7 @@ def test_the_serving_reports_table_says_which_plans_need_another_checkpoint(tmp_
     out = tmp_path / "s"
     searched = runner.invoke(app, ["search", "--workload", "serve", "-m", "llama3.1-70b", "-H", "h200-sxm-141gb",
                                    "--checkpoint", "fp8", "--gpus", "1..32", "--input-len", "2048", "--output-len",
-                                   "256", "--request-rate", "20", "--ttft-ms", "1000", "--tpot-ms", "30", "--top", "5",
+                                   "256", "--request-rate", "20", "--ttft-ms", "1000", "--tpot-ms", "30", "--top", "8",
                                    "--out", str(out), "--json"])
     assert searched.exit_code == 0, searched.output
     import json

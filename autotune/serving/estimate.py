@@ -615,7 +615,18 @@ def solve(r: Rows, p: ServingParams, n_iter: int = 28) -> dict[str, np.ndarray]:
         nd_o = np.minimum(hi, lam_o * Om1 * tpot_open(hi)[0])
         tpot_o, t_dec_o = tpot_open(nd_o)
         stable = (rho_o < 0.999) & (lam_o * Om1 * tpot_o <= cap * 1.0001)
-        ttft_o = np.where(stable, ttft_parts(t_dec_o, rho_o, 1.0) + balance_s(nd_o, lam_o, tpot_o), np.inf)
+        # A request also waits for one of the engine's `cap` sequence slots (its batch limit, or what its KV pool
+        # admits): each holds a request for its prefill (in a disaggregated system, the KV hand-off: the decode
+        # engine admits it after the prefill pool) and its Om1 decode steps, so the slots are a G/D/c queue of
+        # Poisson arrivals (ca2 = 1) at their occupancy. A limit just above the mean in flight is not free: 61
+        # sequences in flight through 64 slots wait about half a residency (Sakasegawa), where a mean-value model
+        # sees room. In a closed loop the users themselves bound what is in flight (C_eff), so nothing waits.
+        residency = np.where(dis, t_xfer, S_alone) + Om1 * tpot_o
+        slots_busy = np.minimum(lam_o * residency / np.maximum(cap, 1.0), 0.999999)
+        slot_wait = _wq_gdc(residency, slots_busy, np.maximum(cap, 1.0), 1.0)
+        stable = stable & (lam_o * residency < cap * 0.999999)
+        ttft_o = np.where(stable, ttft_parts(t_dec_o, rho_o, 1.0) + balance_s(nd_o, lam_o, tpot_o) + slot_wait,
+                          np.inf)
     else:
         nd_o, tpot_o, t_dec_o, ttft_o, stable = nd, tpot_c, t_dec_c, ttft_c, np.ones(n, bool)
 
