@@ -106,10 +106,10 @@ def profile_with(old: str, new: str) -> str:
 
 
 @pytest.mark.parametrize("text, field", [
-    (profile_with("memory_gib: 80", "memory_gib: .nan"), "memory_gib"),
-    (profile_with("memory_gib: 80", "memory_gib: .inf"), "memory_gib"),
-    (profile_with("memory_gib: 80", "memory_gib: 1.0e+400"), "memory_gib"),
-    (profile_with("memory_gib: 80", "memory_gib: 1.0e+200"), "memory_gib"),
+    (profile_with("memory_gib: 79.1", "memory_gib: .nan"), "memory_gib"),
+    (profile_with("memory_gib: 79.1", "memory_gib: .inf"), "memory_gib"),
+    (profile_with("memory_gib: 79.1", "memory_gib: 1.0e+400"), "memory_gib"),
+    (profile_with("memory_gib: 79.1", "memory_gib: 1.0e+200"), "memory_gib"),
     (profile_with("gpus_per_node: 8", "gpus_per_node: 99999999999999999999999"), "gpus_per_node"),
 ])
 def test_non_finite_numbers_in_a_hardware_profile(text, field, tmp_path):

@@ -33,7 +33,7 @@ def test_a_capacity_list_naming_one_profile_twice_is_refused(hardware):
 
 def test_a_capacity_list_of_an_edited_copy_beside_its_bundled_profile_is_still_searched(tmp_path):
     """A copy with other figures is another GPU (the note says it is planned as the file says): both are kept."""
-    text = (ROOT / "profiles" / "hardware" / "h100-sxm5-80gb.yaml").read_text().replace("memory_gib: 80", "memory_gib: 96")
+    text = (ROOT / "profiles" / "hardware" / "h100-sxm5-80gb.yaml").read_text().replace("memory_gib: 79.1", "memory_gib: 96")
     edited = tmp_path / "h100-96.yaml"
     edited.write_text(text)
     result = CliRunner().invoke(app, ["search", "-H", f"{edited},h100-sxm5-80gb", *CAPACITY])

@@ -315,7 +315,8 @@ SIMULATED_MIB = {"h100": 81559, "h200": 143771, "b200": 183359, "gb200": 189471,
 def test_sglangs_own_default_memory_fraction_is_the_emitted_one(checked, tmp_path):
     """Each SGLang server's --mem-fraction-static is what SGLang 0.5.23 itself resolves with the flag left out
     (arg_groups/memory_hook.py), compared as the memory it reserves outside the static pool: the emitted fraction is
-    of the profile's datasheet memory, SGLang's of the simulated GPU's (a few hundred MiB apart), and each is
+    of the profile's memory (the total CUDA reports), SGLang's of the simulated GPU's nvidia-smi total (a few hundred
+    MiB apart), and each is
     rounded to three decimals (half a thousandth of the GPU each way).  A plan emitted with a stated fraction keeps
     that fraction and is left out."""
     emitted, _ = checked

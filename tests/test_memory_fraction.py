@@ -26,13 +26,13 @@ def _pool_gib(estimate: dict) -> float:
 
 
 def test_vllm_gives_the_kv_pool_what_the_raised_utilisation_adds():
-    """vLLM caps everything at u x memory: raising u from 0.92 to 0.95 on an 80 GiB GPU adds 0.03 x 80 = 2.4 GiB
-    to the KV pool (weights, activations, graphs and runtime do not change)."""
+    """vLLM caps everything at u x memory: raising u from 0.92 to 0.95 on an H100 (79.1 GiB as CUDA reports it) adds
+    0.03 x 79.1 = 2.373 GiB to the KV pool (weights, activations, graphs and runtime do not change)."""
     default, raised = _predict("vllm", None), _predict("vllm", 0.95)
     assert default["engine_memory_flag"] == {"--gpu-memory-utilization": 0.92}
     assert raised["engine_memory_flag"] == {"--gpu-memory-utilization": 0.95}
-    assert raised["memory_budget_gib"] == pytest.approx(0.95 * 80.0)
-    assert _pool_gib(raised) - _pool_gib(default) == pytest.approx(2.4, abs=1e-6)
+    assert raised["memory_budget_gib"] == pytest.approx(0.95 * 79.1)
+    assert _pool_gib(raised) - _pool_gib(default) == pytest.approx(2.373, abs=1e-6)
     assert raised["max_batch_fit"] > default["max_batch_fit"]
 
 
@@ -40,8 +40,8 @@ def test_sglang_pool_is_the_fraction_of_memory_less_the_weights():
     """SGLang's --mem-fraction-static f caps weights plus KV: pool = f x 80 GiB - weights."""
     low, high = _predict("sglang", 0.80), _predict("sglang", 0.85)
     weights = low["memory_breakdown_gib"]["weights"]
-    assert _pool_gib(low) == pytest.approx(0.80 * 80.0 - weights, abs=1e-6)
-    assert _pool_gib(high) - _pool_gib(low) == pytest.approx(0.05 * 80.0, abs=1e-6)
+    assert _pool_gib(low) == pytest.approx(0.80 * 79.1 - weights, abs=1e-6)
+    assert _pool_gib(high) - _pool_gib(low) == pytest.approx(0.05 * 79.1, abs=1e-6)
     assert high["engine_memory_flag"] == {"--mem-fraction-static": 0.85}
 
 
@@ -57,7 +57,7 @@ def test_sglang_refuses_a_fraction_that_leaves_no_room_for_activations():
     assert "--mem-fraction-static 0.99 leaves less memory outside the pool than activations, CUDA graphs and the " \
            "runtime need" == estimate["infeasible_reason"]
     mem = estimate["memory_breakdown_gib"]
-    assert (1 - 0.99) * 80.0 < mem["activations"] + mem["cuda_graphs"] + mem["runtime"]
+    assert (1 - 0.99) * 79.1 < mem["activations"] + mem["cuda_graphs"] + mem["runtime"]
 
 
 def test_a_search_counts_the_sglang_refusal_as_one_reason(tmp_path):

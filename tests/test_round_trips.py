@@ -41,7 +41,7 @@ def own_model_search(tmp_path_factory):
     (work / "my-model").mkdir(parents=True)
     shutil.copy(QWEN3, work / "my-model" / "config.json")
     (work / "my-gpu.yaml").write_text(PROFILE.read_text().replace("name: h100-sxm5-80gb", "name: my-gpu", 1)
-                                      .replace("memory_gib: 80", "memory_gib: 96", 1))
+                                      .replace("memory_gib: 79.1", "memory_gib: 96", 1))
     (work / "space.yaml").write_text((ROOT / "tests" / "bench_scripts" / "space_small.yaml").read_text())
     mp = pytest.MonkeyPatch()
     mp.chdir(work)

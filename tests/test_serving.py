@@ -77,7 +77,8 @@ def test_kv_capacity_by_hand():
     weights_per_gpu = LAYERS * FP8 / 8 + 2 * 1_050_673_152 * 2 / 8 + 1_318_912 * 2
     mem = engine_memory(model, cluster, plans, "vllm")
     assert mem.weights[0] == pytest.approx(weights_per_gpu)
-    pool = 0.92 * 80 * GIB - weights_per_gpu - mem.runtime[0] - mem.activations[0] - mem.cuda_graphs[0]
+    # of the 79.1 GiB CUDA reports for an H100 80GB (the total vLLM's fraction applies to)
+    pool = 0.92 * 79.1 * GIB - weights_per_gpu - mem.runtime[0] - mem.activations[0] - mem.cuda_graphs[0]
     assert mem.kv_pool[0] == pytest.approx(pool)
     assert 0.5 * GIB < mem.activations[0] < 4 * GIB  # an 8192-token chunk of 70B over 8 GPUs, and the sampler
     kv_per_token_per_gpu = 2 * 80 * 1 * 128 * 1  # one KV head per GPU at tp 8, fp8
@@ -91,8 +92,8 @@ def test_sglangs_sliding_window_pool_by_hand():
     """gpt-oss-120b: 18 full and 18 sliding (128-token window) layers of 8 KV heads x 64 x (K, V) = 1,024
     elements, 2,048 bytes a token-layer in bf16 (tp 1).  SGLang sizes a sliding pool of --swa-full-tokens-ratio
     0.8 times its full pool's tokens from the same budget (set_num_tokens_hybrid_swa), so a token of the full pool
-    costs 18 x 2,048 + 0.8 x 18 x 2,048 = 66,355.2 bytes and a 2,048-token sequence 135,895,449.6: the 5.707 GiB
-    pool holds 45 of them, not the 76 that window-sized sliding pages give (18 x 2,048 x (2,048 + 128) =
+    costs 18 x 2,048 + 0.8 x 18 x 2,048 = 66,355.2 bytes and a 2,048-token sequence 135,895,449.6: the 4.802 GiB
+    pool (0.828 x 79.1 GiB less 60.693 GiB of weights) holds 37 of them, not the 64 that window-sized sliding pages give (18 x 2,048 x (2,048 + 128) =
     80,216,064 bytes a sequence: vLLM's hybrid allocator, kept).  Below the window the sliding pool runs out
     first: 100 tokens take 66,355.2 x 100 / 0.8 = 8,294,400 bytes (vLLM: 2 x 36,864 x 100 = 7,372,800)."""
     from autotune.serving import engines as E
@@ -118,14 +119,14 @@ def test_sglangs_sliding_window_pool_by_hand():
     plans = _batch(1, tp=1, weights="mxfp4", kv="bf16")
     cluster = Cluster(hw, 1, 8)
     pool = engine_memory(model, cluster, plans, "sglang").kv_pool[0]
-    assert pool / GIB == pytest.approx(5.707, abs=1e-3)
-    assert max_batch_fit(model, cluster, plans, 2048, "sglang")[0] == int(pool // 135_895_449.6) == 45
-    assert int(pool // 80_216_064) == 76  # what the window-sized pages said
+    assert pool / GIB == pytest.approx(0.828 * 79.1 - 60.693, abs=1e-3)
+    assert max_batch_fit(model, cluster, plans, 2048, "sglang")[0] == int(pool // 135_895_449.6) == 37
+    assert int(pool // 80_216_064) == 64  # what the window-sized pages said
     from autotune.serving.calibrated import CURRENT
 
     est = estimate_serving(model, cluster, ServeWorkload(1024, 1024, concurrency=64), plans, CURRENT["sglang"],
                            engine="sglang")
-    assert est.max_batch_fit[0] == 45
+    assert est.max_batch_fit[0] == 37
     vpool = engine_memory(model, cluster, plans, "vllm").kv_pool[0]
     assert max_batch_fit(model, cluster, plans, 2048, "vllm")[0] == int(vpool // 80_216_064)
 
@@ -140,11 +141,12 @@ def test_sglang_and_trtllm_budget_rules_by_hand():
     sg = engine_memory(model, cluster, plans, "sglang")
     reserve_mib = 512 + 8192 * 1.5 + 1024 + 256 * 2 + 58 * 8  # the graph batch is capped by max_running_requests;
     # 58 prefill graphs (token counts up to the 8,192-token chunk) at 8 MiB
-    fraction = int((81920 - reserve_mib) / 81920 * 1000) / 1000
+    total_mib = 79.1 * 1024  # the total CUDA reports for an H100 80GB
+    fraction = int((total_mib - reserve_mib) / total_mib * 1000) / 1000
     assert sg.knob[0] == pytest.approx(fraction)
-    assert sg.kv_pool[0] == pytest.approx(fraction * 80 * GIB - sg.weights[0])
+    assert sg.kv_pool[0] == pytest.approx(fraction * 79.1 * GIB - sg.weights[0])
     trt = engine_memory(model, cluster, plans, "trtllm")
-    free = 80 * GIB - trt.weights[0] - trt.activations[0] - trt.runtime[0] - trt.cuda_graphs[0]
+    free = 79.1 * GIB - trt.weights[0] - trt.activations[0] - trt.runtime[0] - trt.cuda_graphs[0]
     assert trt.kv_pool[0] == pytest.approx(0.9 * free)
 
 
@@ -292,7 +294,7 @@ GOLDEN_SGLANG = """    CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \\
         --max-running-requests 32 \\
         --chunked-prefill-size 8192 \\
         --context-length 5120 \\
-        --mem-fraction-static 0.824 \\
+        --mem-fraction-static 0.822 \\
         --host 0.0.0.0 \\
         --port 8000 &"""
 

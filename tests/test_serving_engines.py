@@ -404,7 +404,7 @@ def test_a_disaggregated_plan_shows_each_pools_memory_with_its_own_parts(tmp_pat
     assert decode == pytest.approx(sum(parts[k] for k in ("weights", "kv_cache", "activations", "cuda_graphs",
                                                             "runtime")))
     text = " ".join(_run(["explain", str(out), "--rank", "1"]).stdout.split())
-    assert f"Memory {prefill:.1f} of 80 GiB per GPU (the fuller pool's); a decode GPU's parts" in text
+    assert f"Memory {prefill:.1f} of 79.1 GiB per GPU (the fuller pool's); a decode GPU's parts" in text
     assert f"decode GPU, total │ {decode:.2f}" in text and f"prefill GPU, total │ {prefill:.2f}" in text
     script = _run(["emit", str(out / "plans.json"), "--format", "vllm"]).stdout
     assert f"({decode:.1f} GiB needed per decode GPU: weights {parts['weights']:.1f}," in script

@@ -77,13 +77,13 @@ def test_emit_refusal_of_a_reestimated_plan_says_why_it_no_longer_fits(tmp_path)
     refused = invoke("emit", out, "--format", "megatron")
     assert refused.exit_code == 2, refused.output
     text = " ".join(refused.output.split())
-    assert "does not fit (out of memory: " in text and "of 80 GiB per GPU" in text
+    assert "does not fit (out of memory: " in text and "of 79.1 GiB per GPU" in text
     assert "was searched for nemo; the files run megatron-lm" in text
     written = invoke("emit", out, "--format", "megatron", "--allow-no-fit")
     assert written.exit_code == 0, written.output
-    assert "of 80 GiB per GPU)." in " ".join(written.output.split())
+    assert "of 79.1 GiB per GPU)." in " ".join(written.output.split())
     # a plan string names no other search: the figures only
     plain = invoke("emit", "tp=8,zero=1,mbs=1,precision=fp8", "-m", "llama3.1-70b", "-H", "h100-sxm5-80gb", "--gpus", 64,
                    "-s", 8192, "-b", 256, "--format", "megatron")
-    assert plain.exit_code == 2 and "of 80 GiB per GPU)" in " ".join(plain.output.split()), plain.output
+    assert plain.exit_code == 2 and "of 79.1 GiB per GPU)" in " ".join(plain.output.split()), plain.output
     assert "searched for" not in plain.output

@@ -243,12 +243,12 @@ def emit(
 
 
 def _no_fit_reason(format: str, estimate: dict) -> str:
-    """Why an estimate does not fit, with a training plan's memory against the GPU's (``83.0 of 80 GiB per GPU``)."""
+    """Why an estimate does not fit, with a training plan's memory against the GPU's (``83.0 of 79.1 GiB per GPU``)."""
     reason = str(estimate.get("infeasible_reason", "out of memory"))
     memory, headroom = estimate.get("memory_gib_per_gpu"), estimate.get("memory_headroom_gib")
     if (format not in SERVING_FORMATS and reason == "out of memory" and isinstance(memory, (int, float))
             and isinstance(headroom, (int, float))):
-        reason += f": {memory:.1f} of {memory + headroom:.0f} GiB per GPU"
+        reason += f": {memory:.1f} of {round(memory + headroom, 2):g} GiB per GPU"
     return reason
 
 

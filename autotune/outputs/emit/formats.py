@@ -338,7 +338,7 @@ def serving_files(format: str, plan: ServePlan, model: ModelSpec, hardware, inpu
         # SGLang's default reserve (its own heuristic, mirrored: engines.py) grows with attention DP and the CUDA-graph
         # batch; the static pool is then a small share of the GPU, which --memory-fraction (not searched) would raise
         note += (f"; SGLang's default reserve leaves {DEFAULTS[format].memory_knob} at {knob:g}, "
-                 f"{(1.0 - knob) * hw.memory_gib:.0f} GiB of the {hw.memory_gib:.0f} GiB outside the static pool: "
+                 f"{(1.0 - knob) * hw.memory_gib:.0f} GiB of the {hw.memory_gib:g} GiB outside the static pool: "
                  "--memory-fraction F (search and emit) sets it and raises the batch the pool holds")
     other = other_release(format, release)
     if other:
