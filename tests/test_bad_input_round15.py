@@ -1,0 +1,67 @@
+"""Round 15 of the hostile-input sweep: misspelt keys, plan strings that name a file, latency targets and prices near
+zero, scale-up domains no fabric builds, Hugging Face keys read without a check, and RoPE settings that rotate
+nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_bad_input import assert_user_error, invoke
+
+ROOT = Path(__file__).resolve().parent.parent
+HF = ROOT / "tests" / "data" / "hf_configs"
+TRAIN = ["-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "-s", "4096", "-b", "64"]
+SERVE = ["--workload", "serve", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8", "--input-len", "512",
+         "--output-len", "128"]
+
+
+# --- unknown keys in our own YAML files name the key they most likely misspell ---------------------------------
+
+@pytest.mark.parametrize("kind, path, edit, says", [
+    ("models", "profiles/models/llama3-8b.yaml", lambda d: d.update(n_layer=d.pop("n_layers")),
+     "unknown key(s) n_layer (did you mean n_layers?)"),
+    ("models", "profiles/models/mixtral-8x7b.yaml", lambda d: d["moe"].update(top_kk=2),
+     "unknown key(s) moe.top_kk (did you mean moe.top_k?)"),
+    ("hardware", "profiles/hardware/h100-sxm5-80gb.yaml", lambda d: d.update(memory_gb=d.pop("memory_gib")),
+     "unknown key(s) memory_gb (did you mean memory_gib?)"),
+    ("hardware", "profiles/hardware/h100-sxm5-80gb.yaml", lambda d: d["efficiency"].update(gem=0.7),
+     "unknown key(s) efficiency.gem (did you mean efficiency.gemm?)"),
+])
+def test_an_unknown_key_in_a_spec_or_profile_names_the_key_it_misspells(tmp_path, kind, path, edit, says):
+    """The message listed thirty allowed keys, in which a one-letter slip (n_layer for n_layers) is hard to see."""
+    data = yaml.safe_load((ROOT / path).read_text())
+    edit(data)
+    data["name"] = "mine"
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump(data))
+    assert_user_error(invoke(kind, "show", tmp_path / "f.yaml"), "f.yaml", says, "allowed:")
+
+
+def test_an_unknown_key_far_from_any_is_named_without_a_guess(tmp_path):
+    data = yaml.safe_load((ROOT / "profiles" / "models" / "llama3-8b.yaml").read_text())
+    data["colour"] = "red"
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump(data))
+    result = invoke("models", "show", tmp_path / "f.yaml")
+    assert_user_error(result, "unknown key(s) colour;")
+    assert "did you mean" not in result.stderr
+
+
+@pytest.mark.parametrize("text, says", [
+    ("hardwre: {}\n", "unknown key(s) hardwre (did you mean hardware?)"),
+    ("hardware:\n  h100-sxm5-80gb:\n    efficiency:\n      gem: 0.7\n", "gem (did you mean gemm?)"),
+])
+def test_a_calibration_overlay_key_misspelt_is_named_with_its_guess(tmp_path, text, says):
+    (tmp_path / "c.yaml").write_text(text)
+    assert_user_error(invoke("search", *TRAIN, "--calibration", tmp_path / "c.yaml"), "c.yaml", says)
+
+
+def test_a_key_an_hf_config_holds_that_no_reader_uses_is_left_alone(tmp_path):
+    """HF configs carry many keys autotune does not read (norm_topk_prob renormalises router weights: no shape, no
+    cost): a value there is transformers' business, not a reason to refuse the model."""
+    config = json.loads((HF / "Qwen3-30B-A3B" / "config.json").read_text())
+    config.update(norm_topk_prob="banana", output_router_logits=[1, 2])
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert invoke("models", "show", tmp_path / "config.json").exit_code == 0
