@@ -5,6 +5,7 @@ nothing."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,32 @@ def test_a_key_an_hf_config_holds_that_no_reader_uses_is_left_alone(tmp_path):
     config.update(norm_topk_prob="banana", output_router_logits=[1, 2])
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert invoke("models", "show", tmp_path / "config.json").exit_code == 0
+
+
+# --- a plan string that is also a file's name ---------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_emit_refuses_a_plan_string_that_also_names_a_file_here(tmp_path, kind):
+    """`emit tp=2` beside a file named tp=2 read the file as a plans.json ("is not JSON"), where the same command a
+    folder over wrote the plan's launch file: the words read two ways and neither is guessed."""
+    (tmp_path / "tp=2").mkdir() if kind == "folder" else (tmp_path / "tp=2").write_text("{}")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        result = invoke("emit", "tp=2", *TRAIN)
+        assert_user_error(result, "field 'PLAN'", "reads two ways", f"the {kind} 'tp=2'", "--plan tp=2",
+                          f"./tp=2 for the {kind}")
+        assert invoke("emit", "--plan", "tp=2", *TRAIN).exit_code == 0
+        assert_user_error(invoke("emit", "./tp=2"), "tp=2")  # the file, read (and refused) as a plans.json
+    finally:
+        os.chdir(cwd)
+
+
+def test_emit_reads_a_plan_string_where_no_file_has_its_name(tmp_path):
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        result = invoke("emit", "tp=2", *TRAIN)
+        assert result.exit_code == 0 and "--tensor-model-parallel-size 2" in result.stdout, result.output
+    finally:
+        os.chdir(cwd)
