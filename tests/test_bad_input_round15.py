@@ -95,3 +95,20 @@ def test_emit_reads_a_plan_string_where_no_file_has_its_name(tmp_path):
         assert result.exit_code == 0 and "--tensor-model-parallel-size 2" in result.stdout, result.output
     finally:
         os.chdir(cwd)
+
+
+# --- numbers near zero or past any machine ------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag, value", [("--ttft-ms", "1e-308"), ("--tpot-ms", "0.001"), ("--ttft-ms", "1e9")])
+@pytest.mark.parametrize("command", [["search", *SERVE, "--top", "1"], ["predict", *SERVE, "-p", "tp=1"],
+                                     ["emit", "tp=1", "-f", "vllm", *SERVE[2:]]])
+def test_a_latency_target_no_step_could_meet_or_bind_is_refused(command, flag, value):
+    """--ttft-ms 1e-308 was searched and every plan reported as missing it (TTFT 697 > 1e-308 ms); emit wrote the
+    launch file with the note."""
+    assert_user_error(invoke(*command, flag, value), f"field '{flag}'", f"0.01 <= {flag} <= 86,400,000 ms must hold",
+                      f"({flag}={float(value):g})")
+
+
+def test_the_tightest_plausible_latency_target_is_still_searched():
+    result = invoke("search", *SERVE, "--ttft-ms", "0.01", "--top", "1")
+    assert result.exit_code == 1 and "TTFT" in result.output and "0.01 ms" in result.output, result.output
