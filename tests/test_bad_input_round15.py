@@ -112,3 +112,46 @@ def test_a_latency_target_no_step_could_meet_or_bind_is_refused(command, flag, v
 def test_the_tightest_plausible_latency_target_is_still_searched():
     result = invoke("search", *SERVE, "--ttft-ms", "0.01", "--top", "1")
     assert result.exit_code == 1 and "TTFT" in result.output and "0.01 ms" in result.output, result.output
+
+
+@pytest.mark.parametrize("value", ["1e-308", "0.001", "0.0008"])  # 0.0008: $2.99 an hour given per second
+@pytest.mark.parametrize("command", [["search", *TRAIN, "--top", "1"], ["predict", *SERVE, "-p", "tp=1"]])
+def test_a_price_below_any_gpus_rent_is_refused(command, value):
+    """--price 1e-308 priced every plan at $0.000 per million tokens."""
+    assert_user_error(invoke(*command, "--price", value), "field '--price'", "--price = 0 or --price >= 0.01",
+                      "not a second or a minute")
+
+
+@pytest.mark.parametrize("value", ["0", "0.01"])
+def test_a_price_of_zero_or_a_cent_is_still_taken(value):
+    assert invoke("predict", *SERVE, "-p", "tp=1", "--price", value).exit_code == 0
+
+
+def _profile(tmp_path: Path, source: str, **changes) -> Path:
+    data = {**yaml.safe_load((ROOT / "profiles" / "hardware" / f"{source}.yaml").read_text()), "name": "mine",
+            **changes}
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_profile_price_below_any_rent_is_refused(tmp_path):
+    path = _profile(tmp_path, "h100-sxm5-80gb", price_usd_per_gpu_hour=1e-308)
+    assert_user_error(invoke("hardware", "show", path), "gpu.yaml", "field 'price_usd_per_gpu_hour'",
+                      "price_usd_per_gpu_hour >= 0.01 USD must hold")
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"scale_up_domain_gpus": 100_000}, "scale_up_domain_gpus"),      # was planned: 100,000 GPUs at NVLink speed
+    ({"gpus_per_node": 100_000, "scale_up_domain_gpus": None}, "gpus_per_node"),
+])
+def test_a_scale_up_domain_no_fabric_builds_is_refused(tmp_path, changes, field):
+    path = _profile(tmp_path, "gb200-nvl72", **changes)
+    assert_user_error(invoke("hardware", "show", path), "gpu.yaml", f"field '{field}'", "must be <= 65,536 GPUs")
+    assert_user_error(invoke("search", *TRAIN, "--gpus-per-node", "100000"), "--gpus-per-node", "<= 65,536")
+
+
+def test_the_largest_real_scale_up_domain_is_still_planned(tmp_path):
+    path = _profile(tmp_path, "gb200-nvl72", scale_up_domain_gpus=576)  # an NVL576 rack
+    result = invoke("search", "-m", "llama3-8b", "-H", path, "--gpus", "576", "-s", "4096", "-b", "576", "--top", "1")
+    assert result.exit_code == 0, result.output

@@ -37,6 +37,15 @@ LINK_TIERS = ("none", "intra_node", "scale_up", "inter_node")
 # for about $10 an hour (hardware.md's sources), so more is a price per node, per month or in cents, which would rank
 # plans by a wrong cost.
 MAX_PRICE_USD_PER_GPU_HOUR = 1000.0
+# The least a positive price may state: the cheapest GPUs rent for about $0.10 an hour, so less is a price per
+# GPU-second or per GPU-minute ($2.99 an hour is 0.00083 a second), which would rank plans by a cost 3,600 times too
+# low; 1e-308 printed costs of $0.000.  A price of 0 (GPUs already paid for) stays allowed where --price takes it.
+MIN_PRICE_USD_PER_GPU_HOUR = 0.01
+# The most GPUs one scale-up fabric (and so one node, which lies inside one) may join: the largest announced holds
+# 15,488 accelerators (Huawei's Atlas 960 SuperPoD; NVIDIA's largest NVLink domain is 576 GPUs), so a bound of about
+# four times that refuses only a domain no fabric builds (100,000 GPUs all at NVLink speed), which would plan every
+# collective of a whole cluster at the node link's rate.
+MAX_SCALE_UP_GPUS = 65_536
 
 @dataclass(frozen=True)
 class Link:
@@ -95,8 +104,8 @@ PHYSICAL_LIMITS: Mapping[str, tuple[float, str, str]] = MappingProxyType(
         "peak_tflops": (1_000_000, "TFLOP/s", "a dense peak per GPU"),
         "memory_gib": (100_000, "GiB", "memory per GPU"),
         "memory_bandwidth_gb_per_s": (1_000_000, "GB/s", "memory bandwidth per GPU"),
-        "gpus_per_node": (100_000, "GPUs", "GPUs in one node"),
-        "scale_up_domain_gpus": (1_000_000, "GPUs", "GPUs on one scale-up fabric"),
+        "gpus_per_node": (MAX_SCALE_UP_GPUS, "GPUs", "GPUs in one node, which lies within one scale-up fabric"),
+        "scale_up_domain_gpus": (MAX_SCALE_UP_GPUS, "GPUs", "GPUs on one scale-up fabric"),
         "<link>.bandwidth_gb_per_s": (100_000, "GB/s", "link bandwidth per GPU, one direction"),
         "<link>.latency_us": (1_000_000, "us", "per-hop link latency (one second)"),
         "host_link_bandwidth_gb_per_s": (100_000, "GB/s", "host link bandwidth per GPU, one direction"),
@@ -145,6 +154,16 @@ def _physical(data: dict, key: str, *, source: str, section: str = "", limit_key
         raise InputError(f"must be >= {floor:g} {unit} (below any accelerator's; give {unit}, not {slip}), "
                          f"but got {value!r}", source=source, field=field)
     return value
+
+
+def _price(data: dict, source: str) -> float:
+    """``price_usd_per_gpu_hour``: from MIN_PRICE_USD_PER_GPU_HOUR to MAX_PRICE_USD_PER_GPU_HOUR."""
+    price = loading.number(data, "price_usd_per_gpu_hour", source=source, maximum=MAX_PRICE_USD_PER_GPU_HOUR)
+    if price < MIN_PRICE_USD_PER_GPU_HOUR:
+        raise InputError(f"price_usd_per_gpu_hour >= {MIN_PRICE_USD_PER_GPU_HOUR:g} USD must hold (below any GPU's "
+                         f"rent: give the price of one GPU for one hour, not a second or a minute), but got "
+                         f"(price_usd_per_gpu_hour={price:g})", source=source, field="price_usd_per_gpu_hour")
+    return price
 
 
 # A measured memory per GPU may exceed the profile's capacity by this share at most (plausible_memory_gib).
@@ -483,8 +502,7 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         cpu_optimizer_params_per_s=_physical(data, "cpu_optimizer_params_per_s", source=source),
         tdp_w=tdp,
         average_power_w=average_power,
-        price_usd_per_gpu_hour=loading.number(data, "price_usd_per_gpu_hour", source=source,
-                                              maximum=MAX_PRICE_USD_PER_GPU_HOUR),
+        price_usd_per_gpu_hour=_price(data, source),
         efficiency=efficiency_from_mapping(eff_raw, source=source),
         sources=MappingProxyType({str(k): str(v) for k, v in sources.items()}),
         calibrated=loading.boolean(data, "calibrated", source=source, default=False),
