@@ -155,3 +155,56 @@ def test_the_largest_real_scale_up_domain_is_still_planned(tmp_path):
     path = _profile(tmp_path, "gb200-nvl72", scale_up_domain_gpus=576)  # an NVL576 rack
     result = invoke("search", "-m", "llama3-8b", "-H", path, "--gpus", "576", "-s", "4096", "-b", "576", "--top", "1")
     assert result.exit_code == 0, result.output
+
+
+# --- Hugging Face keys that are read, checked as they are read -----------------------------------------------
+
+def _config(tmp_path: Path, model: str, **fields) -> Path:
+    config = json.loads((HF / model / "config.json").read_text())
+    (config["text_config"] if "text_config" in config else config).update(fields)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize("model, fields, field, says", [
+    # "banana" was planned as a softmax router, 5 as no bias balancing, "false" as a sliding window
+    ("DeepSeek-V3", {"scoring_func": "banana"}, "scoring_func", "must be one of softmax, sigmoid"),
+    ("Mixtral-8x7B-v0.1", {"scoring_func": ["sigmoid"]}, "scoring_func", "must be one of softmax, sigmoid"),
+    ("DeepSeek-V3", {"topk_method": 5}, "topk_method", "must be one of greedy, group_limited_greedy, noaux_tc"),
+    ("DeepSeek-V3", {"rope_parameters": "banana"}, "rope_parameters", "must be a mapping"),
+    ("Qwen3-8B", {"sliding_window": 4096, "use_sliding_window": "false"}, "use_sliding_window", "true or false"),
+    # these raised a TypeError traceback
+    ("MiniMax-M2.5", {"attn_type_list": 5}, "attn_type_list", "must be a list"),
+    ("GLM-5", {"indexer_types": [["full"]]}, "indexer_types", "cannot be expressed"),
+    ("GLM-5", {"index_topk_freq": [["x"]]}, "index_topk_freq", "cannot be expressed"),
+    ("Qwen3.5-397B-A17B", {"mamba_ssm_dtype": ["float32"]}, "mamba_ssm_dtype", "must be float32"),
+    ("Qwen3.5-397B-A17B", {"mamba_ssm_dtype": {}}, "mamba_ssm_dtype", "must be float32"),
+])
+def test_an_hf_key_that_is_read_is_refused_when_it_is_not_what_hf_writes(tmp_path, model, fields, field, says):
+    assert_user_error(invoke("models", "show", _config(tmp_path, model, **fields)), "config.json",
+                      f"field '{field}'", says)
+
+
+@pytest.mark.parametrize("model, fields, score", [
+    ("DeepSeek-V3", {}, "sigmoid"),
+    ("DeepSeek-V3", {"scoring_func": "softmax", "topk_method": "greedy"}, "softmax"),
+    ("DeepSeek-V3", {"scoring_func": None, "topk_method": None}, "softmax"),
+])
+def test_router_settings_as_hf_writes_them_are_read(tmp_path, model, fields, score):
+    from autotune.inputs.modelspec import load_model
+
+    assert load_model(str(_config(tmp_path, model, **fields))).moe.router_score == score
+
+
+def test_a_dense_models_router_keys_are_not_read(tmp_path):
+    """A dense model has no router: its scoring_func is no key of its shapes, and passes as other unread keys do."""
+    assert invoke("models", "show", _config(tmp_path, "Meta-Llama-3-8B", scoring_func="banana")).exit_code == 0
+
+
+def test_a_qwen_sliding_window_switched_on_as_a_boolean_still_slides(tmp_path):
+    from autotune.inputs.modelspec import load_model
+
+    spec = load_model(str(_config(tmp_path, "Qwen3-8B", sliding_window=4096, use_sliding_window=True,
+                                  max_window_layers=30)))
+    assert spec.sliding_window == 4096 and spec.layer_kinds.count("sliding") == 6
