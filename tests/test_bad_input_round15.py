@@ -208,3 +208,33 @@ def test_a_qwen_sliding_window_switched_on_as_a_boolean_still_slides(tmp_path):
     spec = load_model(str(_config(tmp_path, "Qwen3-8B", sliding_window=4096, use_sliding_window=True,
                                   max_window_layers=30)))
     assert spec.sliding_window == 4096 and spec.layer_kinds.count("sliding") == 6
+
+
+# --- RoPE settings that rotate nothing ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("model, fields, field, says", [
+    ("Meta-Llama-3-8B", {"rope_theta": 1e-308}, "rope_theta", "must be > 1"),
+    ("Meta-Llama-3-8B", {"rope_theta": 1}, "rope_theta", "must be > 1"),
+    ("Meta-Llama-3-8B", {"partial_rotary_factor": 1e-308}, "partial_rotary_factor", "at least one pair"),
+    ("MiniMax-M2.5", {"rotary_dim": 1}, "rotary_dim", "at least one pair"),
+])
+def test_an_hf_rope_that_rotates_nothing_is_refused(tmp_path, model, fields, field, says):
+    """rope_theta 1e-308 and partial_rotary_factor 1e-308 were read and written into Megatron's launch file."""
+    assert_user_error(invoke("models", "show", _config(tmp_path, model, **fields)), "config.json", f"field '{field}'",
+                      says)
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"rope_theta": 1e-308}, "rope_theta > 1 must hold"),
+    ({"rotary_percent": 1e-308}, "rotary_percent * head_dim >= 2 must hold"),
+])
+def test_a_spec_rope_that_rotates_nothing_is_refused(tmp_path, fields, says):
+    data = {**yaml.safe_load((ROOT / "profiles" / "models" / "llama3-8b.yaml").read_text()), **fields}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(data))
+    assert_user_error(invoke("models", "show", tmp_path / "spec.yaml"), "spec.yaml", says)
+
+
+def test_a_partial_rope_is_still_read(tmp_path):
+    from autotune.inputs.modelspec import load_model
+
+    assert load_model(str(_config(tmp_path, "Meta-Llama-3-8B", partial_rotary_factor=0.5))).rotary_percent == 0.5

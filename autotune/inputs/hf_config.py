@@ -218,6 +218,10 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
     if theta is None and rope:
         theta = loading.number(rope, "rope_theta", source=source, section="rope_parameters", default=None,
                                maximum=1e12)
+    if theta is not None and not theta > 1:  # the spec's own rule (modelspec), named by the config's key
+        raise InputError(f"must be > 1 (the RoPE base: 10000 in Llama 2, 500000 in Llama 3), but got (rope_theta="
+                         f"{theta!r})", source=source, field="rope_theta" if config.get("rope_theta") is not None
+                         else "rope_parameters.rope_theta")
     if theta is not None:
         spec["rope_theta"] = float(theta)
     scaling = config.get("rope_scaling") if isinstance(config.get("rope_scaling"), dict) else rope
@@ -250,6 +254,11 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
         if factor is None and model_type == "minimax_m2" and config.get("rotary_dim") is not None:
             rotary = loading.integer(config, "rotary_dim", source=source, maximum=head_dim)
             factor = rotary / head_dim
+        if factor is not None and factor * head_dim < 2:  # the spec's own rule, named by the config's key
+            key = "rotary_dim" if model_type == "minimax_m2" and config.get("partial_rotary_factor") is None \
+                and "partial_rotary_factor" not in rope else "partial_rotary_factor"
+            raise InputError(f"must rotate at least one pair of each head's {head_dim} dimensions, but got "
+                             f"({key}={config.get(key, rope.get(key))!r}); fix the value", source=source, field=key)
         if factor is not None and factor < 1.0:
             spec["rotary_percent"] = float(factor)
     if model_type in _QKV_BIAS_TYPES:
