@@ -238,3 +238,13 @@ def test_a_partial_rope_is_still_read(tmp_path):
     from autotune.inputs.modelspec import load_model
 
     assert load_model(str(_config(tmp_path, "Meta-Llama-3-8B", partial_rotary_factor=0.5))).rotary_percent == 0.5
+
+
+# --- a file destination that is a link looping on itself --------------------------------------------------
+
+def test_tune_calibrate_into_a_link_that_loops_is_refused_without_a_traceback(tmp_path):
+    """`ln -s loop loop; autotune tune ... --calibrate loop` raised RuntimeError('Symlink loop') from Path.resolve."""
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    result = invoke("tune", "--run", "true", *TRAIN, "--trials", "1", "--calibrate", loop)
+    assert_user_error(result, "loop", "exists; choose another --calibrate")
