@@ -248,3 +248,16 @@ def test_tune_calibrate_into_a_link_that_loops_is_refused_without_a_traceback(tm
     loop.symlink_to(loop)
     result = invoke("tune", "--run", "true", *TRAIN, "--trials", "1", "--calibrate", loop)
     assert_user_error(result, "loop", "exists; choose another --calibrate")
+
+
+# --- an error quotes what was typed, control characters escaped ----------------------------------------------
+
+@pytest.mark.parametrize("args, quoted", [
+    (["search", *TRAIN, "--objective", "\x1b[2Jx"], "\\x1b[2Jx"),   # cleared the terminal
+    (["search", *TRAIN, "--objective", "a\nb"], "a\\nb"),          # split the one line of the error in two
+    (["search", *TRAIN, "--space", "x\x1b]0;title\x07"], "x\\x1b]0;title\\x07"),  # a path: retitled the window
+])
+def test_an_error_quoting_a_control_character_writes_its_escape(args, quoted):
+    result = invoke(*args)
+    assert_user_error(result, quoted)
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Callable, Iterator, Optional
@@ -265,12 +266,21 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(code=2) from None
     except OSError as exc:  # the file system refused (permissions, a full disk) after the checks passed
         where = f"{exc.filename}: " if exc.filename else ""
-        stderr.print(f"[bold red]error:[/] {escape(where)}{escape(exc.strerror or str(exc))}; check the path, its "
+        stderr.print(f"[bold red]error:[/] {escape(printable(where))}{escape(exc.strerror or str(exc))}; check the path, its "
                      "permissions and free space", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
     except (InputError, ValueError) as exc:
-        stderr.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        stderr.print(f"[bold red]error:[/] {escape(printable(str(exc)))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character written as its escape (``\\n``, ``\\x1b``): an error quotes what the
+    user typed, and ``--objective $'\\x1b[2J'`` cleared the terminal, or a line break split the one line of the error."""
+    return _CONTROL.sub(lambda match: repr(match.group())[1:-1], text)
 
 
 def print_json(document: Any) -> None:
