@@ -261,3 +261,26 @@ def test_an_error_quoting_a_control_character_writes_its_escape(args, quoted):
     result = invoke(*args)
     assert_user_error(result, quoted)
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+
+
+# --- a framework profile's sections of the wrong type --------------------------------------------------------
+
+@pytest.mark.parametrize("key, value", [("releases", 0), ("releases", []), ("releases", ""), ("changes", 0),
+                                        ("changes", {}), ("changes", False)])
+def test_a_framework_section_that_is_not_its_kind_is_refused(tmp_path, key, value):
+    """`changes: {}` (or 0, false) was read as no changes: Megatron-LM was planned with its oldest traits, without
+    a word; `releases: 0` likewise as no releases."""
+    data = {**yaml.safe_load((ROOT / "profiles" / "frameworks" / "megatron-lm.yaml").read_text()), "name": "mine",
+            key: value}
+    (tmp_path / "fw.yaml").write_text(yaml.safe_dump(data))
+    result = invoke("predict", *TRAIN, "-p", "tp=2", "--framework", tmp_path / "fw.yaml")
+    assert_user_error(result, "fw.yaml", f"field '{key}'", "must")
+
+
+@pytest.mark.parametrize("changes", [{"releases": None}, {"releases": {}}, {"changes": None}])
+def test_a_framework_section_left_empty_still_means_none(tmp_path, changes):
+    data = {**yaml.safe_load((ROOT / "profiles" / "frameworks" / "megatron-lm.yaml").read_text()), "name": "mine",
+            **changes}
+    (tmp_path / "fw.yaml").write_text(yaml.safe_dump(data))
+    result = invoke("predict", *TRAIN, "-p", "tp=2", "--framework", tmp_path / "fw.yaml")
+    assert result.exit_code in (0, 1) and "error:" not in result.output, result.output  # read, the plan estimated
