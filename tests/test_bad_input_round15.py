@@ -284,3 +284,19 @@ def test_a_framework_section_left_empty_still_means_none(tmp_path, changes):
     (tmp_path / "fw.yaml").write_text(yaml.safe_dump(data))
     result = invoke("predict", *TRAIN, "-p", "tp=2", "--framework", tmp_path / "fw.yaml")
     assert result.exit_code in (0, 1) and "error:" not in result.output, result.output  # read, the plan estimated
+
+
+# --- a study name is printed back by every worker and report ------------------------------------------------
+
+@pytest.mark.parametrize("name", ["a\nb", "x\x1b[2Jy", "tab\there"])
+@pytest.mark.parametrize("command", [
+    ["search", *TRAIN, "--sampler", "random", "--trials", "2"],
+    ["tune", "--run", "true", *TRAIN, "--trials", "1"],
+    ["worker", "--trials", "1"],
+    ["report", "--out", "r"],
+])
+def test_a_study_name_with_a_control_character_is_refused(tmp_path, command, name):
+    """`--study $'a\\nb'` created a study whose name split every line that quoted it (as model names did)."""
+    result = invoke(*command, "--storage", f"sqlite:///{tmp_path / 's.db'}", "--study", name)
+    assert_user_error(result, "field '--study'", "control character")
+    assert not (tmp_path / "s.db").exists()

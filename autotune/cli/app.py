@@ -331,6 +331,11 @@ def check_study_flags(*, required: tuple[str, ...] = (), **given: str | None) ->
         if value is not None and not value.strip():
             rest = "" if flag in required else f", or leave {flag} out"
             raise InputError(f"must not be empty: {STUDY_HINTS[flag]}{rest}", field=flag)
+        # a study's name is stored and printed back by every worker and report (as model and profile names are
+        # refused with one): a line break or a terminal escape there split or rewrote their output
+        if name == "study" and value is not None and _CONTROL.search(value):
+            raise InputError(f"must not hold a control character (a line break, tab or terminal escape), but got "
+                             f"{value!r}; {STUDY_HINTS[flag]}", field=flag)
 
 
 def check_heartbeat_storage(heartbeat: int, storage: str | None) -> None:
