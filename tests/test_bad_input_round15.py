@@ -300,3 +300,24 @@ def test_a_study_name_with_a_control_character_is_refused(tmp_path, command, nam
     result = invoke(*command, "--storage", f"sqlite:///{tmp_path / 's.db'}", "--study", name)
     assert_user_error(result, "field '--study'", "control character")
     assert not (tmp_path / "s.db").exists()
+
+
+# --- a profile's power and host speed near zero --------------------------------------------------------------
+
+@pytest.mark.parametrize("changes, field, says", [
+    ({"average_power_w": 1e-308}, "average_power_w", "must be >= 1 W"),    # reported 0 MWh and 0 t CO2e
+    ({"average_power_w": 0.532}, "average_power_w", "must be >= 1 W"),     # 532 W given in kW
+    ({"tdp_w": 0.7, "average_power_w": 0.5}, "tdp_w", "must be >= 1 W"),
+    ({"host_op_scale": 1e-308}, "host_op_scale", "must be >= 0.1"),        # made every host op free
+])
+def test_a_profile_power_or_host_speed_near_zero_is_refused(tmp_path, changes, field, says):
+    path = _profile(tmp_path, "h100-sxm5-80gb", **changes)
+    for command in (["hardware", "show", path],
+                    ["search", "-m", "llama3-8b", "-H", path, "--gpus", "8..16", "-s", "4096", "-b", "64", "--tokens",
+                     "1e11", "--top", "1"]):
+        assert_user_error(invoke(*command), "gpu.yaml", f"field '{field}'", says)
+
+
+def test_every_bundled_profile_states_a_plausible_power_and_host_speed():
+    for path in sorted((ROOT / "profiles" / "hardware").glob("*.yaml")):
+        assert invoke("hardware", "show", path).exit_code == 0, path

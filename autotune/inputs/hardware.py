@@ -130,6 +130,10 @@ PHYSICAL_FLOORS: Mapping[str, tuple[float, str, str]] = MappingProxyType(
         "<link>.bandwidth_gb_per_s": (0.1, "GB/s", "the TB/s a datasheet may print"),
         "host_link_bandwidth_gb_per_s": (0.1, "GB/s", "the TB/s a datasheet may print"),
         "cpu_optimizer_params_per_s": (1e6, "parameters/s", "a count in billions (1.2 for 1.2e9)"),
+        # the least board power of any accelerator board (a Jetson Orin Nano draws 7 W); below it is the kW a
+        # datasheet may print (0.7 for a 700 W H100), and average_power_w 1e-308 reported 0 MWh and 0 t CO2e
+        "tdp_w": (1.0, "W", "the kW a datasheet may print"),
+        "average_power_w": (1.0, "W", "the kW a datasheet may print"),
     }
 )
 # A peak of another precision below this share of the bf16 peak is a unit slip (4.5 for a B200's 4,500 TFLOP/s
@@ -463,7 +467,7 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     if not isinstance(eff_raw, dict):
         raise InputError("must be a mapping of parameter names to numbers", source=source, field="efficiency")
     tdp = _physical(data, "tdp_w", source=source)
-    average_power = loading.number(data, "average_power_w", source=source, default=tdp)
+    average_power = _physical(data, "average_power_w", source=source, limit_key="tdp_w", default=tdp)
     if average_power > tdp:  # the board caps its power at the TDP: more is a typo (or kW given for W)
         raise InputError(f"average_power_w <= tdp_w must hold (a board's power under load stays within its TDP), "
                          f"but got (average_power_w={average_power:g}, tdp_w={tdp:g})", source=source,
@@ -510,7 +514,8 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         scale_up_domain_gpus=domain,
         scale_up=_link(data, "scale_up", source) if "scale_up" in data else None,
         price_estimated=loading.boolean(data, "price_estimated", source=source, default=False),
-        host_op_scale=loading.number(data, "host_op_scale", source=source, default=1.0, maximum=100.0),
+        # a host ten times faster per framework op than a Xeon 8480C does not exist; 1e-308 made host ops free
+        host_op_scale=loading.number(data, "host_op_scale", source=source, default=1.0, minimum=0.1, maximum=100.0),
         vendor=loading.text(data, "vendor", source=source, default="nvidia", choices=VENDORS),
         compute_capability=loading.number(data, "compute_capability", source=source, default=None, positive=False,
                                           minimum=1.0, maximum=99.9),
