@@ -321,3 +321,19 @@ def test_a_profile_power_or_host_speed_near_zero_is_refused(tmp_path, changes, f
 def test_every_bundled_profile_states_a_plausible_power_and_host_speed():
     for path in sorted((ROOT / "profiles" / "hardware").glob("*.yaml")):
         assert invoke("hardware", "show", path).exit_code == 0, path
+
+
+@pytest.mark.parametrize("value", ["0.475", "1e-308"])
+def test_a_grid_intensity_in_kilograms_is_refused(value):
+    """--grid-intensity 0.475 (the world average in kg per kWh) printed emissions a thousand times too low."""
+    result = invoke("search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8..16", "-s", "4096", "-b", "64",
+                    "--tokens", "1e11", "--grid-intensity", value, "--top", "1")
+    assert_user_error(result, "field '--grid-intensity'", "--grid-intensity = 0 or --grid-intensity >= 1",
+                      "not kilograms")
+
+
+@pytest.mark.parametrize("value", ["0", "1", "475"])
+def test_a_grid_intensity_in_grams_or_zero_is_still_taken(value):
+    result = invoke("search", "-m", "llama3-8b", "-H", "h100-sxm5-80gb", "--gpus", "8..16", "-s", "4096", "-b", "64",
+                    "--tokens", "1e11", "--grid-intensity", value, "--top", "1")
+    assert result.exit_code == 0, result.output
