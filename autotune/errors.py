@@ -8,6 +8,8 @@ as a value with a reason.  A bug is an ``assert``.
 
 from __future__ import annotations
 
+import difflib
+
 
 class InputError(ValueError):
     """User input that cannot be used. The message names the file, the field and a fix."""
@@ -50,10 +52,17 @@ def check_keys(data: dict, allowed: set[str] | frozenset[str], *, source: str, s
                              f"{', ...' if len(unknown) > 4 else ''} are not among the allowed ones); give it to "
                              f"{kind[1]}", source=source)
         raise InputError(
-            f"unknown key(s) {', '.join(where + k for k in unknown)}; "
+            f"unknown key(s) {', '.join(with_guess(k, allowed, where) for k in unknown)}; "
             f"allowed: {', '.join(sorted(allowed))}",
             source=source,
         )
+
+
+def with_guess(key: object, allowed: set[str] | frozenset[str], where: str = "") -> str:
+    """``where + key``, with the allowed key it most likely misspells (``n_layer (did you mean n_layers?)``): the
+    list of allowed keys runs to thirty names, in which a one-letter slip is hard to see."""
+    close = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.75)
+    return f"{where}{key} (did you mean {where}{close[0]}?)" if close else f"{where}{key}"
 
 
 def require_keys(data: dict, required: set[str] | frozenset[str], *, source: str, section: str = "") -> None:

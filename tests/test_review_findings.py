@@ -219,7 +219,7 @@ def test_flags_with_nothing_to_act_on_are_said():
     assert "no effect" not in plain.output
     assert_user_error(runner.invoke(app, ["search", *SMALL_8B, "--force"]), "--force", "--out DIR")
     assert_user_error(runner.invoke(app, ["search", *SMALL_8B, "--gpus-per-node", "1000000"]), "--gpus-per-node",
-                      "<= 100,000")
+                      "<= 65,536")
 
 
 def test_a_config_size_no_model_has_zero_of_states_its_real_bound(tmp_path):

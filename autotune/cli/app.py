@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Callable, Iterator, Optional
@@ -265,12 +266,21 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(code=2) from None
     except OSError as exc:  # the file system refused (permissions, a full disk) after the checks passed
         where = f"{exc.filename}: " if exc.filename else ""
-        stderr.print(f"[bold red]error:[/] {escape(where)}{escape(exc.strerror or str(exc))}; check the path, its "
+        stderr.print(f"[bold red]error:[/] {escape(printable(where))}{escape(exc.strerror or str(exc))}; check the path, its "
                      "permissions and free space", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
     except (InputError, ValueError) as exc:
-        stderr.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        stderr.print(f"[bold red]error:[/] {escape(printable(str(exc)))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character written as its escape (``\\n``, ``\\x1b``): an error quotes what the
+    user typed, and ``--objective $'\\x1b[2J'`` cleared the terminal, or a line break split the one line of the error."""
+    return _CONTROL.sub(lambda match: repr(match.group())[1:-1], text)
 
 
 def print_json(document: Any) -> None:
@@ -321,6 +331,11 @@ def check_study_flags(*, required: tuple[str, ...] = (), **given: str | None) ->
         if value is not None and not value.strip():
             rest = "" if flag in required else f", or leave {flag} out"
             raise InputError(f"must not be empty: {STUDY_HINTS[flag]}{rest}", field=flag)
+        # a study's name is stored and printed back by every worker and report (as model and profile names are
+        # refused with one): a line break or a terminal escape there split or rewrote their output
+        if name == "study" and value is not None and _CONTROL.search(value):
+            raise InputError(f"must not hold a control character (a line break, tab or terminal escape), but got "
+                             f"{value!r}; {STUDY_HINTS[flag]}", field=flag)
 
 
 def check_heartbeat_storage(heartbeat: int, storage: str | None) -> None:

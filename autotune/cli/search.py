@@ -973,7 +973,7 @@ def explain_command(
                              field="--rank")
         fields = None
         if plans is not None:
-            path = plans_path(plans) or plans
+            path = plans_path(plans, plan_strings=False)
             source = str(path)
             document = read_plans(path)
             fields = plan_entry(document, rank, source)["plan"]

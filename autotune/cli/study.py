@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -83,7 +84,9 @@ def check_not_storage(out: Path, storage: str) -> None:
     """A file autotune writes (--calibrate) must not be the study's own storage file: writing it would overwrite the
     study (created or continued before the file is written, whether or not it exists yet)."""
     held = storage_file(storage)
-    if held is not None and out.resolve() == held.resolve():
+    # os.path.realpath, not Path.resolve: a link that loops (ln -s x x) raised RuntimeError there, a traceback; here
+    # it is left as it stands and check_out_file refuses it as an existing file
+    if held is not None and os.path.realpath(out) == os.path.realpath(held):
         raise InputError(f"is the --storage file of the study ({storage}), which writing the overlay would overwrite; "
                          "give the overlay its own file, e.g. --calibrate calib.yaml", source=str(out),
                          field="--calibrate")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..errors import InputError
+from ..errors import InputError, with_guess
 from . import loading
 from .hardware import (
     EFFICIENCY_FIELDS,
@@ -51,7 +51,8 @@ def calibration_from_mapping(data: Mapping[str, Any], *, source: str, known_prof
                          field="schema")
     unknown = sorted(set(data) - {"hardware", "about"})
     if unknown:
-        raise InputError(f"unknown key(s) {', '.join(unknown)}; allowed: about, hardware", source=source, field=unknown[0])
+        raise InputError(f"unknown key(s) {', '.join(with_guess(k, {'about', 'hardware'}) for k in unknown)}; allowed: "
+                         "about, hardware", source=source, field=unknown[0])
     hardware = data.get("hardware")
     if not isinstance(hardware, Mapping) or not hardware:
         raise InputError("must map profile names to {efficiency: {...}}", source=source, field="hardware")
@@ -68,7 +69,8 @@ def calibration_from_mapping(data: Mapping[str, Any], *, source: str, known_prof
         raw = dict(block["efficiency"])
         bad = sorted(set(raw) - set(EFFICIENCY_FIELDS))
         if bad:
-            raise InputError(f"unknown efficiency parameter(s) {', '.join(bad)}; parameters: {', '.join(EFFICIENCY_FIELDS)}",
+            raise InputError(f"unknown efficiency parameter(s) {', '.join(with_guess(k, set(EFFICIENCY_FIELDS)) for k in bad)}; "
+                             f"parameters: {', '.join(EFFICIENCY_FIELDS)}",
                              source=source, field=f"{where}.efficiency.{bad[0]}")
         try:
             efficiency_from_mapping(raw, source=source)  # numbers and bounds

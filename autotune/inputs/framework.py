@@ -422,11 +422,13 @@ def profile_from_mapping(data: dict, *, source: str) -> FrameworkProfile:
         raise InputError(f"every trait needs a source; none for {', '.join(unsourced)}", source=source,
                          field=f"sources.{unsourced[0]}")
     sources_raw = {**{k: why for k, (_, why) in _OPTIONAL.items() if k not in stated}, **sources_raw}
-    releases_raw = data.get("releases") or {}
+    # None (or the key left out) is no releases; 0, false, [] or "" are not read as that (an empty section under a
+    # falsy value passed as none, as a profile's efficiency: 0 once did)
+    releases_raw = {} if data.get("releases") is None else data["releases"]
     if not isinstance(releases_raw, dict):
         raise InputError("must map release names to dates YYYY-MM", source=source, field="releases")
     releases = {str(k): _date(v, source=source, where=f"releases.{k}") for k, v in releases_raw.items()}
-    changes_raw = data.get("changes") or []
+    changes_raw = [] if data.get("changes") is None else data["changes"]
     if not isinstance(changes_raw, list):
         raise InputError("must be a list of {since, traits, source}", source=source, field="changes")
     changes = []

@@ -37,6 +37,15 @@ LINK_TIERS = ("none", "intra_node", "scale_up", "inter_node")
 # for about $10 an hour (hardware.md's sources), so more is a price per node, per month or in cents, which would rank
 # plans by a wrong cost.
 MAX_PRICE_USD_PER_GPU_HOUR = 1000.0
+# The least a positive price may state: the cheapest GPUs rent for about $0.10 an hour, so less is a price per
+# GPU-second or per GPU-minute ($2.99 an hour is 0.00083 a second), which would rank plans by a cost 3,600 times too
+# low; 1e-308 printed costs of $0.000.  A price of 0 (GPUs already paid for) stays allowed where --price takes it.
+MIN_PRICE_USD_PER_GPU_HOUR = 0.01
+# The most GPUs one scale-up fabric (and so one node, which lies inside one) may join: the largest announced holds
+# 15,488 accelerators (Huawei's Atlas 960 SuperPoD; NVIDIA's largest NVLink domain is 576 GPUs), so a bound of about
+# four times that refuses only a domain no fabric builds (100,000 GPUs all at NVLink speed), which would plan every
+# collective of a whole cluster at the node link's rate.
+MAX_SCALE_UP_GPUS = 65_536
 
 @dataclass(frozen=True)
 class Link:
@@ -95,8 +104,8 @@ PHYSICAL_LIMITS: Mapping[str, tuple[float, str, str]] = MappingProxyType(
         "peak_tflops": (1_000_000, "TFLOP/s", "a dense peak per GPU"),
         "memory_gib": (100_000, "GiB", "memory per GPU"),
         "memory_bandwidth_gb_per_s": (1_000_000, "GB/s", "memory bandwidth per GPU"),
-        "gpus_per_node": (100_000, "GPUs", "GPUs in one node"),
-        "scale_up_domain_gpus": (1_000_000, "GPUs", "GPUs on one scale-up fabric"),
+        "gpus_per_node": (MAX_SCALE_UP_GPUS, "GPUs", "GPUs in one node, which lies within one scale-up fabric"),
+        "scale_up_domain_gpus": (MAX_SCALE_UP_GPUS, "GPUs", "GPUs on one scale-up fabric"),
         "<link>.bandwidth_gb_per_s": (100_000, "GB/s", "link bandwidth per GPU, one direction"),
         "<link>.latency_us": (1_000_000, "us", "per-hop link latency (one second)"),
         "host_link_bandwidth_gb_per_s": (100_000, "GB/s", "host link bandwidth per GPU, one direction"),
@@ -121,6 +130,10 @@ PHYSICAL_FLOORS: Mapping[str, tuple[float, str, str]] = MappingProxyType(
         "<link>.bandwidth_gb_per_s": (0.1, "GB/s", "the TB/s a datasheet may print"),
         "host_link_bandwidth_gb_per_s": (0.1, "GB/s", "the TB/s a datasheet may print"),
         "cpu_optimizer_params_per_s": (1e6, "parameters/s", "a count in billions (1.2 for 1.2e9)"),
+        # the least board power of any accelerator board (a Jetson Orin Nano draws 7 W); below it is the kW a
+        # datasheet may print (0.7 for a 700 W H100), and average_power_w 1e-308 reported 0 MWh and 0 t CO2e
+        "tdp_w": (1.0, "W", "the kW a datasheet may print"),
+        "average_power_w": (1.0, "W", "the kW a datasheet may print"),
     }
 )
 # A peak of another precision below this share of the bf16 peak is a unit slip (4.5 for a B200's 4,500 TFLOP/s
@@ -145,6 +158,16 @@ def _physical(data: dict, key: str, *, source: str, section: str = "", limit_key
         raise InputError(f"must be >= {floor:g} {unit} (below any accelerator's; give {unit}, not {slip}), "
                          f"but got {value!r}", source=source, field=field)
     return value
+
+
+def _price(data: dict, source: str) -> float:
+    """``price_usd_per_gpu_hour``: from MIN_PRICE_USD_PER_GPU_HOUR to MAX_PRICE_USD_PER_GPU_HOUR."""
+    price = loading.number(data, "price_usd_per_gpu_hour", source=source, maximum=MAX_PRICE_USD_PER_GPU_HOUR)
+    if price < MIN_PRICE_USD_PER_GPU_HOUR:
+        raise InputError(f"price_usd_per_gpu_hour >= {MIN_PRICE_USD_PER_GPU_HOUR:g} USD must hold (below any GPU's "
+                         f"rent: give the price of one GPU for one hour, not a second or a minute), but got "
+                         f"(price_usd_per_gpu_hour={price:g})", source=source, field="price_usd_per_gpu_hour")
+    return price
 
 
 # A measured memory per GPU may exceed the profile's capacity by this share at most (plausible_memory_gib).
@@ -444,7 +467,7 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
     if not isinstance(eff_raw, dict):
         raise InputError("must be a mapping of parameter names to numbers", source=source, field="efficiency")
     tdp = _physical(data, "tdp_w", source=source)
-    average_power = loading.number(data, "average_power_w", source=source, default=tdp)
+    average_power = _physical(data, "average_power_w", source=source, limit_key="tdp_w", default=tdp)
     if average_power > tdp:  # the board caps its power at the TDP: more is a typo (or kW given for W)
         raise InputError(f"average_power_w <= tdp_w must hold (a board's power under load stays within its TDP), "
                          f"but got (average_power_w={average_power:g}, tdp_w={tdp:g})", source=source,
@@ -483,8 +506,7 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         cpu_optimizer_params_per_s=_physical(data, "cpu_optimizer_params_per_s", source=source),
         tdp_w=tdp,
         average_power_w=average_power,
-        price_usd_per_gpu_hour=loading.number(data, "price_usd_per_gpu_hour", source=source,
-                                              maximum=MAX_PRICE_USD_PER_GPU_HOUR),
+        price_usd_per_gpu_hour=_price(data, source),
         efficiency=efficiency_from_mapping(eff_raw, source=source),
         sources=MappingProxyType({str(k): str(v) for k, v in sources.items()}),
         calibrated=loading.boolean(data, "calibrated", source=source, default=False),
@@ -492,7 +514,8 @@ def hardware_from_mapping(data: dict, *, source: str) -> Hardware:
         scale_up_domain_gpus=domain,
         scale_up=_link(data, "scale_up", source) if "scale_up" in data else None,
         price_estimated=loading.boolean(data, "price_estimated", source=source, default=False),
-        host_op_scale=loading.number(data, "host_op_scale", source=source, default=1.0, maximum=100.0),
+        # a host ten times faster per framework op than a Xeon 8480C does not exist; 1e-308 made host ops free
+        host_op_scale=loading.number(data, "host_op_scale", source=source, default=1.0, minimum=0.1, maximum=100.0),
         vendor=loading.text(data, "vendor", source=source, default="nvidia", choices=VENDORS),
         compute_capability=loading.number(data, "compute_capability", source=source, default=None, positive=False,
                                           minimum=1.0, maximum=99.9),

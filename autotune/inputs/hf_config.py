@@ -199,6 +199,9 @@ ROPE_SCALINGS = ("llama3", "yarn", "linear", "dynamic", "longrope", "mrope")
 ATTENTION_BIASES = ("none", "qkv", "all")
 _QKV_BIAS_TYPES = ("qwen2", "qwen2_moe")
 ROUTER_SCORES = ("softmax", "sigmoid")
+# DeepSeek's routers (MoEGate.topk_method in its modeling code): top-k of all experts, of the best groups, or of the
+# best groups with a bias on the scores (DeepSeek-V3's auxiliary-loss-free balancing)
+TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
 # Qwen3's attention normalises each query and key head (Qwen3Attention.q_norm / k_norm, as do Qwen3-Next's and
 # Qwen3.5's); no config key says so, the architecture does.
 QK_NORM_TYPES = ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text")
@@ -215,6 +218,10 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
     if theta is None and rope:
         theta = loading.number(rope, "rope_theta", source=source, section="rope_parameters", default=None,
                                maximum=1e12)
+    if theta is not None and not theta > 1:  # the spec's own rule (modelspec), named by the config's key
+        raise InputError(f"must be > 1 (the RoPE base: 10000 in Llama 2, 500000 in Llama 3), but got (rope_theta="
+                         f"{theta!r})", source=source, field="rope_theta" if config.get("rope_theta") is not None
+                         else "rope_parameters.rope_theta")
     if theta is not None:
         spec["rope_theta"] = float(theta)
     scaling = config.get("rope_scaling") if isinstance(config.get("rope_scaling"), dict) else rope
@@ -247,6 +254,11 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
         if factor is None and model_type == "minimax_m2" and config.get("rotary_dim") is not None:
             rotary = loading.integer(config, "rotary_dim", source=source, maximum=head_dim)
             factor = rotary / head_dim
+        if factor is not None and factor * head_dim < 2:  # the spec's own rule, named by the config's key
+            key = "rotary_dim" if model_type == "minimax_m2" and config.get("partial_rotary_factor") is None \
+                and "partial_rotary_factor" not in rope else "partial_rotary_factor"
+            raise InputError(f"must rotate at least one pair of each head's {head_dim} dimensions, but got "
+                             f"({key}={config.get(key, rope.get(key))!r}); fix the value", source=source, field=key)
         if factor is not None and factor < 1.0:
             spec["rotary_percent"] = float(factor)
     if model_type in _QKV_BIAS_TYPES:
@@ -255,12 +267,15 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
         spec["attention_bias"] = "all"
     moe = spec.get("moe")
     if isinstance(moe, dict):
-        score = config.get("scoring_func")
-        if score in ROUTER_SCORES:
+        # read, so checked: "scoring_func": "banana" was planned as softmax and "topk_method": 5 as no bias
+        # balancing, where vLLM refuses a score function it does not know (a dense model reads neither)
+        score = _named(config, "scoring_func", ROUTER_SCORES, source)
+        topk_method = _named(config, "topk_method", TOPK_METHODS, source)
+        if score is not None:
             moe["router_score"] = score
         # DeepSeek's topk_method noaux_tc and MiniMax-M2's use_routing_bias: an expert bias on sigmoid scores
         routing_bias = loading.boolean(config, "use_routing_bias", source=source, default=False)
-        if score == "sigmoid" and (config.get("topk_method") == "noaux_tc" or routing_bias):
+        if score == "sigmoid" and (topk_method == "noaux_tc" or routing_bias):
             moe["router_expert_bias"] = True
         scale = loading.number(config, "routed_scaling_factor", source=source, default=None, maximum=1e3)
         if scale is not None and scale != 1.0:
@@ -269,6 +284,15 @@ def _with_launch_fields(spec: dict, config: dict, model_type: str, source: str) 
         if coeff is not None:
             moe["router_aux_loss_coeff"] = float(coeff)
     return spec
+
+
+def _named(config: dict, key: str, choices: tuple[str, ...], source: str) -> str | None:
+    """A key whose value is one of ``choices`` (or null / absent: None); another value is refused, naming them."""
+    value = config.get(key)
+    if value is not None and value not in choices:
+        raise InputError(f"must be one of {', '.join(choices)} (or null), but got ({key}={_short(value)}); fix the "
+                         "value", source=source, field=key)
+    return value
 
 
 _NONZERO_KEYS = frozenset({"num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"})
@@ -315,6 +339,7 @@ def _check_blocks(config: dict, source: str) -> None:
     """Blocks that autotune does not interpret (beyond a RoPE factor) must still be what HF writes: a mapping,
     or null.  A string (``"fp8"``, ``"yarn"``) is a hand edit that an engine would refuse to load."""
     for key, what in (("rope_scaling", "rope_type / type, factor, ..."),
+                      ("rope_parameters", "rope_theta, rope_type, ..., as transformers 5 writes it"),
                       ("quantization_config", "quant_method, ..., as the checkpoint's exporter writes it")):
         value = config.get(key)
         if value is not None and not isinstance(value, dict):
@@ -481,7 +506,8 @@ def _attention_layers(config: dict, model_type: str, source: str) -> dict:
         kinds = [_HF_LAYER_TYPES[t] for t in raw]
     elif model_type in ("mistral", "mixtral") and window:
         kinds = ["sliding"] * n_layers
-    elif model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and config.get("use_sliding_window") and window:
+    elif (model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and window
+          and loading.boolean(config, "use_sliding_window", source=source, default=False)):  # "false" is truthy
         first = loading.integer(config, "max_window_layers", source=source, minimum=0, default=n_layers)
         kinds = ["sliding" if i >= first else "full" for i in range(n_layers)]
     elif model_type == "gpt_oss" and window:
@@ -523,7 +549,7 @@ def _mla_family(config: dict, model_type: str, source: str) -> dict:
         require_keys(config, {"index_n_heads", "index_head_dim", "index_topk"}, source=source)
         for key in ("indexer_types", "index_topk_freq"):
             value = config.get(key)
-            if value not in (None, 1) and not (isinstance(value, list) and set(value) <= {"full"}):
+            if value not in (None, 1) and not (isinstance(value, list) and all(v == "full" for v in value)):
                 raise InputError(f"layers that reuse another layer's top-k (shared indexers) cannot be expressed, "
                                  f"but got {value!r}; write a model spec YAML instead; see profiles/models/",
                                  source=source, field=key)
@@ -579,7 +605,7 @@ def _qwen3_5(config: dict, source: str) -> dict:
     full attention (``attn_output_gate``) in the others, one MTP layer (``mtp_num_hidden_layers``)."""
     src = dict(source=source)
     dtype = config.get("mamba_ssm_dtype", "float32")
-    state_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}.get(dtype)
+    state_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}.get(dtype) if isinstance(dtype, str) else None
     if state_bytes is None:
         raise InputError(f"must be float32, bfloat16 or float16, but got {dtype!r}", source=source, field="mamba_ssm_dtype")
     return {
@@ -599,6 +625,10 @@ def _qwen3_5(config: dict, source: str) -> dict:
 def _minimax_m2_extras(config: dict, source: str) -> dict:
     """MiniMax-M2: full softmax GQA in every layer; ``num_mtp_modules`` MTP modules of one layer each."""
     types = config.get("attn_type_list")
+    if types is not None and (not isinstance(types, list) or not all(t in (0, 1) and not isinstance(t, bool)
+                                                                     for t in types)):
+        raise InputError(f"must be a list of each layer's attention kind (1: softmax, 0: lightning), but got "
+                         f"{_short(types)}", source=source, field="attn_type_list")
     if types is not None and any(t != 1 for t in types):
         raise InputError("lightning (linear) attention layers of MiniMax-01/M1 cannot be expressed; "
                          "write a model spec YAML instead; see profiles/models/", source=source, field="attn_type_list")

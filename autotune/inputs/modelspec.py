@@ -461,6 +461,16 @@ class ModelSpec:
                              f"(position_embedding={self.position_embedding!r}, {', '.join(rotary)}); drop them or set "
                              "position_embedding: rope")
 
+        # RoPE turns pairs of dimensions at frequencies rope_theta ** (-2i / d): a base of 1 or below turns none
+        # slower than another (the published run from 10,000 to 10,000,000), and a share of the head below one
+        # pair rotates nothing (1e-308 of 128 dimensions was read, and written into launch files)
+        if self.rope_theta is not None and not self.rope_theta > 1:
+            raise ValueError(f"rope_theta > 1 must hold (the RoPE base: 10000 in Llama 2, 500000 in Llama 3), but got "
+                             f"(rope_theta={self.rope_theta!r})")
+        if self.rotary_percent is not None and self.rotary_percent * self.head_dim < 2:
+            raise ValueError(f"rotary_percent * head_dim >= 2 must hold (RoPE rotates pairs of dimensions, at least "
+                             f"one), but got (rotary_percent={self.rotary_percent!r}, head_dim={self.head_dim})")
+
     # --- derived sizes -------------------------------------------------------------
     @property
     def is_moe(self) -> bool:

@@ -13,7 +13,8 @@ from typing import Any, Iterable, Mapping
 from ..errors import InputError
 from .calibration import calibrated_hardware
 from .framework import Framework, load_framework
-from .hardware import MAX_PRICE_USD_PER_GPU_HOUR, Cluster, Hardware, hardware_from_mapping, load_hardware
+from .hardware import (MAX_PRICE_USD_PER_GPU_HOUR, MAX_SCALE_UP_GPUS, MIN_PRICE_USD_PER_GPU_HOUR, Cluster, Hardware,
+                       hardware_from_mapping, load_hardware)
 from .modelspec import ModelSpec, load_model
 from .workload import ServeWorkload, TrainWorkload, capacity_factor_problem, tokens_problem
 
@@ -73,11 +74,16 @@ def single_gpu_count(text: str | int | None) -> int | None:
 
 
 def check_price(price: float) -> None:
-    """``--price`` is a finite USD amount per GPU-hour from 0 to MAX_PRICE_USD_PER_GPU_HOUR."""
+    """``--price`` is a finite USD amount per GPU-hour: 0 (GPUs already paid for), or from
+    MIN_PRICE_USD_PER_GPU_HOUR to MAX_PRICE_USD_PER_GPU_HOUR."""
     if not 0 <= price <= MAX_PRICE_USD_PER_GPU_HOUR:
         raise InputError(f"0 <= --price <= {MAX_PRICE_USD_PER_GPU_HOUR:,.0f} USD per GPU-hour must hold, but got "
                          f"(--price={price:g}); give the price of one GPU for one hour, not of a node or a month",
                          field="--price")
+    if 0 < price < MIN_PRICE_USD_PER_GPU_HOUR:
+        raise InputError(f"--price = 0 or --price >= {MIN_PRICE_USD_PER_GPU_HOUR:g} USD per GPU-hour must hold (below "
+                         f"any GPU's rent), but got (--price={price:g}); give the price of one GPU for one hour, not a "
+                         "second or a minute, or 0 for GPUs already paid for", field="--price")
 
 
 def priced_hardware(name: str, price: float | None) -> Hardware:
@@ -100,7 +106,7 @@ def recorded_hardware(data: Mapping[str, Any], *, source: str) -> Hardware:
     return hardware_from_mapping(dict(data), source=source)
 
 
-MAX_GPUS_PER_NODE = 100_000
+MAX_GPUS_PER_NODE = MAX_SCALE_UP_GPUS  # a profile's gpus_per_node ceiling (inputs.hardware)
 
 
 def cluster_from_options(hardware: Hardware, gpus: int | None, gpus_per_node: int | None, nodes: int | None) -> Cluster:

@@ -109,6 +109,12 @@ class TrainWorkload:
 # The slowest open-loop arrival rate a serving workload may state, requests per second (one request in about 17
 # minutes): slower is no load to plan for, and a rate in requests per hour or per day typed as per second is a unit slip.
 MIN_REQUEST_RATE = 1e-3
+# Latency targets (--ttft-ms, --tpot-ms), in ms: no model's step is shorter than a few kernel launches (each takes
+# microseconds on any GPU), so a target below 10 us is a slip (a rate, a number of seconds in the wrong unit) that
+# no plan could meet; 1e-308 was searched and every plan reported as missing it.  A target beyond a day binds no
+# request and is refused too (leave it out for none).
+MIN_LATENCY_TARGET_MS = 0.01
+MAX_LATENCY_TARGET_MS = 86_400_000.0
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,12 @@ class ServeWorkload:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise InputError(f"must be > 0, but got {value!r}", field=flag)
+        for name, flag in (("ttft_ms", "--ttft-ms"), ("tpot_ms", "--tpot-ms")):
+            value = getattr(self, name)
+            if value is not None and not MIN_LATENCY_TARGET_MS <= value <= MAX_LATENCY_TARGET_MS:
+                raise InputError(f"{MIN_LATENCY_TARGET_MS:g} <= {flag} <= {MAX_LATENCY_TARGET_MS:,.0f} ms must hold "
+                                 f"(10 microseconds, a few kernel launches, to a day), but got ({flag}={value:g}); give "
+                                 f"the target in milliseconds, or leave {flag} out for none", field=flag)
         if self.request_rate is not None and self.request_rate < MIN_REQUEST_RATE:
             raise InputError(f"must be at least {MIN_REQUEST_RATE:g} requests per second (one in about 17 minutes), but "
                              f"got {self.request_rate!r}; give the rate per second (e.g. 2 requests per minute is "

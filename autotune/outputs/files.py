@@ -254,13 +254,24 @@ def write_search_folder(out: Path, document: Mapping[str, Any], files: Mapping[s
     return done
 
 
-def plans_path(source: str | Path) -> Path | None:
+def plans_path(source: str | Path, *, plan_strings: bool = True) -> Path | None:
     """The plans.json that ``source`` names (a file or its folder), or None when ``source`` is a plan string
-    (``key=value`` pairs; anything else is a path, which read_plans reports when it does not exist)."""
+    (``key=value`` pairs; anything else is a path, which read_plans reports when it does not exist).  Words that
+    read both ways (``tp=2`` beside a file named ``tp=2``) are refused, naming both readings: ``./tp=2`` is the
+    file, ``--plan tp=2`` the plan string.  ``plan_strings=False``: where only a path goes (explain's PLANS,
+    report's RESULT), ``source`` is a path whatever it holds."""
     path = Path(source)
+    text = str(source)
+    if (plan_strings and "=" in text and "/" not in text and os.sep not in text and path.suffix != ".json"
+            and (path.exists() or path.is_symlink())):
+        # `emit tp=2` beside a file or folder named tp=2 read that as a plans.json: the same words meant a plan
+        # string a folder over.  Neither reading is guessed; each is one keystroke away.
+        kind = "folder" if path.is_dir() else "file"
+        raise InputError(f"reads two ways: a plan string, or the {kind} {text!r} in this folder; write --plan "
+                         f"{text} for the plan string, or ./{text} for the {kind}", field="PLAN")
     if path.is_dir():  # its plans.json; a folder without one is reported as such by read_plans
         return path / PLANS_JSON if (path / PLANS_JSON).exists() else path
-    if path.suffix == ".json" or path.is_file() or "=" not in str(source):
+    if not plan_strings or path.suffix == ".json" or path.is_file() or "=" not in str(source):
         return path
     return None
 

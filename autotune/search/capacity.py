@@ -120,11 +120,20 @@ def check_pue(pue: float | None) -> float:
     return value
 
 
+# The least positive grid intensity, gCO2e/kWh: the cleanest grids (hydro, nuclear) emit some 10 g over their life
+# cycle, so a value below 1 is one given in kilograms (0.475 for 475 g), which printed emissions 1,000 times too low.
+MIN_GRID_INTENSITY = 1.0
+
+
 def check_grid_intensity(intensity: float | None) -> float:
     value = DEFAULT_GRID_INTENSITY if intensity is None else intensity
     if not 0.0 <= value <= 2000.0:
         raise InputError(f"must be between 0 and 2000 gCO2e/kWh, but got {value}; e.g. 57 France, 475 world average",
                          field="--grid-intensity")
+    if 0.0 < value < MIN_GRID_INTENSITY:
+        raise InputError(f"--grid-intensity = 0 or --grid-intensity >= {MIN_GRID_INTENSITY:g} gCO2e/kWh must hold (the "
+                         f"cleanest grids emit some 10 g), but got (--grid-intensity={value:g}); give grams per kWh, not "
+                         "kilograms (0.475 kg is 475 g), or 0 for power that emits none", field="--grid-intensity")
     return value + 0.0  # --grid-intensity -0 is 0: it had printed "-0 t CO2e"
 
 

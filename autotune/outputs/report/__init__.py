@@ -51,7 +51,7 @@ def build_report(source: Path | StudySource, out_dir: Path, *, trials: int | Non
     if isinstance(source, Path):
         from ..files import plans_path, read_plans
 
-        path = plans_path(source) or source  # the file, or the folder holding it
+        path = plans_path(source, plan_strings=False)  # the file, or the folder holding it
         document = read_plans(path)
         if document["inputs"].get("workload") == "serve":
             if framework is not None:
