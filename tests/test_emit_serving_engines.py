@@ -346,7 +346,9 @@ def test_sglangs_own_default_memory_fraction_is_the_emitted_one(checked, tmp_pat
             assert result["ok"], (name, result)
             theirs = float(result["mem_fraction_static"])
             ours_mib, theirs_mib = (1 - ours) * datasheet[gpu], (1 - theirs) * SIMULATED_MIB[gpu]
-            if abs(ours_mib - theirs_mib) > 0.0005 * (datasheet[gpu] + SIMULATED_MIB[gpu]) + 64:
+            # SGLang divides its reserve by nvidia-smi's total and applies the fraction to CUDA's, autotune's fraction
+            # is of CUDA's total (the profile's memory_gib, 0.4% less on a B200): 128 MiB for that, beside the rounding
+            if abs(ours_mib - theirs_mib) > 0.0005 * (datasheet[gpu] + SIMULATED_MIB[gpu]) + 128:
                 off.append(f"{name}: autotune {ours} ({ours_mib:.0f} MiB reserved), SGLang {theirs} "
                            f"({theirs_mib:.0f} MiB)")
     assert sum(len(r) for r in groups.values()) >= 25
