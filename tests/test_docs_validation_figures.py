@@ -72,3 +72,18 @@ def test_dense_bridge_figures_in_accuracy_md_match_validate():
     nvfp4 = [abs(r["error_pct"]) for r in report["rows"] if r["id"].endswith("NVFP4")]
     written = re.search(r"the four NVFP4 rows are ([0-9.]+) % MAPE", " ".join(text.split()))
     assert written and round(sum(nvfp4) / len(nvfp4), 1) == float(written.group(1))
+
+
+def test_training_targets_table_in_accuracy_md_matches_validate():
+    """The targets table read 5.26 % after a change moved validate to 5.23 %; its throughput, memory and fit figures
+    are what validate --bundled training prints."""
+    text = (DOCS / "accuracy.md").read_text()
+    report = validate("training")
+    rows = len(report["rows"])
+    throughput = re.search(rf"\| throughput MAPE, {rows} rows \| \*\*([0-9.]+) %\*\*", text)
+    memory = re.search(r"\| memory MAPE, \d+ rows with measured memory \| \*\*([0-9.]+) %\*\*", text)
+    fit = re.search(rf"\| runs predicted to fit with their own layout \| \*\*(\d+) of {rows} ", text)
+    assert throughput and memory and fit, "docs/accuracy.md's targets table changed shape"
+    assert f"{report['mape_pct']:.2f}" == throughput.group(1)
+    assert f"{report['memory_mape_pct']:.2f}" == memory.group(1)
+    assert round(report["fit_fraction"] * rows) == int(fit.group(1))
