@@ -156,7 +156,7 @@ def test_the_rtx_pro_6000_has_fp4_cores_but_transformer_engine_trains_no_nvfp4_o
     args = ["-m", "llama3-8b", "-H", "rtx-pro-6000-blackwell", "--gpus", "8", "-s", "4096", "-b", "32"]
     plan = ["--plan", "tp=1,zero=1,mbs=1,recompute=full,precision=fp4"]
     refused = invoke("predict", *args, *plan)
-    assert refused.exit_code == 1 and "compute capability 10.x only, and it is 12.0" in refused.output
+    assert refused.exit_code == 1 and "compute capability 10.0 to 11.x only, and it is 12.0" in refused.output
     emitted = invoke("emit", *args, *plan, "--format", "megatron", "--out", tmp_path / "m")
     assert emitted.exit_code == 2 and not (tmp_path / "m").exists()
     searched = invoke("search", *args, "--precision", "fp4")
@@ -177,3 +177,17 @@ def test_explain_names_the_fastest_change_that_is_possible_when_a_rule_blocks_th
     text = " ".join(result.output.split())
     assert "the rule 'fp4 the framework does not offer' binds: precision bf16 -> fp4 would be" in text
     assert "; precision bf16 -> fp8 is " in text and "faster and fits" in text
+
+
+def test_the_nvfp4_compute_capabilities_are_those_the_refusal_names():
+    """The refusal says 10.0 to 11.x (it said 10.x only, while the rule let 11.x through): TransformerEngine's own
+    check asks for 10.0 or later, and only 12.x fails at its first quantized GEMM."""
+    import dataclasses
+
+    from autotune.inputs.hardware import load_hardware
+    from autotune.training.space import trains_in
+
+    b200 = load_hardware("b200-sxm-180gb")
+    at = {cc: trains_in(dataclasses.replace(b200, compute_capability=cc), "fp4") for cc in (9.0, 10.0, 10.3, 11.0,
+                                                                                              12.0, 12.1)}
+    assert at == {9.0: False, 10.0: True, 10.3: True, 11.0: True, 12.0: False, 12.1: False}

@@ -29,6 +29,8 @@ def test_the_slots_are_a_g_d_c_queue():
     # c = 1: M/D/1's rho S / (2 (1 - rho)); Sakasegawa's exponent sqrt(2(c+1)) - 1 for c slots
     assert _wq_gdc(1.0, 0.5, 1.0, 1.0) == pytest.approx(0.5)
     assert _wq_gdc(10.0, 0.95, 64.0, 1.0) == pytest.approx(0.5 * 0.95 ** (130 ** 0.5 - 1) / (64 * 0.05) * 10.0)
+    # the estimate's comment: 61 in flight through 64 slots wait a tenth of a residency (not half of one)
+    assert _wq_gdc(1.0, 61 / 64, 64.0, 1.0) == pytest.approx(0.101, abs=0.001)
 
 
 def test_a_batch_limit_just_above_the_load_costs_waiting():

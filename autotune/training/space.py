@@ -318,7 +318,8 @@ def _checks(model: ModelSpec, cluster: Cluster, workload: TrainWorkload, plans: 
     return checks
 
 
-# Compute capabilities TransformerEngine trains NVFP4 on (NVFP4BlockScaling): datacenter Blackwell, 10.0 to 11.x.
+# Compute capabilities TransformerEngine trains NVFP4 on (NVFP4BlockScaling): from 10.0 (datacenter Blackwell; TE's
+# check_nvfp4_support asks for 10.0 or later) up to, not including, 12.0.
 # The RTX PRO 6000 (12.0) has FP4 tensor cores, but TE's NVFP4 training fails there at its first quantized GEMM (its
 # Hadamard-transform cast kernel: 'rht_gemm_ntt_w_sfc: invalid argument', TE's FSDP2 tests mark it failing on
 # SM120), as TE refuses MXFP8 on 12.0 (outputs/emit/megatron.fp8_recipe).
@@ -364,7 +365,7 @@ def _rule_values(reason: int, plan: Plan, model: ModelSpec | None, cluster: Clus
                    ETP_NODE: lambda: f"etp={p.etp}, GPUs per NVLink domain={c.gpus_per_scale_up_domain}",
                    14: lambda: f"precision={p.precision}, {c.hardware.name} offers "
                                f"{', '.join(q for q in CATEGORIES['precision'] if trains_in(c.hardware, q))}"
-                               + ("; TransformerEngine trains NVFP4 on compute capability 10.x only, and it is "
+                               + ("; TransformerEngine trains NVFP4 on compute capability 10.0 to 11.x only, and it is "
                                   f"{c.hardware.compute_capability:.1f}" if p.precision == "fp4"
                                   and c.hardware.supports("fp4") else "")}
     if w is not None:
