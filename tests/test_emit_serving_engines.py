@@ -338,17 +338,17 @@ def test_sglangs_own_default_memory_fraction_is_the_emitted_one(checked, tmp_pat
                 seen.add(line)
                 groups.setdefault((gpu, per_node), []).append((name, float(argv[k + 1]), bare))
     from autotune.inputs.hardware import load_hardware
-    datasheet = {SIMULATED[h][0]: load_hardware(h).memory_gib * 1024 for h in SIMULATED}
+    profile_mib = {SIMULATED[h][0]: load_hardware(h).memory_gib * 1024 for h in SIMULATED}
     off = []
     for (gpu, per_node), rows in groups.items():
         results = _run_checker("sglang", "check_sglang.py", gpu, per_node, [r[2] for r in rows], tmp_path)
         for (name, ours, _), result in zip(rows, results):
             assert result["ok"], (name, result)
             theirs = float(result["mem_fraction_static"])
-            ours_mib, theirs_mib = (1 - ours) * datasheet[gpu], (1 - theirs) * SIMULATED_MIB[gpu]
+            ours_mib, theirs_mib = (1 - ours) * profile_mib[gpu], (1 - theirs) * SIMULATED_MIB[gpu]
             # SGLang divides its reserve by nvidia-smi's total and applies the fraction to CUDA's, autotune's fraction
             # is of CUDA's total (the profile's memory_gib, 0.4% less on a B200): 128 MiB for that, beside the rounding
-            if abs(ours_mib - theirs_mib) > 0.0005 * (datasheet[gpu] + SIMULATED_MIB[gpu]) + 128:
+            if abs(ours_mib - theirs_mib) > 0.0005 * (profile_mib[gpu] + SIMULATED_MIB[gpu]) + 128:
                 off.append(f"{name}: autotune {ours} ({ours_mib:.0f} MiB reserved), SGLang {theirs} "
                            f"({theirs_mib:.0f} MiB)")
     assert sum(len(r) for r in groups.values()) >= 25
