@@ -76,6 +76,12 @@ FP4_CAST_BYTES = 2.0 + 2.0 * NVFP4_BYTES  # read bf16, write the row-wise and co
 GROUPED_GEMM_M_TILE = 128.0
 
 
+def gemm_operand_bytes(fp8: np.ndarray | bool, fp4: np.ndarray | bool) -> np.ndarray:
+    """Bytes of a linear layer's GEMM operand, or of a GEMM input kept for the weight gradient: 2 in bf16, 1 in fp8,
+    NVFP4_BYTES in NVFP4."""
+    return np.where(np.asarray(fp4, dtype=bool), NVFP4_BYTES, np.where(np.asarray(fp8, dtype=bool), 1.0, 2.0))
+
+
 class Kernels:
     """Kernel time model of one GPU for a batch of plans (``fp8`` and ``fp4`` are per-plan bool arrays: the
     plans whose linear layers run in fp8, and in NVFP4)."""
@@ -83,7 +89,6 @@ class Kernels:
     def __init__(self, hardware: Hardware, fp8: np.ndarray, attention_kernel: str = "flash",
                  fp8_cast_bytes: float = FP8_CAST_BYTES, fp4: np.ndarray | bool = False):
         eff = hardware.efficiency
-        self.fp8_cast_bytes = fp8_cast_bytes
         self.bf16_rate = hardware.peak_flops("bf16") * eff.gemm
         # validity rules reject fp8 and fp4 plans on GPUs without those tensor cores
         fp8_rate = hardware.peak_flops("fp8") * eff.fp8_gemm if hardware.supports("fp8") else self.bf16_rate
@@ -92,7 +97,9 @@ class Kernels:
         self.fp4 = np.broadcast_to(np.asarray(fp4, dtype=bool), self.fp8.shape)
         self.linear_flops_per_s = np.where(self.fp4, fp4_rate, np.where(self.fp8, fp8_rate, self.bf16_rate))
         self.linear_k_fill = GEMM_K_FILL
-        self.linear_operand_bytes = np.where(self.fp4, NVFP4_BYTES, np.where(self.fp8, 1.0, 2.0))
+        self.linear_operand_bytes = gemm_operand_bytes(self.fp8, self.fp4)
+        # HBM bytes per element cast into the plan's GEMM precision (none in bf16)
+        self.linear_cast_bytes = np.where(self.fp4, FP4_CAST_BYTES, np.where(self.fp8, fp8_cast_bytes, 0.0))
         # FlashAttention-2 and cuDNN's fused attention (TransformerEngine) share the FLOP model
         # (tiled, scores never written) but not the rate: each has its own efficiency.
         attention_eff = eff.cudnn_attention if attention_kernel == "cudnn" else eff.attention
@@ -126,7 +133,7 @@ class Kernels:
         forward = self._gemm(m, n, k, count, rate, ob, kf)
         dgrad = self._gemm(m, k, n, count, rate, ob, kf)
         wgrad = self._gemm(k, n, m, count, rate, ob, kf)
-        cast = np.where(self.fp4, FP4_CAST_BYTES, np.where(self.fp8, self.fp8_cast_bytes, 0.0))
+        cast = self.linear_cast_bytes
         forward = forward + self.memory_bound_s(cast * count * (m * k + k * n))
         dgrad = dgrad + self.memory_bound_s(cast * count * m * n)
         return forward, dgrad, wgrad
@@ -152,7 +159,7 @@ class Kernels:
         compute = 2.0 * k * n * padded / rate * (1.0 + kf / padded)
         traffic = (ob * (k * m + m * n) + 2.0 * k * n) / mem
         wgrad = groups * np.maximum(compute, traffic) + self.gemm_overhead_s
-        cast = np.where(self.fp4, FP4_CAST_BYTES, np.where(self.fp8, self.fp8_cast_bytes, 0.0))
+        cast = self.linear_cast_bytes
         forward = forward + self.memory_bound_s(cast * groups * (m * k + k * n))
         dgrad = dgrad + self.memory_bound_s(cast * groups * m * n)
         return forward, dgrad, wgrad

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..costmodel.kernels import NVFP4_BYTES
+from ..costmodel.kernels import NVFP4_BYTES, gemm_operand_bytes
 from ..inputs.framework import Framework
 from ..inputs.modelspec import ModelSpec
 
@@ -176,7 +176,7 @@ def activation_bytes_per_layer(
     tp = np.asarray(tp, dtype=np.float64)
     etp = tp if etp is None else np.asarray(etp, dtype=np.float64)
     sp_div = np.where(np.asarray(sp, dtype=bool), tp, 1.0)
-    gemm_input = np.where(np.asarray(fp4, dtype=bool), NVFP4_BYTES, np.where(np.asarray(fp8, dtype=bool), 1.0, 2.0))
+    gemm_input = gemm_operand_bytes(fp8, fp4)
     up_proj = np.asarray(recompute_up_proj, dtype=bool)
     # Two norm inputs (2 bytes each), the QKV and MLP inputs (the norms' outputs: recomputed with the
     # norms where the MLA up-projections are, DeepSeek-V3 §3.2.3), two dropout masks.
